@@ -1,0 +1,222 @@
+#!/usr/bin/env bash
+# Benchmark for `dataset-packer pack` against the gunzip "decompression floor".
+#
+#   bench/run.sh            build, generate the corpus (once), run the floor and pack, print a table
+#   bench/run.sh pack       same as above
+#   bench/run.sh floor      build the examples, generate the corpus (once), run the floor only
+#   bench/run.sh corpus     build the examples and generate the corpus only
+#
+# Environment:
+#   BENCH_DIR=target/bench   where corpora, pack outputs, logs and results go (keep it under target/)
+#   BENCH_2X=1               also run the 8M-row corpus (400 runs x 20000 rows)
+#   BENCH_THREADS=2          floor threads and `pack --workers`
+#   BENCH_REPEAT=1           runs of each measurement; the fastest is reported (RSS: the largest)
+#   BENCH_GEN_THREADS=nproc  threads for corpus generation (output does not depend on it)
+#   EXTRA_PACK_ARGS=""       extra arguments appended to the pack command line (word-split)
+#   CARGO_TARGET_DIR         honoured when locating the built binaries
+#   PACKER=path              pack binary to measure (default: $CARGO_TARGET_DIR/release/dataset-packer)
+# See bench/README.md for what the figures mean and the goals.
+set -euo pipefail
+
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+MODE=${1:-all}
+case "$MODE" in
+  all | pack | floor | corpus) ;;
+  -h | --help)
+    sed -n '2,19p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
+    exit 0
+    ;;
+  *)
+    echo "usage: bench/run.sh [all|pack|floor|corpus]" >&2
+    exit 2
+    ;;
+esac
+
+BENCH_DIR=${BENCH_DIR:-target/bench}
+BENCH_THREADS=${BENCH_THREADS:-2}
+BENCH_REPEAT=${BENCH_REPEAT:-1}
+BENCH_GEN_THREADS=${BENCH_GEN_THREADS:-$(nproc)}
+EXTRA_PACK_ARGS=${EXTRA_PACK_ARGS:-}
+TARGET_DIR=${CARGO_TARGET_DIR:-target}
+BIN_DIR="$TARGET_DIR/release"
+CORPUS_GEN="$BIN_DIR/examples/bench_corpus"
+FLOOR="$BIN_DIR/examples/gunzip_floor"
+PACKER=${PACKER:-$BIN_DIR/dataset-packer}
+ROWS_PER_RUN=20000
+
+mkdir -p "$BENCH_DIR/logs"
+STAMP=$(date +%Y%m%d-%H%M%S)
+
+log() { echo "[bench] $*" >&2; }
+
+# Pulls a numeric field out of the flat one-line JSON that gunzip_floor prints.
+json_num() { sed -nE "s/.*\"$2\":(-?[0-9.eE+-]+).*/\1/p" <<<"$1"; }
+calc() { awk "BEGIN { printf \"$1\", $2 }"; }
+
+# ------------------------------------------------------------------ build
+if [[ "$MODE" == floor || "$MODE" == corpus ]]; then
+  build=(cargo build --release --example bench_corpus --example gunzip_floor)
+else
+  build=(cargo build --release --examples --bins)
+fi
+log "building: ${build[*]}"
+if ! "${build[@]}"; then
+  # src/ is edited concurrently: the examples link the package's library (if any), so a broken
+  # src/ can break their build. Fall back to binaries from an earlier build when they exist.
+  if [[ -x "$CORPUS_GEN" && -x "$FLOOR" ]]; then
+    log "WARNING: build failed; using previously built examples in $BIN_DIR/examples"
+  else
+    log "build failed and no previously built examples exist"
+    exit 1
+  fi
+fi
+
+# ------------------------------------------------------------------ corpora
+corpora=("4m:200")
+if [[ "${BENCH_2X:-0}" == 1 ]]; then
+  corpora+=("8m:400")
+fi
+
+for spec in "${corpora[@]}"; do
+  name=${spec%%:*} runs=${spec##*:}
+  dir="$BENCH_DIR/corpus-$name"
+  log "corpus $dir: $runs runs x $ROWS_PER_RUN rows (generated once; reused when complete)"
+  start=$(date +%s.%N)
+  "$CORPUS_GEN" --out "$dir" --runs "$runs" --rows-per-run "$ROWS_PER_RUN" --threads "$BENCH_GEN_THREADS" >&2
+  log "corpus $dir ready in $(calc %.1f "$(date +%s.%N) - $start") s ($(du -sh "$dir" | cut -f1))"
+done
+if [[ "$MODE" == corpus ]]; then exit 0; fi
+
+# Reads every compressed file once so the floor and pack both start from a warm page cache.
+warm() { find -L "$1" -name '*.jsonl.gz' -type f -exec cat {} + >/dev/null; }
+
+# ------------------------------------------------------------------ pack availability
+pack_ok=0
+pack_note=""
+if [[ "$MODE" == all || "$MODE" == pack ]]; then
+  if [[ ! -x "$PACKER" ]]; then
+    pack_note="no binary at $PACKER"
+  elif ! "$PACKER" pack --help 2>&1 | grep -q -- --input; then
+    pack_note="'$PACKER pack --help' fails or lists no --input: pack subcommand not available yet"
+  else
+    pack_ok=1
+  fi
+  [[ $pack_ok == 1 ]] || log "WARNING: skipping pack: $pack_note"
+fi
+have_time=1
+[[ -x /usr/bin/time ]] || {
+  have_time=0
+  log "WARNING: /usr/bin/time not found: peak RSS will be n/a"
+}
+
+# ------------------------------------------------------------------ measurements
+declare -A R_ROWS R_CMB R_FLOOR R_FLOOR_MB R_WALL R_PRPS R_PMBPS R_RSS R_RATIO
+status=0
+
+for spec in "${corpora[@]}"; do
+  name=${spec%%:*}
+  dir="$BENCH_DIR/corpus-$name"
+  warm "$dir"
+
+  best=""
+  for ((i = 1; i <= BENCH_REPEAT; i++)); do
+    out=$("$FLOOR" "$dir" --threads "$BENCH_THREADS")
+    log "floor $name #$i: $out"
+    if [[ -z "$best" ]] || awk "BEGIN { exit !($(json_num "$out" rows_per_s) > $(json_num "$best" rows_per_s)) }"; then
+      best=$out
+    fi
+  done
+  echo "$best" >"$BENCH_DIR/logs/floor-$name-$STAMP.json"
+  R_ROWS[$name]=$(json_num "$best" rows)
+  cbytes=$(json_num "$best" compressed_bytes)
+  R_CMB[$name]=$(calc %.1f "$cbytes / 1e6")
+  R_FLOOR[$name]=$(json_num "$best" rows_per_s)
+  R_FLOOR_MB[$name]=$(json_num "$best" compressed_mb_per_s)
+
+  R_WALL[$name]=n/a R_PRPS[$name]=n/a R_PMBPS[$name]=n/a R_RSS[$name]=n/a R_RATIO[$name]=n/a
+  [[ $pack_ok == 1 ]] || continue
+
+  outdir="$BENCH_DIR/pack-$name"
+  best_wall="" max_rss=0
+  for ((i = 1; i <= BENCH_REPEAT; i++)); do
+    warm "$dir"
+    plog="$BENCH_DIR/logs/pack-$name-$STAMP-$i.log"
+    tfile="$BENCH_DIR/logs/pack-$name-$STAMP-$i.time"
+    # shellcheck disable=SC2086 # EXTRA_PACK_ARGS is meant to be word-split
+    cmd=("$PACKER" pack --input "$dir" --output "$outdir" --workers "$BENCH_THREADS" --overwrite --quiet $EXTRA_PACK_ARGS)
+    log "pack $name #$i: ${cmd[*]}"
+    start=$(date +%s.%N)
+    rc=0
+    if [[ $have_time == 1 ]]; then
+      /usr/bin/time -v -o "$tfile" "${cmd[@]}" >"$plog" 2>&1 || rc=$?
+    else
+      "${cmd[@]}" >"$plog" 2>&1 || rc=$?
+    fi
+    wall=$(calc %.3f "$(date +%s.%N) - $start")
+    if [[ $rc != 0 ]]; then
+      log "ERROR: pack exited with status $rc; last lines of $plog:"
+      tail -n 20 "$plog" >&2
+      status=1
+      pack_note="${pack_note:+$pack_note; }corpus-$name: pack exited with status $rc (log: $plog)"
+      best_wall=""
+      break
+    fi
+    rss=n/a
+    if [[ $have_time == 1 ]]; then
+      rss=$(sed -nE 's/.*Maximum resident set size \(kbytes\): ([0-9]+).*/\1/p' "$tfile")
+      log "pack $name #$i: wall ${wall}s (time -v: $(sed -nE 's/.*Elapsed.*: ([0-9:.]+)$/\1/p' "$tfile")), max RSS ${rss} KiB"
+      if ((rss > max_rss)); then max_rss=$rss; fi
+    else
+      log "pack $name #$i: wall ${wall}s"
+    fi
+    if [[ -z "$best_wall" ]] || awk "BEGIN { exit !($wall < $best_wall) }"; then
+      best_wall=$wall
+    fi
+  done
+  [[ -n "$best_wall" ]] || continue
+
+  R_WALL[$name]=$(calc %.2f "$best_wall")
+  R_PRPS[$name]=$(calc %.0f "${R_ROWS[$name]} / $best_wall")
+  R_PMBPS[$name]=$(calc %.1f "$cbytes / 1e6 / $best_wall")
+  if [[ $have_time == 1 ]]; then R_RSS[$name]=$(calc %.1f "$max_rss / 1024"); fi
+  R_RATIO[$name]=$(calc %.1f "100 * ${R_PRPS[$name]} / ${R_FLOOR[$name]}")
+done
+
+# ------------------------------------------------------------------ report
+report="$BENCH_DIR/results-$STAMP.txt"
+{
+  echo "machine: nproc=$(nproc), cpu=$(sed -nE 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n1)," \
+    "mem=$(awk '/MemTotal/ { printf "%.1f GiB", $2 / 1048576 }' /proc/meminfo), kernel=$(uname -r)"
+  commit=$(git rev-parse --short HEAD 2>/dev/null || echo none)
+  if [[ $commit != none ]] && ! git diff --quiet HEAD -- 2>/dev/null; then commit="$commit (dirty)"; fi
+  echo "build: $(rustc -V 2>/dev/null || echo 'rustc ?'), commit $commit, packer $PACKER"
+  echo "threads: floor $BENCH_THREADS, pack --workers $BENCH_THREADS${EXTRA_PACK_ARGS:+, EXTRA_PACK_ARGS='$EXTRA_PACK_ARGS'}; repeat $BENCH_REPEAT"
+  if [[ -n "$pack_note" ]]; then echo "pack: NOT MEASURED: $pack_note"; fi
+  echo
+  fmt="%-10s %10s %9s %9s %12s %10s %10s %12s %10s %8s\n"
+  # shellcheck disable=SC2059
+  printf "$fmt" corpus rows comp_MB pack_s pack_rows/s pack_MB/s pack_MiB floor_rows/s floor_MB/s pack/flr
+  for spec in "${corpora[@]}"; do
+    n=${spec%%:*}
+    ratio=${R_RATIO[$n]}
+    [[ $ratio == n/a ]] || ratio="$ratio%"
+    # shellcheck disable=SC2059
+    printf "$fmt" "corpus-$n" "${R_ROWS[$n]}" "${R_CMB[$n]}" "${R_WALL[$n]}" "${R_PRPS[$n]}" \
+      "${R_PMBPS[$n]}" "${R_RSS[$n]}" "${R_FLOOR[$n]}" "${R_FLOOR_MB[$n]}" "$ratio"
+  done
+  if [[ $pack_ok == 1 && ${R_RATIO[4m]} != n/a ]]; then
+    echo
+    verdict() { if awk "BEGIN { exit !($1) }"; then echo PASS; else echo FAIL; fi; }
+    echo "goal pack >= 80% of floor rows/s (4M): ${R_RATIO[4m]}% -> $(verdict "${R_RATIO[4m]} >= 80")"
+    if [[ ${R_RSS[4m]} != n/a ]]; then
+      echo "goal peak RSS <= 64 MiB (4M): ${R_RSS[4m]} MiB -> $(verdict "${R_RSS[4m]} <= 64")"
+    fi
+    if [[ -n "${R_RSS[8m]:-}" && ${R_RSS[8m]} != n/a && ${R_RSS[4m]} != n/a ]]; then
+      echo "goal pack >= 80% of floor rows/s (8M): ${R_RATIO[8m]}% -> $(verdict "${R_RATIO[8m]} >= 80")"
+      echo "goal peak RSS at 8M within 10% of 4M: ${R_RSS[8m]} vs ${R_RSS[4m]} MiB -> $(verdict "${R_RSS[8m]} <= 1.10 * ${R_RSS[4m]}")"
+    fi
+  fi
+} | tee "$report"
+log "report saved to $report (logs in $BENCH_DIR/logs)"
+exit $status

@@ -1,0 +1,3 @@
+//! One module per subcommand; each reads like the command's story.
+
+pub mod pack;

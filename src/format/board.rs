@@ -1,0 +1,245 @@
+//! The board codec: 16 tile exponents ↔ the packed `board` + `tile_65536_mask` columns, plus the
+//! two values derived from a board at pack time: `board_eval` (Macroxue line heuristic) and
+//! `ev_legal` (which moves change the board under 2048 rules).
+
+/// Largest exponent a pack can represent (65536 = 2^16).
+pub const MAX_EXPONENT: u8 = 16;
+
+/// Move directions in column order: 0=up 1=down 2=left 3=right.
+pub const MOVE_NAMES: [&str; 4] = ["up", "down", "left", "right"];
+
+/// Packs 16 exponents (each ≤ 16) into the MSB-first nibble board and the 65536 mask.
+pub fn pack(cells: &[u8; 16]) -> (u64, u16) {
+    let mut board = 0u64;
+    let mut mask = 0u16;
+    for (i, &e) in cells.iter().enumerate() {
+        debug_assert!(e <= MAX_EXPONENT);
+        let nibble = if e >= 16 {
+            mask |= 1 << i;
+            15
+        } else {
+            e
+        };
+        board |= u64::from(nibble) << (60 - 4 * i);
+    }
+    (board, mask)
+}
+
+/// Decodes the packed columns back to exponents; a masked cell is 16 whatever its nibble.
+pub fn unpack(board: u64, mask: u16) -> [u8; 16] {
+    let mut cells = [0u8; 16];
+    for (i, cell) in cells.iter_mut().enumerate() {
+        *cell = if mask & (1 << i) != 0 {
+            16
+        } else {
+            ((board >> (60 - 4 * i)) & 0xf) as u8
+        };
+    }
+    cells
+}
+
+/// The largest exponent on the board.
+pub fn max_rank(cells: &[u8; 16]) -> u8 {
+    cells.iter().copied().max().unwrap_or(0)
+}
+
+/// The four lines of a direction's slide, each listed from the edge the tiles slide toward.
+/// Legality of a slide only depends on the order, so rows/columns are read in both orders.
+const ROWS: [[usize; 4]; 4] = [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9, 10, 11], [12, 13, 14, 15]];
+const COLS: [[usize; 4]; 4] = [[0, 4, 8, 12], [1, 5, 9, 13], [2, 6, 10, 14], [3, 7, 11, 15]];
+
+fn line(cells: &[u8; 16], idx: &[usize; 4]) -> [u8; 4] {
+    [cells[idx[0]], cells[idx[1]], cells[idx[2]], cells[idx[3]]]
+}
+
+/// Does sliding this line toward its index-0 end change it?
+/// It does iff an empty cell is followed by a tile, or two equal tiles are adjacent
+/// (with no gap before a tile, the tiles are already compacted, so adjacency is enough).
+fn slide_changes(l: [u8; 4]) -> bool {
+    (0..3).any(|i| (l[i] == 0 && l[i + 1] != 0) || (l[i] != 0 && l[i] == l[i + 1]))
+}
+
+fn reversed(l: [u8; 4]) -> [u8; 4] {
+    [l[3], l[2], l[1], l[0]]
+}
+
+/// `ev_legal` bits: bit0 up, bit1 down, bit2 left, bit3 right.
+pub fn legal_moves(cells: &[u8; 16]) -> u8 {
+    let mut bits = 0u8;
+    for c in &COLS {
+        let l = line(cells, c);
+        if slide_changes(l) {
+            bits |= 1;
+        }
+        if slide_changes(reversed(l)) {
+            bits |= 2;
+        }
+    }
+    for r in &ROWS {
+        let l = line(cells, r);
+        if slide_changes(l) {
+            bits |= 4;
+        }
+        if slide_changes(reversed(l)) {
+            bits |= 8;
+        }
+    }
+    bits
+}
+
+fn tile_score(r: u8) -> i32 {
+    i32::from(r) << r
+}
+
+/// The Macroxue score of one line of four exponents.
+fn line_eval(l: [u8; 4]) -> i32 {
+    let mut score = tile_score(l[0]);
+    for x in 0..3 {
+        let a = tile_score(l[x]);
+        let b = tile_score(l[x + 1]);
+        if a >= b {
+            score += a + b;
+        } else {
+            score += (a - b) * 12;
+        }
+        if a == b {
+            score += a;
+        }
+    }
+    score
+}
+
+/// `board_eval`: the line heuristic summed over rows (left→right) and columns (top→bottom).
+pub fn board_eval(cells: &[u8; 16]) -> i32 {
+    ROWS.iter()
+        .chain(COLS.iter())
+        .map(|idx| line_eval(line(cells, idx)))
+        .sum()
+}
+
+/// Precomputed per-line answers for lines without a 65536 tile: the 16-bit key is the four
+/// nibbles of a line. Nearly every row hits this table; boards with a 65536 tile take the
+/// direct path.
+pub struct LineTables {
+    eval: Vec<i32>,
+    /// bit0: sliding toward index 0 changes the line; bit1: sliding toward index 3 does.
+    slides: Vec<u8>,
+}
+
+impl LineTables {
+    pub fn new() -> LineTables {
+        let mut eval = Vec::with_capacity(1 << 16);
+        let mut slides = Vec::with_capacity(1 << 16);
+        for key in 0..=u16::MAX {
+            let l = [
+                (key >> 12) as u8 & 0xf,
+                (key >> 8) as u8 & 0xf,
+                (key >> 4) as u8 & 0xf,
+                key as u8 & 0xf,
+            ];
+            eval.push(line_eval(l));
+            slides.push(u8::from(slide_changes(l)) | (u8::from(slide_changes(reversed(l))) << 1));
+        }
+        LineTables { eval, slides }
+    }
+
+    /// `(board_eval, ev_legal)` of a board, via the tables when no cell is 65536.
+    pub fn eval_and_legal(&self, cells: &[u8; 16], board: u64, mask: u16) -> (i32, u8) {
+        if mask != 0 {
+            return (board_eval(cells), legal_moves(cells));
+        }
+        let mut eval = 0i32;
+        let mut legal = 0u8;
+        for r in 0..4 {
+            let key = (board >> (48 - 16 * r)) as u16;
+            eval += self.eval[key as usize];
+            let s = self.slides[key as usize];
+            legal |= (s & 1) << 2 | (s >> 1) << 3;
+        }
+        for c in 0..4 {
+            let key = column_key(board, c);
+            eval += self.eval[key as usize];
+            let s = self.slides[key as usize];
+            legal |= (s & 1) | (s >> 1) << 1;
+        }
+        (eval, legal)
+    }
+}
+
+impl Default for LineTables {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// The 16-bit key of column c read top→bottom (cells c, c+4, c+8, c+12).
+fn column_key(board: u64, c: usize) -> u16 {
+    let nib = |i: usize| ((board >> (60 - 4 * i)) & 0xf) as u16;
+    nib(c) << 12 | nib(c + 4) << 8 | nib(c + 8) << 4 | nib(c + 12)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cells(v: &[u8]) -> [u8; 16] {
+        let mut c = [0u8; 16];
+        c[..v.len()].copy_from_slice(v);
+        c
+    }
+
+    #[test]
+    fn board_eval_matches_the_spec_vectors() {
+        assert_eq!(board_eval(&[0; 16]), 0);
+        assert_eq!(board_eval(&cells(&[1])), 8);
+        assert_eq!(board_eval(&cells(&[1, 1])), 18);
+        let b = [15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0];
+        assert_eq!(board_eval(&b), 3618726);
+    }
+
+    #[test]
+    fn pack_is_msb_first_with_65536_mask() {
+        let mut c = [0u8; 16];
+        c[0] = 1;
+        c[15] = 16;
+        let (board, mask) = pack(&c);
+        assert_eq!(board, 0x1000_0000_0000_000f);
+        assert_eq!(mask, 1 << 15);
+        assert_eq!(unpack(board, mask), c);
+    }
+
+    #[test]
+    fn legality_follows_2048_rules() {
+        // One tile in the top-left corner: only down and right move it.
+        assert_eq!(legal_moves(&cells(&[1])), 0b1010);
+        // A full board without equal neighbours: nothing is legal.
+        let stuck = [1, 2, 1, 2, 2, 1, 2, 1, 1, 2, 1, 2, 2, 1, 2, 1];
+        assert_eq!(legal_moves(&stuck), 0);
+        // 65536 next to 32768 must not merge even though both nibbles are 15.
+        let mut b = stuck;
+        b[0] = 16;
+        b[1] = 15;
+        assert_eq!(legal_moves(&b), 0);
+    }
+
+    #[test]
+    fn tables_agree_with_direct_computation() {
+        let t = LineTables::new();
+        let mut state = 0x9e37_79b9_7f4a_7c15u64;
+        for _ in 0..20_000 {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            let mut c = [0u8; 16];
+            for (i, cell) in c.iter_mut().enumerate() {
+                let v = ((state >> (i * 4)) & 0xf) as u8;
+                *cell = if v > 11 { 0 } else { v % 4 };
+            }
+            let (board, mask) = pack(&c);
+            assert_eq!(
+                t.eval_and_legal(&c, board, mask),
+                (board_eval(&c), legal_moves(&c))
+            );
+        }
+    }
+}

@@ -1,0 +1,7 @@
+//! The pack format: the contract in the pack-format spec, with no CLI concerns.
+
+pub mod board;
+pub mod metadata;
+pub mod npy;
+pub mod row;
+pub mod valuation;

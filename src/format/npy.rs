@@ -1,0 +1,257 @@
+//! The `.npy` container: writes the header byte-identical to `np.save` for the row dtype, and
+//! reads headers back (spec layout, legacy packed layout, or anything else, reported as such).
+
+use std::fmt;
+
+use super::row::{LEGACY_ROW_BYTES, ROW_BYTES};
+
+/// `dtype.descr` of the spec's aligned 48-byte row, exactly as NumPy prints it.
+pub const STEP_ROW_DESCR: &str = "[('run_id', '<u4'), ('step_index', '<u4'), ('board', '<u8'), \
+('board_eval', '<i4'), ('tile_65536_mask', '<u2'), ('move_dir', '|u1'), ('valuation_type', '|u1'), \
+('ev_legal', '|u1'), ('max_rank', '|u1'), ('', '|V2'), ('seed', '<u4'), ('branch_evs', '<f4', (4,))]";
+
+/// `dtype.descr` of the legacy packed 46-byte row (the same fields without the padding).
+pub const LEGACY_ROW_DESCR: &str = "[('run_id', '<u4'), ('step_index', '<u4'), ('board', '<u8'), \
+('board_eval', '<i4'), ('tile_65536_mask', '<u2'), ('move_dir', '|u1'), ('valuation_type', '|u1'), \
+('ev_legal', '|u1'), ('max_rank', '|u1'), ('seed', '<u4'), ('branch_evs', '<f4', (4,))]";
+
+const MAGIC: &[u8] = b"\x93NUMPY";
+const ALIGN: usize = 64;
+/// NumPy leaves room for a shape of this many digits so headers can be patched in place.
+const GROWTH_AXIS_MAX_DIGITS: usize = 21;
+
+/// Length of the header `np.save` writes for the row dtype, whatever the row count.
+pub const HEADER_LEN: usize = 384;
+
+/// The exact header `np.save` writes for a 1-d array of `rows` spec rows (format 1.0).
+pub fn header(rows: u64) -> Vec<u8> {
+    let shape = format!("({rows},)");
+    let digits = rows.to_string().len();
+    let mut dict =
+        format!("{{'descr': {STEP_ROW_DESCR}, 'fortran_order': False, 'shape': {shape}, }}");
+    dict.push_str(&" ".repeat(GROWTH_AXIS_MAX_DIGITS.saturating_sub(digits)));
+    let hlen = dict.len() + 1;
+    let padlen = ALIGN - ((MAGIC.len() + 2 + 2 + hlen) % ALIGN);
+    let mut out = Vec::with_capacity(HEADER_LEN);
+    out.extend_from_slice(MAGIC);
+    out.extend_from_slice(&[1, 0]);
+    out.extend_from_slice(&((hlen + padlen) as u16).to_le_bytes());
+    out.extend_from_slice(dict.as_bytes());
+    out.extend(std::iter::repeat_n(b' ', padlen));
+    out.push(b'\n');
+    out
+}
+
+/// What a shard's header says its rows are.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RowLayout {
+    /// The spec's aligned 48-byte dtype.
+    Aligned,
+    /// The legacy packed 46-byte dtype an older tool wrote.
+    LegacyPacked,
+    /// Any other dtype; the text is its descr as found.
+    Other(String),
+}
+
+impl RowLayout {
+    pub fn row_bytes(&self) -> Option<usize> {
+        match self {
+            RowLayout::Aligned => Some(ROW_BYTES),
+            RowLayout::LegacyPacked => Some(LEGACY_ROW_BYTES),
+            RowLayout::Other(_) => None,
+        }
+    }
+}
+
+/// A parsed `.npy` header.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Header {
+    pub layout: RowLayout,
+    pub rows: u64,
+    /// Offset of the first data byte.
+    pub data_offset: usize,
+}
+
+/// Why a header could not be read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HeaderError(pub String);
+
+impl fmt::Display for HeaderError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for HeaderError {}
+
+fn bad(msg: impl Into<String>) -> HeaderError {
+    HeaderError(msg.into())
+}
+
+/// Parses an `.npy` header from the first bytes of a file (at least the whole header).
+pub fn parse_header(bytes: &[u8]) -> Result<Header, HeaderError> {
+    if bytes.len() < 10 || &bytes[..6] != MAGIC {
+        return Err(bad("not a .npy file (bad magic)"));
+    }
+    let (len, start) = match bytes[6] {
+        1 => (u16::from_le_bytes([bytes[8], bytes[9]]) as usize, 10),
+        2 | 3 => {
+            if bytes.len() < 12 {
+                return Err(bad("truncated .npy header"));
+            }
+            (
+                u32::from_le_bytes(bytes[8..12].try_into().unwrap()) as usize,
+                12,
+            )
+        }
+        v => return Err(bad(format!("unsupported .npy format version {v}"))),
+    };
+    let end = start + len;
+    if bytes.len() < end {
+        return Err(bad("truncated .npy header"));
+    }
+    let text = std::str::from_utf8(&bytes[start..end]).map_err(|_| bad("header is not text"))?;
+    let descr = dict_value(text, "descr").ok_or_else(|| bad("header has no 'descr'"))?;
+    let fortran =
+        dict_value(text, "fortran_order").ok_or_else(|| bad("header has no 'fortran_order'"))?;
+    let shape = dict_value(text, "shape").ok_or_else(|| bad("header has no 'shape'"))?;
+    if fortran.trim() != "False" {
+        return Err(bad("fortran_order arrays are not supported"));
+    }
+    let rows = parse_1d_shape(shape)?;
+    let layout = classify_descr(descr);
+    Ok(Header {
+        layout,
+        rows,
+        data_offset: end,
+    })
+}
+
+fn normalise(s: &str) -> String {
+    s.chars()
+        .filter(|c| !c.is_whitespace())
+        .map(|c| if c == '"' { '\'' } else { c })
+        .collect()
+}
+
+fn classify_descr(descr: &str) -> RowLayout {
+    let d = normalise(descr);
+    if d == normalise(STEP_ROW_DESCR) {
+        RowLayout::Aligned
+    } else if d == normalise(LEGACY_ROW_DESCR) {
+        RowLayout::LegacyPacked
+    } else {
+        RowLayout::Other(descr.trim().to_string())
+    }
+}
+
+/// The text of `'key': VALUE` in a Python dict literal, VALUE ending at the matching comma/brace.
+fn dict_value<'a>(text: &'a str, key: &str) -> Option<&'a str> {
+    let pat_single = format!("'{key}'");
+    let pat_double = format!("\"{key}\"");
+    let at = text.find(&pat_single).or_else(|| text.find(&pat_double))?;
+    let rest = &text[at + key.len() + 2..];
+    let rest = rest.trim_start().strip_prefix(':')?;
+    let mut depth = 0i32;
+    let mut quote: Option<char> = None;
+    for (i, c) in rest.char_indices() {
+        match quote {
+            Some(q) if c == q => quote = None,
+            Some(_) => {}
+            None => match c {
+                '\'' | '"' => quote = Some(c),
+                '(' | '[' | '{' => depth += 1,
+                ')' | ']' => depth -= 1,
+                '}' if depth == 0 => return Some(&rest[..i]),
+                '}' => depth -= 1,
+                ',' if depth == 0 => return Some(&rest[..i]),
+                _ => {}
+            },
+        }
+    }
+    None
+}
+
+fn parse_1d_shape(shape: &str) -> Result<u64, HeaderError> {
+    let inner = shape
+        .trim()
+        .strip_prefix('(')
+        .and_then(|s| s.strip_suffix(')'))
+        .ok_or_else(|| bad(format!("bad shape {shape}")))?;
+    let dims: Vec<&str> = inner
+        .split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .collect();
+    if dims.len() != 1 {
+        return Err(bad(format!("shape {} is not 1-dimensional", shape.trim())));
+    }
+    dims[0]
+        .parse()
+        .map_err(|_| bad(format!("bad shape {}", shape.trim())))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn header_matches_the_spec_example() {
+        let h = header(3);
+        assert_eq!(h.len(), HEADER_LEN);
+        assert_eq!(&h[..10], b"\x93NUMPY\x01\x00v\x01");
+        let text = std::str::from_utf8(&h[10..]).unwrap();
+        let expected_start =
+            format!("{{'descr': {STEP_ROW_DESCR}, 'fortran_order': False, 'shape': (3,), }}");
+        assert!(text.starts_with(&expected_start));
+        assert!(
+            text[expected_start.len()..]
+                .trim_end_matches('\n')
+                .chars()
+                .all(|c| c == ' ')
+        );
+        assert!(text.ends_with('\n'));
+    }
+
+    #[test]
+    fn header_length_is_constant() {
+        for rows in [0u64, 1, 999, 1 << 40, u64::MAX] {
+            assert_eq!(header(rows).len(), HEADER_LEN, "rows={rows}");
+        }
+    }
+
+    #[test]
+    fn parses_what_it_writes() {
+        let h = parse_header(&header(12345)).unwrap();
+        assert_eq!(
+            h,
+            Header {
+                layout: RowLayout::Aligned,
+                rows: 12345,
+                data_offset: HEADER_LEN
+            }
+        );
+    }
+
+    #[test]
+    fn recognises_legacy_and_other_layouts() {
+        let legacy =
+            format!("{{'descr': {LEGACY_ROW_DESCR}, 'fortran_order': False, 'shape': (2,), }}\n");
+        let mut bytes = b"\x93NUMPY\x01\x00".to_vec();
+        bytes.extend_from_slice(&(legacy.len() as u16).to_le_bytes());
+        bytes.extend_from_slice(legacy.as_bytes());
+        assert_eq!(
+            parse_header(&bytes).unwrap().layout,
+            RowLayout::LegacyPacked
+        );
+
+        let other = "{'descr': '<f8', 'fortran_order': False, 'shape': (2,), }\n";
+        let mut bytes = b"\x93NUMPY\x01\x00".to_vec();
+        bytes.extend_from_slice(&(other.len() as u16).to_le_bytes());
+        bytes.extend_from_slice(other.as_bytes());
+        assert_eq!(
+            parse_header(&bytes).unwrap().layout,
+            RowLayout::Other("'<f8'".into())
+        );
+    }
+}

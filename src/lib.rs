@@ -1,0 +1,25 @@
+//! dataset-packer: raw Macroxue 2048 self-play logs → training-ready NumPy shards + SQLite.
+//!
+//! `format` is the pack contract (row layout, board codec, npy header, metadata.db, valuation
+//! table); `raw` is the input side (discovery, gzip, row and sidecar parsing); `cmd` holds one
+//! module per subcommand; the rest is machinery shared between commands.
+
+pub mod cmd;
+pub mod format;
+pub mod ordered;
+pub mod pack_dir;
+pub mod progress;
+pub mod raw;
+pub mod shard_writer;
+
+/// An error in how the tool was called (exit code 2), as opposed to bad data (exit code 1).
+#[derive(Debug)]
+pub struct UsageError(pub String);
+
+impl std::fmt::Display for UsageError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for UsageError {}

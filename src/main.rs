@@ -1,0 +1,43 @@
+//! The `dataset-packer` binary: parses the command line and dispatches to a subcommand.
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+use dataset_packer::{UsageError, cmd};
+
+#[derive(Parser)]
+#[command(
+    name = "dataset-packer",
+    version,
+    about = "Turns raw 2048 self-play logs into training-ready NumPy shards + a SQLite run index",
+    after_help = "Logging: set RUST_LOG=info (or debug) for details on stderr."
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Pack a raw drop (*.meta.json[.gz] + *.jsonl.gz) into shards, metadata.db and valuation_types.json.
+    Pack(cmd::pack::PackArgs),
+}
+
+fn main() -> ExitCode {
+    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn")).init();
+    let cli = Cli::parse();
+    let result = match &cli.command {
+        Command::Pack(args) => cmd::pack::run(args),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            if e.downcast_ref::<UsageError>().is_some() {
+                ExitCode::from(2)
+            } else {
+                ExitCode::from(1)
+            }
+        }
+    }
+}

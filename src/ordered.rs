@@ -1,0 +1,186 @@
+//! A bounded, ordered parallel map: N worker threads process items, one consumer receives the
+//! results strictly in item order, and workers never run more than `window` items ahead of the
+//! consumer. That keeps memory bounded by the window (not the input) and output deterministic
+//! whatever the thread count.
+
+use std::collections::BTreeMap;
+use std::ops::ControlFlow;
+use std::sync::{Condvar, Mutex};
+
+struct State<R> {
+    next_claim: usize,
+    next_consume: usize,
+    ready: BTreeMap<usize, R>,
+    stop: bool,
+    worker_panicked: bool,
+}
+
+/// Maps `items` on `workers` threads (each with its own state from `init`) and hands results
+/// to `consume` in order. `consume` may stop early by returning `ControlFlow::Break`, which
+/// is returned; workers then stop claiming new items.
+pub fn ordered_map<T, S, R, B>(
+    items: &[T],
+    workers: usize,
+    window: usize,
+    init: impl Fn() -> S + Sync,
+    map: impl Fn(&mut S, &T) -> R + Sync,
+    mut consume: impl FnMut(usize, R) -> ControlFlow<B>,
+) -> Option<B>
+where
+    T: Sync,
+    R: Send,
+{
+    let workers = workers.max(1);
+    let window = window.max(workers);
+    let state = Mutex::new(State {
+        next_claim: 0,
+        next_consume: 0,
+        ready: BTreeMap::new(),
+        stop: false,
+        worker_panicked: false,
+    });
+    let changed = Condvar::new();
+
+    std::thread::scope(|scope| {
+        for _ in 0..workers.min(items.len()) {
+            scope.spawn(|| {
+                let mut local = init();
+                loop {
+                    let i = {
+                        let mut s = state.lock().unwrap();
+                        while !s.stop
+                            && s.next_claim < items.len()
+                            && s.next_claim >= s.next_consume + window
+                        {
+                            s = changed.wait(s).unwrap();
+                        }
+                        if s.stop || s.next_claim >= items.len() {
+                            return;
+                        }
+                        s.next_claim += 1;
+                        s.next_claim - 1
+                    };
+                    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                        map(&mut local, &items[i])
+                    }));
+                    let mut s = state.lock().unwrap();
+                    match r {
+                        Ok(r) => {
+                            s.ready.insert(i, r);
+                        }
+                        Err(_) => {
+                            s.worker_panicked = true;
+                            s.stop = true;
+                        }
+                    }
+                    drop(s);
+                    changed.notify_all();
+                }
+            });
+        }
+
+        let mut outcome = None;
+        for i in 0..items.len() {
+            let r = {
+                let mut s = state.lock().unwrap();
+                loop {
+                    if let Some(r) = s.ready.remove(&i) {
+                        s.next_consume = i + 1;
+                        break r;
+                    }
+                    assert!(!s.worker_panicked, "a worker thread panicked");
+                    s = changed.wait(s).unwrap();
+                }
+            };
+            changed.notify_all();
+            if let ControlFlow::Break(b) = consume(i, r) {
+                outcome = Some(b);
+                break;
+            }
+        }
+        let mut s = state.lock().unwrap();
+        s.stop = true;
+        s.ready.clear();
+        drop(s);
+        changed.notify_all();
+        outcome
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    #[test]
+    fn results_arrive_in_order_for_any_thread_count() {
+        let items: Vec<u64> = (0..500).collect();
+        for workers in [1, 2, 7] {
+            let mut seen = Vec::new();
+            let out: Option<()> = ordered_map(
+                &items,
+                workers,
+                4,
+                || (),
+                |_, x| {
+                    std::thread::sleep(std::time::Duration::from_micros(x % 7 * 50));
+                    x * 2
+                },
+                |i, r| {
+                    seen.push((i, r));
+                    ControlFlow::Continue(())
+                },
+            );
+            assert!(out.is_none());
+            assert_eq!(
+                seen,
+                items
+                    .iter()
+                    .map(|&x| (x as usize, x * 2))
+                    .collect::<Vec<_>>()
+            );
+        }
+    }
+
+    #[test]
+    fn never_runs_further_ahead_than_the_window() {
+        let items: Vec<usize> = (0..200).collect();
+        let consumed = AtomicUsize::new(0);
+        let max_ahead = AtomicUsize::new(0);
+        ordered_map(
+            &items,
+            4,
+            6,
+            || (),
+            |_, &i| {
+                let ahead = i - consumed.load(Ordering::SeqCst);
+                max_ahead.fetch_max(ahead, Ordering::SeqCst);
+            },
+            |i, _| {
+                consumed.store(i + 1, Ordering::SeqCst);
+                ControlFlow::<()>::Continue(())
+            },
+        );
+        assert!(max_ahead.load(Ordering::SeqCst) <= 6);
+    }
+
+    #[test]
+    fn stops_early() {
+        let items: Vec<usize> = (0..10_000).collect();
+        let out = ordered_map(
+            &items,
+            2,
+            4,
+            || (),
+            |_, &i| i,
+            |i, _| {
+                if i == 10 {
+                    ControlFlow::Break(i)
+                } else {
+                    ControlFlow::Continue(())
+                }
+            },
+        );
+        assert_eq!(out, Some(10));
+    }
+}

@@ -1,0 +1,320 @@
+//! A pack directory as the tool owns it: which files belong to a pack, the lock that keeps two
+//! writers apart, the staging folder new packs are built in, and the publish step that swaps a
+//! finished pack in.
+//!
+//! Publish protocol (crash-safe, roll-forward): everything is written and fsynced in
+//! `.dataset-packer-staging/`, then a `.complete` manifest naming the new files is written.
+//! `metadata.db` is the commit point: the old one is moved aside first (from then on the folder
+//! holds no pack a loader would accept), old pack files follow it into `staging/.old/`, new
+//! shards and `valuation_types.json` move in, and the new `metadata.db` moves in last. If the
+//! process dies mid-way, the next writer of the folder finds the complete manifest and finishes
+//! the same steps (they are idempotent); an incomplete staging folder is simply deleted.
+
+use std::fs::{self, File};
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result, bail};
+
+use crate::format::{metadata, valuation};
+
+const STAGING: &str = ".dataset-packer-staging";
+const LOCK: &str = ".dataset-packer.lock";
+const COMPLETE: &str = ".complete";
+const OLD: &str = ".old";
+
+/// Whether `name` is a file a pack consists of (and so a file this tool may replace).
+pub fn is_pack_file(name: &str) -> bool {
+    is_shard_name(name)
+        || name == metadata::FILE_NAME
+        || name == valuation::FILE_NAME
+        || ["-wal", "-shm", "-journal"]
+            .iter()
+            .any(|s| name.strip_prefix(metadata::FILE_NAME) == Some(s))
+}
+
+/// `steps.npy` or `steps-NNNNN.npy` (exactly five digits).
+pub fn is_shard_name(name: &str) -> bool {
+    name == "steps.npy"
+        || name
+            .strip_prefix("steps-")
+            .and_then(|s| s.strip_suffix(".npy"))
+            .is_some_and(|d| d.len() == 5 && d.bytes().all(|b| b.is_ascii_digit()))
+}
+
+/// Names in `dir` that look like shards to a loader's glob but are not pack shards.
+pub fn stray_step_files(dir: &Path) -> Result<Vec<String>> {
+    let mut stray = Vec::new();
+    for entry in fs::read_dir(dir).with_context(|| format!("listing {}", dir.display()))? {
+        let name = entry?.file_name().to_string_lossy().into_owned();
+        if name.starts_with("steps") && name.ends_with(".npy") && !is_shard_name(&name) {
+            stray.push(name);
+        }
+    }
+    stray.sort();
+    Ok(stray)
+}
+
+fn pack_files_in(dir: &Path) -> Result<Vec<String>> {
+    let mut names = Vec::new();
+    for entry in fs::read_dir(dir).with_context(|| format!("listing {}", dir.display()))? {
+        let name = entry?.file_name().to_string_lossy().into_owned();
+        if is_pack_file(&name) {
+            names.push(name);
+        }
+    }
+    names.sort();
+    Ok(names)
+}
+
+/// The output directory, locked for this process until dropped.
+pub struct OutputDir {
+    dir: PathBuf,
+    _lock: File,
+}
+
+impl OutputDir {
+    /// Creates/locks `dir`, finishes or cleans what a killed run left behind, and refuses an
+    /// existing pack unless `overwrite`.
+    pub fn open(dir: &Path, overwrite: bool) -> Result<OutputDir> {
+        fs::create_dir_all(dir)
+            .with_context(|| format!("creating output folder {}", dir.display()))?;
+        let lock = File::options()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(dir.join(LOCK))
+            .with_context(|| format!("creating the lock file in {}", dir.display()))?;
+        if lock.try_lock().is_err() {
+            bail!(
+                "another dataset-packer process is writing to {}",
+                dir.display()
+            );
+        }
+        let out = OutputDir {
+            dir: dir.to_path_buf(),
+            _lock: lock,
+        };
+        out.recover()?;
+        let stray = stray_step_files(dir)?;
+        if !stray.is_empty() {
+            bail!(
+                "{} holds {} that loaders would take for pack shards but this tool did not write; move {} away first",
+                dir.display(),
+                stray.join(", "),
+                if stray.len() == 1 { "it" } else { "them" }
+            );
+        }
+        let existing = pack_files_in(dir)?;
+        if !existing.is_empty() && !overwrite {
+            bail!(
+                "{} already holds a pack ({}); pass --overwrite to replace it",
+                dir.display(),
+                existing.join(", ")
+            );
+        }
+        Ok(out)
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.dir
+    }
+
+    fn staging_path(&self) -> PathBuf {
+        self.dir.join(STAGING)
+    }
+
+    /// Deals with a staging folder left by a killed run: roll a complete one forward, delete
+    /// an incomplete one.
+    fn recover(&self) -> Result<()> {
+        let staging = self.staging_path();
+        if !staging.exists() {
+            return Ok(());
+        }
+        if staging.join(COMPLETE).exists() {
+            log::warn!(
+                "finishing the interrupted publish of a complete pack in {}",
+                self.dir.display()
+            );
+            self.complete_publish(&staging)
+        } else {
+            log::info!("removing stale staging folder {}", staging.display());
+            fs::remove_dir_all(&staging).with_context(|| format!("removing {}", staging.display()))
+        }
+    }
+
+    /// A fresh, empty staging folder inside the output directory.
+    pub fn begin_staging(&self) -> Result<PathBuf> {
+        let staging = self.staging_path();
+        if staging.exists() {
+            fs::remove_dir_all(&staging)?;
+        }
+        fs::create_dir(&staging).with_context(|| format!("creating {}", staging.display()))?;
+        Ok(staging)
+    }
+
+    /// Publishes the finished pack in the staging folder (all files already fsynced).
+    pub fn publish(self) -> Result<()> {
+        let staging = self.staging_path();
+        let mut names = pack_files_in(&staging)?;
+        anyhow::ensure!(
+            names.iter().any(|n| n == metadata::FILE_NAME),
+            "staging has no metadata.db"
+        );
+        names.retain(|n| n != metadata::FILE_NAME);
+        names.push(metadata::FILE_NAME.to_string());
+        let manifest = staging.join(COMPLETE);
+        fs::write(&manifest, names.join("\n") + "\n")?;
+        File::open(&manifest)?.sync_all()?;
+        File::open(&staging)?.sync_all()?;
+        self.complete_publish(&staging)?;
+        let _ = fs::remove_file(self.dir.join(LOCK));
+        Ok(())
+    }
+
+    /// The idempotent publish steps; see the module doc.
+    fn complete_publish(&self, staging: &Path) -> Result<()> {
+        let manifest = fs::read_to_string(staging.join(COMPLETE))?;
+        let new_files: Vec<&str> = manifest.lines().filter(|l| !l.is_empty()).collect();
+        let old = staging.join(OLD);
+        fs::create_dir_all(&old)?;
+        let rename = |from: &Path, to: &Path| {
+            fs::rename(from, to)
+                .with_context(|| format!("moving {} to {}", from.display(), to.display()))
+        };
+        let db = metadata::FILE_NAME;
+        let staged = |name: &str| staging.join(name).exists();
+        // 1. Take the old pack down: its metadata.db goes first.
+        if staged(db) && self.dir.join(db).exists() {
+            rename(&self.dir.join(db), &old.join(db))?;
+        }
+        // 2. Move aside every other old pack file not yet replaced.
+        for name in pack_files_in(&self.dir)? {
+            if name == db && !staged(db) {
+                continue;
+            }
+            if !new_files.contains(&name.as_str()) || staged(&name) {
+                rename(&self.dir.join(&name), &old.join(&name))?;
+            }
+        }
+        // 3. Move the new files in, metadata.db last.
+        for name in new_files.iter().filter(|n| **n != db) {
+            if staged(name) {
+                rename(&staging.join(name), &self.dir.join(name))?;
+            }
+        }
+        if staged(db) {
+            rename(&staging.join(db), &self.dir.join(db))?;
+        }
+        File::open(&self.dir)?.sync_all()?;
+        fs::remove_dir_all(staging).with_context(|| format!("removing {}", staging.display()))?;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn knows_its_files() {
+        assert!(is_shard_name("steps.npy"));
+        assert!(is_shard_name("steps-00042.npy"));
+        assert!(!is_shard_name("steps-0042.npy"));
+        assert!(!is_shard_name("steps-old.npy"));
+        assert!(is_pack_file("metadata.db-wal"));
+        assert!(!is_pack_file("notes.txt"));
+    }
+
+    fn write(dir: &Path, name: &str, body: &str) {
+        fs::write(dir.join(name), body).unwrap();
+    }
+
+    #[test]
+    fn publish_replaces_only_pack_files() {
+        let t = tempfile::tempdir().unwrap();
+        let d = t.path();
+        for (n, b) in [
+            ("steps-00000.npy", "old0"),
+            ("steps-00001.npy", "old1"),
+            ("metadata.db", "olddb"),
+            ("valuation_types.json", "oldv"),
+            ("notes.txt", "mine"),
+        ] {
+            write(d, n, b);
+        }
+        assert!(OutputDir::open(d, false).is_err());
+        let out = OutputDir::open(d, true).unwrap();
+        let s = out.begin_staging().unwrap();
+        for (n, b) in [
+            ("steps-00000.npy", "new0"),
+            ("metadata.db", "newdb"),
+            ("valuation_types.json", "newv"),
+        ] {
+            write(&s, n, b);
+        }
+        out.publish().unwrap();
+        let mut names: Vec<_> = fs::read_dir(d)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        names.sort();
+        assert_eq!(
+            names,
+            [
+                "metadata.db",
+                "notes.txt",
+                "steps-00000.npy",
+                "valuation_types.json"
+            ]
+        );
+        assert_eq!(
+            fs::read_to_string(d.join("steps-00000.npy")).unwrap(),
+            "new0"
+        );
+        assert_eq!(fs::read_to_string(d.join("notes.txt")).unwrap(), "mine");
+    }
+
+    #[test]
+    fn an_interrupted_publish_is_rolled_forward() {
+        let t = tempfile::tempdir().unwrap();
+        let d = t.path();
+        write(d, "steps-00000.npy", "old0");
+        write(d, "steps-00001.npy", "old1");
+        // Simulate a death after step 1 and part of step 3: the old db is gone, the new
+        // shard 0 is in place, shard 1 is old, the new db is still staged.
+        let s = d.join(STAGING);
+        fs::create_dir_all(s.join(OLD)).unwrap();
+        write(&s.join(OLD), "metadata.db", "olddb");
+        write(&s, "metadata.db", "newdb");
+        write(&s, "valuation_types.json", "newv");
+        write(
+            &s,
+            COMPLETE,
+            "steps-00000.npy\nvaluation_types.json\nmetadata.db\n",
+        );
+        write(d, "steps-00000.npy", "new0");
+        let out = OutputDir::open(d, true).unwrap();
+        drop(out);
+        assert_eq!(
+            fs::read_to_string(d.join("steps-00000.npy")).unwrap(),
+            "new0"
+        );
+        assert_eq!(fs::read_to_string(d.join("metadata.db")).unwrap(), "newdb");
+        assert_eq!(
+            fs::read_to_string(d.join("valuation_types.json")).unwrap(),
+            "newv"
+        );
+        assert!(!d.join("steps-00001.npy").exists());
+        assert!(!s.exists());
+    }
+
+    #[test]
+    fn an_incomplete_staging_folder_is_removed() {
+        let t = tempfile::tempdir().unwrap();
+        let s = t.path().join(STAGING);
+        fs::create_dir_all(&s).unwrap();
+        write(&s, "steps.npy", "partial");
+        let _out = OutputDir::open(t.path(), false).unwrap();
+        assert!(!s.exists());
+    }
+}

@@ -1,0 +1,209 @@
+//! Finding the runs of a raw drop: walk the input root (following symlinks, never looping),
+//! pair each sidecar `BASE.meta.json[.gz]` with `BASE.jsonl.gz` in the same folder, and order
+//! runs by their sidecar path relative to the root, component by component.
+
+use std::collections::{BTreeMap, HashSet};
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result};
+
+const META: &str = ".meta.json";
+const META_GZ: &str = ".meta.json.gz";
+const ROWS: &str = ".jsonl.gz";
+
+/// One run found in the drop, in run order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RunSource {
+    /// Sidecar path relative to the root (decides the run order).
+    pub rel_sidecar: PathBuf,
+    pub sidecar: PathBuf,
+    pub rows: PathBuf,
+    pub rel_rows: PathBuf,
+    /// Size of the rows file (0 when missing), for progress.
+    pub compressed_bytes: u64,
+    /// Set when pairing already shows the run is invalid.
+    pub problem: Option<String>,
+}
+
+/// What the walk found.
+#[derive(Debug, Default)]
+pub struct Discovery {
+    pub runs: Vec<RunSource>,
+    /// `.jsonl.gz` files with no sidecar (games still running or killed), relative to the root.
+    pub orphans: Vec<PathBuf>,
+    /// Things the walk could not follow (symlink loops, unreadable folders): warnings.
+    pub warnings: Vec<String>,
+}
+
+#[derive(Default)]
+struct Base {
+    meta: bool,
+    meta_gz: bool,
+    rows: Option<u64>,
+}
+
+/// Walks `root` and returns its runs in run-id order.
+pub fn discover(root: &Path) -> Result<Discovery> {
+    let meta =
+        std::fs::metadata(root).with_context(|| format!("cannot read input {}", root.display()))?;
+    anyhow::ensure!(meta.is_dir(), "input {} is not a directory", root.display());
+    let mut bases: BTreeMap<(PathBuf, String), Base> = BTreeMap::new();
+    let mut found = Discovery::default();
+    let mut ancestors = HashSet::new();
+    walk(
+        root,
+        Path::new(""),
+        &mut ancestors,
+        &mut bases,
+        &mut found.warnings,
+    );
+
+    for ((dir, base), b) in bases {
+        let rel = |suffix: &str| dir.join(format!("{base}{suffix}"));
+        if !b.meta && !b.meta_gz {
+            found.orphans.push(rel(ROWS));
+            continue;
+        }
+        let rel_sidecar = if b.meta { rel(META) } else { rel(META_GZ) };
+        let problem = if b.meta && b.meta_gz {
+            Some(format!(
+                "both {base}{META} and {base}{META_GZ} exist; keep one"
+            ))
+        } else if b.rows.is_none() {
+            Some(format!(
+                "the rows file {base}{ROWS} is missing next to the sidecar"
+            ))
+        } else {
+            None
+        };
+        found.runs.push(RunSource {
+            sidecar: root.join(&rel_sidecar),
+            rows: root.join(rel(ROWS)),
+            rel_rows: rel(ROWS),
+            rel_sidecar,
+            compressed_bytes: b.rows.unwrap_or(0),
+            problem,
+        });
+    }
+    found.runs.sort_by(|a, b| a.rel_sidecar.cmp(&b.rel_sidecar));
+    found.orphans.sort();
+    Ok(found)
+}
+
+fn walk(
+    dir: &Path,
+    rel: &Path,
+    ancestors: &mut HashSet<(u64, u64)>,
+    bases: &mut BTreeMap<(PathBuf, String), Base>,
+    warnings: &mut Vec<String>,
+) {
+    let id = match std::fs::metadata(dir) {
+        Ok(m) => (m.dev(), m.ino()),
+        Err(e) => {
+            warnings.push(format!("cannot read {}: {e}", dir.display()));
+            return;
+        }
+    };
+    if !ancestors.insert(id) {
+        warnings.push(format!(
+            "{} links back to a folder above it; not followed again",
+            dir.display()
+        ));
+        return;
+    }
+    let entries = match std::fs::read_dir(dir) {
+        Ok(e) => e,
+        Err(e) => {
+            warnings.push(format!("cannot list {}: {e}", dir.display()));
+            ancestors.remove(&id);
+            return;
+        }
+    };
+    let mut names: Vec<_> = entries
+        .filter_map(|e| e.ok())
+        .map(|e| e.file_name())
+        .collect();
+    names.sort();
+    for name in names {
+        let path = dir.join(&name);
+        let child_rel = rel.join(&name);
+        // Follow symlinks; a dangling link to a run file still counts, so its run reports it.
+        let meta = std::fs::metadata(&path);
+        if meta.as_ref().is_ok_and(|m| m.is_dir()) {
+            walk(&path, &child_rel, ancestors, bases, warnings);
+            continue;
+        }
+        let Some(name) = name.to_str() else { continue };
+        let size = meta.as_ref().map(|m| m.len()).unwrap_or(0);
+        let (base, kind) = if let Some(b) = name.strip_suffix(META_GZ) {
+            (b, 0)
+        } else if let Some(b) = name.strip_suffix(META) {
+            (b, 1)
+        } else if let Some(b) = name.strip_suffix(ROWS) {
+            (b, 2)
+        } else {
+            continue;
+        };
+        let entry = bases
+            .entry((rel.to_path_buf(), base.to_string()))
+            .or_default();
+        match kind {
+            0 => entry.meta_gz = true,
+            1 => entry.meta = true,
+            _ => entry.rows = Some(size),
+        }
+    }
+    ancestors.remove(&id);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn touch(p: &Path) {
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(p, b"x").unwrap();
+    }
+
+    #[test]
+    fn pairs_orders_and_flags() {
+        let t = tempfile::tempdir().unwrap();
+        let r = t.path();
+        for f in [
+            "b/x.meta.json",
+            "b/x.jsonl.gz",
+            "a-b/y.meta.json.gz",
+            "a-b/y.jsonl.gz",
+            "a/z.meta.json",
+            "a/o.jsonl.gz",
+            "c/w.meta.json",
+            "c/w.meta.json.gz",
+            "c/w.jsonl.gz",
+        ] {
+            touch(&r.join(f));
+        }
+        std::os::unix::fs::symlink(r, r.join("b/loop")).unwrap();
+        let d = discover(r).unwrap();
+        let rels: Vec<_> = d
+            .runs
+            .iter()
+            .map(|x| x.rel_sidecar.to_str().unwrap().to_string())
+            .collect();
+        // Component-wise order: "a" < "a-b" < "b" (a plain string sort would put "a-b/…" first).
+        assert_eq!(
+            rels,
+            [
+                "a/z.meta.json",
+                "a-b/y.meta.json.gz",
+                "b/x.meta.json",
+                "c/w.meta.json"
+            ]
+        );
+        assert!(d.runs[0].problem.as_deref().unwrap().contains("missing"));
+        assert!(d.runs[1].problem.is_none());
+        assert!(d.runs[3].problem.as_deref().unwrap().contains("both"));
+        assert_eq!(d.orphans, [PathBuf::from("a/o.jsonl.gz")]);
+        assert_eq!(d.warnings.len(), 1);
+    }
+}

@@ -1,0 +1,829 @@
+//! One JSONL row → typed fields, with no per-row allocation.
+//!
+//! A strict, single-pass JSON scanner specialised to the row shape: known keys are parsed
+//! straight into typed fields, unknown keys are skipped (but still checked to be valid JSON),
+//! and anything unusual (escapes, odd spacing, any key order) takes the same general code path,
+//! so there is one parser and no second opinion to keep in sync.
+
+use std::borrow::Cow;
+
+/// A row's fields as found in the JSON; `None` = absent or `null`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RawRow<'a> {
+    pub seed: Option<u32>,
+    pub step_index: Option<u32>,
+    pub max_rank: Option<u8>,
+    /// 0=up 1=down 2=left 3=right.
+    pub move_dir: u8,
+    pub valuation_type: Option<Cow<'a, str>>,
+    pub board: [u8; 16],
+    /// [up, down, left, right]; a null or missing EV is 0.0.
+    pub branch_evs: [f32; 4],
+}
+
+/// Why a row is invalid (the caller adds file and line).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RowError(pub String);
+
+impl std::fmt::Display for RowError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+type Res<T> = Result<T, RowError>;
+
+fn err<T>(msg: impl Into<String>) -> Res<T> {
+    Err(RowError(msg.into()))
+}
+
+const MAX_DEPTH: u32 = 64;
+
+// Bits of the keys seen so far, to refuse duplicates.
+const K_SEED: u8 = 1;
+const K_STEP: u8 = 2;
+const K_RANK: u8 = 4;
+const K_MOVE: u8 = 8;
+const K_VTYPE: u8 = 16;
+const K_BOARD: u8 = 32;
+const K_EVS: u8 = 64;
+const K_VALUATION: u8 = 128;
+
+/// A JSON number as scanned: its text and whether it has a fraction or exponent.
+struct Number<'a> {
+    text: &'a [u8],
+    negative: bool,
+    integer: bool,
+}
+
+struct Scanner<'a> {
+    b: &'a [u8],
+    i: usize,
+}
+
+/// Parses one non-blank line (without its line terminator) into a row.
+pub fn parse_row(line: &[u8]) -> Res<RawRow<'_>> {
+    let mut s = Scanner { b: line, i: 0 };
+    let row = s.row()?;
+    s.ws();
+    if s.i != s.b.len() {
+        return err(format!(
+            "malformed JSON: unexpected characters after the object at column {}",
+            s.i + 1
+        ));
+    }
+    Ok(row)
+}
+
+impl<'a> Scanner<'a> {
+    #[inline]
+    fn peek(&self) -> Option<u8> {
+        self.b.get(self.i).copied()
+    }
+
+    #[inline]
+    fn ws(&mut self) {
+        while let Some(c) = self.peek() {
+            if c == b' ' || c == b'\t' || c == b'\r' || c == b'\n' {
+                self.i += 1;
+            } else {
+                break;
+            }
+        }
+    }
+
+    fn syntax<T>(&self, expected: &str) -> Res<T> {
+        match self.peek() {
+            None => err(format!(
+                "malformed JSON: line ends where {expected} was expected"
+            )),
+            Some(c) => err(format!(
+                "malformed JSON: expected {expected} at column {}, found {:?}",
+                self.i + 1,
+                char::from(c)
+            )),
+        }
+    }
+
+    #[inline]
+    fn eat(&mut self, c: u8) -> bool {
+        if self.peek() == Some(c) {
+            self.i += 1;
+            true
+        } else {
+            false
+        }
+    }
+
+    fn expect(&mut self, c: u8, what: &str) -> Res<()> {
+        self.ws();
+        if self.eat(c) {
+            Ok(())
+        } else {
+            self.syntax(what)
+        }
+    }
+
+    fn row(&mut self) -> Res<RawRow<'a>> {
+        self.expect(b'{', "'{'")?;
+        let mut row = RawRow {
+            seed: None,
+            step_index: None,
+            max_rank: None,
+            move_dir: 0,
+            valuation_type: None,
+            board: [0; 16],
+            branch_evs: [0.0; 4],
+        };
+        let mut seen = 0u8;
+        self.ws();
+        if !self.eat(b'}') {
+            loop {
+                self.ws();
+                if self.peek() != Some(b'"') {
+                    return self.syntax("a field name");
+                }
+                let key = self.string()?;
+                self.expect(b':', "':'")?;
+                self.ws();
+                let bit = match key.as_ref() {
+                    "board" => {
+                        self.board(&mut row.board)?;
+                        K_BOARD
+                    }
+                    "move" => {
+                        row.move_dir = self.move_name()?;
+                        K_MOVE
+                    }
+                    "branch_evs" => {
+                        self.branch_evs(&mut row.branch_evs)?;
+                        K_EVS
+                    }
+                    "seed" => {
+                        row.seed = self.opt_uint("seed", u32::MAX as u64)?.map(|v| v as u32);
+                        K_SEED
+                    }
+                    "step_index" => {
+                        row.step_index = self
+                            .opt_uint("step_index", u32::MAX as u64)?
+                            .map(|v| v as u32);
+                        K_STEP
+                    }
+                    "max_rank" => {
+                        row.max_rank = self.opt_uint("max_rank", u8::MAX as u64)?.map(|v| v as u8);
+                        K_RANK
+                    }
+                    "valuation_type" => {
+                        row.valuation_type = self.opt_string("valuation_type")?;
+                        K_VTYPE
+                    }
+                    "valuation" => {
+                        self.opt_float("valuation")?;
+                        K_VALUATION
+                    }
+                    _ => {
+                        self.skip_value(0)?;
+                        0
+                    }
+                };
+                if seen & bit != 0 {
+                    return err(format!("duplicate field \"{key}\""));
+                }
+                seen |= bit;
+                self.ws();
+                if self.eat(b',') {
+                    continue;
+                }
+                if self.eat(b'}') {
+                    break;
+                }
+                return self.syntax("',' or '}'");
+            }
+        }
+        if seen & K_MOVE == 0 {
+            return err("missing field \"move\"");
+        }
+        if seen & K_BOARD == 0 {
+            return err("missing field \"board\"");
+        }
+        Ok(row)
+    }
+
+    /// A string after its opening quote has been seen (not consumed).
+    fn string(&mut self) -> Res<Cow<'a, str>> {
+        self.i += 1;
+        let start = self.i;
+        let mut ascii = true;
+        loop {
+            match self.peek() {
+                None => return err("malformed JSON: unterminated string"),
+                Some(b'"') => break,
+                Some(b'\\') => return self.escaped_string(start),
+                Some(c) if c < 0x20 => {
+                    return err("malformed JSON: control character inside a string");
+                }
+                Some(c) => {
+                    ascii &= c < 0x80;
+                    self.i += 1;
+                }
+            }
+        }
+        let raw = &self.b[start..self.i];
+        self.i += 1;
+        if ascii {
+            // SAFETY: every byte was checked to be ASCII.
+            Ok(Cow::Borrowed(unsafe { std::str::from_utf8_unchecked(raw) }))
+        } else {
+            std::str::from_utf8(raw)
+                .map(Cow::Borrowed)
+                .map_err(|_| RowError("malformed JSON: invalid UTF-8 inside a string".into()))
+        }
+    }
+
+    /// The slow path of [`Self::string`]: decode escapes into an owned string.
+    fn escaped_string(&mut self, start: usize) -> Res<Cow<'a, str>> {
+        let mut out: Vec<u8> = self.b[start..self.i].to_vec();
+        loop {
+            match self.peek() {
+                None => return err("malformed JSON: unterminated string"),
+                Some(b'"') => {
+                    self.i += 1;
+                    break;
+                }
+                Some(b'\\') => {
+                    self.i += 1;
+                    let c = self
+                        .peek()
+                        .ok_or_else(|| RowError("malformed JSON: unterminated string".into()))?;
+                    self.i += 1;
+                    match c {
+                        b'"' => out.push(b'"'),
+                        b'\\' => out.push(b'\\'),
+                        b'/' => out.push(b'/'),
+                        b'b' => out.push(8),
+                        b'f' => out.push(12),
+                        b'n' => out.push(b'\n'),
+                        b'r' => out.push(b'\r'),
+                        b't' => out.push(b'\t'),
+                        b'u' => {
+                            let ch = self.unicode_escape()?;
+                            let mut buf = [0u8; 4];
+                            out.extend_from_slice(ch.encode_utf8(&mut buf).as_bytes());
+                        }
+                        _ => return err("malformed JSON: bad escape in a string"),
+                    }
+                }
+                Some(c) if c < 0x20 => {
+                    return err("malformed JSON: control character inside a string");
+                }
+                Some(c) => {
+                    out.push(c);
+                    self.i += 1;
+                }
+            }
+        }
+        String::from_utf8(out)
+            .map(Cow::Owned)
+            .map_err(|_| RowError("malformed JSON: invalid UTF-8 inside a string".into()))
+    }
+
+    fn hex4(&mut self) -> Res<u32> {
+        let digits = self
+            .b
+            .get(self.i..self.i + 4)
+            .ok_or_else(|| RowError("malformed JSON: bad \\u escape".into()))?;
+        let text = std::str::from_utf8(digits)
+            .map_err(|_| RowError("malformed JSON: bad \\u escape".into()))?;
+        let v = u32::from_str_radix(text, 16)
+            .map_err(|_| RowError("malformed JSON: bad \\u escape".into()))?;
+        self.i += 4;
+        Ok(v)
+    }
+
+    fn unicode_escape(&mut self) -> Res<char> {
+        let hi = self.hex4()?;
+        let code = if (0xd800..0xdc00).contains(&hi) {
+            if !(self.eat(b'\\') && self.eat(b'u')) {
+                return err("malformed JSON: unpaired surrogate in a \\u escape");
+            }
+            let lo = self.hex4()?;
+            if !(0xdc00..0xe000).contains(&lo) {
+                return err("malformed JSON: unpaired surrogate in a \\u escape");
+            }
+            0x10000 + ((hi - 0xd800) << 10) + (lo - 0xdc00)
+        } else {
+            hi
+        };
+        char::from_u32(code)
+            .ok_or_else(|| RowError("malformed JSON: unpaired surrogate in a \\u escape".into()))
+    }
+
+    fn literal(&mut self, word: &[u8]) -> bool {
+        if self.b[self.i..].starts_with(word) {
+            self.i += word.len();
+            true
+        } else {
+            false
+        }
+    }
+
+    /// Scans a JSON number (strict grammar) starting at the current byte.
+    fn number(&mut self) -> Res<Number<'a>> {
+        let start = self.i;
+        let negative = self.eat(b'-');
+        match self.peek() {
+            Some(b'0') => self.i += 1,
+            Some(b'1'..=b'9') => {
+                while matches!(self.peek(), Some(b'0'..=b'9')) {
+                    self.i += 1;
+                }
+            }
+            _ => return self.syntax("a digit"),
+        }
+        let mut integer = true;
+        if self.eat(b'.') {
+            integer = false;
+            if !matches!(self.peek(), Some(b'0'..=b'9')) {
+                return self.syntax("a digit after '.'");
+            }
+            while matches!(self.peek(), Some(b'0'..=b'9')) {
+                self.i += 1;
+            }
+        }
+        if matches!(self.peek(), Some(b'e' | b'E')) {
+            integer = false;
+            self.i += 1;
+            if matches!(self.peek(), Some(b'+' | b'-')) {
+                self.i += 1;
+            }
+            if !matches!(self.peek(), Some(b'0'..=b'9')) {
+                return self.syntax("a digit in the exponent");
+            }
+            while matches!(self.peek(), Some(b'0'..=b'9')) {
+                self.i += 1;
+            }
+        }
+        Ok(Number {
+            text: &self.b[start..self.i],
+            negative,
+            integer,
+        })
+    }
+
+    /// Describes the value at the cursor for a type error ("a string", "true", …).
+    fn describe_value(&self) -> &'static str {
+        match self.peek() {
+            Some(b'"') => "a string",
+            Some(b'{') => "an object",
+            Some(b'[') => "an array",
+            Some(b't') => "true",
+            Some(b'f') => "false",
+            Some(b'n') => "null",
+            _ => "something else",
+        }
+    }
+
+    /// A non-negative integer no larger than `max`, in a field named `field`.
+    fn uint(&mut self, field: &str, max: u64) -> Res<u64> {
+        if !matches!(self.peek(), Some(b'-' | b'0'..=b'9')) {
+            if matches!(self.peek(), Some(b'"' | b'{' | b'[' | b't' | b'f' | b'n')) {
+                return err(format!(
+                    "field \"{field}\" must be an integer, found {}",
+                    self.describe_value()
+                ));
+            }
+            return self.syntax("a number");
+        }
+        let n = self.number()?;
+        let text = std::str::from_utf8(n.text).unwrap_or("?");
+        if !n.integer {
+            return err(format!(
+                "field \"{field}\" must be an integer, found {text}"
+            ));
+        }
+        if n.negative {
+            return err(format!(
+                "field \"{field}\" must not be negative, found {text}"
+            ));
+        }
+        let mut v: u64 = 0;
+        for &d in n.text {
+            v = match v
+                .checked_mul(10)
+                .and_then(|v| v.checked_add(u64::from(d - b'0')))
+            {
+                Some(v) => v,
+                None => {
+                    return err(format!(
+                        "field \"{field}\" is out of range: {text} (at most {max})"
+                    ));
+                }
+            };
+        }
+        if v > max {
+            return err(format!(
+                "field \"{field}\" is out of range: {text} (at most {max})"
+            ));
+        }
+        Ok(v)
+    }
+
+    fn opt_uint(&mut self, field: &str, max: u64) -> Res<Option<u64>> {
+        if self.literal(b"null") {
+            Ok(None)
+        } else {
+            self.uint(field, max).map(Some)
+        }
+    }
+
+    fn opt_string(&mut self, field: &str) -> Res<Option<Cow<'a, str>>> {
+        match self.peek() {
+            Some(b'"') => self.string().map(Some),
+            Some(b'n') if self.literal(b"null") => Ok(None),
+            _ => err(format!(
+                "field \"{field}\" must be a string, found {}",
+                self.describe_value()
+            )),
+        }
+    }
+
+    /// A float or null in a field; NaN/Infinity literals are recognised to be refused clearly.
+    fn opt_float(&mut self, field: &str) -> Res<Option<f32>> {
+        for word in ["NaN", "Infinity", "-Infinity"] {
+            if self.literal(word.as_bytes()) {
+                return err(format!("{field} is not finite ({word})"));
+            }
+        }
+        match self.peek() {
+            Some(b'-' | b'0'..=b'9') => {
+                let n = self.number()?;
+                let v = parse_f64(n.text);
+                let f = v as f32;
+                if !f.is_finite() {
+                    let text = std::str::from_utf8(n.text).unwrap_or("?");
+                    return err(format!("{field} is not finite as a float32 ({text})"));
+                }
+                Ok(Some(f))
+            }
+            Some(b'n') if self.literal(b"null") => Ok(None),
+            _ => err(format!(
+                "{field} must be a number or null, found {}",
+                self.describe_value()
+            )),
+        }
+    }
+
+    fn board(&mut self, board: &mut [u8; 16]) -> Res<()> {
+        if !self.eat(b'[') {
+            return err(format!(
+                "field \"board\" must be an array of 16 integers, found {}",
+                self.describe_value()
+            ));
+        }
+        let mut n = 0usize;
+        self.ws();
+        if !self.eat(b']') {
+            loop {
+                self.ws();
+                // Fast path: one or two plain digits followed by ',' or ']'.
+                let v = match (self.peek(), self.b.get(self.i + 1).copied()) {
+                    (Some(d @ b'0'..=b'9'), Some(b',' | b']')) => {
+                        self.i += 1;
+                        u64::from(d - b'0')
+                    }
+                    _ => self.board_cell_slow(n)?,
+                };
+                if n >= 16 {
+                    return err("board has more than 16 cells");
+                }
+                if v > 16 {
+                    return err(format!(
+                        "board cell {n} is exponent {v}; the largest storable tile is 65536 (exponent 16)"
+                    ));
+                }
+                board[n] = v as u8;
+                n += 1;
+                self.ws();
+                if self.eat(b',') {
+                    continue;
+                }
+                if self.eat(b']') {
+                    break;
+                }
+                return self.syntax("',' or ']' in board");
+            }
+        }
+        if n != 16 {
+            return err(format!("board has {n} cells, expected 16"));
+        }
+        Ok(())
+    }
+
+    fn board_cell_slow(&mut self, cell: usize) -> Res<u64> {
+        if matches!(self.peek(), Some(b'-')) {
+            let n = self.number()?;
+            let text = std::str::from_utf8(n.text).unwrap_or("?");
+            return err(format!(
+                "board cell {cell} is {text}; exponents are integers 0..=16"
+            ));
+        }
+        self.uint(&format!("board cell {cell}"), u64::MAX)
+    }
+
+    fn move_name(&mut self) -> Res<u8> {
+        if self.peek() != Some(b'"') {
+            return err(format!(
+                "field \"move\" must be a string, found {}",
+                self.describe_value()
+            ));
+        }
+        let name = self.string()?;
+        match name.as_ref() {
+            "up" => Ok(0),
+            "down" => Ok(1),
+            "left" => Ok(2),
+            "right" => Ok(3),
+            other => err(format!(
+                "unknown move {other:?} (expected up, down, left or right)"
+            )),
+        }
+    }
+
+    fn branch_evs(&mut self, evs: &mut [f32; 4]) -> Res<()> {
+        if self.literal(b"null") {
+            return Ok(());
+        }
+        if !self.eat(b'{') {
+            return err(format!(
+                "field \"branch_evs\" must be an object, found {}",
+                self.describe_value()
+            ));
+        }
+        let mut seen = 0u8;
+        self.ws();
+        if self.eat(b'}') {
+            return Ok(());
+        }
+        loop {
+            self.ws();
+            if self.peek() != Some(b'"') {
+                return self.syntax("a move name in branch_evs");
+            }
+            let key = self.string()?;
+            let k = match key.as_ref() {
+                "up" => 0,
+                "down" => 1,
+                "left" => 2,
+                "right" => 3,
+                other => return err(format!("branch_evs has an unknown move {other:?}")),
+            };
+            if seen & (1 << k) != 0 {
+                return err(format!("branch_evs has \"{key}\" twice"));
+            }
+            seen |= 1 << k;
+            self.expect(b':', "':'")?;
+            self.ws();
+            let label = [
+                "branch_evs.up",
+                "branch_evs.down",
+                "branch_evs.left",
+                "branch_evs.right",
+            ][k];
+            evs[k] = self.opt_float(label)?.unwrap_or(0.0);
+            self.ws();
+            if self.eat(b',') {
+                continue;
+            }
+            if self.eat(b'}') {
+                return Ok(());
+            }
+            return self.syntax("',' or '}' in branch_evs");
+        }
+    }
+
+    /// Skips any JSON value, checking its syntax.
+    fn skip_value(&mut self, depth: u32) -> Res<()> {
+        if depth > MAX_DEPTH {
+            return err("malformed JSON: nested too deeply");
+        }
+        self.ws();
+        match self.peek() {
+            Some(b'"') => self.string().map(drop),
+            Some(b'-' | b'0'..=b'9') => self.number().map(drop),
+            Some(b't') if self.literal(b"true") => Ok(()),
+            Some(b'f') if self.literal(b"false") => Ok(()),
+            Some(b'n') if self.literal(b"null") => Ok(()),
+            Some(b'[') => {
+                self.i += 1;
+                self.ws();
+                if self.eat(b']') {
+                    return Ok(());
+                }
+                loop {
+                    self.skip_value(depth + 1)?;
+                    self.ws();
+                    if self.eat(b',') {
+                        continue;
+                    }
+                    if self.eat(b']') {
+                        return Ok(());
+                    }
+                    return self.syntax("',' or ']'");
+                }
+            }
+            Some(b'{') => {
+                self.i += 1;
+                self.ws();
+                if self.eat(b'}') {
+                    return Ok(());
+                }
+                loop {
+                    self.ws();
+                    if self.peek() != Some(b'"') {
+                        return self.syntax("a field name");
+                    }
+                    self.string()?;
+                    self.expect(b':', "':'")?;
+                    self.skip_value(depth + 1)?;
+                    self.ws();
+                    if self.eat(b',') {
+                        continue;
+                    }
+                    if self.eat(b'}') {
+                        return Ok(());
+                    }
+                    return self.syntax("',' or '}'");
+                }
+            }
+            _ => self.syntax("a value"),
+        }
+    }
+}
+
+const POW10: [f64; 23] = [
+    1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11, 1e12, 1e13, 1e14, 1e15, 1e16,
+    1e17, 1e18, 1e19, 1e20, 1e21, 1e22,
+];
+
+/// Parses a JSON number (already checked against the grammar) to the nearest f64.
+/// Exact fast path (Clinger): at most 15 significant digits and |exponent| ≤ 22, where one
+/// IEEE multiplication or division is correctly rounded; everything else goes to the standard
+/// library's correct parser.
+fn parse_f64(text: &[u8]) -> f64 {
+    let (negative, digits) = match text.first() {
+        Some(b'-') => (true, &text[1..]),
+        _ => (false, text),
+    };
+    let mut mantissa: u64 = 0;
+    let mut n_digits = 0u32;
+    let mut exp10: i32 = 0;
+    let mut i = 0;
+    while i < digits.len() && digits[i].is_ascii_digit() {
+        mantissa = mantissa
+            .wrapping_mul(10)
+            .wrapping_add(u64::from(digits[i] - b'0'));
+        n_digits += u32::from(mantissa != 0);
+        i += 1;
+    }
+    if i < digits.len() && digits[i] == b'.' {
+        i += 1;
+        while i < digits.len() && digits[i].is_ascii_digit() {
+            mantissa = mantissa
+                .wrapping_mul(10)
+                .wrapping_add(u64::from(digits[i] - b'0'));
+            n_digits += u32::from(mantissa != 0);
+            exp10 -= 1;
+            i += 1;
+        }
+    }
+    if i == digits.len() && n_digits <= 15 && (-22..=22).contains(&exp10) {
+        let m = mantissa as f64;
+        let v = if exp10 < 0 {
+            m / POW10[(-exp10) as usize]
+        } else {
+            m * POW10[exp10 as usize]
+        };
+        return if negative { -v } else { v };
+    }
+    // SAFETY: the scanner only hands over bytes matching the JSON number grammar (ASCII).
+    let s = unsafe { std::str::from_utf8_unchecked(text) };
+    s.parse::<f64>().unwrap_or(f64::NAN)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const CANONICAL: &str = r#"{"seed":272350805,"step_index":50,"max_rank":6,"move":"right","valuation_type":"search","valuation":2.536000,"board":[6,5,3,1,2,2,1,0,1,1,0,0,0,0,0,0],"branch_evs":{"up":null,"left":2.511000,"right":2.536000,"down":-5.262000}}"#;
+
+    #[test]
+    fn parses_the_canonical_row() {
+        let r = parse_row(CANONICAL.as_bytes()).unwrap();
+        assert_eq!(r.seed, Some(272350805));
+        assert_eq!(r.step_index, Some(50));
+        assert_eq!(r.max_rank, Some(6));
+        assert_eq!(r.move_dir, 3);
+        assert_eq!(r.valuation_type.as_deref(), Some("search"));
+        assert_eq!(r.board, [6, 5, 3, 1, 2, 2, 1, 0, 1, 1, 0, 0, 0, 0, 0, 0]);
+        assert_eq!(r.branch_evs, [0.0, -5.262, 2.511, 2.536]);
+    }
+
+    #[test]
+    fn agrees_with_serde_json_on_values() {
+        let v: serde_json::Value = serde_json::from_str(CANONICAL).unwrap();
+        let r = parse_row(CANONICAL.as_bytes()).unwrap();
+        assert_eq!(
+            r.branch_evs[1],
+            v["branch_evs"]["down"].as_f64().unwrap() as f32
+        );
+    }
+
+    #[test]
+    fn float_fast_path_is_exact() {
+        for s in [
+            "0.1",
+            "2.536000",
+            "-5.262000",
+            "123456.789012",
+            "0.000001",
+            "1e5",
+            "1.5E-3",
+            "0",
+            "-0.0",
+            "3.4028234663852886e38",
+            "9007199254740993",
+            "0.30000000000000004",
+            "1234567890123456789.5",
+        ] {
+            assert_eq!(
+                parse_f64(s.as_bytes()).to_bits(),
+                s.parse::<f64>().unwrap().to_bits(),
+                "{s}"
+            );
+        }
+    }
+
+    #[test]
+    fn accepts_quirks() {
+        let row = r#" { "board" : [0,0,0,0, 0,0,0,0, 0,0,0,0, 0,0,0,16], "extra": {"a": [1, "x\"y", {"b": null}]},
+            "move":"\u0075p", "valuation_type": null, "seed": null, "branch_evs": {"up": 1e-3} }"#;
+        let r = parse_row(row.as_bytes()).unwrap();
+        assert_eq!(r.board[15], 16);
+        assert_eq!(r.move_dir, 0);
+        assert_eq!(r.valuation_type, None);
+        assert_eq!(r.seed, None);
+        assert_eq!(r.branch_evs[0], 0.001);
+    }
+
+    fn error_of(row: &str) -> String {
+        parse_row(row.as_bytes()).unwrap_err().0
+    }
+
+    #[test]
+    fn refuses_bad_rows_with_a_reason() {
+        let b = r#""board":[0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0]"#;
+        assert!(error_of(&format!(r#"{{{b}}}"#)).contains("missing field \"move\""));
+        assert!(error_of(r#"{"move":"up"}"#).contains("missing field \"board\""));
+        assert!(error_of(&format!(r#"{{{b},"move":"upward"}}"#)).contains("unknown move"));
+        assert!(
+            error_of(r#"{"move":"up","board":[0,0,0,0,0,17,0,0,0,0,0,0,0,0,0,0]}"#)
+                .contains("cell 5")
+        );
+        assert!(
+            error_of(r#"{"move":"up","board":[0,-1,0,0,0,0,0,0,0,0,0,0,0,0,0,0]}"#)
+                .contains("cell 1")
+        );
+        assert!(
+            error_of(r#"{"move":"up","board":[0,0,0,0,0,0,0,0,0,0,0,0,0,0,0]}"#)
+                .contains("15 cells")
+        );
+        assert!(error_of(&format!(r#"{{{b},"move":"up","seed":4294967296}}"#)).contains("seed"));
+        assert!(
+            error_of(&format!(r#"{{{b},"move":"up","step_index":"5"}}"#)).contains("step_index")
+        );
+        assert!(
+            error_of(&format!(r#"{{{b},"move":"up","step_index":5.5}}"#)).contains("step_index")
+        );
+        assert!(error_of(&format!(r#"{{{b},"move":"up","max_rank":true}}"#)).contains("max_rank"));
+        assert!(
+            error_of(&format!(r#"{{{b},"move":"up","branch_evs":{{"up":NaN}}}}"#))
+                .contains("finite")
+        );
+        assert!(
+            error_of(&format!(
+                r#"{{{b},"move":"up","branch_evs":{{"down":-Infinity}}}}"#
+            ))
+            .contains("finite")
+        );
+        assert!(
+            error_of(&format!(
+                r#"{{{b},"move":"up","branch_evs":{{"left":1e39}}}}"#
+            ))
+            .contains("finite")
+        );
+        assert!(error_of(&format!(r#"{{{b},"move":"up"}} x"#)).contains("after the object"));
+        assert!(error_of(&format!(r#"{{{b},"move":"up","move":"down"}}"#)).contains("duplicate"));
+        assert!(error_of(r#"{"move":"up","#).contains("malformed JSON"));
+        assert!(error_of(&format!(r#"{{{b},"move":"up","x":01}}"#)).contains("malformed JSON"));
+    }
+}

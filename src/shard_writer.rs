@@ -1,0 +1,207 @@
+//! Streams rows into `steps.npy` or `steps-NNNNN.npy` shards: header first (patched with the
+//! final row count on close, NumPy's header has room for it), rows appended in order, a CRC-32C
+//! of every shard's bytes computed on the way, every shard fsynced before it counts as written.
+
+use std::fs::File;
+use std::io::{BufWriter, Write};
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result};
+
+use crate::UsageError;
+
+use crate::format::metadata::{RowLocation, ShardRecord};
+use crate::format::npy;
+use crate::format::row::ROW_BYTES;
+
+/// At most this many shards: the 5-digit index runs 00000..=99999.
+pub const MAX_SHARDS: u64 = 100_000;
+
+/// File name of shard `index` (`shard_rows` None: the single `steps.npy`).
+pub fn shard_file_name(shard_rows: Option<u64>, index: u32) -> String {
+    match shard_rows {
+        None => "steps.npy".to_string(),
+        Some(_) => format!("steps-{index:05}.npy"),
+    }
+}
+
+struct OpenShard {
+    file: BufWriter<File>,
+    path: PathBuf,
+    rows: u64,
+    data_crc: u32,
+}
+
+/// Writes rows into shards inside `dir` (a staging folder).
+pub struct ShardWriter {
+    dir: PathBuf,
+    shard_rows: Option<u64>,
+    current: Option<OpenShard>,
+    next_index: u32,
+    total_rows: u64,
+    written: Vec<ShardRecord>,
+}
+
+impl ShardWriter {
+    pub fn new(dir: &Path, shard_rows: Option<u64>) -> ShardWriter {
+        ShardWriter {
+            dir: dir.to_path_buf(),
+            shard_rows,
+            current: None,
+            next_index: 0,
+            total_rows: 0,
+            written: Vec::new(),
+        }
+    }
+
+    pub fn total_rows(&self) -> u64 {
+        self.total_rows
+    }
+
+    /// Where the next row written will land.
+    pub fn position(&self) -> RowLocation {
+        let (shard, row_offset) = match (&self.current, self.shard_rows) {
+            (Some(s), Some(limit)) if s.rows == limit => (self.next_index, 0),
+            (Some(s), _) => (self.next_index - 1, s.rows),
+            (None, _) => (self.next_index, 0),
+        };
+        RowLocation {
+            shard,
+            row_offset,
+            global_row: self.total_rows,
+        }
+    }
+
+    fn open_next(&mut self) -> Result<()> {
+        if u64::from(self.next_index) >= MAX_SHARDS {
+            return Err(UsageError(format!(
+                "--shard-rows {} would need more than {MAX_SHARDS} shards; choose a larger value",
+                self.shard_rows.unwrap_or(0)
+            ))
+            .into());
+        }
+        let name = shard_file_name(self.shard_rows, self.next_index);
+        let path = self.dir.join(&name);
+        let file = File::create(&path).with_context(|| format!("creating {}", path.display()))?;
+        let mut file = BufWriter::with_capacity(1 << 20, file);
+        file.write_all(&npy::header(0))?;
+        self.current = Some(OpenShard {
+            file,
+            path,
+            rows: 0,
+            data_crc: 0,
+        });
+        self.next_index += 1;
+        Ok(())
+    }
+
+    /// Appends whole rows (a multiple of 48 bytes), starting new shards as they fill.
+    pub fn write_rows(&mut self, mut bytes: &[u8]) -> Result<()> {
+        debug_assert_eq!(bytes.len() % ROW_BYTES, 0);
+        while !bytes.is_empty() {
+            let full =
+                matches!((&self.current, self.shard_rows), (Some(s), Some(l)) if s.rows == l);
+            if full {
+                self.close_current()?;
+            }
+            if self.current.is_none() {
+                self.open_next()?;
+            }
+            let shard = self.current.as_mut().expect("a shard is open");
+            let room = self.shard_rows.map_or(u64::MAX, |l| l - shard.rows);
+            let rows = ((bytes.len() / ROW_BYTES) as u64).min(room);
+            let (now, rest) = bytes.split_at(rows as usize * ROW_BYTES);
+            shard
+                .file
+                .write_all(now)
+                .with_context(|| format!("writing {}", shard.path.display()))?;
+            shard.data_crc = crc32c::crc32c_append(shard.data_crc, now);
+            shard.rows += rows;
+            self.total_rows += rows;
+            bytes = rest;
+        }
+        Ok(())
+    }
+
+    fn close_current(&mut self) -> Result<()> {
+        let Some(shard) = self.current.take() else {
+            return Ok(());
+        };
+        let path = shard.path;
+        let file = shard.file.into_inner().map_err(|e| e.into_error())?;
+        let header = npy::header(shard.rows);
+        file.write_all_at(&header, 0)
+            .with_context(|| format!("writing {}", path.display()))?;
+        file.sync_all()
+            .with_context(|| format!("syncing {}", path.display()))?;
+        let data_len = shard.rows as usize * ROW_BYTES;
+        self.written.push(ShardRecord {
+            shard: self.next_index - 1,
+            file_name: path.file_name().unwrap().to_string_lossy().into_owned(),
+            rows: shard.rows,
+            bytes: (header.len() + data_len) as u64,
+            crc32c: crc32c::crc32c_combine(crc32c::crc32c(&header), shard.data_crc, data_len),
+        });
+        Ok(())
+    }
+
+    /// Closes the last shard (creating an empty one if nothing was written: a pack always has a
+    /// shard) and returns every shard's record.
+    pub fn finish(mut self) -> Result<Vec<ShardRecord>> {
+        if self.current.is_none() && self.written.is_empty() {
+            self.open_next()?;
+        }
+        self.close_current()?;
+        Ok(self.written)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn splits_rows_across_shards_and_records_them() {
+        let t = tempfile::tempdir().unwrap();
+        let mut w = ShardWriter::new(t.path(), Some(3));
+        let rows: Vec<u8> = (0..7u8).flat_map(|i| [i; ROW_BYTES]).collect();
+        assert_eq!(
+            w.position(),
+            RowLocation {
+                shard: 0,
+                row_offset: 0,
+                global_row: 0
+            }
+        );
+        w.write_rows(&rows[..2 * ROW_BYTES]).unwrap();
+        w.write_rows(&rows[2 * ROW_BYTES..3 * ROW_BYTES]).unwrap();
+        assert_eq!(
+            w.position(),
+            RowLocation {
+                shard: 1,
+                row_offset: 0,
+                global_row: 3
+            }
+        );
+        w.write_rows(&rows[3 * ROW_BYTES..]).unwrap();
+        let recs = w.finish().unwrap();
+        assert_eq!(recs.iter().map(|r| r.rows).collect::<Vec<_>>(), [3, 3, 1]);
+        for r in &recs {
+            let bytes = std::fs::read(t.path().join(&r.file_name)).unwrap();
+            assert_eq!(bytes.len() as u64, r.bytes);
+            assert_eq!(crc32c::crc32c(&bytes), r.crc32c);
+            assert_eq!(npy::parse_header(&bytes).unwrap().rows, r.rows);
+        }
+        assert_eq!(recs[2].file_name, "steps-00002.npy");
+    }
+
+    #[test]
+    fn an_empty_pack_still_has_one_shard() {
+        let t = tempfile::tempdir().unwrap();
+        let recs = ShardWriter::new(t.path(), None).finish().unwrap();
+        assert_eq!(recs.len(), 1);
+        assert_eq!(recs[0].file_name, "steps.npy");
+        assert_eq!(recs[0].rows, 0);
+    }
+}
