@@ -42,6 +42,7 @@ TARGET_DIR=${CARGO_TARGET_DIR:-target}
 BIN_DIR="$TARGET_DIR/release"
 CORPUS_GEN="$BIN_DIR/examples/bench_corpus"
 FLOOR="$BIN_DIR/examples/gunzip_floor"
+PACKER_SET=${PACKER:+1}
 PACKER=${PACKER:-$BIN_DIR/dataset-packer}
 ROWS_PER_RUN=20000
 
@@ -61,7 +62,9 @@ else
   build=(cargo build --release --examples --bins)
 fi
 log "building: ${build[*]}"
+build_failed=0
 if ! "${build[@]}"; then
+  build_failed=1
   # src/ is edited concurrently: the examples link the package's library (if any), so a broken
   # src/ can break their build. Fall back to binaries from an earlier build when they exist.
   if [[ -x "$CORPUS_GEN" && -x "$FLOOR" ]]; then
@@ -95,7 +98,9 @@ warm() { find -L "$1" -name '*.jsonl.gz' -type f -exec cat {} + >/dev/null; }
 pack_ok=0
 pack_note=""
 if [[ "$MODE" == all || "$MODE" == pack ]]; then
-  if [[ ! -x "$PACKER" ]]; then
+  if [[ $build_failed == 1 && -z "$PACKER_SET" ]]; then
+    pack_note="cargo build failed; not measuring a stale $PACKER (set PACKER= to force)"
+  elif [[ ! -x "$PACKER" ]]; then
     pack_note="no binary at $PACKER"
   elif ! "$PACKER" pack --help 2>&1 | grep -q -- --input; then
     pack_note="'$PACKER pack --help' fails or lists no --input: pack subcommand not available yet"
@@ -111,7 +116,7 @@ have_time=1
 }
 
 # ------------------------------------------------------------------ measurements
-declare -A R_ROWS R_CMB R_FLOOR R_FLOOR_MB R_WALL R_PRPS R_PMBPS R_RSS R_RATIO
+declare -A R_ROWS R_CMB R_FLOOR R_FLOOR_MB R_LD R_WALL R_PRPS R_PMBPS R_RSS R_RATIO
 status=0
 
 for spec in "${corpora[@]}"; do
@@ -133,6 +138,13 @@ for spec in "${corpora[@]}"; do
   R_CMB[$name]=$(calc %.1f "$cbytes / 1e6")
   R_FLOOR[$name]=$(json_num "$best" rows_per_s)
   R_FLOOR_MB[$name]=$(json_num "$best" compressed_mb_per_s)
+
+  # Information only: the same loop with libdeflate on whole files (what a whole-buffer decoder
+  # can gain over the streaming zlib-rs floor).
+  ld=$("$FLOOR" "$dir" --threads "$BENCH_THREADS" --engine libdeflate) || ld=""
+  log "libdeflate $name: ${ld:-failed}"
+  R_LD[$name]=$(json_num "$ld" rows_per_s)
+  R_LD[$name]=${R_LD[$name]:-n/a}
 
   R_WALL[$name]=n/a R_PRPS[$name]=n/a R_PMBPS[$name]=n/a R_RSS[$name]=n/a R_RATIO[$name]=n/a
   [[ $pack_ok == 1 ]] || continue
@@ -194,16 +206,16 @@ report="$BENCH_DIR/results-$STAMP.txt"
   echo "threads: floor $BENCH_THREADS, pack --workers $BENCH_THREADS${EXTRA_PACK_ARGS:+, EXTRA_PACK_ARGS='$EXTRA_PACK_ARGS'}; repeat $BENCH_REPEAT"
   if [[ -n "$pack_note" ]]; then echo "pack: NOT MEASURED: $pack_note"; fi
   echo
-  fmt="%-10s %10s %9s %9s %12s %10s %10s %12s %10s %8s\n"
+  fmt="%-10s %10s %9s %9s %12s %10s %10s %12s %10s %8s %14s\n"
   # shellcheck disable=SC2059
-  printf "$fmt" corpus rows comp_MB pack_s pack_rows/s pack_MB/s pack_MiB floor_rows/s floor_MB/s pack/flr
+  printf "$fmt" corpus rows comp_MB pack_s pack_rows/s pack_MB/s pack_MiB floor_rows/s floor_MB/s pack/flr libdeflate_r/s
   for spec in "${corpora[@]}"; do
     n=${spec%%:*}
     ratio=${R_RATIO[$n]}
     [[ $ratio == n/a ]] || ratio="$ratio%"
     # shellcheck disable=SC2059
     printf "$fmt" "corpus-$n" "${R_ROWS[$n]}" "${R_CMB[$n]}" "${R_WALL[$n]}" "${R_PRPS[$n]}" \
-      "${R_PMBPS[$n]}" "${R_RSS[$n]}" "${R_FLOOR[$n]}" "${R_FLOOR_MB[$n]}" "$ratio"
+      "${R_PMBPS[$n]}" "${R_RSS[$n]}" "${R_FLOOR[$n]}" "${R_FLOOR_MB[$n]}" "$ratio" "${R_LD[$n]}"
   done
   if [[ $pack_ok == 1 && ${R_RATIO[4m]} != n/a ]]; then
     echo

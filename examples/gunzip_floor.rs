@@ -1,7 +1,7 @@
 //! The "decompression floor" for the `pack` benchmark.
 //!
 //! ```text
-//! cargo run --release --example gunzip_floor -- DIR [--threads 2]
+//! cargo run --release --example gunzip_floor -- DIR [--threads 2] [--engine zlib-rs|libdeflate]
 //! ```
 //!
 //! Finds every `*.jsonl.gz` under DIR (recursively, following symlinks, without looping), then
@@ -12,8 +12,11 @@
 //!
 //! Prints one JSON line:
 //! `{"files":..,"rows":..,"compressed_bytes":..,"seconds":..,"rows_per_s":..,"compressed_mb_per_s":..,
-//!   "decompressed_bytes":..,"decompressed_mb_per_s":..,"threads":..,"walk_seconds":..}`
+//!   "decompressed_bytes":..,"decompressed_mb_per_s":..,"threads":..,"engine":..,"walk_seconds":..}`
 //! (MB = 10^6 bytes; `seconds` covers decompression only, `walk_seconds` the directory walk.)
+//!
+//! `--engine libdeflate` is for information only (whole file in memory, libdeflate, member by
+//! member); the floor `bench/run.sh` compares `pack` with is the default, zlib-rs streaming.
 
 use std::collections::HashSet;
 use std::fs::{self, File};
@@ -101,14 +104,91 @@ fn gunzip_count(path: &Path, out: &mut [u8]) -> Result<FileCount> {
     Ok(FileCount { rows, decompressed })
 }
 
+/// Informational alternative (`--engine libdeflate`): the whole file in memory, decompressed
+/// member by member with libdeflate into one growing buffer. Not the floor; it shows how much a
+/// whole-buffer decoder can gain over streaming zlib-rs.
+struct Libdeflate(*mut libdeflate_sys::libdeflate_decompressor);
+
+impl Libdeflate {
+    fn new() -> Libdeflate {
+        // SAFETY: plain allocation; checked for null below.
+        let d = unsafe { libdeflate_sys::libdeflate_alloc_decompressor() };
+        assert!(!d.is_null(), "libdeflate_alloc_decompressor failed");
+        Libdeflate(d)
+    }
+
+    fn gunzip_count(&self, path: &Path, out: &mut Vec<u8>) -> Result<FileCount> {
+        use libdeflate_sys::{
+            libdeflate_result_LIBDEFLATE_INSUFFICIENT_SPACE as INSUFFICIENT,
+            libdeflate_result_LIBDEFLATE_SUCCESS as SUCCESS,
+        };
+        let input = fs::read(path).map_err(|e| format!("{}: {e}", path.display()))?;
+        if input.is_empty() {
+            return Err(format!("{}: empty file", path.display()).into());
+        }
+        // The last member's ISIZE is a good first guess of the output size.
+        let guess = input.len().checked_sub(4).map_or(0, |at| {
+            u32::from_le_bytes(input[at..].try_into().unwrap()) as usize
+        });
+        if out.len() < guess + 1 {
+            out.resize(guess + 1, 0);
+        }
+        let (mut consumed, mut produced) = (0usize, 0usize);
+        while consumed < input.len() {
+            let (mut used_in, mut used_out) = (0usize, 0usize);
+            // SAFETY: the pointers and lengths describe live, non-overlapping buffers.
+            let rc = unsafe {
+                libdeflate_sys::libdeflate_gzip_decompress_ex(
+                    self.0,
+                    input[consumed..].as_ptr().cast(),
+                    input.len() - consumed,
+                    out[produced..].as_mut_ptr().cast(),
+                    out.len() - produced,
+                    &mut used_in,
+                    &mut used_out,
+                )
+            };
+            match rc {
+                SUCCESS => {
+                    consumed += used_in;
+                    produced += used_out;
+                }
+                INSUFFICIENT => out.resize(out.len() * 2, 0),
+                _ => return Err(format!("{}: libdeflate error {rc}", path.display()).into()),
+            }
+        }
+        Ok(FileCount {
+            rows: count_newlines(&out[..produced]),
+            decompressed: produced as u64,
+        })
+    }
+}
+
+impl Drop for Libdeflate {
+    fn drop(&mut self) {
+        // SAFETY: allocated by libdeflate_alloc_decompressor, freed once.
+        unsafe { libdeflate_sys::libdeflate_free_decompressor(self.0) }
+    }
+}
+
+#[derive(Clone, Copy, PartialEq)]
+enum Engine {
+    ZlibRs,
+    Libdeflate,
+}
+
 fn usage() -> ! {
-    eprintln!("usage: gunzip_floor DIR [--threads N]   (N defaults to 2)");
+    eprintln!(
+        "usage: gunzip_floor DIR [--threads N] [--engine zlib-rs|libdeflate]\n\
+         N defaults to 2; the floor is the default engine, zlib-rs (flate2 MultiGzDecoder)"
+    );
     std::process::exit(2);
 }
 
 fn main() -> Result<()> {
     let mut dir = None;
     let mut threads = 2usize;
+    let mut engine = Engine::ZlibRs;
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
         match a.as_str() {
@@ -118,6 +198,13 @@ fn main() -> Result<()> {
                     .and_then(|v| v.parse().ok())
                     .filter(|&n: &usize| n > 0)
                     .unwrap_or_else(|| usage())
+            }
+            "--engine" => {
+                engine = match args.next().as_deref() {
+                    Some("zlib-rs") => Engine::ZlibRs,
+                    Some("libdeflate") => Engine::Libdeflate,
+                    _ => usage(),
+                }
             }
             "-h" | "--help" => usage(),
             _ if dir.is_none() && !a.starts_with("--") => dir = Some(PathBuf::from(a)),
@@ -145,12 +232,17 @@ fn main() -> Result<()> {
         for _ in 0..threads {
             s.spawn(|| {
                 let mut out = vec![0u8; BUF];
+                let libdeflate = (engine == Engine::Libdeflate).then(Libdeflate::new);
                 loop {
                     let i = next.fetch_add(1, Ordering::Relaxed);
                     if i >= files.len() {
                         break;
                     }
-                    match gunzip_count(&files[i].0, &mut out) {
+                    let counted = match &libdeflate {
+                        None => gunzip_count(&files[i].0, &mut out),
+                        Some(d) => d.gunzip_count(&files[i].0, &mut out),
+                    };
+                    match counted {
                         Ok(c) => {
                             rows.fetch_add(c.rows as usize, Ordering::Relaxed);
                             decompressed.fetch_add(c.decompressed as usize, Ordering::Relaxed);
@@ -175,11 +267,15 @@ fn main() -> Result<()> {
     let decompressed = decompressed.into_inner() as u64;
     let compressed: u64 = files.iter().map(|f| f.1).sum();
     println!(
-        "{{\"files\":{},\"rows\":{rows},\"compressed_bytes\":{compressed},\"seconds\":{seconds:.3},\"rows_per_s\":{:.0},\"compressed_mb_per_s\":{:.2},\"decompressed_bytes\":{decompressed},\"decompressed_mb_per_s\":{:.2},\"threads\":{threads},\"walk_seconds\":{walk_seconds:.3}}}",
+        "{{\"files\":{},\"rows\":{rows},\"compressed_bytes\":{compressed},\"seconds\":{seconds:.3},\"rows_per_s\":{:.0},\"compressed_mb_per_s\":{:.2},\"decompressed_bytes\":{decompressed},\"decompressed_mb_per_s\":{:.2},\"threads\":{threads},\"engine\":\"{}\",\"walk_seconds\":{walk_seconds:.3}}}",
         files.len(),
         rows as f64 / seconds,
         compressed as f64 / 1e6 / seconds,
         decompressed as f64 / 1e6 / seconds,
+        match engine {
+            Engine::ZlibRs => "zlib-rs",
+            Engine::Libdeflate => "libdeflate",
+        },
     );
     Ok(())
 }

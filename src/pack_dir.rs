@@ -18,7 +18,6 @@ use anyhow::{Context, Result, bail};
 use crate::format::{metadata, valuation};
 
 const STAGING: &str = ".dataset-packer-staging";
-const LOCK: &str = ".dataset-packer.lock";
 const COMPLETE: &str = ".complete";
 const OLD: &str = ".old";
 
@@ -66,24 +65,34 @@ fn pack_files_in(dir: &Path) -> Result<Vec<String>> {
     Ok(names)
 }
 
-/// The output directory, locked for this process until dropped.
+/// The output directory, locked (flock on the folder itself) for this process until dropped.
+/// A folder this process created is removed again if nothing was published into it.
 pub struct OutputDir {
     dir: PathBuf,
     _lock: File,
+    created: bool,
+    published: bool,
+}
+
+impl Drop for OutputDir {
+    fn drop(&mut self) {
+        if !self.published {
+            let _ = fs::remove_dir_all(self.staging_path());
+            if self.created {
+                let _ = fs::remove_dir(&self.dir);
+            }
+        }
+    }
 }
 
 impl OutputDir {
     /// Creates/locks `dir`, finishes or cleans what a killed run left behind, and refuses an
     /// existing pack unless `overwrite`.
     pub fn open(dir: &Path, overwrite: bool) -> Result<OutputDir> {
+        let created = !dir.exists();
         fs::create_dir_all(dir)
             .with_context(|| format!("creating output folder {}", dir.display()))?;
-        let lock = File::options()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(dir.join(LOCK))
-            .with_context(|| format!("creating the lock file in {}", dir.display()))?;
+        let lock = File::open(dir).with_context(|| format!("opening {}", dir.display()))?;
         if lock.try_lock().is_err() {
             bail!(
                 "another dataset-packer process is writing to {}",
@@ -93,6 +102,8 @@ impl OutputDir {
         let out = OutputDir {
             dir: dir.to_path_buf(),
             _lock: lock,
+            created,
+            published: false,
         };
         out.recover()?;
         let stray = stray_step_files(dir)?;
@@ -153,7 +164,7 @@ impl OutputDir {
     }
 
     /// Publishes the finished pack in the staging folder (all files already fsynced).
-    pub fn publish(self) -> Result<()> {
+    pub fn publish(mut self) -> Result<()> {
         let staging = self.staging_path();
         let mut names = pack_files_in(&staging)?;
         anyhow::ensure!(
@@ -167,7 +178,7 @@ impl OutputDir {
         File::open(&manifest)?.sync_all()?;
         File::open(&staging)?.sync_all()?;
         self.complete_publish(&staging)?;
-        let _ = fs::remove_file(self.dir.join(LOCK));
+        self.published = true;
         Ok(())
     }
 

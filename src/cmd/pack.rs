@@ -88,13 +88,7 @@ pub fn run(args: &PackArgs) -> Result<()> {
     );
 
     let staging = out.begin_staging()?;
-    let summary = match build(args, &found, &staging, workers, started) {
-        Ok(s) => s,
-        Err(e) => {
-            let _ = std::fs::remove_dir_all(&staging);
-            return Err(e);
-        }
-    };
+    let summary = build(args, &found, &staging, workers, started)?;
     out.publish()?;
     summary.print(args.json, &args.output, started.elapsed().as_secs_f64());
     Ok(())
@@ -296,15 +290,27 @@ impl Packer {
             },
             first_row,
         })?;
-        self.record_findings(run_id, &source_path, &run);
+        self.record_findings(run_id, &source_path, &rel_string(&src.rel_rows), &run);
         Ok(())
     }
 
-    fn record_findings(&mut self, run_id: u32, source_path: &str, run: &ParsedRun) {
-        let record = |kind: &str, line, step_index, detail: String| FindingRecord {
+    /// Tallies a run's findings; row findings name the rows file, run findings the sidecar.
+    fn record_findings(
+        &mut self,
+        run_id: u32,
+        sidecar_path: &str,
+        rows_path: &str,
+        run: &ParsedRun,
+    ) {
+        let record = |kind: &str, line: Option<u64>, step_index, detail: String| FindingRecord {
             kind: kind.to_string(),
             run_id: Some(run_id),
-            source_path: source_path.to_string(),
+            source_path: if line.is_some() {
+                rows_path
+            } else {
+                sidecar_path
+            }
+            .to_string(),
             line,
             step_index,
             detail,

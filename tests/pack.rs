@@ -1,0 +1,496 @@
+//! `pack` end to end: the real binary on fixture drops in temp dirs, output read back with the
+//! independent Python oracle (NumPy + sqlite3), SQLite and byte comparisons.
+
+mod common;
+
+use std::path::Path;
+use std::process::Command;
+
+use common::*;
+use serde_json::Value;
+
+#[test]
+fn fixture_drop_matches_the_python_oracle_single_shard() {
+    let t = tempfile::tempdir().unwrap();
+    let out = t.path().join("pack");
+    pack(&fixture("raw"), &out, &[]);
+    assert_eq!(
+        names(&out),
+        ["metadata.db", "steps.npy", "valuation_types.json"]
+    );
+    let ok = python_ok(
+        "check_pack.py",
+        &["--raw", s(&fixture("raw")), "--pack", s(&out)],
+    );
+    assert!(ok.contains("OK: 10 runs, 2240 rows, 1 shards"), "{ok}");
+}
+
+#[test]
+fn fixture_drop_matches_the_python_oracle_sharded() {
+    let t = tempfile::tempdir().unwrap();
+    let out = t.path().join("pack");
+    pack(&fixture("raw"), &out, &["--shard-rows", "333"]);
+    let shards: Vec<_> = names(&out)
+        .into_iter()
+        .filter(|n| n.starts_with("steps-"))
+        .collect();
+    assert_eq!(shards.len(), 7); // ceil(2240 / 333)
+    assert_eq!(shards[6], "steps-00006.npy");
+    python_ok(
+        "check_pack.py",
+        &["--raw", s(&fixture("raw")), "--pack", s(&out)],
+    );
+    // Runs straddle shard boundaries and the run index points at each run's first row.
+    python_ok("numpy_traps.py", &[s(&out)]);
+}
+
+#[test]
+fn expected_facts_of_the_fixture_drop() {
+    let t = tempfile::tempdir().unwrap();
+    let out = t.path().join("pack");
+    pack(&fixture("raw"), &out, &[]);
+    let expected: Value =
+        serde_json::from_slice(&std::fs::read(fixture("raw_expected.json")).unwrap()).unwrap();
+    let vt: Value =
+        serde_json::from_slice(&std::fs::read(out.join("valuation_types.json")).unwrap()).unwrap();
+    assert_eq!(vt, expected["valuation_types"]);
+    assert_eq!(
+        vt,
+        serde_json::json!(["search", "tuple11", "tuple10", "tuple12"])
+    );
+    let conn = db(&out);
+    let steps: Vec<i64> = conn
+        .prepare("SELECT steps FROM runs ORDER BY id")
+        .unwrap()
+        .query_map([], |r| r.get(0))
+        .unwrap()
+        .map(Result::unwrap)
+        .collect();
+    assert_eq!(steps.len(), 10);
+    assert_eq!(steps.iter().sum::<i64>(), 2240);
+}
+
+#[test]
+fn deterministic_across_worker_counts() {
+    let t = tempfile::tempdir().unwrap();
+    let a = t.path().join("a");
+    let b = t.path().join("b");
+    pack(
+        &fixture("raw"),
+        &a,
+        &["--workers", "1", "--shard-rows", "500"],
+    );
+    pack(
+        &fixture("raw"),
+        &b,
+        &["--workers", "8", "--shard-rows", "500"],
+    );
+    let keep = |n: &str| n != "metadata.db";
+    assert_eq!(files(&a, keep), files(&b, keep));
+    let runs = |p: &Path| -> Vec<(i64, i64, i64, i64, i64)> {
+        db(p)
+            .prepare("SELECT id, seed, steps, max_score, highest_tile FROM runs ORDER BY id")
+            .unwrap()
+            .query_map([], |r| {
+                Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?))
+            })
+            .unwrap()
+            .map(Result::unwrap)
+            .collect()
+    };
+    assert_eq!(runs(&a), runs(&b));
+}
+
+#[test]
+fn findings_are_reported_not_fatal() {
+    let t = tempfile::tempdir().unwrap();
+    let out = t.path().join("pack");
+    let summary: Value =
+        serde_json::from_str(&pack(&fixture("findings"), &out, &["--json"])).unwrap();
+    let expected: Value =
+        serde_json::from_slice(&std::fs::read(fixture("findings/expected.json")).unwrap()).unwrap();
+    assert_eq!(summary["runs"], expected["runs"]);
+    assert_eq!(summary["rows"], expected["rows"]);
+    assert_eq!(summary["findings"], expected["counts"]);
+    assert_eq!(summary["orphan_rows_files"], 1);
+    let conn = db(&out);
+    for (kind, count) in expected["counts"].as_object().unwrap() {
+        let n: i64 = conn
+            .query_row(
+                "SELECT count FROM finding_counts WHERE kind = ?1",
+                [kind],
+                |r| r.get(0),
+            )
+            .unwrap();
+        assert_eq!(n, count.as_i64().unwrap(), "{kind}");
+    }
+    let (path, line): (String, i64) = conn
+        .query_row(
+            "SELECT source_path, line FROM findings WHERE kind = 'illegal_move_played'",
+            [],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+        .unwrap();
+    assert_eq!(
+        (path.as_str(), line),
+        ("f1_illegal_move_played.jsonl.gz", 7)
+    );
+    let orphan: String = conn
+        .query_row("SELECT path FROM orphan_rows_files", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(orphan, "ORPHAN.jsonl.gz");
+    python_ok(
+        "check_pack.py",
+        &["--raw", s(&fixture("findings")), "--pack", s(&out)],
+    );
+}
+
+#[test]
+fn human_summary_lists_findings_and_rate() {
+    let t = tempfile::tempdir().unwrap();
+    let text = pack(&fixture("findings"), &t.path().join("p"), &[]);
+    assert!(
+        text.contains("packed 6 runs, 66 rows into 1 shard"),
+        "{text}"
+    );
+    assert!(text.contains("1 rows files without a sidecar"), "{text}");
+    assert!(text.contains("step_index_gap: 1"), "{text}");
+    assert!(text.contains("f1_illegal_move_played.jsonl.gz:7"), "{text}");
+    assert!(text.contains("rows/s"), "{text}");
+}
+
+fn invalid_cases() -> Vec<(String, Value)> {
+    let cases: Value =
+        serde_json::from_slice(&std::fs::read(fixture("invalid/cases.json")).unwrap()).unwrap();
+    cases
+        .as_object()
+        .unwrap()
+        .iter()
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect()
+}
+
+#[test]
+fn every_invalid_input_stops_the_pack_with_file_line_and_reason() {
+    let t = tempfile::tempdir().unwrap();
+    for (case, c) in invalid_cases() {
+        let out = t.path().join(&case);
+        let res = run(&[
+            "pack",
+            "--input",
+            s(&fixture(&format!("invalid/{case}"))),
+            "--output",
+            s(&out),
+        ]);
+        let err = stderr(&res);
+        assert_eq!(res.status.code(), Some(1), "{case}: {err}");
+        assert!(
+            err.to_lowercase().contains(c["keyword"].as_str().unwrap()),
+            "{case}: {err}"
+        );
+        if let Some(file) = c["file"].as_str() {
+            assert!(
+                err.contains(&format!("{case}/{file}")),
+                "{case} names the file: {err}"
+            );
+        }
+        if let Some(line) = c["line"].as_u64() {
+            assert!(
+                err.contains(&format!(":{line}: ")),
+                "{case} names line {line}: {err}"
+            );
+        }
+        assert!(!out.exists(), "{case}: nothing may be left behind");
+    }
+}
+
+#[test]
+fn skip_invalid_packs_the_rest_and_records_what_it_left_out() {
+    let t = tempfile::tempdir().unwrap();
+    for (case, _) in invalid_cases() {
+        if case == "no_runs" {
+            continue;
+        }
+        let input = fixture(&format!("invalid/{case}"));
+        let out = t.path().join(&case);
+        let summary: Value =
+            serde_json::from_str(&pack(&input, &out, &["--skip-invalid", "--json"])).unwrap();
+        assert_eq!(summary["runs"], 1, "{case}");
+        let skipped = summary["skipped_runs"].as_array().unwrap();
+        assert_eq!(skipped.len(), 1, "{case}");
+        assert!(
+            skipped[0]["path"].as_str().unwrap().starts_with("b_bad"),
+            "{case}"
+        );
+        let (path, reason): (String, String) = db(&out)
+            .query_row("SELECT source_path, reason FROM skipped_runs", [], |r| {
+                Ok((r.get(0)?, r.get(1)?))
+            })
+            .unwrap();
+        assert!(path.starts_with("b_bad"), "{case}");
+        assert_eq!(reason, skipped[0]["reason"].as_str().unwrap());
+        let rows: i64 = db(&out)
+            .query_row("SELECT steps FROM runs WHERE id = 0", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(rows, 4, "{case}: the good run is packed whole");
+    }
+    // One full oracle check of a skipped-run pack.
+    let out = t.path().join("json_malformed");
+    python_ok(
+        "check_pack.py",
+        &[
+            "--raw",
+            s(&fixture("invalid/json_malformed")),
+            "--pack",
+            s(&out),
+            "--skip-invalid-expected",
+            "1",
+        ],
+    );
+}
+
+#[test]
+fn the_reported_invalid_run_is_the_lowest_run_id_whatever_the_workers() {
+    let t = tempfile::tempdir().unwrap();
+    let input = t.path().join("raw");
+    copy_tree(&fixture("raw"), &input);
+    // Break two runs: run 3 (d6 worker03) and run 8 (d7 worker03).
+    for dir in ["d6_10g_v1", "d7_10g_v1"] {
+        for e in std::fs::read_dir(input.join(dir)).unwrap() {
+            let p = e.unwrap().path();
+            let name = p.file_name().unwrap().to_str().unwrap().to_string();
+            if name.contains("worker03") && name.ends_with(".jsonl.gz") {
+                std::fs::write(&p, b"not gzip").unwrap();
+            }
+        }
+    }
+    for workers in ["1", "2", "8"] {
+        let res = run(&[
+            "pack",
+            "--input",
+            s(&input),
+            "--output",
+            s(&t.path().join("o")),
+            "--workers",
+            workers,
+        ]);
+        let err = stderr(&res);
+        assert_eq!(res.status.code(), Some(1));
+        assert!(
+            err.contains("d6_10g_v1/depth06_worker03"),
+            "workers={workers}: {err}"
+        );
+    }
+}
+
+#[test]
+fn an_existing_pack_needs_overwrite_and_survives_a_failed_replacement() {
+    let t = tempfile::tempdir().unwrap();
+    let out = t.path().join("pack");
+    pack(&fixture("findings"), &out, &[]);
+    std::fs::write(out.join("notes.txt"), "mine").unwrap();
+    let before = files(&out, |_| true);
+
+    let res = run(&["pack", "--input", s(&fixture("raw")), "--output", s(&out)]);
+    assert_eq!(res.status.code(), Some(1));
+    assert!(stderr(&res).contains("--overwrite"), "{}", stderr(&res));
+    assert_eq!(files(&out, |_| true), before);
+
+    // A failing replacement leaves the old pack exactly as it was.
+    let res = run(&[
+        "pack",
+        "--input",
+        s(&fixture("invalid/json_malformed")),
+        "--output",
+        s(&out),
+        "--overwrite",
+    ]);
+    assert_eq!(res.status.code(), Some(1));
+    assert_eq!(files(&out, |_| true), before);
+
+    // A successful one replaces only the pack's files.
+    pack(
+        &fixture("raw"),
+        &out,
+        &["--overwrite", "--shard-rows", "1000"],
+    );
+    assert_eq!(
+        names(&out),
+        [
+            "metadata.db",
+            "notes.txt",
+            "steps-00000.npy",
+            "steps-00001.npy",
+            "steps-00002.npy",
+            "valuation_types.json"
+        ]
+    );
+    assert_eq!(
+        std::fs::read_to_string(out.join("notes.txt")).unwrap(),
+        "mine"
+    );
+    python_ok(
+        "check_pack.py",
+        &["--raw", s(&fixture("raw")), "--pack", s(&out)],
+    );
+
+    // Going back to a single steps.npy removes the old shards.
+    pack(&fixture("raw"), &out, &["--overwrite"]);
+    assert_eq!(
+        names(&out),
+        [
+            "metadata.db",
+            "notes.txt",
+            "steps.npy",
+            "valuation_types.json"
+        ]
+    );
+}
+
+#[test]
+fn stray_shard_lookalikes_and_stale_staging() {
+    let t = tempfile::tempdir().unwrap();
+    let out = t.path().join("pack");
+    std::fs::create_dir_all(out.join(".dataset-packer-staging")).unwrap();
+    std::fs::write(
+        out.join(".dataset-packer-staging/steps.npy"),
+        "half-written",
+    )
+    .unwrap();
+    std::fs::write(out.join("steps-old.npy"), "someone's file").unwrap();
+    let res = run(&[
+        "pack",
+        "--input",
+        s(&fixture("raw")),
+        "--output",
+        s(&out),
+        "--overwrite",
+    ]);
+    assert_eq!(res.status.code(), Some(1));
+    assert!(stderr(&res).contains("steps-old.npy"), "{}", stderr(&res));
+    assert_eq!(
+        std::fs::read_to_string(out.join("steps-old.npy")).unwrap(),
+        "someone's file"
+    );
+    std::fs::remove_file(out.join("steps-old.npy")).unwrap();
+    pack(&fixture("raw"), &out, &[]);
+    assert_eq!(
+        names(&out),
+        ["metadata.db", "steps.npy", "valuation_types.json"]
+    );
+}
+
+#[test]
+fn usage_errors_exit_2() {
+    let t = tempfile::tempdir().unwrap();
+    let out = t.path().join("p");
+    let res = run(&[
+        "pack",
+        "--input",
+        s(&fixture("raw")),
+        "--output",
+        s(&out),
+        "--shard-rows",
+        "0",
+    ]);
+    assert_eq!(res.status.code(), Some(2));
+    assert!(!out.exists());
+    let res = run(&["pack", "--input", s(&fixture("raw"))]);
+    assert_eq!(res.status.code(), Some(2));
+    let res = run(&[
+        "pack",
+        "--input",
+        s(&t.path().join("missing")),
+        "--output",
+        s(&out),
+    ]);
+    assert_eq!(res.status.code(), Some(1));
+    assert!(stderr(&res).contains("missing"), "{}", stderr(&res));
+}
+
+#[test]
+fn help_shows_examples() {
+    let help = run_ok(&["pack", "--help"]);
+    assert!(
+        help.contains("Examples:") && help.contains("--shard-rows"),
+        "{help}"
+    );
+}
+
+#[test]
+fn quiet_off_a_terminal_and_logging_on_request() {
+    let t = tempfile::tempdir().unwrap();
+    let res = run(&[
+        "pack",
+        "--input",
+        s(&fixture("raw")),
+        "--output",
+        s(&t.path().join("a")),
+    ]);
+    assert!(res.status.success());
+    assert_eq!(
+        stderr(&res),
+        "",
+        "no progress bar when stderr is not a terminal"
+    );
+    let res = Command::new(env!("CARGO_BIN_EXE_dataset-packer"))
+        .args([
+            "pack",
+            "--input",
+            s(&fixture("raw")),
+            "--output",
+            s(&t.path().join("b")),
+        ])
+        .env("RUST_LOG", "info")
+        .output()
+        .unwrap();
+    assert!(stderr(&res).contains("10 runs"), "{}", stderr(&res));
+}
+
+#[test]
+fn symlinked_inputs_are_followed_in_logical_path_order_without_looping() {
+    let t = tempfile::tempdir().unwrap();
+    let real = t.path().join("real");
+    copy_tree(&fixture("raw"), &real);
+    let input = t.path().join("input");
+    std::fs::create_dir_all(input.join("b_files")).unwrap();
+    // a folder link, a link loop, and links to single files.
+    std::os::unix::fs::symlink(real.join("d7_10g_v1"), input.join("a_d7")).unwrap();
+    std::os::unix::fs::symlink(&input, input.join("a_d7_loop")).unwrap();
+    for e in std::fs::read_dir(real.join("d6_10g_v1")).unwrap() {
+        let p = e.unwrap().path();
+        std::os::unix::fs::symlink(&p, input.join("b_files").join(p.file_name().unwrap())).unwrap();
+    }
+    let out = t.path().join("pack");
+    let summary: Value = serde_json::from_str(&pack(&input, &out, &["--json"])).unwrap();
+    assert_eq!(summary["runs"], 10);
+    let first: String = db(&out)
+        .query_row(
+            "SELECT source_path FROM run_details WHERE run_id = 0",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert!(first.starts_with("a_d7/"), "{first}");
+    python_ok("check_pack.py", &["--raw", s(&input), "--pack", s(&out)]);
+}
+
+#[test]
+fn a_pack_of_empty_runs_has_one_empty_shard() {
+    let t = tempfile::tempdir().unwrap();
+    let input = t.path().join("raw");
+    std::fs::create_dir_all(&input).unwrap();
+    std::fs::write(
+        input.join("g.meta.json"),
+        r#"{"seed":1,"num_moves":0,"score":0,"max_tile":0}"#,
+    )
+    .unwrap();
+    write_gz(&input.join("g.jsonl.gz"), b"");
+    let out = t.path().join("pack");
+    pack(&input, &out, &["--shard-rows", "10"]);
+    assert_eq!(
+        names(&out),
+        ["metadata.db", "steps-00000.npy", "valuation_types.json"]
+    );
+    python_ok("check_pack.py", &["--raw", s(&input), "--pack", s(&out)]);
+}
