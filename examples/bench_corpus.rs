@@ -9,7 +9,7 @@
 //! shape (~240 bytes of JSON each). Boards come from a real 2048 engine played by a shallow
 //! expectimax (move, spawn, best reply) over the classic bit-board heuristic; when that weak player
 //! gets stuck, a few of the smallest tiles are removed so a run keeps going and its big tiles keep
-//! growing (max rank 13..15 by the end of 20k moves, as in real drops). The played move is always
+//! growing (max rank 14..15 by the end of 20k moves, as in real drops). The played move is always
 //! legal; illegal moves get `null` EVs on search rows and `0.000000` on tuple rows; search EVs are
 //! integer milli-scores (`2.536000`), tuple EVs are probabilities with 6 real decimals.
 //!

@@ -63,6 +63,14 @@ struct Scanner<'a> {
 
 /// Parses one non-blank line (without its line terminator) into a row.
 pub fn parse_row(line: &[u8]) -> Res<RawRow<'_>> {
+    if let Some(row) = fast::parse(line) {
+        return Ok(row);
+    }
+    parse_row_general(line)
+}
+
+/// The general path: any key order, spacing, escapes and unknown fields; exact error messages.
+pub fn parse_row_general(line: &[u8]) -> Res<RawRow<'_>> {
     let mut s = Scanner { b: line, i: 0 };
     let row = s.row()?;
     s.ws();
@@ -497,8 +505,13 @@ impl<'a> Scanner<'a> {
                     return err("board has more than 16 cells");
                 }
                 if v > 16 {
+                    let shown = if v == u64::MAX {
+                        "above 99".to_string()
+                    } else {
+                        v.to_string()
+                    };
                     return err(format!(
-                        "board cell {n} is exponent {v}; the largest storable tile is 65536 (exponent 16)"
+                        "board cell {n} is exponent {shown}; the largest storable tile is 65536 (exponent 16)"
                     ));
                 }
                 board[n] = v as u8;
@@ -660,6 +673,196 @@ impl<'a> Scanner<'a> {
     }
 }
 
+/// The fast path: the exact layout the Macroxue logger writes, matched byte for byte
+/// (`{"seed":…,"step_index":…,"max_rank":…,"move":"…","valuation_type":"…","valuation":…,
+/// "board":[…],"branch_evs":{"up":…,"left":…,"right":…,"down":…}}`). It gives up (None) on
+/// anything else, including any value the general path would refuse, so the general path
+/// decides every error and every unusual row.
+mod fast {
+    use super::{RawRow, parse_f64};
+    use std::borrow::Cow;
+
+    struct Cur<'a> {
+        b: &'a [u8],
+        i: usize,
+    }
+
+    impl<'a> Cur<'a> {
+        #[inline(always)]
+        fn lit(&mut self, l: &[u8]) -> Option<()> {
+            if self.b.get(self.i..self.i + l.len())? == l {
+                self.i += l.len();
+                Some(())
+            } else {
+                None
+            }
+        }
+
+        #[inline(always)]
+        fn peek(&self) -> Option<u8> {
+            self.b.get(self.i).copied()
+        }
+
+        #[inline(always)]
+        fn is_null(&mut self) -> bool {
+            self.lit(b"null").is_some()
+        }
+
+        /// Plain decimal digits (no sign, no leading zero unless alone), at most `max`.
+        #[inline(always)]
+        fn uint(&mut self, max: u64) -> Option<u64> {
+            let start = self.i;
+            let mut v: u64 = 0;
+            while let Some(d @ b'0'..=b'9') = self.peek() {
+                v = v.checked_mul(10)?.checked_add(u64::from(d - b'0'))?;
+                self.i += 1;
+            }
+            let len = self.i - start;
+            if len == 0 || (len > 1 && self.b[start] == b'0') || v > max {
+                return None;
+            }
+            Some(v)
+        }
+
+        #[inline(always)]
+        fn opt_uint(&mut self, max: u64) -> Option<Option<u64>> {
+            if self.is_null() {
+                Some(None)
+            } else {
+                self.uint(max).map(Some)
+            }
+        }
+
+        /// A JSON number in the plain `-?digits(.digits)?` form, as a finite f32.
+        #[inline(always)]
+        fn float(&mut self) -> Option<f32> {
+            let start = self.i;
+            if self.peek() == Some(b'-') {
+                self.i += 1;
+            }
+            let int_start = self.i;
+            while let Some(b'0'..=b'9') = self.peek() {
+                self.i += 1;
+            }
+            let int_len = self.i - int_start;
+            if int_len == 0 || (int_len > 1 && self.b[int_start] == b'0') {
+                return None;
+            }
+            if self.peek() == Some(b'.') {
+                self.i += 1;
+                let frac_start = self.i;
+                while let Some(b'0'..=b'9') = self.peek() {
+                    self.i += 1;
+                }
+                if self.i == frac_start {
+                    return None;
+                }
+            }
+            if matches!(self.peek(), Some(b'e' | b'E')) {
+                return None;
+            }
+            let v = parse_f64(&self.b[start..self.i]) as f32;
+            v.is_finite().then_some(v)
+        }
+
+        #[inline(always)]
+        fn opt_float(&mut self) -> Option<f32> {
+            if self.is_null() {
+                Some(0.0)
+            } else {
+                self.float()
+            }
+        }
+
+        /// A string without escapes or control characters, borrowed.
+        #[inline(always)]
+        fn plain_string(&mut self) -> Option<&'a str> {
+            let start = self.i;
+            let len = memchr::memchr(b'"', &self.b[start..])?;
+            let raw = &self.b[start..start + len];
+            if raw.iter().any(|&c| c == b'\\' || c < 0x20 || c >= 0x80) {
+                return None;
+            }
+            self.i += len + 1;
+            // Only ASCII bytes were accepted.
+            std::str::from_utf8(raw).ok()
+        }
+
+        #[inline(always)]
+        fn cell(&mut self) -> Option<u8> {
+            let d0 = self.peek()?;
+            if !d0.is_ascii_digit() {
+                return None;
+            }
+            self.i += 1;
+            match self.peek() {
+                Some(d1 @ b'0'..=b'9') if d0 != b'0' => {
+                    self.i += 1;
+                    let v = (d0 - b'0') * 10 + (d1 - b'0');
+                    (v <= 16).then_some(v)
+                }
+                _ => Some(d0 - b'0'),
+            }
+        }
+    }
+
+    pub fn parse(line: &[u8]) -> Option<RawRow<'_>> {
+        let mut c = Cur { b: line, i: 0 };
+        c.lit(b"{\"seed\":")?;
+        let seed = c.opt_uint(u64::from(u32::MAX))?;
+        c.lit(b",\"step_index\":")?;
+        let step_index = c.opt_uint(u64::from(u32::MAX))?;
+        c.lit(b",\"max_rank\":")?;
+        let max_rank = c.opt_uint(u64::from(u8::MAX))?;
+        c.lit(b",\"move\":\"")?;
+        let move_dir = match c.peek()? {
+            b'u' => c.lit(b"up\"").map(|_| 0),
+            b'd' => c.lit(b"down\"").map(|_| 1),
+            b'l' => c.lit(b"left\"").map(|_| 2),
+            b'r' => c.lit(b"right\"").map(|_| 3),
+            _ => None,
+        }?;
+        c.lit(b",\"valuation_type\":")?;
+        let valuation_type = if c.is_null() {
+            None
+        } else {
+            c.lit(b"\"")?;
+            Some(Cow::Borrowed(c.plain_string()?))
+        };
+        c.lit(b",\"valuation\":")?;
+        c.opt_float()?;
+        c.lit(b",\"board\":[")?;
+        let mut board = [0u8; 16];
+        for (i, cell) in board.iter_mut().enumerate() {
+            if i > 0 {
+                c.lit(b",")?;
+            }
+            *cell = c.cell()?;
+        }
+        c.lit(b"],\"branch_evs\":{\"up\":")?;
+        let up = c.opt_float()?;
+        c.lit(b",\"left\":")?;
+        let left = c.opt_float()?;
+        c.lit(b",\"right\":")?;
+        let right = c.opt_float()?;
+        c.lit(b",\"down\":")?;
+        let down = c.opt_float()?;
+        c.lit(b"}}")?;
+        if c.i != line.len() {
+            return None;
+        }
+        Some(RawRow {
+            seed: seed.map(|v| v as u32),
+            step_index: step_index.map(|v| v as u32),
+            max_rank: max_rank.map(|v| v as u8),
+            move_dir,
+            valuation_type,
+            board,
+            branch_evs: [up, down, left, right],
+        })
+    }
+}
+
 const POW10: [f64; 23] = [
     1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11, 1e12, 1e13, 1e14, 1e15, 1e16,
     1e17, 1e18, 1e19, 1e20, 1e21, 1e22,
@@ -736,6 +939,30 @@ mod tests {
             r.branch_evs[1],
             v["branch_evs"]["down"].as_f64().unwrap() as f32
         );
+    }
+
+    #[test]
+    fn fast_path_takes_the_canonical_row_and_agrees_with_the_general_path() {
+        let fast = fast::parse(CANONICAL.as_bytes()).expect("canonical layout takes the fast path");
+        assert_eq!(fast, parse_row_general(CANONICAL.as_bytes()).unwrap());
+        let with_nulls = CANONICAL
+            .replace("\"seed\":272350805", "\"seed\":null")
+            .replace("\"search\"", "null");
+        let fast = fast::parse(with_nulls.as_bytes()).expect("nulls stay on the fast path");
+        assert_eq!(fast, parse_row_general(with_nulls.as_bytes()).unwrap());
+        // Anything the general path would refuse or treat differently leaves the fast path.
+        for odd in [
+            CANONICAL.replace("272350805", "4294967296"),
+            CANONICAL.replace("[6,5,", "[17,5,"),
+            CANONICAL.replace("[6,5,", "[06,5,"),
+            CANONICAL.replace("2.511000", "1e39"),
+            CANONICAL.replace("2.511000", "NaN"),
+            CANONICAL.replace("\"right\",", "\"rig\\u0068t\","),
+            CANONICAL.replace("}}", "},\"x\":1}"),
+            format!("{CANONICAL} "),
+        ] {
+            assert!(fast::parse(odd.as_bytes()).is_none(), "{odd}");
+        }
     }
 
     #[test]

@@ -163,7 +163,7 @@ fn rows_of(text: &[u8], sidecar: Sidecar, tables: &LineTables) -> Result<ParsedR
         sidecar,
     };
     let mut prev_step: Option<u64> = None;
-    for (line_no, line) in (1u64..).zip(text.split(|&b| b == b'\n')) {
+    for (line_no, line) in (1u64..).zip(lines(text)) {
         let line = line.strip_suffix(b"\r").unwrap_or(line);
         if line.iter().all(|b| b.is_ascii_whitespace()) {
             continue;
@@ -237,6 +237,28 @@ fn rows_of(text: &[u8], sidecar: Sidecar, tables: &LineTables) -> Result<ParsedR
         run.row_count += 1;
     }
     Ok(run)
+}
+
+/// The lines of a buffer split on '\n' (a final line without '\n' included, like `split`).
+fn lines(text: &[u8]) -> impl Iterator<Item = &[u8]> {
+    let mut start = 0;
+    let mut done = false;
+    std::iter::from_fn(move || {
+        if done {
+            return None;
+        }
+        match memchr::memchr(b'\n', &text[start..]) {
+            Some(n) => {
+                let line = &text[start..start + n];
+                start += n + 1;
+                Some(line)
+            }
+            None => {
+                done = true;
+                Some(&text[start..])
+            }
+        }
+    })
 }
 
 fn local_valuation_id(run: &mut ParsedRun, name: &str, line: u64) -> Result<u8, (u64, String)> {
