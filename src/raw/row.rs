@@ -780,7 +780,10 @@ mod fast {
             let start = self.i;
             let len = memchr::memchr(b'"', &self.b[start..])?;
             let raw = &self.b[start..start + len];
-            if raw.iter().any(|&c| c == b'\\' || c < 0x20 || c >= 0x80) {
+            if raw
+                .iter()
+                .any(|&c| c == b'\\' || !(0x20..0x80).contains(&c))
+            {
                 return None;
             }
             self.i += len + 1;

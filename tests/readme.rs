@@ -1,0 +1,143 @@
+//! The README's promises, checked: it starts with exactly the two set-up commands, the pack
+//! command works as written, and its Python snippets run against a real pack.
+
+mod common;
+
+use std::process::Command;
+
+use common::*;
+
+fn readme() -> String {
+    std::fs::read_to_string(repo().join("README.md")).unwrap()
+}
+
+/// The fenced code blocks of a language, in order.
+fn blocks(text: &str, lang: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut current: Option<String> = None;
+    for line in text.lines() {
+        match &mut current {
+            None if line.trim() == format!("```{lang}") => current = Some(String::new()),
+            Some(b) if line.trim() == "```" => {
+                out.push(std::mem::take(b));
+                current = None;
+            }
+            Some(b) => {
+                b.push_str(line);
+                b.push('\n');
+            }
+            None => {}
+        }
+    }
+    out
+}
+
+fn setup_commands() -> Vec<String> {
+    let first = blocks(&readme(), "sh")
+        .into_iter()
+        .next()
+        .expect("a first sh block");
+    first
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| l.split('#').next().unwrap().trim().to_string())
+        .collect()
+}
+
+#[test]
+fn readme_starts_with_exactly_two_setup_commands() {
+    let text = readme();
+    let first_block = text.find("```").unwrap();
+    assert!(
+        text[..first_block]
+            .lines()
+            .filter(|l| !l.trim().is_empty())
+            .count()
+            <= 1,
+        "only the title before"
+    );
+    let cmds = setup_commands();
+    assert_eq!(cmds.len(), 2, "{cmds:?}");
+    assert_eq!(
+        cmds[0],
+        "cargo run --release -- pack --input fixtures/raw --output packs/fixtures"
+    );
+    assert_eq!(cmds[1], "bash scripts/test.sh");
+    let ci = std::fs::read_to_string(repo().join(".ci/run")).unwrap();
+    assert!(
+        ci.contains("bash scripts/test.sh"),
+        ".ci/run runs the same test command"
+    );
+}
+
+#[test]
+fn readme_pack_command_and_python_snippets_work() {
+    let t = tempfile::tempdir().unwrap();
+    std::os::unix::fs::symlink(repo().join("fixtures"), t.path().join("fixtures")).unwrap();
+    // The first set-up command, with the built binary standing in for `cargo run --release --`.
+    let cmd = &setup_commands()[0];
+    let args: Vec<&str> = cmd
+        .strip_prefix("cargo run --release -- ")
+        .unwrap()
+        .split_whitespace()
+        .collect();
+    let out = Command::new(env!("CARGO_BIN_EXE_dataset-packer"))
+        .args(&args)
+        .current_dir(t.path())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(t.path().join("packs/fixtures/steps.npy").exists());
+    // Re-pack sharded so the concatenation snippet has several shards to join.
+    pack(
+        &fixture("raw"),
+        &t.path().join("packs/fixtures"),
+        &["--overwrite", "--shard-rows", "700"],
+    );
+
+    let script = blocks(&readme(), "python").join("\n");
+    let out = Command::new(python())
+        .arg("-c")
+        .arg(&script)
+        .current_dir(t.path())
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.contains("2240 rows,"), "{stdout}");
+    assert!(stdout.contains("run 0 step 0 search"), "{stdout}");
+    // Run 0's first board from the raw log, as tile values, appears in the printed grid.
+    use std::io::Read;
+    let raw = std::fs::read(fixture(
+        "raw/d6_10g_v1/depth06_worker00_seed0272350805_game000000.jsonl.gz",
+    ))
+    .unwrap();
+    let mut text = String::new();
+    flate2::read::MultiGzDecoder::new(&raw[..])
+        .read_to_string(&mut text)
+        .unwrap();
+    let first: serde_json::Value =
+        serde_json::from_str(text.lines().find(|l| !l.trim().is_empty()).unwrap()).unwrap();
+    let tiles: Vec<u64> = first["board"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_u64().unwrap())
+        .collect();
+    assert!(tiles.iter().any(|&e| e > 0));
+    for e in tiles.into_iter().filter(|&e| e > 0) {
+        assert!(
+            stdout.contains(&(1u64 << e).to_string()),
+            "tile {} missing from {stdout}",
+            1u64 << e
+        );
+    }
+}
