@@ -8,6 +8,7 @@ pub mod cmd;
 pub mod format;
 pub mod ordered;
 pub mod pack_dir;
+pub mod pack_reader;
 pub mod progress;
 pub mod raw;
 pub mod shard_writer;

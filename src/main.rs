@@ -21,16 +21,20 @@ struct Cli {
 enum Command {
     /// Pack a raw drop (*.meta.json[.gz] + *.jsonl.gz) into shards, metadata.db and valuation_types.json.
     Pack(cmd::pack::PackArgs),
+    /// Check that a pack is complete, consistent and loader-ready (exit 0 valid, 1 invalid).
+    Validate(cmd::validate::ValidateArgs),
 }
 
 fn main() -> ExitCode {
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn")).init();
     let cli = Cli::parse();
     let result = match &cli.command {
-        Command::Pack(args) => cmd::pack::run(args),
+        Command::Pack(args) => cmd::pack::run(args).map(|()| true),
+        Command::Validate(args) => cmd::validate::run(args),
     };
     match result {
-        Ok(()) => ExitCode::SUCCESS,
+        Ok(true) => ExitCode::SUCCESS,
+        Ok(false) => ExitCode::from(1),
         Err(e) => {
             eprintln!("error: {e:#}");
             if e.downcast_ref::<UsageError>().is_some() {

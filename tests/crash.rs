@@ -73,6 +73,7 @@ fn killed_at_any_moment_leaves_the_old_pack_or_the_new_one() {
         pack(&big, &out, &["--overwrite", "--shard-rows", "50000"]);
         assert!(is_new_pack(&out, &new_state));
         assert!(!out.join(".dataset-packer-staging").exists());
+        run_ok(&["validate", s(&out)]);
     }
     eprintln!(
         "kills: {} left the old pack, {} the new one, {} no pack",

@@ -1,3 +1,4 @@
 //! One module per subcommand; each reads like the command's story.
 
 pub mod pack;
+pub mod validate;

@@ -239,3 +239,129 @@ pub fn session_value(conn: &Connection, key: &str) -> Result<Option<String>> {
         )
         .optional()?)
 }
+
+/// Whether a table exists.
+pub fn has_table(conn: &Connection, table: &str) -> Result<bool> {
+    Ok(conn
+        .query_row(
+            "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?1",
+            [table],
+            |_| Ok(()),
+        )
+        .optional()?
+        .is_some())
+}
+
+/// Differences between the `runs`/`session` tables and the schema loaders rely on.
+pub fn schema_problems(conn: &Connection) -> Result<Vec<String>> {
+    // (column, declared type, NOT NULL, primary key) as PRAGMA table_info reports them.
+    type Column<'a> = (&'a str, &'a str, bool, bool);
+    let want: [(&str, &[Column]); 2] = [
+        (
+            "runs",
+            &[
+                ("id", "INTEGER", false, true),
+                ("seed", "BIGINT", true, false),
+                ("steps", "INT", true, false),
+                ("max_score", "INT", true, false),
+                ("highest_tile", "INT", true, false),
+            ],
+        ),
+        (
+            "session",
+            &[
+                ("meta_key", "TEXT", false, true),
+                ("meta_value", "TEXT", true, false),
+            ],
+        ),
+    ];
+    let mut problems = Vec::new();
+    for (table, columns) in want {
+        let mut stmt = conn.prepare(&format!("PRAGMA table_info({table})"))?;
+        let found: Vec<(String, String, bool, bool)> = stmt
+            .query_map([], |r| {
+                Ok((
+                    r.get(1)?,
+                    r.get(2)?,
+                    r.get::<_, i64>(3)? != 0,
+                    r.get::<_, i64>(5)? != 0,
+                ))
+            })?
+            .collect::<rusqlite::Result<_>>()?;
+        if found.is_empty() {
+            problems.push(format!("table {table} is missing"));
+            continue;
+        }
+        let found_view: Vec<Column> = found
+            .iter()
+            .map(|(n, t, nn, pk)| (n.as_str(), t.as_str(), *nn, *pk))
+            .collect();
+        if found_view != columns {
+            let show = |cols: &[Column]| {
+                cols.iter()
+                    .map(|(n, t, _, _)| format!("{n} {t}"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            };
+            problems.push(format!(
+                "table {table} has columns ({}), expected ({})",
+                show(&found_view),
+                show(columns)
+            ));
+        }
+    }
+    Ok(problems)
+}
+
+/// `(id, steps)` of every run, by id.
+pub fn read_run_steps(conn: &Connection) -> Result<Vec<(i64, i64)>> {
+    let mut stmt = conn.prepare("SELECT id, steps FROM runs ORDER BY id")?;
+    let rows = stmt
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?
+        .collect::<rusqlite::Result<_>>()?;
+    Ok(rows)
+}
+
+/// The `shards` table, or None when the pack records no checksums.
+pub fn read_shard_records(conn: &Connection) -> Result<Option<Vec<ShardRecord>>> {
+    if !has_table(conn, "shards")? {
+        return Ok(None);
+    }
+    let mut stmt =
+        conn.prepare("SELECT shard, file_name, rows, bytes, crc32c FROM shards ORDER BY shard")?;
+    let rows = stmt
+        .query_map([], |r| {
+            let crc: String = r.get(4)?;
+            Ok(ShardRecord {
+                shard: r.get(0)?,
+                file_name: r.get(1)?,
+                rows: r.get::<_, i64>(2)? as u64,
+                bytes: r.get::<_, i64>(3)? as u64,
+                crc32c: u32::from_str_radix(&crc, 16).unwrap_or(!0),
+            })
+        })?
+        .collect::<rusqlite::Result<_>>()?;
+    Ok(Some(rows))
+}
+
+/// The `run_index` table, or None when the pack has none.
+pub fn read_run_index(conn: &Connection) -> Result<Option<Vec<(i64, RowLocation)>>> {
+    if !has_table(conn, "run_index")? {
+        return Ok(None);
+    }
+    let mut stmt = conn
+        .prepare("SELECT run_id, shard, row_offset, global_row FROM run_index ORDER BY run_id")?;
+    let rows = stmt
+        .query_map([], |r| {
+            Ok((
+                r.get(0)?,
+                RowLocation {
+                    shard: r.get(1)?,
+                    row_offset: r.get::<_, i64>(2)? as u64,
+                    global_row: r.get::<_, i64>(3)? as u64,
+                },
+            ))
+        })?
+        .collect::<rusqlite::Result<_>>()?;
+    Ok(Some(rows))
+}

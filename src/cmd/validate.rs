@@ -1,0 +1,958 @@
+//! `validate`: prove a pack is complete, consistent and loader-ready. The story: check the
+//! structure (shard files and headers, metadata.db schema, valuation table), then stream every
+//! row once (memory-mapped chunks, in parallel, merged in order) for checksums and consistency,
+//! compare what was found with what metadata.db says, and print every failed check with
+//! examples and a one-line verdict.
+
+use std::collections::{BTreeMap, HashMap};
+use std::ops::ControlFlow;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use anyhow::Result;
+use clap::Args;
+use serde_json::json;
+
+use crate::format::board::{self, LineTables};
+use crate::format::metadata::{self, RowLocation};
+use crate::format::row::{ROW_BYTES, StepRow, padding_is_zero};
+use crate::format::valuation;
+use crate::ordered::ordered_map;
+use crate::pack_reader::{self, Shard};
+use crate::progress::{self, thousands};
+
+/// Rows per memory-mapped chunk (6 MiB): small enough that resident memory stays bounded.
+const CHUNK_ROWS: u64 = 128 * 1024;
+/// Examples kept per failed check or finding.
+const EXAMPLES: usize = 5;
+
+#[derive(Args, Debug)]
+#[command(after_help = "Exit status: 0 valid, 1 invalid, 2 usage error.
+
+Examples:
+  dataset-packer validate packs/d6
+  dataset-packer validate packs/d6 --deep --json > report.json")]
+pub struct ValidateArgs {
+    /// The pack folder to check.
+    #[arg(value_name = "PACK_DIR")]
+    pub pack: PathBuf,
+    /// Also recompute board_eval and ev_legal from every board.
+    #[arg(long)]
+    pub deep: bool,
+    /// Print the report as one JSON document.
+    #[arg(long)]
+    pub json: bool,
+    /// Threads for the row pass [default: all cores].
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..=1024))]
+    pub workers: Option<u64>,
+    /// No progress bar.
+    #[arg(long)]
+    pub quiet: bool,
+}
+
+/// One check's outcome: failures counted, first examples kept.
+#[derive(Debug, Clone)]
+struct Check {
+    name: &'static str,
+    ran: bool,
+    failures: u64,
+    examples: Vec<String>,
+    note: Option<String>,
+}
+
+impl Check {
+    fn new(name: &'static str) -> Check {
+        Check {
+            name,
+            ran: true,
+            failures: 0,
+            examples: Vec::new(),
+            note: None,
+        }
+    }
+
+    fn skipped(name: &'static str, why: impl Into<String>) -> Check {
+        Check {
+            ran: false,
+            note: Some(why.into()),
+            ..Check::new(name)
+        }
+    }
+
+    fn fail(&mut self, example: impl FnOnce() -> String) {
+        self.failures += 1;
+        if self.examples.len() < EXAMPLES {
+            self.examples.push(example());
+        }
+    }
+
+    fn absorb(&mut self, other: &Tally) {
+        self.failures += other.count;
+        for e in &other.examples {
+            if self.examples.len() < EXAMPLES {
+                self.examples.push(e.clone());
+            }
+        }
+    }
+}
+
+/// A count with its first examples (for per-row checks and findings, merged across chunks).
+#[derive(Debug, Clone, Default)]
+struct Tally {
+    count: u64,
+    examples: Vec<String>,
+}
+
+impl Tally {
+    fn add(&mut self, example: impl FnOnce() -> String) {
+        self.count += 1;
+        if self.examples.len() < EXAMPLES {
+            self.examples.push(example());
+        }
+    }
+
+    fn merge(&mut self, other: Tally) {
+        self.count += other.count;
+        let room = EXAMPLES.saturating_sub(self.examples.len());
+        self.examples.extend(other.examples.into_iter().take(room));
+    }
+}
+
+/// Per-row checks, in report order.
+const ROW_CHECKS: [&str; 8] = [
+    "run_id in runs",
+    "valuation_type defined",
+    "move_dir <= 3",
+    "ev_legal <= 15",
+    "padding bytes zero",
+    "tile_65536_mask on nibble-15 cells only",
+    "branch_evs finite",
+    "deep: board_eval and ev_legal recomputed",
+];
+const FINDINGS: [&str; 3] = [
+    "illegal_move_played",
+    "ev_on_illegal_move",
+    "max_rank_mismatch",
+];
+
+/// What one run looks like in the rows seen so far (mergeable in row order).
+#[derive(Debug, Clone, Copy)]
+struct RunAgg {
+    count: u64,
+    first_row: u64,
+    first_step: u32,
+    last_step: u32,
+    /// step_index strictly increasing within the rows seen.
+    increasing: bool,
+    /// Number of separate stretches of rows.
+    segments: u32,
+    min_step: u32,
+    max_step: u32,
+    step_hash: u64,
+}
+
+fn mix(step: u32) -> u64 {
+    let mut z = u64::from(step).wrapping_add(0x9e37_79b9_7f4a_7c15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+impl RunAgg {
+    fn start(step: u32, row: u64) -> RunAgg {
+        RunAgg {
+            count: 1,
+            first_row: row,
+            first_step: step,
+            last_step: step,
+            increasing: true,
+            segments: 1,
+            min_step: step,
+            max_step: step,
+            step_hash: mix(step),
+        }
+    }
+
+    fn push(&mut self, step: u32) {
+        self.count += 1;
+        self.increasing &= step > self.last_step;
+        self.last_step = step;
+        self.min_step = self.min_step.min(step);
+        self.max_step = self.max_step.max(step);
+        self.step_hash = self.step_hash.wrapping_add(mix(step));
+    }
+
+    /// Appends `later` (rows after ours); `adjacent` when it continues our last stretch.
+    fn merge(&mut self, later: &RunAgg, adjacent: bool) {
+        self.count += later.count;
+        self.increasing &= later.increasing && later.first_step > self.last_step;
+        self.last_step = later.last_step;
+        self.segments += later.segments - u32::from(adjacent);
+        self.min_step = self.min_step.min(later.min_step);
+        self.max_step = self.max_step.max(later.max_step);
+        self.step_hash = self.step_hash.wrapping_add(later.step_hash);
+    }
+
+    /// For a shuffled pack: whether the steps are certainly distinct. True when they are
+    /// exactly the contiguous range min..=max (count and hash sum both match); None when the
+    /// range has gaps, so only an exact check can tell.
+    fn distinct_steps(&self) -> Option<bool> {
+        let span = u64::from(self.max_step - self.min_step) + 1;
+        if self.count > span {
+            return Some(false);
+        }
+        if self.count < span {
+            return None;
+        }
+        let expected = (self.min_step..=self.max_step).fold(0u64, |h, s| h.wrapping_add(mix(s)));
+        Some(expected == self.step_hash)
+    }
+}
+
+/// What the row pass learned from one chunk.
+struct ChunkScan {
+    /// (run slot, aggregate) in order of appearance; consecutive rows of a run share an entry.
+    segments: Vec<(u32, RunAgg)>,
+    /// Used instead of segments in shuffled packs, where every row may start a new run.
+    by_run: HashMap<u32, RunAgg>,
+    rows: [Tally; 8],
+    findings: [Tally; 3],
+    crc: u32,
+    bytes: usize,
+}
+
+/// run_id → position in `runs`: a dense table when ids are compact (the normal case),
+/// a hash map otherwise. Memory is proportional to the number of runs either way.
+enum RunSlots {
+    Dense(Vec<u32>),
+    Sparse(HashMap<u32, u32>),
+}
+
+impl RunSlots {
+    fn new(ids: &[u32]) -> RunSlots {
+        let max = ids.iter().copied().max().unwrap_or(0) as usize;
+        if max < ids.len() * 4 + 1024 {
+            let mut v = vec![u32::MAX; max + 1];
+            for (slot, &id) in ids.iter().enumerate() {
+                v[id as usize] = slot as u32;
+            }
+            RunSlots::Dense(v)
+        } else {
+            RunSlots::Sparse(
+                ids.iter()
+                    .enumerate()
+                    .map(|(slot, &id)| (id, slot as u32))
+                    .collect(),
+            )
+        }
+    }
+
+    #[inline]
+    fn get(&self, id: u32) -> Option<u32> {
+        match self {
+            RunSlots::Dense(v) => v.get(id as usize).copied().filter(|&s| s != u32::MAX),
+            RunSlots::Sparse(m) => m.get(&id).copied(),
+        }
+    }
+
+    fn contains_slot(&self, id: u32, slots: &[u32]) -> bool {
+        self.get(id).is_some_and(|s| slots.contains(&s))
+    }
+}
+
+/// Largest nibble of every 16-bit value: four lookups give a board's largest exponent.
+fn max_nibble_table() -> Vec<u8> {
+    (0..=u16::MAX)
+        .map(|v| {
+            [v >> 12, (v >> 8) & 0xf, (v >> 4) & 0xf, v & 0xf]
+                .into_iter()
+                .max()
+                .unwrap() as u8
+        })
+        .collect()
+}
+
+/// Read-only facts the row pass needs.
+struct Context<'a> {
+    slot_of: &'a RunSlots,
+    max_nibble: &'a [u8],
+    names: usize,
+    shuffled: bool,
+    deep: bool,
+    tables: &'a LineTables,
+}
+
+fn board_max_rank(table: &[u8], board: u64, mask: u16) -> u8 {
+    if mask != 0 {
+        return 16;
+    }
+    let m = |k: u32| table[((board >> (16 * k)) & 0xffff) as usize];
+    m(0).max(m(1)).max(m(2)).max(m(3))
+}
+
+fn scan_chunk(
+    ctx: &Context,
+    shard: &Shard,
+    start: u64,
+    count: u64,
+    first_global: u64,
+) -> Result<ChunkScan> {
+    let map = shard.map_rows(start, count)?;
+    let bytes: &[u8] = &map;
+    let mut out = ChunkScan {
+        segments: Vec::new(),
+        by_run: HashMap::new(),
+        rows: Default::default(),
+        findings: Default::default(),
+        crc: crc32c::crc32c(bytes),
+        bytes: bytes.len(),
+    };
+    let at = |i: usize, run: u32| format!("{} row {} (run {run})", shard.name, start + i as u64);
+    let mut last_slot: Option<u32> = None;
+    let mut last_lookup: Option<(u32, Option<u32>)> = None;
+    for (i, raw) in bytes.chunks_exact(ROW_BYTES).enumerate() {
+        let r = StepRow::from_bytes(raw);
+        let global = first_global + i as u64;
+        let slot = match last_lookup {
+            Some((id, slot)) if id == r.run_id => slot,
+            _ => {
+                let slot = ctx.slot_of.get(r.run_id);
+                last_lookup = Some((r.run_id, slot));
+                slot
+            }
+        };
+        match slot {
+            None => out.rows[0]
+                .add(|| format!("{}: run_id {} is not in runs", at(i, r.run_id), r.run_id)),
+            Some(slot) => {
+                if ctx.shuffled {
+                    out.by_run
+                        .entry(slot)
+                        .and_modify(|a| a.push(r.step_index))
+                        .or_insert_with(|| RunAgg::start(r.step_index, global));
+                } else if last_slot == Some(slot) {
+                    out.segments
+                        .last_mut()
+                        .expect("a segment is open")
+                        .1
+                        .push(r.step_index);
+                } else {
+                    out.segments
+                        .push((slot, RunAgg::start(r.step_index, global)));
+                    last_slot = Some(slot);
+                }
+            }
+        }
+        if r.valuation_type as usize >= ctx.names {
+            out.rows[1].add(|| {
+                format!(
+                    "{}: valuation_type {} is not defined",
+                    at(i, r.run_id),
+                    r.valuation_type
+                )
+            });
+        }
+        if r.move_dir > 3 {
+            out.rows[2].add(|| format!("{}: move_dir is {}", at(i, r.run_id), r.move_dir));
+        }
+        if r.ev_legal > 15 {
+            out.rows[3].add(|| format!("{}: ev_legal is {}", at(i, r.run_id), r.ev_legal));
+        }
+        if !padding_is_zero(raw) {
+            out.rows[4].add(|| {
+                format!(
+                    "{}: padding bytes are {:02x} {:02x}",
+                    at(i, r.run_id),
+                    raw[26],
+                    raw[27]
+                )
+            });
+        }
+        let mask = r.tile_65536_mask;
+        if mask != 0
+            && (0..16).any(|c| mask & (1 << c) != 0 && (r.board >> (60 - 4 * c)) & 0xf != 15)
+        {
+            out.rows[5].add(|| {
+                format!(
+                    "{}: mask {mask:#06x} marks a cell whose nibble is not 15",
+                    at(i, r.run_id)
+                )
+            });
+        }
+        if !r.branch_evs.iter().all(|e| e.is_finite()) {
+            out.rows[6].add(|| format!("{}: branch_evs {:?}", at(i, r.run_id), r.branch_evs));
+        }
+        if r.move_dir <= 3 && r.ev_legal & (1 << r.move_dir) == 0 {
+            out.findings[0].add(|| {
+                format!(
+                    "{}: played {} but ev_legal is {:04b}",
+                    at(i, r.run_id),
+                    board::MOVE_NAMES[r.move_dir as usize],
+                    r.ev_legal
+                )
+            });
+        }
+        if (0..4).any(|k| r.branch_evs[k] != 0.0 && r.ev_legal & (1 << k) == 0) {
+            out.findings[1].add(|| {
+                format!(
+                    "{}: EVs {:?} with ev_legal {:04b}",
+                    at(i, r.run_id),
+                    r.branch_evs,
+                    r.ev_legal
+                )
+            });
+        }
+        let max_rank = board_max_rank(ctx.max_nibble, r.board, mask);
+        if r.max_rank != max_rank {
+            out.findings[2].add(|| {
+                format!(
+                    "{}: max_rank {} but the board's largest exponent is {max_rank}",
+                    at(i, r.run_id),
+                    r.max_rank
+                )
+            });
+        }
+        if ctx.deep {
+            let cells = board::unpack(r.board, mask);
+            let (eval, legal) = ctx.tables.eval_and_legal(&cells, r.board, mask);
+            if eval != r.board_eval || legal != r.ev_legal {
+                out.rows[7].add(|| {
+                    format!(
+                        "{}: stored board_eval {} ev_legal {:04b}, recomputed {eval} {legal:04b}",
+                        at(i, r.run_id),
+                        r.board_eval,
+                        r.ev_legal
+                    )
+                });
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Everything validate found, for printing.
+struct Report {
+    pack: PathBuf,
+    checks: Vec<Check>,
+    findings: Vec<(&'static str, Tally)>,
+    rows: u64,
+    runs: usize,
+    shards: usize,
+    bytes: u64,
+    deep: bool,
+}
+
+impl Report {
+    fn valid(&self) -> bool {
+        self.checks.iter().all(|c| c.failures == 0)
+    }
+}
+
+pub fn run(args: &ValidateArgs) -> Result<bool> {
+    let started = Instant::now();
+    let workers = args.workers.map_or_else(
+        || std::thread::available_parallelism().map_or(1, |n| n.get()),
+        |w| w as usize,
+    );
+    anyhow::ensure!(
+        args.pack.is_dir(),
+        "{} is not a folder",
+        args.pack.display()
+    );
+    let report = validate(&args.pack, args.deep, workers, args.quiet)?;
+    let elapsed = started.elapsed().as_secs_f64();
+    if args.json {
+        print_json(&report, elapsed);
+    } else {
+        print_human(&report, elapsed);
+    }
+    Ok(report.valid())
+}
+
+/// Runs every check on the pack at `dir`.
+fn validate(dir: &Path, deep: bool, workers: usize, quiet: bool) -> Result<Report> {
+    let mut checks = Vec::new();
+
+    // Structure: shard files and headers.
+    let listing = pack_reader::list_shards(dir)?;
+    let mut files = Check::new("shard files and headers");
+    for p in &listing.problems {
+        files.fail(|| p.clone());
+    }
+    for name in &listing.legacy {
+        files.fail(|| format!("{name} is a legacy packed 46-byte shard (no padding); `dataset-packer merge` converts it"));
+    }
+    let shards: Vec<Shard> = listing
+        .shards
+        .into_iter()
+        .filter(|s| !listing.legacy.contains(&s.name))
+        .collect();
+    checks.push(files);
+
+    // Structure: metadata.db.
+    let db_path = dir.join(metadata::FILE_NAME);
+    let mut db_check = Check::new("metadata.db schema");
+    let conn = if db_path.exists() {
+        match metadata::open_read_only(&db_path) {
+            Ok(c) => match metadata::schema_problems(&c) {
+                Ok(problems) if problems.is_empty() => Some(c),
+                Ok(problems) => {
+                    for p in problems {
+                        db_check.fail(|| p);
+                    }
+                    None
+                }
+                Err(e) => {
+                    db_check.fail(|| format!("metadata.db cannot be read: {e:#}"));
+                    None
+                }
+            },
+            Err(e) => {
+                db_check.fail(|| format!("{e:#}"));
+                None
+            }
+        }
+    } else {
+        db_check.fail(|| "metadata.db is missing".into());
+        None
+    };
+    checks.push(db_check);
+
+    // Structure: valuation_types.json.
+    let mut vt_check = Check::new("valuation_types.json");
+    let names = match pack_reader::read_valuations(dir) {
+        Ok(t) => t.len(),
+        Err(e) => {
+            vt_check.fail(|| format!("{e:#}"));
+            valuation::MAX_NAMES
+        }
+    };
+    checks.push(vt_check);
+
+    // What metadata.db says.
+    let runs = match &conn {
+        Some(c) => metadata::read_run_steps(c)?,
+        None => Vec::new(),
+    };
+    let shuffled = match &conn {
+        Some(c) => metadata::session_value(c, "shuffled")?.as_deref() == Some("true"),
+        None => false,
+    };
+    let mut bad_ids = Check::new("runs ids fit u32");
+    let ids: Vec<u32> = runs
+        .iter()
+        .map(|(id, _)| {
+            u32::try_from(*id).unwrap_or_else(|_| {
+                bad_ids.fail(|| format!("runs.id {id} cannot be a run_id"));
+                u32::MAX
+            })
+        })
+        .collect();
+    if bad_ids.failures > 0 {
+        checks.push(bad_ids);
+    }
+    let slot_of = RunSlots::new(&ids);
+    let max_nibble = max_nibble_table();
+
+    // One pass over every row.
+    let tables = LineTables::new();
+    let ctx = Context {
+        slot_of: &slot_of,
+        max_nibble: &max_nibble,
+        names,
+        shuffled,
+        deep,
+        tables: &tables,
+    };
+    let chunk_list = pack_reader::chunks(&shards, CHUNK_ROWS);
+    let mut shard_first_global = Vec::with_capacity(shards.len() + 1);
+    let mut acc = 0u64;
+    for s in &shards {
+        shard_first_global.push(acc);
+        acc += s.header.rows;
+    }
+    shard_first_global.push(acc);
+    let total_rows = acc;
+    let total_bytes: u64 = shards.iter().map(|s| s.file_len).sum();
+
+    let mut aggs: Vec<Option<RunAgg>> = vec![None; runs.len()];
+    let mut last_slot: Option<u32> = None;
+    let mut row_tallies: [Tally; 8] = Default::default();
+    let mut finding_tallies: [Tally; 3] = Default::default();
+    let mut data_crcs: Vec<(u32, usize)> = vec![(0, 0); shards.len()];
+    let bar = progress::rows_bar(total_rows, quiet, "validate");
+    let failure = ordered_map(
+        &chunk_list,
+        workers,
+        workers * 2,
+        || (),
+        |_, &(si, start, count)| {
+            scan_chunk(
+                &ctx,
+                &shards[si],
+                start,
+                count,
+                shard_first_global[si] + start,
+            )
+        },
+        |i, scan| {
+            let scan = match scan {
+                Ok(s) => s,
+                Err(e) => return ControlFlow::Break(e),
+            };
+            let (si, _, count) = chunk_list[i];
+            let (crc, len) = data_crcs[si];
+            data_crcs[si] = (
+                crc32c::crc32c_combine(crc, scan.crc, scan.bytes),
+                len + scan.bytes,
+            );
+            for (slot, agg) in &scan.segments {
+                let adjacent = last_slot == Some(*slot);
+                match &mut aggs[*slot as usize] {
+                    Some(a) => a.merge(agg, adjacent),
+                    none => *none = Some(*agg),
+                }
+                last_slot = Some(*slot);
+            }
+            for (slot, agg) in &scan.by_run {
+                match &mut aggs[*slot as usize] {
+                    Some(a) => {
+                        a.merge(agg, false);
+                        a.first_row = a.first_row.min(agg.first_row);
+                    }
+                    none => *none = Some(*agg),
+                }
+            }
+            for (t, s) in row_tallies.iter_mut().zip(scan.rows) {
+                t.merge(s);
+            }
+            for (t, s) in finding_tallies.iter_mut().zip(scan.findings) {
+                t.merge(s);
+            }
+            bar.inc(count);
+            ControlFlow::Continue(())
+        },
+    );
+    bar.finish_and_clear();
+    if let Some(e) = failure {
+        return Err(e);
+    }
+
+    // Checksums.
+    checks.push(match &conn {
+        None => Check::skipped("shard checksums", "metadata.db is unusable"),
+        Some(c) => match metadata::read_shard_records(c)? {
+            None => Check::skipped(
+                "shard checksums",
+                "no checksums recorded (a pack from another tool)",
+            ),
+            Some(records) => check_checksums(&records, &shards, &data_crcs),
+        },
+    });
+
+    // Per-row checks.
+    for (k, name) in ROW_CHECKS.iter().enumerate() {
+        if k == 7 && !deep {
+            continue;
+        }
+        let mut c = Check::new(name);
+        if k == 0 && conn.is_none() {
+            c = Check::skipped(name, "metadata.db is unusable");
+        }
+        c.absorb(&row_tallies[k]);
+        checks.push(c);
+    }
+
+    // Runs as metadata.db describes them vs the rows found.
+    if let Some(conn) = &conn {
+        checks.push(check_run_steps(&runs, &aggs, total_rows));
+        checks.push(check_step_order(&runs, &aggs, shuffled, &shards, &slot_of)?);
+        checks.push(match metadata::read_run_index(conn)? {
+            _ if shuffled => Check::skipped("run index", "not applicable: the pack is shuffled"),
+            None => Check::skipped("run index", "no run index recorded"),
+            Some(index) => check_run_index(&index, &runs, &aggs, &shard_first_global, total_rows),
+        });
+    }
+
+    Ok(Report {
+        pack: dir.to_path_buf(),
+        checks,
+        findings: FINDINGS.iter().copied().zip(finding_tallies).collect(),
+        rows: total_rows,
+        runs: runs.len(),
+        shards: shards.len(),
+        bytes: total_bytes,
+        deep,
+    })
+}
+
+fn check_checksums(
+    records: &[metadata::ShardRecord],
+    shards: &[Shard],
+    data_crcs: &[(u32, usize)],
+) -> Check {
+    let mut c = Check::new("shard checksums");
+    if records.len() != shards.len() {
+        c.fail(|| {
+            format!(
+                "metadata.db records {} shards, the folder has {}",
+                records.len(),
+                shards.len()
+            )
+        });
+    }
+    for (rec, (shard, (data_crc, data_len))) in records.iter().zip(shards.iter().zip(data_crcs)) {
+        if rec.file_name != shard.name {
+            c.fail(|| {
+                format!(
+                    "shard {} is recorded as {}, found {}",
+                    rec.shard, rec.file_name, shard.name
+                )
+            });
+            continue;
+        }
+        if rec.rows != shard.header.rows || rec.bytes != shard.file_len {
+            c.fail(|| {
+                format!(
+                    "{}: recorded {} rows / {} bytes, found {} rows / {} bytes",
+                    shard.name, rec.rows, rec.bytes, shard.header.rows, shard.file_len
+                )
+            });
+            continue;
+        }
+        let header = match read_prefix(&shard.path, shard.header.data_offset) {
+            Ok(b) => crc32c::crc32c(&b),
+            Err(e) => {
+                c.fail(|| format!("{}: {e}", shard.name));
+                continue;
+            }
+        };
+        let crc = crc32c::crc32c_combine(header, *data_crc, *data_len);
+        if crc != rec.crc32c {
+            c.fail(|| {
+                format!(
+                    "{}: crc32c recorded {:08x}, computed {crc:08x}",
+                    shard.name, rec.crc32c
+                )
+            });
+        }
+    }
+    c
+}
+
+fn read_prefix(path: &Path, len: usize) -> std::io::Result<Vec<u8>> {
+    use std::io::Read;
+    let mut buf = vec![0u8; len];
+    std::fs::File::open(path)?.read_exact(&mut buf)?;
+    Ok(buf)
+}
+
+fn check_run_steps(runs: &[(i64, i64)], aggs: &[Option<RunAgg>], total_rows: u64) -> Check {
+    let mut c = Check::new("rows per run = runs.steps");
+    let sum: i64 = runs.iter().map(|(_, steps)| steps).sum();
+    if sum as u64 != total_rows {
+        c.fail(|| format!("Σ runs.steps is {sum}, the shards hold {total_rows} rows"));
+    }
+    for ((id, steps), agg) in runs.iter().zip(aggs) {
+        let found = agg.map_or(0, |a| a.count);
+        if found as i64 != *steps {
+            c.fail(|| format!("run {id}: runs.steps is {steps}, rows found {found}"));
+        }
+    }
+    c
+}
+
+fn check_step_order(
+    runs: &[(i64, i64)],
+    aggs: &[Option<RunAgg>],
+    shuffled: bool,
+    shards: &[Shard],
+    slot_of: &RunSlots,
+) -> Result<Check> {
+    if !shuffled {
+        let mut c = Check::new("run rows contiguous, step_index increasing");
+        for ((id, _), agg) in runs.iter().zip(aggs) {
+            let Some(a) = agg else { continue };
+            if a.segments > 1 {
+                c.fail(|| {
+                    format!(
+                        "run {id}: its rows are split into {} separate stretches",
+                        a.segments
+                    )
+                });
+            } else if !a.increasing {
+                c.fail(|| format!("run {id}: step_index is not strictly increasing"));
+            }
+        }
+        return Ok(c);
+    }
+    let mut c = Check::new("(run_id, step_index) unique");
+    let mut unsure: Vec<u32> = Vec::new();
+    for (slot, ((id, _), agg)) in runs.iter().zip(aggs).enumerate() {
+        let Some(a) = agg else { continue };
+        match a.distinct_steps() {
+            Some(true) => {}
+            Some(false) => c.fail(|| format!("run {id}: a step_index appears more than once")),
+            None => unsure.push(slot as u32),
+        }
+    }
+    if !unsure.is_empty() {
+        for id in exact_duplicates(&unsure, shards, slot_of)? {
+            c.fail(|| format!("run {id}: a step_index appears more than once"));
+        }
+    }
+    Ok(c)
+}
+
+/// The exact check for the few runs whose steps have gaps: collect their step indices (only
+/// theirs) and look for repeats. Returns the ids of runs with a repeat.
+fn exact_duplicates(slots: &[u32], shards: &[Shard], slot_of: &RunSlots) -> Result<Vec<u32>> {
+    let mut steps: BTreeMap<u32, Vec<u32>> = BTreeMap::new();
+    for (si, start, count) in pack_reader::chunks(shards, CHUNK_ROWS) {
+        let map = shards[si].map_rows(start, count)?;
+        for raw in map.chunks_exact(ROW_BYTES) {
+            let r = StepRow::from_bytes(raw);
+            if slot_of.contains_slot(r.run_id, slots) {
+                steps.entry(r.run_id).or_default().push(r.step_index);
+            }
+        }
+    }
+    let mut out = Vec::new();
+    for (id, mut v) in steps {
+        v.sort_unstable();
+        if v.windows(2).any(|w| w[0] == w[1]) {
+            out.push(id);
+        }
+    }
+    Ok(out)
+}
+
+fn check_run_index(
+    index: &[(i64, RowLocation)],
+    runs: &[(i64, i64)],
+    aggs: &[Option<RunAgg>],
+    shard_first_global: &[u64],
+    total_rows: u64,
+) -> Check {
+    let mut c = Check::new("run index points at each run's first row");
+    let by_id: HashMap<i64, &RowLocation> = index.iter().map(|(id, loc)| (*id, loc)).collect();
+    for ((id, _), agg) in runs.iter().zip(aggs) {
+        let Some(loc) = by_id.get(id) else {
+            c.fail(|| format!("run {id} has no run_index entry"));
+            continue;
+        };
+        let via_shard = shard_first_global
+            .get(loc.shard as usize)
+            .map(|first| first + loc.row_offset);
+        if via_shard != Some(loc.global_row) {
+            c.fail(|| {
+                format!(
+                    "run {id}: shard {} row {} is not global row {}",
+                    loc.shard, loc.row_offset, loc.global_row
+                )
+            });
+            continue;
+        }
+        match agg {
+            Some(a) if a.first_row != loc.global_row => c.fail(|| {
+                format!(
+                    "run {id}: run_index says global row {}, its first row is {}",
+                    loc.global_row, a.first_row
+                )
+            }),
+            None if loc.global_row > total_rows => c.fail(|| {
+                format!(
+                    "run {id}: run_index global row {} is past the end",
+                    loc.global_row
+                )
+            }),
+            _ => {}
+        }
+    }
+    if index.len() != runs.len() {
+        c.fail(|| {
+            format!(
+                "run_index has {} entries for {} runs",
+                index.len(),
+                runs.len()
+            )
+        });
+    }
+    c
+}
+
+fn print_human(r: &Report, elapsed: f64) {
+    println!(
+        "validate {}{}",
+        r.pack.display(),
+        if r.deep { " (deep)" } else { "" }
+    );
+    for c in &r.checks {
+        let status = if !c.ran {
+            "skip"
+        } else if c.failures == 0 {
+            "ok"
+        } else {
+            "FAIL"
+        };
+        let count = if c.failures > 0 {
+            format!(" ({} failures)", thousands(c.failures))
+        } else {
+            String::new()
+        };
+        let note = c
+            .note
+            .as_ref()
+            .map(|n| format!(": {n}"))
+            .unwrap_or_default();
+        println!("  {status:<4}  {}{count}{note}", c.name);
+        for e in &c.examples {
+            println!("          {e}");
+        }
+    }
+    let findings: Vec<_> = r.findings.iter().filter(|(_, t)| t.count > 0).collect();
+    if !findings.is_empty() {
+        println!("  findings (from the source logs; reported, not failures):");
+        for (kind, t) in findings {
+            println!("    {kind}: {}", thousands(t.count));
+            for e in t.examples.iter().take(3) {
+                println!("      e.g. {e}");
+            }
+        }
+    }
+    let failed = r.checks.iter().filter(|c| c.failures > 0).count();
+    let gbps = r.bytes as f64 / 1e9 / elapsed.max(1e-9);
+    if failed == 0 {
+        println!(
+            "VALID: {} rows, {} runs, {} shards ({:.1} MB) checked in {elapsed:.2} s ({gbps:.2} GB/s)",
+            thousands(r.rows),
+            thousands(r.runs as u64),
+            r.shards,
+            r.bytes as f64 / 1e6
+        );
+    } else {
+        println!("INVALID: {failed} of {} checks failed", r.checks.len());
+    }
+}
+
+fn print_json(r: &Report, elapsed: f64) {
+    let doc = json!({
+        "pack": r.pack.display().to_string(),
+        "valid": r.valid(),
+        "deep": r.deep,
+        "rows": r.rows,
+        "runs": r.runs,
+        "shards": r.shards,
+        "bytes": r.bytes,
+        "elapsed_s": elapsed,
+        "checks": r.checks.iter().map(|c| json!({
+            "name": c.name,
+            "status": if !c.ran { "skipped" } else if c.failures == 0 { "ok" } else { "failed" },
+            "failures": c.failures,
+            "examples": c.examples,
+            "note": c.note,
+        })).collect::<Vec<_>>(),
+        "findings": r.findings.iter().map(|(k, t)| (k.to_string(), json!({"count": t.count, "examples": t.examples}))).collect::<serde_json::Map<_, _>>(),
+    });
+    println!("{doc}");
+}

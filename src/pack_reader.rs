@@ -1,0 +1,194 @@
+//! Reading an existing pack: find its shards (in either naming), parse their headers, map row
+//! ranges into memory a chunk at a time (so resident memory stays bounded whatever the pack
+//! size), and load `valuation_types.json`. Shared by validate, merge, stats, show and export.
+
+use std::fs::File;
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result, bail};
+use memmap2::{Mmap, MmapOptions};
+
+use crate::format::npy::{self, Header, RowLayout};
+use crate::format::valuation::{self, ValuationTable};
+use crate::pack_dir::is_shard_name;
+
+/// One shard file and what its header says.
+#[derive(Debug, Clone)]
+pub struct Shard {
+    pub index: u32,
+    pub name: String,
+    pub path: PathBuf,
+    pub header: Header,
+    pub file_len: u64,
+}
+
+impl Shard {
+    /// Bytes per row of this shard's layout (48, or 46 for legacy packed shards).
+    pub fn row_bytes(&self) -> usize {
+        self.header
+            .layout
+            .row_bytes()
+            .expect("only shards of a known layout are listed")
+    }
+
+    /// The file size the header promises.
+    pub fn expected_len(&self) -> u64 {
+        self.header.data_offset as u64 + self.header.rows * self.row_bytes() as u64
+    }
+
+    /// Maps rows `start..start + count` (count > 0) of this shard read-only.
+    pub fn map_rows(&self, start: u64, count: u64) -> Result<Mmap> {
+        debug_assert!(count > 0, "an empty range cannot be mapped");
+        let rb = self.row_bytes() as u64;
+        let file =
+            File::open(&self.path).with_context(|| format!("opening {}", self.path.display()))?;
+        // SAFETY: the pack is not modified while we read it (the tool's own writers only ever
+        // publish new files by rename, never rewrite a published shard in place).
+        let map = unsafe {
+            MmapOptions::new()
+                .offset(self.header.data_offset as u64 + start * rb)
+                .len((count * rb) as usize)
+                .map(&file)
+        }
+        .with_context(|| format!("mapping {}", self.path.display()))?;
+        Ok(map)
+    }
+}
+
+/// The shard files of a pack, and every structural problem found while listing them.
+#[derive(Debug, Default)]
+pub struct ShardListing {
+    /// Shards whose header could be read and whose layout is known, in shard order.
+    pub shards: Vec<Shard>,
+    /// Problems: naming, gaps, strays, unreadable headers, unknown dtypes, size mismatches.
+    pub problems: Vec<String>,
+    /// Shards in the legacy packed 46-byte layout.
+    pub legacy: Vec<String>,
+}
+
+/// Lists and inspects the shards of `dir` without failing on problems (see `problems`).
+pub fn list_shards(dir: &Path) -> Result<ShardListing> {
+    let mut out = ShardListing::default();
+    let mut single = false;
+    let mut numbered: Vec<(u32, String)> = Vec::new();
+    for entry in std::fs::read_dir(dir).with_context(|| format!("listing {}", dir.display()))? {
+        let name = entry?.file_name().to_string_lossy().into_owned();
+        if !(name.starts_with("steps") && name.ends_with(".npy")) {
+            continue;
+        }
+        if !is_shard_name(&name) {
+            out.problems.push(format!(
+                "stray file {name}: not a shard name (steps.npy or steps-NNNNN.npy)"
+            ));
+        } else if name == "steps.npy" {
+            single = true;
+        } else {
+            numbered.push((name[6..11].parse().expect("five digits"), name));
+        }
+    }
+    numbered.sort();
+    if single && !numbered.is_empty() {
+        out.problems
+            .push("both steps.npy and steps-NNNNN.npy shards are present".into());
+    }
+    if !single && numbered.is_empty() {
+        out.problems
+            .push("no shard: neither steps.npy nor steps-00000.npy exists".into());
+    }
+    for (want, (got, name)) in numbered.iter().enumerate() {
+        if *got as usize != want {
+            out.problems.push(format!("shard indices are not contiguous from 00000: {name} where steps-{want:05}.npy was expected"));
+            break;
+        }
+    }
+    let mut names: Vec<(u32, String)> = numbered;
+    if single {
+        names.insert(0, (0, "steps.npy".to_string()));
+    }
+    for (index, name) in names {
+        let path = dir.join(&name);
+        match inspect(&path) {
+            Ok((header, file_len)) => {
+                let shard = Shard {
+                    index,
+                    name: name.clone(),
+                    path,
+                    header,
+                    file_len,
+                };
+                match &shard.header.layout {
+                    RowLayout::Other(descr) => {
+                        out.problems
+                            .push(format!("{name}: dtype {descr} is not the pack row dtype"));
+                        continue;
+                    }
+                    RowLayout::LegacyPacked => out.legacy.push(name.clone()),
+                    RowLayout::Aligned => {}
+                }
+                if shard.file_len != shard.expected_len() {
+                    out.problems.push(format!(
+                        "{name}: file is {} bytes, the header promises {} ({} rows × {} + {}-byte header)",
+                        shard.file_len,
+                        shard.expected_len(),
+                        shard.header.rows,
+                        shard.row_bytes(),
+                        shard.header.data_offset
+                    ));
+                    continue;
+                }
+                out.shards.push(shard);
+            }
+            Err(e) => out.problems.push(format!("{name}: {e:#}")),
+        }
+    }
+    Ok(out)
+}
+
+fn inspect(path: &Path) -> Result<(Header, u64)> {
+    use std::io::Read;
+    let mut file = File::open(path).context("cannot open")?;
+    let len = file.metadata()?.len();
+    let mut head = vec![0u8; 4096.min(len as usize)];
+    file.read_exact(&mut head)
+        .context("cannot read the header")?;
+    let header = npy::parse_header(&head).context("bad .npy header")?;
+    Ok((header, len))
+}
+
+/// Loads `valuation_types.json` (any of the accepted forms).
+pub fn read_valuations(dir: &Path) -> Result<ValuationTable> {
+    let path = dir.join(valuation::FILE_NAME);
+    let text =
+        std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
+    ValuationTable::from_json(&text).with_context(|| format!("{}", path.display()))
+}
+
+/// Lists shards and fails on any structural problem: for commands that read a pack they
+/// trust (validate reports problems instead). Legacy packed shards are accepted when `legacy_ok`.
+pub fn open_shards(dir: &Path, legacy_ok: bool) -> Result<Vec<Shard>> {
+    let listing = list_shards(dir)?;
+    if let Some(p) = listing.problems.first() {
+        bail!("{} is not a valid pack: {p}", dir.display());
+    }
+    if !legacy_ok && let Some(name) = listing.legacy.first() {
+        bail!(
+            "{}: {name} is a legacy packed 46-byte shard; `dataset-packer merge` converts it",
+            dir.display()
+        );
+    }
+    Ok(listing.shards)
+}
+
+/// Splits `shards` into (shard, first row, rows) chunks of at most `chunk_rows` rows.
+pub fn chunks(shards: &[Shard], chunk_rows: u64) -> Vec<(usize, u64, u64)> {
+    let mut out = Vec::new();
+    for (i, s) in shards.iter().enumerate() {
+        let mut start = 0;
+        while start < s.header.rows {
+            let n = chunk_rows.min(s.header.rows - start);
+            out.push((i, start, n));
+            start += n;
+        }
+    }
+    out
+}
