@@ -13,6 +13,11 @@ pub mod progress;
 pub mod raw;
 pub mod shard_writer;
 
+/// Threads to use when the user does not say: all cores.
+pub fn default_workers() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
+}
+
 /// An error in how the tool was called (exit code 2), as opposed to bad data (exit code 1).
 #[derive(Debug)]
 pub struct UsageError(pub String);

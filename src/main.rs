@@ -21,6 +21,8 @@ struct Cli {
 enum Command {
     /// Pack a raw drop (*.meta.json[.gz] + *.jsonl.gz) into shards, metadata.db and valuation_types.json.
     Pack(cmd::pack::PackArgs),
+    /// Combine packs into one, renumbering runs and unifying valuation ids.
+    Merge(cmd::merge::MergeArgs),
     /// Check that a pack is complete, consistent and loader-ready (exit 0 valid, 1 invalid).
     Validate(cmd::validate::ValidateArgs),
 }
@@ -31,6 +33,7 @@ fn main() -> ExitCode {
     let result = match &cli.command {
         Command::Pack(args) => cmd::pack::run(args).map(|()| true),
         Command::Validate(args) => cmd::validate::run(args),
+        Command::Merge(args) => cmd::merge::run(args).map(|()| true),
     };
     match result {
         Ok(true) => ExitCode::SUCCESS,

@@ -21,6 +21,20 @@ const STAGING: &str = ".dataset-packer-staging";
 const COMPLETE: &str = ".complete";
 const OLD: &str = ".old";
 
+/// fsyncs one file.
+pub fn sync_file(path: &Path) -> Result<()> {
+    File::open(path)
+        .and_then(|f| f.sync_all())
+        .with_context(|| format!("syncing {}", path.display()))
+}
+
+/// Writes (and syncs) `valuation_types.json` into a staging folder.
+pub fn write_valuations(dir: &Path, table: &valuation::ValuationTable) -> Result<()> {
+    let path = dir.join(valuation::FILE_NAME);
+    fs::write(&path, table.to_json()).with_context(|| format!("writing {}", path.display()))?;
+    sync_file(&path)
+}
+
 /// Whether `name` is a file a pack consists of (and so a file this tool may replace).
 pub fn is_pack_file(name: &str) -> bool {
     is_shard_name(name)

@@ -2,6 +2,7 @@
 //! ranges into memory a chunk at a time (so resident memory stays bounded whatever the pack
 //! size), and load `valuation_types.json`. Shared by validate, merge, stats, show and export.
 
+use std::collections::HashMap;
 use std::fs::File;
 use std::path::{Path, PathBuf};
 
@@ -191,4 +192,43 @@ pub fn chunks(shards: &[Shard], chunk_rows: u64) -> Vec<(usize, u64, u64)> {
         }
     }
     out
+}
+
+/// run_id → position in `runs`: a dense table when ids are compact (the normal case),
+/// a hash map otherwise. Memory is proportional to the number of runs either way.
+pub enum RunSlots {
+    Dense(Vec<u32>),
+    Sparse(HashMap<u32, u32>),
+}
+
+impl RunSlots {
+    pub fn new(ids: &[u32]) -> RunSlots {
+        let max = ids.iter().copied().max().unwrap_or(0) as usize;
+        if max < ids.len() * 4 + 1024 {
+            let mut v = vec![u32::MAX; max + 1];
+            for (slot, &id) in ids.iter().enumerate() {
+                v[id as usize] = slot as u32;
+            }
+            RunSlots::Dense(v)
+        } else {
+            RunSlots::Sparse(
+                ids.iter()
+                    .enumerate()
+                    .map(|(slot, &id)| (id, slot as u32))
+                    .collect(),
+            )
+        }
+    }
+
+    #[inline]
+    pub fn get(&self, id: u32) -> Option<u32> {
+        match self {
+            RunSlots::Dense(v) => v.get(id as usize).copied().filter(|&s| s != u32::MAX),
+            RunSlots::Sparse(m) => m.get(&id).copied(),
+        }
+    }
+
+    pub fn contains_slot(&self, id: u32, slots: &[u32]) -> bool {
+        self.get(id).is_some_and(|s| slots.contains(&s))
+    }
 }

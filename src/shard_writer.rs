@@ -96,9 +96,26 @@ impl ShardWriter {
         Ok(())
     }
 
+    /// Where global row `row` lands (rows before it all written or about to be).
+    pub fn location_of(&self, row: u64) -> RowLocation {
+        match self.shard_rows {
+            Some(limit) => RowLocation {
+                shard: (row / limit) as u32,
+                row_offset: row % limit,
+                global_row: row,
+            },
+            None => RowLocation {
+                shard: 0,
+                row_offset: row,
+                global_row: row,
+            },
+        }
+    }
+
     /// Appends whole rows (a multiple of 48 bytes), starting new shards as they fill.
     pub fn write_rows(&mut self, mut bytes: &[u8]) -> Result<()> {
         debug_assert_eq!(bytes.len() % ROW_BYTES, 0);
+        fault_injection::check(self.total_rows + (bytes.len() / ROW_BYTES) as u64)?;
         while !bytes.is_empty() {
             let full =
                 matches!((&self.current, self.shard_rows), (Some(s), Some(l)) if s.rows == l);
@@ -154,6 +171,30 @@ impl ShardWriter {
         }
         self.close_current()?;
         Ok(self.written)
+    }
+}
+
+/// A test hook: with `DATASET_PACKER_FAIL_AFTER_ROWS=N` in the environment, every writer fails
+/// once it has been handed more than N rows, so tests can make pack, merge or shuffle die
+/// midway and check that nothing is published and nothing is deleted.
+mod fault_injection {
+    use std::sync::OnceLock;
+
+    static LIMIT: OnceLock<Option<u64>> = OnceLock::new();
+
+    pub fn check(rows_after_write: u64) -> anyhow::Result<()> {
+        let limit = LIMIT.get_or_init(|| {
+            std::env::var("DATASET_PACKER_FAIL_AFTER_ROWS")
+                .ok()?
+                .parse()
+                .ok()
+        });
+        match limit {
+            Some(n) if rows_after_write > *n => {
+                anyhow::bail!("injected failure after {n} rows (DATASET_PACKER_FAIL_AFTER_ROWS)")
+            }
+            _ => Ok(()),
+        }
     }
 }
 

@@ -1,4 +1,5 @@
 //! One module per subcommand; each reads like the command's story.
 
+pub mod merge;
 pub mod pack;
 pub mod validate;

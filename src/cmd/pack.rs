@@ -14,10 +14,10 @@ use crate::format::board::LineTables;
 use crate::format::metadata::{
     self, FindingRecord, MetadataWriter, RunDetails, RunRecord, ShardRecord,
 };
-use crate::format::row::{ROW_BYTES, offset, set_run_id};
-use crate::format::valuation::{self, MAX_NAMES, ValuationTable};
+use crate::format::row::remap_rows;
+use crate::format::valuation::{MAX_NAMES, ValuationTable};
 use crate::ordered::ordered_map;
-use crate::pack_dir::OutputDir;
+use crate::pack_dir::{OutputDir, write_valuations};
 use crate::progress::{self, thousands};
 use crate::raw::discover::{Discovery, RunSource, discover};
 use crate::raw::run::{FindingKind, ParsedRun, RunError, RunParser};
@@ -56,16 +56,54 @@ pub struct PackArgs {
     /// Print the final summary as JSON on stdout.
     #[arg(long)]
     pub json: bool,
+    /// Pack only the I-th of N contiguous, near-equal slices of the drop's runs (0 ≤ I < N), to
+    /// pack one drop on several machines and `merge` the parts in order.
+    #[arg(long, value_name = "I/N", value_parser = parse_partition)]
+    pub partition: Option<Partition>,
+}
+
+/// `--partition I/N`: the I-th of N contiguous slices of the run list.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Partition {
+    pub index: u64,
+    pub count: u64,
+}
+
+impl Partition {
+    /// The run positions (in full-drop order) this partition holds.
+    pub fn range(&self, runs: usize) -> std::ops::Range<usize> {
+        let at = |i: u64| (i as u128 * runs as u128 / self.count as u128) as usize;
+        at(self.index)..at(self.index + 1)
+    }
+}
+
+fn parse_partition(text: &str) -> Result<Partition, String> {
+    let (i, n) = text.split_once('/').ok_or("expected I/N, e.g. 0/4")?;
+    let index: u64 = i
+        .trim()
+        .parse()
+        .map_err(|_| format!("{i:?} is not a number"))?;
+    let count: u64 = n
+        .trim()
+        .parse()
+        .map_err(|_| format!("{n:?} is not a number"))?;
+    if count == 0 || index >= count {
+        return Err(format!("need 0 <= I < N, got {index}/{count}"));
+    }
+    Ok(Partition { index, count })
 }
 
 pub fn run(args: &PackArgs) -> Result<()> {
     let started = Instant::now();
-    let workers = args.workers.map_or_else(default_workers, |w| w as usize);
+    let workers = args
+        .workers
+        .map_or_else(crate::default_workers, |w| w as usize);
     let out = OutputDir::open(&args.output, args.overwrite)?;
-    let found = discover(&args.input)?;
+    let mut found = discover(&args.input)?;
     for w in &found.warnings {
         log::warn!("{w}");
     }
+    let full_run_count = found.runs.len();
     if found.runs.is_empty() {
         bail!(
             "no runs in {}: no *.meta.json or *.meta.json.gz sidecars found{}",
@@ -80,6 +118,19 @@ pub fn run(args: &PackArgs) -> Result<()> {
             }
         );
     }
+    if let Some(p) = args.partition {
+        let range = p.range(full_run_count);
+        log::info!(
+            "partition {}/{}: runs {range:?} of {full_run_count}",
+            p.index,
+            p.count
+        );
+        found.runs = found.runs.drain(range).collect();
+        if p.index != 0 {
+            // Orphans belong to the whole drop: partition 0 reports them, so a merge counts them once.
+            found.orphans.clear();
+        }
+    }
     log::info!(
         "{} runs, {} orphan rows files, {} workers",
         found.runs.len(),
@@ -88,14 +139,10 @@ pub fn run(args: &PackArgs) -> Result<()> {
     );
 
     let staging = out.begin_staging()?;
-    let summary = build(args, &found, &staging, workers, started)?;
+    let summary = build(args, &found, &staging, workers, started, full_run_count)?;
     out.publish()?;
     summary.print(args.json, &args.output, started.elapsed().as_secs_f64());
     Ok(())
-}
-
-fn default_workers() -> usize {
-    std::thread::available_parallelism().map_or(1, |n| n.get())
 }
 
 /// Parses every run and writes the pack into `staging`.
@@ -105,6 +152,7 @@ fn build(
     staging: &Path,
     workers: usize,
     started: Instant,
+    full_run_count: usize,
 ) -> Result<Summary> {
     let mut packer = Packer::new(staging, args.shard_rows, args.skip_invalid)?;
     let tables = LineTables::new();
@@ -134,7 +182,7 @@ fn build(
     if let Some(e) = failure {
         return Err(e);
     }
-    packer.finish(args, found, total_bytes)
+    packer.finish(args, found, total_bytes, full_run_count)
 }
 
 /// Counts and first examples of each finding kind over the whole pack.
@@ -251,23 +299,18 @@ impl Packer {
                 ),
             });
         }
-        let map: Vec<u8> = run
-            .valuation_names
-            .iter()
-            .map(|n| self.valuations.intern(n).expect("room was checked"))
-            .collect();
-        for row in run.rows.chunks_exact_mut(ROW_BYTES) {
-            row[offset::VALUATION_TYPE] = map[row[offset::VALUATION_TYPE] as usize];
+        let mut map = [0u8; 256];
+        for (local, name) in run.valuation_names.iter().enumerate() {
+            map[local] = self.valuations.intern(name).expect("room was checked");
         }
+        remap_rows(&mut run.rows, |id| id, Some(&map));
         Ok(run)
     }
 
     fn write_run(&mut self, src: &RunSource, mut run: ParsedRun) -> Result<()> {
         let run_id = self.next_run_id;
         self.next_run_id = run_id.checked_add(1).context("more than 2^32 runs")?;
-        for row in run.rows.chunks_exact_mut(ROW_BYTES) {
-            set_run_id(row, run_id);
-        }
+        remap_rows(&mut run.rows, |_| run_id, None);
         let first_row = self.shards.position();
         self.shards.write_rows(&run.rows)?;
         let s = &run.sidecar;
@@ -279,16 +322,18 @@ impl Packer {
             max_score: s.score,
             highest_tile: s.max_tile,
             details: RunDetails {
-                source_path: source_path.clone(),
-                rows_path: rel_string(&src.rel_rows),
+                source_path: Some(source_path.clone()),
+                rows_path: Some(rel_string(&src.rel_rows)),
                 depth: s.depth,
                 game_index: s.game_index,
                 num_moves: Some(s.num_moves),
                 max_rank: s.max_rank,
                 sum_tile: s.sum_tile,
                 seconds: s.seconds,
+                source_pack: None,
+                source_run_id: None,
             },
-            first_row,
+            first_row: Some(first_row),
         })?;
         self.record_findings(run_id, &source_path, &rel_string(&src.rel_rows), &run);
         Ok(())
@@ -366,6 +411,7 @@ impl Packer {
         args: &PackArgs,
         found: &Discovery,
         compressed_bytes: u64,
+        full_run_count: usize,
     ) -> Result<Summary> {
         let orphan_examples = found.orphans.iter().map(|p| FindingRecord {
             kind: "orphan_rows_file".into(),
@@ -383,7 +429,7 @@ impl Packer {
         for orphan in &found.orphans {
             self.db.insert_orphan(&rel_string(orphan))?;
         }
-        if self.next_run_id == 0 {
+        if self.next_run_id == 0 && args.partition.is_none() {
             bail!(
                 "no valid runs in {}: all {} runs were invalid and skipped",
                 args.input.display(),
@@ -425,12 +471,19 @@ impl Packer {
         for (k, v) in &session {
             self.db.set_session(k, v)?;
         }
+        if let Some(p) = args.partition {
+            let range = p.range(full_run_count);
+            self.db
+                .set_session("partition", &format!("{}/{}", p.index, p.count))?;
+            self.db
+                .set_session("partition_first_run", &range.start.to_string())?;
+            self.db
+                .set_session("partition_runs", &range.len().to_string())?;
+            self.db
+                .set_session("full_run_count", &full_run_count.to_string())?;
+        }
         self.db.finish()?;
-        sync_file(&self.staging.join(metadata::FILE_NAME))?;
-        let vt = self.staging.join(valuation::FILE_NAME);
-        std::fs::write(&vt, self.valuations.to_json())
-            .with_context(|| format!("writing {}", vt.display()))?;
-        sync_file(&vt)?;
+        write_valuations(&self.staging, &self.valuations)?;
         Ok(Summary {
             runs: self.next_run_id,
             rows,
@@ -440,12 +493,6 @@ impl Packer {
             compressed_bytes,
         })
     }
-}
-
-fn sync_file(path: &Path) -> Result<()> {
-    std::fs::File::open(path)
-        .and_then(|f| f.sync_all())
-        .with_context(|| format!("syncing {}", path.display()))
 }
 
 /// A path relative to the input root as stored in metadata.db: '/'-separated.

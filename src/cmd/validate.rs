@@ -15,10 +15,10 @@ use serde_json::json;
 
 use crate::format::board::{self, LineTables};
 use crate::format::metadata::{self, RowLocation};
-use crate::format::row::{ROW_BYTES, StepRow, padding_is_zero};
+use crate::format::row::{ROW_BYTES, StepRow, legacy_rows_to_aligned, padding_is_zero};
 use crate::format::valuation;
 use crate::ordered::ordered_map;
-use crate::pack_reader::{self, Shard};
+use crate::pack_reader::{self, RunSlots, Shard};
 use crate::progress::{self, thousands};
 
 /// Rows per memory-mapped chunk (6 MiB): small enough that resident memory stays bounded.
@@ -221,45 +221,6 @@ struct ChunkScan {
     bytes: usize,
 }
 
-/// run_id → position in `runs`: a dense table when ids are compact (the normal case),
-/// a hash map otherwise. Memory is proportional to the number of runs either way.
-enum RunSlots {
-    Dense(Vec<u32>),
-    Sparse(HashMap<u32, u32>),
-}
-
-impl RunSlots {
-    fn new(ids: &[u32]) -> RunSlots {
-        let max = ids.iter().copied().max().unwrap_or(0) as usize;
-        if max < ids.len() * 4 + 1024 {
-            let mut v = vec![u32::MAX; max + 1];
-            for (slot, &id) in ids.iter().enumerate() {
-                v[id as usize] = slot as u32;
-            }
-            RunSlots::Dense(v)
-        } else {
-            RunSlots::Sparse(
-                ids.iter()
-                    .enumerate()
-                    .map(|(slot, &id)| (id, slot as u32))
-                    .collect(),
-            )
-        }
-    }
-
-    #[inline]
-    fn get(&self, id: u32) -> Option<u32> {
-        match self {
-            RunSlots::Dense(v) => v.get(id as usize).copied().filter(|&s| s != u32::MAX),
-            RunSlots::Sparse(m) => m.get(&id).copied(),
-        }
-    }
-
-    fn contains_slot(&self, id: u32, slots: &[u32]) -> bool {
-        self.get(id).is_some_and(|s| slots.contains(&s))
-    }
-}
-
 /// Largest nibble of every 16-bit value: four lookups give a board's largest exponent.
 fn max_nibble_table() -> Vec<u8> {
     (0..=u16::MAX)
@@ -298,14 +259,20 @@ fn scan_chunk(
     first_global: u64,
 ) -> Result<ChunkScan> {
     let map = shard.map_rows(start, count)?;
-    let bytes: &[u8] = &map;
+    let converted;
+    let bytes: &[u8] = if shard.row_bytes() == ROW_BYTES {
+        &map
+    } else {
+        converted = legacy_rows_to_aligned(&map);
+        &converted
+    };
     let mut out = ChunkScan {
         segments: Vec::new(),
         by_run: HashMap::new(),
         rows: Default::default(),
         findings: Default::default(),
-        crc: crc32c::crc32c(bytes),
-        bytes: bytes.len(),
+        crc: crc32c::crc32c(&map),
+        bytes: map.len(),
     };
     let at = |i: usize, run: u32| format!("{} row {} (run {run})", shard.name, start + i as u64);
     let mut last_slot: Option<u32> = None;
@@ -430,8 +397,8 @@ fn scan_chunk(
     Ok(out)
 }
 
-/// Everything validate found, for printing.
-struct Report {
+/// Everything validate found.
+pub struct Report {
     pack: PathBuf,
     checks: Vec<Check>,
     findings: Vec<(&'static str, Tally)>,
@@ -443,23 +410,64 @@ struct Report {
 }
 
 impl Report {
-    fn valid(&self) -> bool {
+    pub fn valid(&self) -> bool {
         self.checks.iter().all(|c| c.failures == 0)
     }
+
+    /// The failed checks with their first example, one per line (for other commands' errors).
+    pub fn failures(&self) -> String {
+        self.checks
+            .iter()
+            .filter(|c| c.failures > 0)
+            .map(|c| {
+                format!(
+                    "{}: {}",
+                    c.name,
+                    c.examples.first().map_or("", String::as_str)
+                )
+            })
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
+
+    pub fn rows(&self) -> u64 {
+        self.rows
+    }
+
+    /// Whether the shard checksums were recorded (and so were checked).
+    pub fn has_checksums(&self) -> bool {
+        self.checks
+            .iter()
+            .any(|c| c.name == "shard checksums" && c.ran)
+    }
+}
+
+/// How to check a pack.
+#[derive(Debug, Clone, Copy)]
+pub struct Options {
+    pub deep: bool,
+    pub workers: usize,
+    pub quiet: bool,
+    /// Accept legacy packed 46-byte shards (merge reads them) instead of failing them.
+    pub legacy_ok: bool,
 }
 
 pub fn run(args: &ValidateArgs) -> Result<bool> {
     let started = Instant::now();
-    let workers = args.workers.map_or_else(
-        || std::thread::available_parallelism().map_or(1, |n| n.get()),
-        |w| w as usize,
-    );
     anyhow::ensure!(
         args.pack.is_dir(),
         "{} is not a folder",
         args.pack.display()
     );
-    let report = validate(&args.pack, args.deep, workers, args.quiet)?;
+    let options = Options {
+        deep: args.deep,
+        workers: args
+            .workers
+            .map_or_else(crate::default_workers, |w| w as usize),
+        quiet: args.quiet,
+        legacy_ok: false,
+    };
+    let report = check(&args.pack, &options)?;
     let elapsed = started.elapsed().as_secs_f64();
     if args.json {
         print_json(&report, elapsed);
@@ -470,7 +478,13 @@ pub fn run(args: &ValidateArgs) -> Result<bool> {
 }
 
 /// Runs every check on the pack at `dir`.
-fn validate(dir: &Path, deep: bool, workers: usize, quiet: bool) -> Result<Report> {
+pub fn check(dir: &Path, options: &Options) -> Result<Report> {
+    let Options {
+        deep,
+        workers,
+        quiet,
+        legacy_ok,
+    } = *options;
     let mut checks = Vec::new();
 
     // Structure: shard files and headers.
@@ -479,13 +493,15 @@ fn validate(dir: &Path, deep: bool, workers: usize, quiet: bool) -> Result<Repor
     for p in &listing.problems {
         files.fail(|| p.clone());
     }
-    for name in &listing.legacy {
-        files.fail(|| format!("{name} is a legacy packed 46-byte shard (no padding); `dataset-packer merge` converts it"));
+    if !legacy_ok {
+        for name in &listing.legacy {
+            files.fail(|| format!("{name} is a legacy packed 46-byte shard (no padding); `dataset-packer merge` converts it"));
+        }
     }
     let shards: Vec<Shard> = listing
         .shards
         .into_iter()
-        .filter(|s| !listing.legacy.contains(&s.name))
+        .filter(|s| legacy_ok || !listing.legacy.contains(&s.name))
         .collect();
     checks.push(files);
 
@@ -810,7 +826,7 @@ fn exact_duplicates(slots: &[u32], shards: &[Shard], slot_of: &RunSlots) -> Resu
     let mut steps: BTreeMap<u32, Vec<u32>> = BTreeMap::new();
     for (si, start, count) in pack_reader::chunks(shards, CHUNK_ROWS) {
         let map = shards[si].map_rows(start, count)?;
-        for raw in map.chunks_exact(ROW_BYTES) {
+        for raw in map.chunks_exact(shards[si].row_bytes()) {
             let r = StepRow::from_bytes(raw);
             if slot_of.contains_slot(r.run_id, slots) {
                 steps.entry(r.run_id).or_default().push(r.step_index);

@@ -15,9 +15,9 @@ const SCHEMA: &str = "
 CREATE TABLE runs (id INTEGER PRIMARY KEY, seed BIGINT NOT NULL, steps INT NOT NULL,
                    max_score INT NOT NULL, highest_tile INT NOT NULL);
 CREATE TABLE session (meta_key TEXT PRIMARY KEY, meta_value TEXT NOT NULL);
-CREATE TABLE run_details (run_id INTEGER PRIMARY KEY, source_path TEXT NOT NULL,
-                          rows_path TEXT NOT NULL, depth INT, game_index INT, num_moves INT,
-                          max_rank INT, sum_tile INT, seconds REAL);
+CREATE TABLE run_details (run_id INTEGER PRIMARY KEY, source_path TEXT, rows_path TEXT,
+                          depth INT, game_index INT, num_moves INT, max_rank INT, sum_tile INT,
+                          seconds REAL, source_pack TEXT, source_run_id INT);
 CREATE TABLE run_index (run_id INTEGER PRIMARY KEY, shard INT NOT NULL, row_offset INT NOT NULL,
                         global_row INT NOT NULL);
 CREATE TABLE shards (shard INTEGER PRIMARY KEY, file_name TEXT NOT NULL, rows INT NOT NULL,
@@ -38,21 +38,25 @@ pub struct RunRecord {
     pub max_score: i64,
     pub highest_tile: i64,
     pub details: RunDetails,
-    pub first_row: RowLocation,
+    /// Where the run's rows start; None in a shuffled pack (no run index).
+    pub first_row: Option<RowLocation>,
 }
 
 /// Sidecar facts the loader does not need, kept per run.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct RunDetails {
     /// Sidecar path relative to the input root, '/'-separated.
-    pub source_path: String,
-    pub rows_path: String,
+    pub source_path: Option<String>,
+    pub rows_path: Option<String>,
     pub depth: Option<i64>,
     pub game_index: Option<i64>,
     pub num_moves: Option<i64>,
     pub max_rank: Option<i64>,
     pub sum_tile: Option<i64>,
     pub seconds: Option<f64>,
+    /// For merged packs: the input pack the run came from, and its id there.
+    pub source_pack: Option<String>,
+    pub source_run_id: Option<i64>,
 }
 
 /// Where a run's first row lives (for a run of 0 rows: where it would have started).
@@ -88,6 +92,7 @@ pub struct FindingRecord {
 /// leaves a single self-contained file (journal_mode=DELETE).
 pub struct MetadataWriter {
     conn: Connection,
+    path: std::path::PathBuf,
 }
 
 impl MetadataWriter {
@@ -98,7 +103,10 @@ impl MetadataWriter {
         conn.pragma_update(None, "synchronous", "NORMAL")?;
         conn.execute_batch(SCHEMA)?;
         conn.execute_batch("BEGIN")?;
-        Ok(MetadataWriter { conn })
+        Ok(MetadataWriter {
+            conn,
+            path: path.to_path_buf(),
+        })
     }
 
     pub fn insert_run(&self, r: &RunRecord) -> Result<()> {
@@ -113,11 +121,13 @@ impl MetadataWriter {
         self.conn
             .prepare_cached(
                 "INSERT INTO run_details (run_id, source_path, rows_path, depth, game_index, num_moves,
-                 max_rank, sum_tile, seconds) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)
+                 max_rank, sum_tile, seconds, source_pack, source_run_id)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)
                  ON CONFLICT(run_id) DO UPDATE SET source_path = excluded.source_path,
                  rows_path = excluded.rows_path, depth = excluded.depth, game_index = excluded.game_index,
                  num_moves = excluded.num_moves, max_rank = excluded.max_rank,
-                 sum_tile = excluded.sum_tile, seconds = excluded.seconds",
+                 sum_tile = excluded.sum_tile, seconds = excluded.seconds,
+                 source_pack = excluded.source_pack, source_run_id = excluded.source_run_id",
             )?
             .execute(params![
                 r.run_id,
@@ -128,9 +138,11 @@ impl MetadataWriter {
                 d.num_moves,
                 d.max_rank,
                 d.sum_tile,
-                d.seconds
+                d.seconds,
+                d.source_pack,
+                d.source_run_id
             ])?;
-        let f = &r.first_row;
+        let Some(f) = &r.first_row else { return Ok(()) };
         self.conn
             .prepare_cached(
                 "INSERT INTO run_index (run_id, shard, row_offset, global_row) VALUES (?1, ?2, ?3, ?4)
@@ -216,6 +228,19 @@ impl MetadataWriter {
             .close()
             .map_err(|(_, e)| e)
             .context("closing metadata.db")?;
+        std::fs::File::open(&self.path)
+            .and_then(|f| f.sync_all())
+            .with_context(|| format!("syncing {}", self.path.display()))
+    }
+
+    /// Adds to a finding count (merges sum the counts of their inputs).
+    pub fn add_finding_count(&self, kind: &str, count: u64) -> Result<()> {
+        self.conn
+            .prepare_cached(
+                "INSERT INTO finding_counts (kind, count) VALUES (?1, ?2)
+                 ON CONFLICT(kind) DO UPDATE SET count = count + excluded.count",
+            )?
+            .execute(params![kind, count as i64])?;
         Ok(())
     }
 }
@@ -364,4 +389,135 @@ pub fn read_run_index(conn: &Connection) -> Result<Option<Vec<(i64, RowLocation)
         })?
         .collect::<rusqlite::Result<_>>()?;
     Ok(Some(rows))
+}
+
+/// One row of `runs`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RunRow {
+    pub id: i64,
+    pub seed: i64,
+    pub steps: i64,
+    pub max_score: i64,
+    pub highest_tile: i64,
+}
+
+/// Every row of `runs`, by id.
+pub fn read_runs(conn: &Connection) -> Result<Vec<RunRow>> {
+    let mut stmt =
+        conn.prepare("SELECT id, seed, steps, max_score, highest_tile FROM runs ORDER BY id")?;
+    let rows = stmt
+        .query_map([], |r| {
+            Ok(RunRow {
+                id: r.get(0)?,
+                seed: r.get(1)?,
+                steps: r.get(2)?,
+                max_score: r.get(3)?,
+                highest_tile: r.get(4)?,
+            })
+        })?
+        .collect::<rusqlite::Result<_>>()?;
+    Ok(rows)
+}
+
+/// `run_details` by run id (empty when the pack has no such table).
+pub fn read_run_details(conn: &Connection) -> Result<std::collections::HashMap<i64, RunDetails>> {
+    let mut out = std::collections::HashMap::new();
+    if !has_table(conn, "run_details")? {
+        return Ok(out);
+    }
+    let has_source = conn
+        .prepare("SELECT source_pack, source_run_id FROM run_details LIMIT 0")
+        .is_ok();
+    let sql = if has_source {
+        "SELECT run_id, source_path, rows_path, depth, game_index, num_moves, max_rank, sum_tile, seconds,
+         source_pack, source_run_id FROM run_details"
+    } else {
+        "SELECT run_id, source_path, rows_path, depth, game_index, num_moves, max_rank, sum_tile, seconds,
+         NULL, NULL FROM run_details"
+    };
+    let mut stmt = conn.prepare(sql)?;
+    let rows = stmt.query_map([], |r| {
+        Ok((
+            r.get::<_, i64>(0)?,
+            RunDetails {
+                source_path: r.get(1)?,
+                rows_path: r.get(2)?,
+                depth: r.get(3)?,
+                game_index: r.get(4)?,
+                num_moves: r.get(5)?,
+                max_rank: r.get(6)?,
+                sum_tile: r.get(7)?,
+                seconds: r.get(8)?,
+                source_pack: r.get(9)?,
+                source_run_id: r.get(10)?,
+            },
+        ))
+    })?;
+    for row in rows {
+        let (id, d) = row?;
+        out.insert(id, d);
+    }
+    Ok(out)
+}
+
+/// Rows of a two-column text/int table if it exists (session, finding_counts, skipped_runs, …).
+fn read_pairs<T: rusqlite::types::FromSql>(
+    conn: &Connection,
+    table: &str,
+    a: &str,
+    b: &str,
+) -> Result<Vec<(String, T)>> {
+    if !has_table(conn, table)? {
+        return Ok(Vec::new());
+    }
+    let mut stmt = conn.prepare(&format!("SELECT {a}, {b} FROM {table} ORDER BY {a}"))?;
+    let rows = stmt
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?
+        .collect::<rusqlite::Result<_>>()?;
+    Ok(rows)
+}
+
+pub fn read_session(conn: &Connection) -> Result<Vec<(String, String)>> {
+    read_pairs(conn, "session", "meta_key", "meta_value")
+}
+
+pub fn read_finding_counts(conn: &Connection) -> Result<Vec<(String, i64)>> {
+    read_pairs(conn, "finding_counts", "kind", "count")
+}
+
+pub fn read_skipped(conn: &Connection) -> Result<Vec<(String, String)>> {
+    read_pairs(conn, "skipped_runs", "source_path", "reason")
+}
+
+pub fn read_orphans(conn: &Connection) -> Result<Vec<String>> {
+    if !has_table(conn, "orphan_rows_files")? {
+        return Ok(Vec::new());
+    }
+    let mut stmt = conn.prepare("SELECT path FROM orphan_rows_files ORDER BY path")?;
+    let rows = stmt
+        .query_map([], |r| r.get(0))?
+        .collect::<rusqlite::Result<_>>()?;
+    Ok(rows)
+}
+
+pub fn read_findings(conn: &Connection) -> Result<Vec<FindingRecord>> {
+    if !has_table(conn, "findings")? {
+        return Ok(Vec::new());
+    }
+    let mut stmt = conn.prepare(
+        "SELECT kind, run_id, source_path, line, step_index, detail FROM findings ORDER BY rowid",
+    )?;
+    let rows = stmt
+        .query_map([], |r| {
+            Ok(FindingRecord {
+                kind: r.get(0)?,
+                run_id: r.get(1)?,
+                source_path: r.get(2)?,
+                line: r.get::<_, Option<i64>>(3)?.map(|v| v as u64),
+                step_index: r.get::<_, Option<i64>>(4)?.map(|v| v as u64),
+                detail: r.get(5)?,
+            })
+        })?
+        .collect::<rusqlite::Result<_>>()?;
+    Ok(rows)
 }

@@ -98,9 +98,33 @@ pub fn legacy_to_aligned(legacy: &[u8], out: &mut [u8]) {
     out[28..48].copy_from_slice(&legacy[26..46]);
 }
 
-/// Overwrites the `run_id` column of a 48-byte row in place.
-pub fn set_run_id(row: &mut [u8], run_id: u32) {
-    row[offset::RUN_ID..offset::RUN_ID + 4].copy_from_slice(&run_id.to_le_bytes());
+/// Converts a buffer of legacy 46-byte rows into 48-byte rows.
+pub fn legacy_rows_to_aligned(legacy: &[u8]) -> Vec<u8> {
+    let rows = legacy.len() / LEGACY_ROW_BYTES;
+    let mut out = vec![0u8; rows * ROW_BYTES];
+    for (src, dst) in legacy
+        .chunks_exact(LEGACY_ROW_BYTES)
+        .zip(out.chunks_exact_mut(ROW_BYTES))
+    {
+        legacy_to_aligned(src, dst);
+    }
+    out
+}
+
+/// Rewrites the `run_id` and `valuation_type` columns of every 48-byte row in `rows`:
+/// `run_id` through `run_ids`, `valuation_type` through `valuations` (a full byte map) when given.
+pub fn remap_rows(
+    rows: &mut [u8],
+    mut run_ids: impl FnMut(u32) -> u32,
+    valuations: Option<&[u8; 256]>,
+) {
+    for row in rows.chunks_exact_mut(ROW_BYTES) {
+        let id = u32::from_le_bytes(row[offset::RUN_ID..offset::RUN_ID + 4].try_into().unwrap());
+        row[offset::RUN_ID..offset::RUN_ID + 4].copy_from_slice(&run_ids(id).to_le_bytes());
+        if let Some(map) = valuations {
+            row[offset::VALUATION_TYPE] = map[row[offset::VALUATION_TYPE] as usize];
+        }
+    }
 }
 
 #[cfg(test)]

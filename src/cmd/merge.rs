@@ -1,0 +1,580 @@
+//! `merge`: packs → one pack. The story: refuse unsafe requests up front, validate every input
+//! (structure, checksums, consistency), unify valuation names, stream every input's rows in
+//! chunks with run ids and valuation ids remapped in place (legacy 46-byte rows converted),
+//! write metadata for the renumbered runs, publish atomically, and only then, if asked and the
+//! published output re-validates, delete the inputs.
+
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use anyhow::{Context, Result, bail};
+use clap::Args;
+use serde_json::json;
+
+use crate::UsageError;
+use crate::cmd::validate;
+use crate::format::metadata::{
+    self, FindingRecord, MetadataWriter, RowLocation, RunDetails, RunRecord, RunRow,
+};
+use crate::format::row::{LEGACY_ROW_BYTES, ROW_BYTES, legacy_to_aligned, remap_rows};
+use crate::format::valuation::ValuationTable;
+use crate::pack_dir::{OutputDir, is_pack_file, write_valuations};
+use crate::pack_reader::{self, RunSlots, Shard};
+use crate::progress::{self, thousands};
+use crate::shard_writer::ShardWriter;
+
+/// Rows copied per read (≈ 4 MiB).
+const COPY_ROWS: usize = 87_381;
+
+#[derive(Args, Debug)]
+#[command(after_help = "Examples:
+  dataset-packer merge --left packs/d6 --right packs/d7 --output packs/d6d7
+  dataset-packer merge --input part-0 --input part-1 --input part-2 --output packs/all --shard-rows 10000000
+  dataset-packer merge --left old --right new --output merged --overwrite --delete-inputs")]
+pub struct MergeArgs {
+    /// First input pack (with --right).
+    #[arg(
+        long,
+        value_name = "PACK",
+        requires = "right",
+        conflicts_with = "inputs"
+    )]
+    pub left: Option<PathBuf>,
+    /// Second input pack (with --left).
+    #[arg(long, value_name = "PACK", requires = "left")]
+    pub right: Option<PathBuf>,
+    /// Input packs, in order (repeat for N-way merges).
+    #[arg(long = "input", value_name = "PACK")]
+    pub inputs: Vec<PathBuf>,
+    /// Folder to write the merged pack into.
+    #[arg(long, value_name = "PACK_DIR")]
+    pub output: PathBuf,
+    /// Rows per output shard; without it, one steps.npy.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    pub shard_rows: Option<u64>,
+    /// Replace a pack already in the output folder.
+    #[arg(long)]
+    pub overwrite: bool,
+    /// Delete the input packs' files once the output is published and re-validated.
+    #[arg(long)]
+    pub delete_inputs: bool,
+    /// Threads for validating inputs [default: all cores].
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..=1024))]
+    pub workers: Option<u64>,
+    /// No progress bar.
+    #[arg(long)]
+    pub quiet: bool,
+    /// Print the summary as JSON on stdout.
+    #[arg(long)]
+    pub json: bool,
+}
+
+impl MergeArgs {
+    fn input_list(&self) -> Result<Vec<PathBuf>> {
+        let list: Vec<PathBuf> = match (&self.left, &self.right) {
+            (Some(l), Some(r)) => vec![l.clone(), r.clone()],
+            _ => self.inputs.clone(),
+        };
+        if list.is_empty() {
+            return Err(UsageError(
+                "name the inputs with --left A --right B, or --input A --input B …".into(),
+            )
+            .into());
+        }
+        Ok(list)
+    }
+}
+
+/// One input pack, validated and read.
+struct Source {
+    path: PathBuf,
+    shards: Vec<Shard>,
+    runs: Vec<RunRow>,
+    details: std::collections::HashMap<i64, RunDetails>,
+    valuations: ValuationTable,
+    session: Vec<(String, String)>,
+    conn: rusqlite::Connection,
+    shuffled: bool,
+}
+
+impl Source {
+    fn open(path: &Path, options: &validate::Options) -> Result<Source> {
+        let report = validate::check(path, options)?;
+        if !report.valid() {
+            bail!(
+                "input {} is not a valid pack; nothing was written:\n{}",
+                path.display(),
+                report.failures()
+            );
+        }
+        let conn = metadata::open_read_only(&path.join(metadata::FILE_NAME))?;
+        let session = metadata::read_session(&conn)?;
+        let shuffled = session.iter().any(|(k, v)| k == "shuffled" && v == "true");
+        Ok(Source {
+            path: path.to_path_buf(),
+            shards: pack_reader::open_shards(path, true)?,
+            runs: metadata::read_runs(&conn)?,
+            details: metadata::read_run_details(&conn)?,
+            valuations: pack_reader::read_valuations(path)?,
+            session,
+            conn,
+            shuffled,
+        })
+    }
+
+    fn rows(&self) -> u64 {
+        self.shards.iter().map(|s| s.header.rows).sum()
+    }
+}
+
+pub fn run(args: &MergeArgs) -> Result<()> {
+    let started = Instant::now();
+    let inputs = args.input_list()?;
+    refuse_unsafe(&inputs, &args.output, args.delete_inputs)?;
+    let options = validate::Options {
+        deep: false,
+        workers: args
+            .workers
+            .map_or_else(crate::default_workers, |w| w as usize),
+        quiet: args.quiet,
+        legacy_ok: true,
+    };
+    let sources: Vec<Source> = inputs
+        .iter()
+        .map(|p| Source::open(p, &options))
+        .collect::<Result<_>>()?;
+    let valuations = unify_valuations(&sources)?;
+
+    let out = OutputDir::open(&args.output, args.overwrite)?;
+    let staging = out.begin_staging()?;
+    let summary = write_merged(&sources, &valuations, &staging, args)?;
+    out.publish()?;
+
+    let deleted = if args.delete_inputs {
+        delete_inputs(&sources, &args.output, &options)?
+    } else {
+        Vec::new()
+    };
+    summary.print(args, &deleted, started.elapsed().as_secs_f64());
+    Ok(())
+}
+
+/// Duplicate inputs, an output that is an input, and (with --delete-inputs) an output inside or
+/// around an input are refused before anything is read.
+fn refuse_unsafe(inputs: &[PathBuf], output: &Path, delete: bool) -> Result<()> {
+    let canon =
+        |p: &Path| std::fs::canonicalize(p).with_context(|| format!("input {}", p.display()));
+    let canon_inputs: Vec<PathBuf> = inputs.iter().map(|p| canon(p)).collect::<Result<_>>()?;
+    for (i, a) in canon_inputs.iter().enumerate() {
+        if canon_inputs[..i].contains(a) {
+            return Err(UsageError(format!(
+                "{} is given twice as an input",
+                inputs[i].display()
+            ))
+            .into());
+        }
+    }
+    // The output may not exist yet: resolve its nearest existing ancestor.
+    let out = resolve_maybe_missing(output)?;
+    for (given, input) in inputs.iter().zip(&canon_inputs) {
+        if &out == input {
+            return Err(
+                UsageError(format!("the output {} is also an input", output.display())).into(),
+            );
+        }
+        if delete && out.starts_with(input) {
+            return Err(UsageError(format!(
+                "--delete-inputs: the output {} is inside the input {}",
+                output.display(),
+                given.display()
+            ))
+            .into());
+        }
+        if delete && input.starts_with(&out) {
+            return Err(UsageError(format!(
+                "--delete-inputs: the output {} contains the input {}",
+                output.display(),
+                given.display()
+            ))
+            .into());
+        }
+    }
+    Ok(())
+}
+
+fn resolve_maybe_missing(path: &Path) -> Result<PathBuf> {
+    let abs = std::path::absolute(path)?;
+    let mut existing = abs.as_path();
+    let mut rest = Vec::new();
+    while !existing.exists() {
+        rest.push(
+            existing
+                .file_name()
+                .context("no existing ancestor")?
+                .to_owned(),
+        );
+        existing = existing.parent().context("no existing ancestor")?;
+    }
+    let mut out = std::fs::canonicalize(existing)?;
+    for part in rest.into_iter().rev() {
+        out.push(part);
+    }
+    Ok(out)
+}
+
+/// The output's valuation table: the standard names, then every input's names in input order
+/// (each input lists its names in first-appearance order, so this is first appearance overall).
+fn unify_valuations(sources: &[Source]) -> Result<ValuationTable> {
+    let mut table = ValuationTable::new();
+    for s in sources {
+        for name in s.valuations.names() {
+            table
+                .intern(name)
+                .with_context(|| format!("merging the valuation names of {}", s.path.display()))?;
+        }
+    }
+    Ok(table)
+}
+
+/// Per-input id maps: input valuation id → output id (None when identical).
+fn valuation_map(from: &ValuationTable, to: &ValuationTable) -> Option<[u8; 256]> {
+    let mut map = [0u8; 256];
+    let mut identity = true;
+    for (id, name) in from.names().iter().enumerate() {
+        map[id] = to.id(name).expect("every name was unified");
+        identity &= map[id] as usize == id;
+    }
+    (!identity).then_some(map)
+}
+
+/// Tracks where each output run starts while rows stream by (runs are contiguous in
+/// unshuffled packs), giving runs without rows the position where they would have started.
+struct RunStarts {
+    /// Output ids in order, and the location found for each.
+    ids: Vec<u32>,
+    locations: Vec<Option<RowLocation>>,
+    next: usize,
+}
+
+impl RunStarts {
+    fn observe(&mut self, writer: &ShardWriter, rows: &[u8], first_global: u64) {
+        let mut last = None;
+        for (i, row) in rows.chunks_exact(ROW_BYTES).enumerate() {
+            let id = u32::from_le_bytes(row[..4].try_into().unwrap());
+            if last == Some(id) {
+                continue;
+            }
+            last = Some(id);
+            // Runs before this one that have not been seen had no rows.
+            while self.next < self.ids.len() && self.ids[self.next] <= id {
+                if self.locations[self.next].is_none() {
+                    self.locations[self.next] = Some(writer.location_of(first_global + i as u64));
+                }
+                self.next += 1;
+            }
+        }
+    }
+
+    fn finish(mut self, writer: &ShardWriter) -> Vec<RowLocation> {
+        let end = writer.location_of(writer.total_rows());
+        for loc in &mut self.locations {
+            loc.get_or_insert(end);
+        }
+        self.locations
+            .into_iter()
+            .map(|l| l.expect("filled"))
+            .collect()
+    }
+}
+
+struct Summary {
+    inputs: Vec<(PathBuf, usize, u64)>,
+    runs: u64,
+    rows: u64,
+    shards: usize,
+    bytes: u64,
+}
+
+fn write_merged(
+    sources: &[Source],
+    valuations: &ValuationTable,
+    staging: &Path,
+    args: &MergeArgs,
+) -> Result<Summary> {
+    let mut writer = ShardWriter::new(staging, args.shard_rows);
+    let db = MetadataWriter::create(&staging.join(metadata::FILE_NAME))?;
+    let total_rows: u64 = sources.iter().map(Source::rows).sum();
+    let bar = progress::rows_bar(total_rows, args.quiet, "merge");
+    let shuffled = sources.iter().any(|s| s.shuffled);
+    let mut next_id: u64 = 0;
+    let mut inputs = Vec::new();
+    let mut raw = vec![0u8; COPY_ROWS * ROW_BYTES];
+    let mut rows = vec![0u8; COPY_ROWS * ROW_BYTES];
+
+    for src in sources {
+        let offset = u32::try_from(next_id).context("more than 2^32 runs")?;
+        let old_ids: Vec<u32> = src.runs.iter().map(|r| r.id as u32).collect();
+        let slots = RunSlots::new(&old_ids);
+        let new_id = |old: u32| -> u32 {
+            offset
+                + slots
+                    .get(old)
+                    .expect("validated: every row's run is in runs")
+        };
+        let vmap = valuation_map(&src.valuations, valuations);
+        let mut starts = RunStarts {
+            ids: (0..old_ids.len() as u32).map(|k| offset + k).collect(),
+            locations: vec![None; old_ids.len()],
+            next: 0,
+        };
+
+        for shard in &src.shards {
+            let rb = shard.row_bytes();
+            let file = std::fs::File::open(&shard.path)
+                .with_context(|| format!("opening {}", shard.path.display()))?;
+            let mut done = 0u64;
+            while done < shard.header.rows {
+                let n_rows = (shard.header.rows - done).min(COPY_ROWS as u64) as usize;
+                let at = shard.header.data_offset as u64 + done * rb as u64;
+                let out = &mut rows[..n_rows * ROW_BYTES];
+                if rb == ROW_BYTES {
+                    file.read_exact_at(out, at)
+                        .with_context(|| format!("reading {}", shard.path.display()))?;
+                } else {
+                    let src_bytes = &mut raw[..n_rows * LEGACY_ROW_BYTES];
+                    file.read_exact_at(src_bytes, at)
+                        .with_context(|| format!("reading {}", shard.path.display()))?;
+                    for (s, d) in src_bytes
+                        .chunks_exact(LEGACY_ROW_BYTES)
+                        .zip(out.chunks_exact_mut(ROW_BYTES))
+                    {
+                        legacy_to_aligned(s, d);
+                    }
+                }
+                remap_rows(out, new_id, vmap.as_ref());
+                if !shuffled {
+                    starts.observe(&writer, out, writer.total_rows());
+                }
+                writer.write_rows(out)?;
+                done += n_rows as u64;
+                bar.inc(n_rows as u64);
+            }
+        }
+
+        let locations = if shuffled {
+            Vec::new()
+        } else {
+            starts.finish(&writer)
+        };
+        let source_pack = std::fs::canonicalize(&src.path)
+            .unwrap_or_else(|_| src.path.clone())
+            .display()
+            .to_string();
+        for (k, run) in src.runs.iter().enumerate() {
+            let mut details = src.details.get(&run.id).cloned().unwrap_or_default();
+            details.source_pack = Some(source_pack.clone());
+            details.source_run_id = Some(run.id);
+            db.insert_run(&RunRecord {
+                run_id: offset + k as u32,
+                seed: run.seed as u32,
+                steps: run.steps as u64,
+                max_score: run.max_score,
+                highest_tile: run.highest_tile,
+                details,
+                first_row: locations.get(k).copied(),
+            })?;
+        }
+        carry_over_findings(&db, src, &new_id)?;
+        next_id += src.runs.len() as u64;
+        inputs.push((src.path.clone(), src.runs.len(), src.rows()));
+    }
+    bar.finish_and_clear();
+
+    let rows_written = writer.total_rows();
+    let shards = writer.finish()?;
+    for shard in &shards {
+        db.insert_shard(shard)?;
+    }
+    write_session(
+        &db,
+        sources,
+        args,
+        rows_written,
+        next_id,
+        shards.len(),
+        shuffled,
+    )?;
+    db.finish()?;
+    write_valuations(staging, valuations)?;
+    Ok(Summary {
+        inputs,
+        runs: next_id,
+        rows: rows_written,
+        shards: shards.len(),
+        bytes: shards.iter().map(|s| s.bytes).sum(),
+    })
+}
+
+/// Findings, skipped runs and orphans of an input, with run ids renumbered.
+fn carry_over_findings(
+    db: &MetadataWriter,
+    src: &Source,
+    new_id: &dyn Fn(u32) -> u32,
+) -> Result<()> {
+    for (kind, count) in metadata::read_finding_counts(&src.conn)? {
+        db.add_finding_count(&kind, count as u64)?;
+    }
+    for f in metadata::read_findings(&src.conn)? {
+        db.insert_finding(&FindingRecord {
+            run_id: f.run_id.map(new_id),
+            ..f
+        })?;
+    }
+    for (path, reason) in metadata::read_skipped(&src.conn)? {
+        db.insert_skipped(&path, &reason)?;
+    }
+    for path in metadata::read_orphans(&src.conn)? {
+        db.insert_orphan(&path)?;
+    }
+    Ok(())
+}
+
+fn write_session(
+    db: &MetadataWriter,
+    sources: &[Source],
+    args: &MergeArgs,
+    rows: u64,
+    runs: u64,
+    shards: usize,
+    shuffled: bool,
+) -> Result<()> {
+    let paths: Vec<String> = sources
+        .iter()
+        .map(|s| {
+            std::fs::canonicalize(&s.path)
+                .unwrap_or_else(|_| s.path.clone())
+                .display()
+                .to_string()
+        })
+        .collect();
+    let facts = [
+        ("format_version", metadata::FORMAT_VERSION.to_string()),
+        (
+            "tool",
+            format!("dataset-packer {}", env!("CARGO_PKG_VERSION")),
+        ),
+        ("command", "merge".to_string()),
+        ("inputs", serde_json::to_string(&paths)?),
+        (
+            "shard_rows",
+            args.shard_rows.map_or("none".into(), |n| n.to_string()),
+        ),
+        ("total_rows", rows.to_string()),
+        ("total_runs", runs.to_string()),
+        ("shard_count", shards.to_string()),
+        ("checksum", "crc32c".to_string()),
+        ("shuffled", shuffled.to_string()),
+    ];
+    for (k, v) in facts {
+        db.set_session(k, &v)?;
+    }
+    for (i, s) in sources.iter().enumerate() {
+        for (k, v) in &s.session {
+            db.set_session(&format!("input.{i}.{k}"), v)?;
+        }
+    }
+    Ok(())
+}
+
+/// Deletes the inputs' pack files, but only after the published output re-validates with its
+/// checksums. Returns (input, files deleted, bytes freed).
+fn delete_inputs(
+    sources: &[Source],
+    output: &Path,
+    options: &validate::Options,
+) -> Result<Vec<(PathBuf, usize, u64)>> {
+    let report = validate::check(
+        output,
+        &validate::Options {
+            legacy_ok: false,
+            ..*options
+        },
+    )?;
+    if !report.valid() || !report.has_checksums() {
+        bail!(
+            "the merged pack in {} did not re-validate; no input was deleted:\n{}",
+            output.display(),
+            report.failures()
+        );
+    }
+    let mut deleted = Vec::new();
+    for s in sources {
+        let mut files = 0;
+        let mut bytes = 0;
+        let mut names: Vec<String> = std::fs::read_dir(&s.path)?
+            .filter_map(|e| e.ok())
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .filter(|n| is_pack_file(n))
+            .collect();
+        names.sort();
+        for name in names {
+            let p = s.path.join(&name);
+            bytes += std::fs::metadata(&p).map(|m| m.len()).unwrap_or(0);
+            std::fs::remove_file(&p).with_context(|| format!("deleting {}", p.display()))?;
+            files += 1;
+        }
+        let _ = std::fs::remove_dir(&s.path); // only if nothing else is left in it
+        deleted.push((s.path.clone(), files, bytes));
+    }
+    Ok(deleted)
+}
+
+impl Summary {
+    fn print(&self, args: &MergeArgs, deleted: &[(PathBuf, usize, u64)], elapsed: f64) {
+        let mbps = self.bytes as f64 / 1e6 / elapsed.max(1e-9);
+        if args.json {
+            let doc = json!({
+                "output": args.output.display().to_string(),
+                "runs": self.runs,
+                "rows": self.rows,
+                "shards": self.shards,
+                "bytes": self.bytes,
+                "inputs": self.inputs.iter().map(|(p, runs, rows)| json!({"path": p.display().to_string(), "runs": runs, "rows": rows})).collect::<Vec<_>>(),
+                "deleted": deleted.iter().map(|(p, files, bytes)| json!({"path": p.display().to_string(), "files": files, "bytes": bytes})).collect::<Vec<_>>(),
+                "elapsed_s": elapsed,
+                "mb_per_s": mbps,
+            });
+            println!("{doc}");
+            return;
+        }
+        println!(
+            "merged {} inputs: {} runs, {} rows into {} shard{} in {}",
+            self.inputs.len(),
+            thousands(self.runs),
+            thousands(self.rows),
+            self.shards,
+            if self.shards == 1 { "" } else { "s" },
+            args.output.display()
+        );
+        let mut first = 0u64;
+        for (p, runs, rows) in &self.inputs {
+            let last = (first + *runs as u64).saturating_sub(1);
+            println!(
+                "  {}: {} runs (now {first}..={last}), {} rows",
+                p.display(),
+                thousands(*runs as u64),
+                thousands(*rows)
+            );
+            first += *runs as u64;
+        }
+        for (p, files, bytes) in deleted {
+            println!(
+                "  deleted {}: {files} files, {:.1} MB",
+                p.display(),
+                *bytes as f64 / 1e6
+            );
+        }
+        println!("  elapsed {elapsed:.2} s, {mbps:.0} MB/s written");
+    }
+}
