@@ -64,19 +64,6 @@ fn at(row: u64, col: u64) -> u64 {
     384 + row * 48 + col
 }
 
-/// An .npy header (format 1.0, padded to 64 bytes) for a 1-d array with this descr.
-fn npy_header(descr: &str, rows: usize) -> Vec<u8> {
-    let mut dict = format!("{{'descr': {descr}, 'fortran_order': False, 'shape': ({rows},), }}");
-    while !(10 + dict.len() + 1).is_multiple_of(64) {
-        dict.push(' ');
-    }
-    dict.push('\n');
-    let mut out = b"\x93NUMPY\x01\x00".to_vec();
-    out.extend_from_slice(&(dict.len() as u16).to_le_bytes());
-    out.extend_from_slice(dict.as_bytes());
-    out
-}
-
 fn sql(pack: &Path, statement: &str) {
     rusqlite::Connection::open(pack.join("metadata.db"))
         .unwrap()
@@ -199,16 +186,7 @@ fn header_of_another_dtype() {
 fn legacy_packed_shard() {
     let t = tempfile::tempdir().unwrap();
     let p = fresh_pack(t.path(), "p");
-    let shard = p.join("steps-00004.npy");
-    let b = std::fs::read(&shard).unwrap();
-    let rows = (b.len() - 384) / 48;
-    let descr = "[('run_id', '<u4'), ('step_index', '<u4'), ('board', '<u8'), ('board_eval', '<i4'), ('tile_65536_mask', '<u2'), ('move_dir', '|u1'), ('valuation_type', '|u1'), ('ev_legal', '|u1'), ('max_rank', '|u1'), ('seed', '<u4'), ('branch_evs', '<f4', (4,))]";
-    let mut out = npy_header(descr, rows);
-    for row in b[384..].chunks_exact(48) {
-        out.extend_from_slice(&row[..26]);
-        out.extend_from_slice(&row[28..]);
-    }
-    std::fs::write(&shard, out).unwrap();
+    make_legacy_shard(&p.join("steps-00004.npy"));
     assert_caught(
         &p,
         "shard files and headers",

@@ -136,3 +136,68 @@ pub fn write_gz(path: &Path, content: &[u8]) {
     e.write_all(content).unwrap();
     std::fs::write(path, e.finish().unwrap()).unwrap();
 }
+
+/// Every row of a pack (spec layout), shards concatenated in order, as 48-byte arrays.
+pub fn read_rows(pack: &Path) -> Vec<[u8; 48]> {
+    let mut shards: Vec<String> = names(pack)
+        .into_iter()
+        .filter(|n| n.starts_with("steps"))
+        .collect();
+    shards.sort();
+    let mut rows = Vec::new();
+    for name in shards {
+        let bytes = std::fs::read(pack.join(name)).unwrap();
+        for row in bytes[384..].chunks_exact(48) {
+            rows.push(row.try_into().unwrap());
+        }
+    }
+    rows
+}
+
+/// The `runs` table as tuples, by id.
+pub fn runs_table(pack: &Path) -> Vec<(i64, i64, i64, i64, i64)> {
+    db(pack)
+        .prepare("SELECT id, seed, steps, max_score, highest_tile FROM runs ORDER BY id")
+        .unwrap()
+        .query_map([], |r| {
+            Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?))
+        })
+        .unwrap()
+        .map(Result::unwrap)
+        .collect()
+}
+
+/// Shards and valuation_types.json of a pack, byte for byte.
+pub fn pack_bytes(pack: &Path) -> Vec<(String, Vec<u8>)> {
+    files(pack, |n| {
+        n.starts_with("steps") || n == "valuation_types.json"
+    })
+}
+
+/// An .npy header (format 1.0, padded to 64 bytes) for a 1-d array with this descr.
+pub fn npy_header(descr: &str, rows: usize) -> Vec<u8> {
+    let mut dict = format!("{{'descr': {descr}, 'fortran_order': False, 'shape': ({rows},), }}");
+    while !(10 + dict.len() + 1).is_multiple_of(64) {
+        dict.push(' ');
+    }
+    dict.push('\n');
+    let mut out = b"\x93NUMPY\x01\x00".to_vec();
+    out.extend_from_slice(&(dict.len() as u16).to_le_bytes());
+    out.extend_from_slice(dict.as_bytes());
+    out
+}
+
+/// Rewrites a shard of this tool into the legacy packed 46-byte layout an older tool wrote.
+pub fn make_legacy_shard(path: &Path) {
+    let b = std::fs::read(path).unwrap();
+    let rows = (b.len() - 384) / 48;
+    let descr = "[('run_id', '<u4'), ('step_index', '<u4'), ('board', '<u8'), ('board_eval', '<i4'), \
+        ('tile_65536_mask', '<u2'), ('move_dir', '|u1'), ('valuation_type', '|u1'), ('ev_legal', '|u1'), \
+        ('max_rank', '|u1'), ('seed', '<u4'), ('branch_evs', '<f4', (4,))]";
+    let mut out = npy_header(descr, rows);
+    for row in b[384..].chunks_exact(48) {
+        out.extend_from_slice(&row[..26]);
+        out.extend_from_slice(&row[28..]);
+    }
+    std::fs::write(path, out).unwrap();
+}
