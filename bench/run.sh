@@ -12,6 +12,8 @@
 #   BENCH_THREADS=2          floor threads and `pack --workers`
 #   BENCH_REPEAT=1           runs of each measurement; the fastest is reported (RSS: the largest)
 #   BENCH_GEN_THREADS=nproc  threads for corpus generation (output does not depend on it)
+#   BENCH_LAYOUT=members:10  gzip layout of the corpus: members:N, flush:N or stream (bench/README.md);
+#                            another layout than the default gets its own corpus-4m-<layout> folder
 #   EXTRA_PACK_ARGS=""       extra arguments appended to the pack command line (word-split)
 #   CARGO_TARGET_DIR         honoured when locating the built binaries
 #   PACKER=path              pack binary to measure (default: $CARGO_TARGET_DIR/release/dataset-packer)
@@ -24,7 +26,7 @@ MODE=${1:-all}
 case "$MODE" in
   all | pack | floor | corpus) ;;
   -h | --help)
-    sed -n '2,19p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
+    sed -n '2,21p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
     exit 0
     ;;
   *)
@@ -37,6 +39,8 @@ BENCH_DIR=${BENCH_DIR:-target/bench}
 BENCH_THREADS=${BENCH_THREADS:-2}
 BENCH_REPEAT=${BENCH_REPEAT:-1}
 BENCH_GEN_THREADS=${BENCH_GEN_THREADS:-$(nproc)}
+DEFAULT_LAYOUT=members:10 # keep in step with DEFAULT_LAYOUT in examples/bench_corpus.rs
+BENCH_LAYOUT=${BENCH_LAYOUT:-$DEFAULT_LAYOUT}
 EXTRA_PACK_ARGS=${EXTRA_PACK_ARGS:-}
 TARGET_DIR=${CARGO_TARGET_DIR:-target}
 BIN_DIR="$TARGET_DIR/release"
@@ -81,12 +85,22 @@ if [[ "${BENCH_2X:-0}" == 1 ]]; then
   corpora+=("8m:400")
 fi
 
+# The corpus folder of a corpus name (4m, 8m) in the chosen layout.
+corpus_dir() {
+  if [[ "$BENCH_LAYOUT" == "$DEFAULT_LAYOUT" ]]; then
+    echo "$BENCH_DIR/corpus-$1"
+  else
+    echo "$BENCH_DIR/corpus-$1-${BENCH_LAYOUT//:/}"
+  fi
+}
+
 for spec in "${corpora[@]}"; do
   name=${spec%%:*} runs=${spec##*:}
-  dir="$BENCH_DIR/corpus-$name"
-  log "corpus $dir: $runs runs x $ROWS_PER_RUN rows (generated once; reused when complete)"
+  dir=$(corpus_dir "$name")
+  log "corpus $dir: $runs runs x $ROWS_PER_RUN rows, layout $BENCH_LAYOUT (generated once; reused when complete)"
   start=$(date +%s.%N)
-  "$CORPUS_GEN" --out "$dir" --runs "$runs" --rows-per-run "$ROWS_PER_RUN" --threads "$BENCH_GEN_THREADS" >&2
+  "$CORPUS_GEN" --out "$dir" --runs "$runs" --rows-per-run "$ROWS_PER_RUN" --threads "$BENCH_GEN_THREADS" \
+    --layout "$BENCH_LAYOUT" >&2
   log "corpus $dir ready in $(calc %.1f "$(date +%s.%N) - $start") s ($(du -sh "$dir" | cut -f1))"
 done
 if [[ "$MODE" == corpus ]]; then exit 0; fi
@@ -121,7 +135,7 @@ status=0
 
 for spec in "${corpora[@]}"; do
   name=${spec%%:*}
-  dir="$BENCH_DIR/corpus-$name"
+  dir=$(corpus_dir "$name")
   warm "$dir"
 
   best=""
@@ -204,6 +218,13 @@ report="$BENCH_DIR/results-$STAMP.txt"
   if [[ $commit != none ]] && ! git diff --quiet HEAD -- 2>/dev/null; then commit="$commit (dirty)"; fi
   echo "build: $(rustc -V 2>/dev/null || echo 'rustc ?'), commit $commit, packer $PACKER"
   echo "threads: floor $BENCH_THREADS, pack --workers $BENCH_THREADS${EXTRA_PACK_ARGS:+, EXTRA_PACK_ARGS='$EXTRA_PACK_ARGS'}; repeat $BENCH_REPEAT"
+  for spec in "${corpora[@]}"; do
+    n=${spec%%:*}
+    totals=$(sed -n 2p "$(corpus_dir "$n")/.complete" 2>/dev/null || true)
+    echo "corpus-$n: $(corpus_dir "$n"), layout $(sed -nE 's/.*"layout":"([^"]*)".*/\1/p' <<<"$totals")," \
+      "$(json_num "$totals" json_bytes_per_row) JSON bytes/row, gzip ratio $(json_num "$totals" ratio)," \
+      "$(json_num "$totals" tuple_rows_pct)% tuple rows"
+  done
   if [[ -n "$pack_note" ]]; then echo "pack: NOT MEASURED: $pack_note"; fi
   echo
   fmt="%-10s %10s %9s %9s %12s %10s %10s %12s %10s %8s %14s\n"

@@ -14,9 +14,7 @@ use serde_json::json;
 
 use crate::UsageError;
 use crate::cmd::validate;
-use crate::format::metadata::{
-    self, FindingRecord, MetadataWriter, RowLocation, RunDetails, RunRecord, RunRow,
-};
+use crate::format::metadata::{self, MetadataWriter, RowLocation, RunDetails, RunRecord, RunRow};
 use crate::format::row::{LEGACY_ROW_BYTES, ROW_BYTES, legacy_to_aligned, remap_rows};
 use crate::format::valuation::ValuationTable;
 use crate::pack_dir::{OutputDir, is_pack_file, write_valuations};
@@ -385,7 +383,7 @@ fn write_merged(
                 first_row: locations.get(k).copied(),
             })?;
         }
-        carry_over_findings(&db, src, &new_id)?;
+        metadata::copy_findings(&db, &src.conn, &new_id)?;
         next_id += src.runs.len() as u64;
         inputs.push((src.path.clone(), src.runs.len(), src.rows()));
     }
@@ -414,30 +412,6 @@ fn write_merged(
         shards: shards.len(),
         bytes: shards.iter().map(|s| s.bytes).sum(),
     })
-}
-
-/// Findings, skipped runs and orphans of an input, with run ids renumbered.
-fn carry_over_findings(
-    db: &MetadataWriter,
-    src: &Source,
-    new_id: &dyn Fn(u32) -> u32,
-) -> Result<()> {
-    for (kind, count) in metadata::read_finding_counts(&src.conn)? {
-        db.add_finding_count(&kind, count as u64)?;
-    }
-    for f in metadata::read_findings(&src.conn)? {
-        db.insert_finding(&FindingRecord {
-            run_id: f.run_id.map(new_id),
-            ..f
-        })?;
-    }
-    for (path, reason) in metadata::read_skipped(&src.conn)? {
-        db.insert_skipped(&path, &reason)?;
-    }
-    for path in metadata::read_orphans(&src.conn)? {
-        db.insert_orphan(&path)?;
-    }
-    Ok(())
 }
 
 fn write_session(

@@ -521,3 +521,28 @@ pub fn read_findings(conn: &Connection) -> Result<Vec<FindingRecord>> {
         .collect::<rusqlite::Result<_>>()?;
     Ok(rows)
 }
+
+/// Copies the findings, skipped runs and orphans of a source pack into a new one, with run ids
+/// renumbered by `new_id` (merge, shuffle and export carry them over).
+pub fn copy_findings(
+    db: &MetadataWriter,
+    src: &Connection,
+    new_id: &dyn Fn(u32) -> u32,
+) -> Result<()> {
+    for (kind, count) in read_finding_counts(src)? {
+        db.add_finding_count(&kind, count as u64)?;
+    }
+    for f in read_findings(src)? {
+        db.insert_finding(&FindingRecord {
+            run_id: f.run_id.map(new_id),
+            ..f
+        })?;
+    }
+    for (path, reason) in read_skipped(src)? {
+        db.insert_skipped(&path, &reason)?;
+    }
+    for path in read_orphans(src)? {
+        db.insert_orphan(&path)?;
+    }
+    Ok(())
+}
