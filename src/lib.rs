@@ -11,6 +11,7 @@ pub mod pack_dir;
 pub mod pack_reader;
 pub mod progress;
 pub mod raw;
+pub mod rng;
 pub mod shard_writer;
 
 /// Threads to use when the user does not say: all cores.

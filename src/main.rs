@@ -23,6 +23,8 @@ enum Command {
     Pack(cmd::pack::PackArgs),
     /// Combine packs into one, renumbering runs and unifying valuation ids.
     Merge(cmd::merge::MergeArgs),
+    /// Write a globally shuffled copy of a pack, in bounded memory.
+    Shuffle(cmd::shuffle::ShuffleArgs),
     /// Check that a pack is complete, consistent and loader-ready (exit 0 valid, 1 invalid).
     Validate(cmd::validate::ValidateArgs),
 }
@@ -34,6 +36,7 @@ fn main() -> ExitCode {
         Command::Pack(args) => cmd::pack::run(args).map(|()| true),
         Command::Validate(args) => cmd::validate::run(args),
         Command::Merge(args) => cmd::merge::run(args).map(|()| true),
+        Command::Shuffle(args) => cmd::shuffle::run(args).map(|()| true),
     };
     match result {
         Ok(true) => ExitCode::SUCCESS,

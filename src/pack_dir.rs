@@ -86,11 +86,12 @@ pub struct OutputDir {
     _lock: File,
     created: bool,
     published: bool,
+    keep_staging: bool,
 }
 
 impl Drop for OutputDir {
     fn drop(&mut self) {
-        if !self.published {
+        if !self.published && !self.keep_staging {
             let _ = fs::remove_dir_all(self.staging_path());
             if self.created {
                 let _ = fs::remove_dir(&self.dir);
@@ -103,6 +104,12 @@ impl OutputDir {
     /// Creates/locks `dir`, finishes or cleans what a killed run left behind, and refuses an
     /// existing pack unless `overwrite`.
     pub fn open(dir: &Path, overwrite: bool) -> Result<OutputDir> {
+        OutputDir::open_with(dir, overwrite, false)
+    }
+
+    /// Like [`OutputDir::open`]; with `resume`, an unfinished staging folder is kept for the
+    /// caller to continue from instead of being deleted.
+    pub fn open_with(dir: &Path, overwrite: bool, resume: bool) -> Result<OutputDir> {
         let created = !dir.exists();
         fs::create_dir_all(dir)
             .with_context(|| format!("creating output folder {}", dir.display()))?;
@@ -118,8 +125,9 @@ impl OutputDir {
             _lock: lock,
             created,
             published: false,
+            keep_staging: false,
         };
-        out.recover()?;
+        out.recover(resume)?;
         let stray = stray_step_files(dir)?;
         if !stray.is_empty() {
             bail!(
@@ -149,8 +157,8 @@ impl OutputDir {
     }
 
     /// Deals with a staging folder left by a killed run: roll a complete one forward, delete
-    /// an incomplete one.
-    fn recover(&self) -> Result<()> {
+    /// an incomplete one (unless `keep_incomplete`, for commands that resume their work).
+    fn recover(&self, keep_incomplete: bool) -> Result<()> {
         let staging = self.staging_path();
         if !staging.exists() {
             return Ok(());
@@ -161,10 +169,25 @@ impl OutputDir {
                 self.dir.display()
             );
             self.complete_publish(&staging)
+        } else if keep_incomplete {
+            Ok(())
         } else {
             log::info!("removing stale staging folder {}", staging.display());
             fs::remove_dir_all(&staging).with_context(|| format!("removing {}", staging.display()))
         }
+    }
+
+    /// For resumable commands: keep the staging folder when this process fails, so a later
+    /// run can continue from it.
+    pub fn keep_staging_on_failure(&mut self) {
+        self.keep_staging = true;
+    }
+
+    /// The staging folder as a previous, interrupted run left it (created empty if missing).
+    pub fn resume_staging(&self) -> Result<PathBuf> {
+        let staging = self.staging_path();
+        fs::create_dir_all(&staging).with_context(|| format!("creating {}", staging.display()))?;
+        Ok(staging)
     }
 
     /// A fresh, empty staging folder inside the output directory.

@@ -232,3 +232,20 @@ impl RunSlots {
         self.get(id).is_some_and(|s| slots.contains(&s))
     }
 }
+
+/// Opens the `metadata.db` of the pack at `dir` read-only, with a clear error when `dir` is not
+/// a folder or holds no `metadata.db` (so is not a pack).
+pub fn open_metadata(dir: &Path) -> Result<rusqlite::Connection> {
+    if !dir.is_dir() {
+        bail!("{} is not a folder", dir.display());
+    }
+    let path = dir.join(crate::format::metadata::FILE_NAME);
+    if !path.is_file() {
+        bail!(
+            "{} is not a pack: it has no {}",
+            dir.display(),
+            crate::format::metadata::FILE_NAME
+        );
+    }
+    crate::format::metadata::open_read_only(&path)
+}

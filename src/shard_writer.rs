@@ -7,7 +7,7 @@ use std::io::{BufWriter, Write};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
-use anyhow::{Context, Result};
+use anyhow::{Context, Result, bail};
 
 use crate::UsageError;
 
@@ -26,11 +26,55 @@ pub fn shard_file_name(shard_rows: Option<u64>, index: u32) -> String {
     }
 }
 
+/// Everything needed to continue writing after a restart (see [`ShardWriter::snapshot`]).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct WriterState {
+    pub next_index: u32,
+    pub total_rows: u64,
+    /// Rows in the shard still open (None when no shard is open).
+    pub current_rows: Option<u64>,
+    pub current_crc: u32,
+    pub written: Vec<ShardRecord>,
+}
+
 struct OpenShard {
     file: BufWriter<File>,
     path: PathBuf,
     rows: u64,
     data_crc: u32,
+    /// Bytes of the file already handed to the kernel for writeback.
+    flushed_to: u64,
+}
+
+/// Start writeback of every this many bytes as they are written, so the fsync before publish
+/// finds little left to do (the disk works while we compute).
+const WRITEBACK_EVERY: u64 = 8 << 20;
+
+impl OpenShard {
+    fn end_offset(&self) -> u64 {
+        npy::HEADER_LEN as u64 + self.rows * ROW_BYTES as u64
+    }
+
+    /// Asks the kernel to start writing back what is written but not yet handed over.
+    fn start_writeback(&mut self) -> Result<()> {
+        let end = self.end_offset();
+        if end - self.flushed_to < WRITEBACK_EVERY {
+            return Ok(());
+        }
+        self.file.flush()?;
+        use std::os::fd::AsRawFd;
+        // SAFETY: a valid open fd and a byte range inside the file; the call only starts I/O.
+        unsafe {
+            libc::sync_file_range(
+                self.file.get_ref().as_raw_fd(),
+                self.flushed_to as i64,
+                (end - self.flushed_to) as i64,
+                libc::SYNC_FILE_RANGE_WRITE,
+            );
+        }
+        self.flushed_to = end;
+        Ok(())
+    }
 }
 
 /// Writes rows into shards inside `dir` (a staging folder).
@@ -57,6 +101,66 @@ impl ShardWriter {
 
     pub fn total_rows(&self) -> u64 {
         self.total_rows
+    }
+
+    /// Flushes what was written so far to the kernel and returns the state to resume from.
+    /// It does not fsync: [`ShardWriter::resume`] checks the files against the state's CRCs
+    /// instead, so a machine crash is detected rather than resumed from silently.
+    pub fn snapshot(&mut self) -> Result<WriterState> {
+        if let Some(s) = &mut self.current {
+            s.file.flush()?;
+        }
+        Ok(WriterState {
+            next_index: self.next_index,
+            total_rows: self.total_rows,
+            current_rows: self.current.as_ref().map(|s| s.rows),
+            current_crc: self.current.as_ref().map_or(0, |s| s.data_crc),
+            written: self.written.clone(),
+        })
+    }
+
+    /// Continues a writer from a snapshot: the shards it completed must match their recorded
+    /// size and CRC, the open shard's first rows must match the recorded CRC; the open shard is
+    /// cut back to those rows (anything written after the snapshot is dropped) and appended to.
+    pub fn resume(dir: &Path, shard_rows: Option<u64>, state: &WriterState) -> Result<ShardWriter> {
+        for done in &state.written {
+            let path = dir.join(&done.file_name);
+            let bytes = std::fs::read(&path).with_context(|| format!("reading {}", path.display()))?;
+            if bytes.len() as u64 != done.bytes || crc32c::crc32c(&bytes) != done.crc32c {
+                bail!("{} no longer matches what was written before the interruption", path.display());
+            }
+        }
+        let current = match state.current_rows {
+            None => None,
+            Some(rows) => {
+                let path = dir.join(shard_file_name(shard_rows, state.next_index - 1));
+                let file = File::options()
+                    .read(true)
+                    .write(true)
+                    .open(&path)
+                    .with_context(|| format!("reopening {}", path.display()))?;
+                let data_len = rows * ROW_BYTES as u64;
+                let mut data = vec![0u8; data_len as usize];
+                file.read_exact_at(&mut data, npy::HEADER_LEN as u64)
+                    .with_context(|| format!("reading {}", path.display()))?;
+                if crc32c::crc32c(&data) != state.current_crc {
+                    bail!("{} no longer matches what was written before the interruption", path.display());
+                }
+                file.set_len(npy::HEADER_LEN as u64 + data_len)?;
+                let mut file = BufWriter::with_capacity(1 << 20, file);
+                std::io::Seek::seek(&mut file, std::io::SeekFrom::End(0))?;
+                let flushed_to = npy::HEADER_LEN as u64 + data_len;
+                Some(OpenShard { file, path, rows, data_crc: state.current_crc, flushed_to })
+            }
+        };
+        Ok(ShardWriter {
+            dir: dir.to_path_buf(),
+            shard_rows,
+            current,
+            next_index: state.next_index,
+            total_rows: state.total_rows,
+            written: state.written.clone(),
+        })
     }
 
     /// Where the next row written will land.
@@ -91,6 +195,7 @@ impl ShardWriter {
             path,
             rows: 0,
             data_crc: 0,
+            flushed_to: 0,
         });
         self.next_index += 1;
         Ok(())
@@ -135,6 +240,7 @@ impl ShardWriter {
                 .with_context(|| format!("writing {}", shard.path.display()))?;
             shard.data_crc = crc32c::crc32c_append(shard.data_crc, now);
             shard.rows += rows;
+            shard.start_writeback()?;
             self.total_rows += rows;
             bytes = rest;
         }

@@ -2,4 +2,5 @@
 
 pub mod merge;
 pub mod pack;
+pub mod shuffle;
 pub mod validate;

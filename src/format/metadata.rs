@@ -68,7 +68,7 @@ pub struct RowLocation {
 }
 
 /// One shard's integrity facts.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct ShardRecord {
     pub shard: u32,
     pub file_name: String,
@@ -545,4 +545,92 @@ pub fn copy_findings(
         db.insert_orphan(&path)?;
     }
     Ok(())
+}
+
+/// One run looked up by id: its `runs` row, its `run_details` row and where its rows start
+/// (`run_index`); `None` where the pack has no such table or row.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RunLookup {
+    pub run: RunRow,
+    pub details: Option<RunDetails>,
+    pub first_row: Option<RowLocation>,
+}
+
+/// Reads one run by id (three primary-key lookups, whatever the number of runs), or None when
+/// `runs` has no such id. `run_details` columns an older pack lacks read as None.
+pub fn read_run(conn: &Connection, id: i64) -> Result<Option<RunLookup>> {
+    let run = conn
+        .query_row(
+            "SELECT id, seed, steps, max_score, highest_tile FROM runs WHERE id = ?1",
+            [id],
+            |r| {
+                Ok(RunRow {
+                    id: r.get(0)?,
+                    seed: r.get(1)?,
+                    steps: r.get(2)?,
+                    max_score: r.get(3)?,
+                    highest_tile: r.get(4)?,
+                })
+            },
+        )
+        .optional()?;
+    let Some(run) = run else { return Ok(None) };
+    let details = if has_table(conn, "run_details")? {
+        conn.query_row("SELECT * FROM run_details WHERE run_id = ?1", [id], |r| {
+            Ok(RunDetails {
+                source_path: column_if_present(r, "source_path")?,
+                rows_path: column_if_present(r, "rows_path")?,
+                depth: column_if_present(r, "depth")?,
+                game_index: column_if_present(r, "game_index")?,
+                num_moves: column_if_present(r, "num_moves")?,
+                max_rank: column_if_present(r, "max_rank")?,
+                sum_tile: column_if_present(r, "sum_tile")?,
+                seconds: column_if_present(r, "seconds")?,
+                source_pack: column_if_present(r, "source_pack")?,
+                source_run_id: column_if_present(r, "source_run_id")?,
+            })
+        })
+        .optional()?
+    } else {
+        None
+    };
+    let first_row = if has_table(conn, "run_index")? {
+        conn.query_row(
+            "SELECT shard, row_offset, global_row FROM run_index WHERE run_id = ?1",
+            [id],
+            |r| {
+                Ok(RowLocation {
+                    shard: r.get(0)?,
+                    row_offset: r.get::<_, i64>(1)? as u64,
+                    global_row: r.get::<_, i64>(2)? as u64,
+                })
+            },
+        )
+        .optional()?
+    } else {
+        None
+    };
+    Ok(Some(RunLookup {
+        run,
+        details,
+        first_row,
+    }))
+}
+
+/// A nullable column by name; None also when the table has no such column.
+fn column_if_present<T: rusqlite::types::FromSql>(
+    r: &rusqlite::Row,
+    name: &str,
+) -> rusqlite::Result<Option<T>> {
+    match r.as_ref().column_index(name) {
+        Ok(i) => r.get(i),
+        Err(_) => Ok(None),
+    }
+}
+
+/// `(count, smallest id, largest id)` of `runs` (ids None when it is empty).
+pub fn run_id_range(conn: &Connection) -> Result<(i64, Option<i64>, Option<i64>)> {
+    Ok(conn.query_row("SELECT COUNT(*), MIN(id), MAX(id) FROM runs", [], |r| {
+        Ok((r.get(0)?, r.get(1)?, r.get(2)?))
+    })?)
 }

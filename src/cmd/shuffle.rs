@@ -1,0 +1,545 @@
+//! `shuffle`: a pack → a pack whose rows are a uniformly random permutation, in bounded memory.
+//! The story: validate the input, plan the buckets from the pack size and `--memory`, check the
+//! disk space, phase 1 scatters every row to a bucket file chosen at random (counter-based, so
+//! the choice depends only on the seed and the row), phase 2 loads one bucket at a time,
+//! shuffles it in memory and appends it to the output shards, recording progress after each
+//! bucket so `--resume` can continue; then metadata is carried over, the dispersion of runs in
+//! the output is measured, and the pack is published. docs/shuffle.md says why this gives an
+//! exactly uniform permutation.
+
+use std::fs::File;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use anyhow::{Context, Result, bail};
+use clap::Args;
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+
+use crate::UsageError;
+use crate::cmd::validate;
+use crate::format::metadata::{self, MetadataWriter, RunRecord};
+use crate::format::row::ROW_BYTES;
+use crate::pack_dir::{OutputDir, write_valuations};
+use crate::pack_reader::{self, RunSlots, Shard};
+use crate::progress::{self, thousands};
+use crate::rng::{Xoshiro, below_fast, splitmix_at};
+use crate::shard_writer::{ShardWriter, WriterState};
+
+/// Rows per read while scattering (≈ 4 MiB).
+const READ_ROWS: usize = 87_381;
+/// Largest bucket aimed for: small buckets shuffle inside the CPU caches.
+const TARGET_BUCKET_BYTES: u64 = 4 << 20;
+const MAX_BUCKETS: u64 = 100_000;
+/// Rows per dispersion window.
+const WINDOW: usize = 4096;
+const PROGRESS_FILE: &str = "progress.json";
+const WORK_DIR: &str = ".dataset-packer-shuffle";
+
+#[derive(Args, Debug)]
+#[command(after_help = "Examples:
+  dataset-packer shuffle --input packs/d6 --output packs/d6-shuffled --seed 7
+  dataset-packer shuffle --input big --output big-shuffled --memory 4GiB --temp /scratch --shard-rows 10000000
+  dataset-packer shuffle --input big --output big-shuffled --memory 4GiB --temp /scratch --resume")]
+pub struct ShuffleArgs {
+    /// The pack to shuffle.
+    #[arg(long, value_name = "PACK")]
+    pub input: PathBuf,
+    /// Folder for the shuffled pack.
+    #[arg(long, value_name = "PACK_DIR")]
+    pub output: PathBuf,
+    /// Random seed: the same seed gives the same bytes.
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// Rows per output shard [default: the input's].
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    pub shard_rows: Option<u64>,
+    /// Memory for one bucket and the write buffers (e.g. 512MiB, 4GiB).
+    #[arg(long, default_value = "1GiB", value_parser = parse_size)]
+    pub memory: u64,
+    /// Folder for the bucket files (≈ the pack's size) [default: the output folder].
+    #[arg(long, value_name = "DIR")]
+    pub temp: Option<PathBuf>,
+    /// Threads for validating the input [default: all cores]; the result never depends on it.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..=1024))]
+    pub workers: Option<u64>,
+    /// Replace a pack already in the output folder.
+    #[arg(long)]
+    pub overwrite: bool,
+    /// Continue an interrupted shuffle (same options) from its last completed bucket.
+    #[arg(long)]
+    pub resume: bool,
+    /// No progress bars.
+    #[arg(long)]
+    pub quiet: bool,
+    /// Print the summary and quality report as JSON on stdout.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `512MiB`, `4GiB`, `64M`, `1000000` → bytes.
+pub fn parse_size(text: &str) -> Result<u64, String> {
+    let t = text.trim();
+    let split = t.find(|c: char| !c.is_ascii_digit() && c != '.').unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let value: f64 = num.parse().map_err(|_| format!("{text:?} is not a size like 512MiB"))?;
+    let scale: u64 = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 1,
+        "k" | "kib" => 1 << 10,
+        "m" | "mib" => 1 << 20,
+        "g" | "gib" => 1 << 30,
+        "t" | "tib" => 1 << 40,
+        "kb" => 1_000,
+        "mb" => 1_000_000,
+        "gb" => 1_000_000_000,
+        _ => return Err(format!("unknown unit in {text:?} (use KiB, MiB, GiB)")),
+    };
+    let bytes = (value * scale as f64) as u64;
+    if bytes < 4096 {
+        return Err(format!("{text:?} is too little memory (at least 4KiB)"));
+    }
+    Ok(bytes)
+}
+
+/// What a shuffle is: the same plan (and input) is required to resume.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+struct Plan {
+    input: String,
+    input_rows: u64,
+    input_fingerprint: Vec<(String, u64, u32)>,
+    seed: u64,
+    buckets: u64,
+    shard_rows: Option<u64>,
+}
+
+/// Progress recorded in the work folder after each step.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct Progress {
+    plan: Plan,
+    /// Rows and CRC-32C of each bucket file, once phase 1 is complete.
+    bucket_rows: Option<Vec<u64>>,
+    bucket_crcs: Vec<u32>,
+    buckets_done: u64,
+    writer: Option<WriterState>,
+}
+
+impl Progress {
+    /// Replaces progress.json atomically. Not fsynced (nor are the files it describes): after a
+    /// machine crash a resume verifies bucket files and output by their recorded CRCs.
+    fn save(&self, work: &Path) -> Result<()> {
+        let tmp = work.join("progress.json.tmp");
+        std::fs::write(&tmp, serde_json::to_vec_pretty(self)?)?;
+        std::fs::rename(&tmp, work.join(PROGRESS_FILE))?;
+        Ok(())
+    }
+
+    fn load(work: &Path) -> Option<Progress> {
+        serde_json::from_slice(&std::fs::read(work.join(PROGRESS_FILE)).ok()?).ok()
+    }
+}
+
+/// How evenly runs are spread over the output (the seed note's goal: no shard with more than
+/// 2% of its rows from one run).
+#[derive(Debug, Clone, Default, Serialize)]
+struct Quality {
+    /// Per output shard: the largest share of its rows that comes from a single run.
+    shard_max_run_share: Vec<f64>,
+    /// Over windows of 4096 consecutive rows: mean and max of the largest count from one run.
+    window_mean_max_run_rows: f64,
+    window_max_run_rows: u64,
+    windows: u64,
+}
+
+pub fn run(args: &ShuffleArgs) -> Result<()> {
+    let started = Instant::now();
+    let options = validate::Options {
+        deep: false,
+        workers: args.workers.map_or_else(crate::default_workers, |w| w as usize),
+        quiet: args.quiet,
+        legacy_ok: false,
+    };
+    let report = validate::check(&args.input, &options)?;
+    if !report.valid() {
+        bail!("input {} is not a valid pack; nothing was written:\n{}", args.input.display(), report.failures());
+    }
+    let shards = pack_reader::open_shards(&args.input, false)?;
+    let input_conn = metadata::open_read_only(&args.input.join(metadata::FILE_NAME))?;
+    let plan = make_plan(args, &shards, &input_conn)?;
+
+    let mut out = OutputDir::open_with(&args.output, args.overwrite, args.resume)?;
+    out.keep_staging_on_failure();
+    let work = args.temp.clone().unwrap_or_else(|| args.output.clone()).join(WORK_DIR);
+    let mut progress = start_or_resume(&work, &plan, args.resume)?;
+    check_space(&work, out.path(), &plan, &progress)?;
+
+    if progress.bucket_rows.is_none() {
+        let (rows, crcs) = scatter(&shards, &plan, &work, args)?;
+        progress.bucket_rows = Some(rows);
+        progress.bucket_crcs = crcs;
+        progress.buckets_done = 0;
+        progress.writer = None;
+        progress.save(&work)?;
+    }
+    let staging = if progress.buckets_done > 0 { out.resume_staging()? } else { out.begin_staging()? };
+    let rows = gather(&plan, &mut progress, &work, &staging, args)?;
+    let quality = measure_dispersion(&staging, &input_conn)?;
+    write_metadata(&staging, &input_conn, args, &plan, &quality, rows)?;
+    write_valuations(&staging, &pack_reader::read_valuations(&args.input)?)?;
+    out.publish()?;
+    std::fs::remove_dir_all(&work).with_context(|| format!("removing {}", work.display()))?;
+    print_summary(args, &plan, &quality, rows, started.elapsed().as_secs_f64());
+    Ok(())
+}
+
+fn make_plan(args: &ShuffleArgs, shards: &[Shard], conn: &rusqlite::Connection) -> Result<Plan> {
+    let rows: u64 = shards.iter().map(|s| s.header.rows).sum();
+    let bytes = rows * ROW_BYTES as u64;
+    // A bucket gets at most ~40% of --memory (room for variation in bucket sizes and buffers),
+    // and no more than TARGET_BUCKET_BYTES so it shuffles in cache.
+    let per_bucket = (args.memory * 2 / 5).min(TARGET_BUCKET_BYTES).max(ROW_BYTES as u64);
+    let buckets = bytes.div_ceil(per_bucket).max(1);
+    if buckets > MAX_BUCKETS {
+        return Err(UsageError(format!(
+            "--memory {} would need {buckets} buckets for {} of rows; give it more memory",
+            args.memory, bytes
+        ))
+        .into());
+    }
+    let recorded = metadata::session_value(conn, "shard_rows")?.and_then(|v| v.parse().ok());
+    Ok(Plan {
+        input: std::fs::canonicalize(&args.input)?.display().to_string(),
+        input_rows: rows,
+        input_fingerprint: shards.iter().map(|s| (s.name.clone(), s.file_len, fingerprint(s))).collect(),
+        seed: args.seed,
+        buckets,
+        shard_rows: args.shard_rows.or(recorded),
+    })
+}
+
+/// A cheap identity of a shard for resume checks: CRC of its header and last rows.
+fn fingerprint(s: &Shard) -> u32 {
+    let tail = s.file_len.saturating_sub(4096);
+    let mut buf = vec![0u8; (s.file_len - tail) as usize];
+    let ok = File::open(&s.path).and_then(|f| f.read_exact_at(&mut buf, tail)).is_ok();
+    if ok { crc32c::crc32c(&buf) } else { 0 }
+}
+
+fn start_or_resume(work: &Path, plan: &Plan, resume: bool) -> Result<Progress> {
+    if resume {
+        match Progress::load(work) {
+            Some(p) if p.plan == *plan => {
+                log::info!("resuming: {} of {} buckets done", p.buckets_done, plan.buckets);
+                return Ok(p);
+            }
+            Some(_) => bail!(
+                "--resume: the interrupted shuffle in {} used another input or other options; run without --resume to start over",
+                work.display()
+            ),
+            None => log::warn!("--resume: no interrupted shuffle in {}; starting from the beginning", work.display()),
+        }
+    }
+    if work.exists() {
+        std::fs::remove_dir_all(work).with_context(|| format!("removing old work folder {}", work.display()))?;
+    }
+    std::fs::create_dir_all(work).with_context(|| format!("creating {}", work.display()))?;
+    let p = Progress { plan: plan.clone(), bucket_rows: None, bucket_crcs: Vec::new(), buckets_done: 0, writer: None };
+    p.save(work)?;
+    Ok(p)
+}
+
+fn free_bytes(path: &Path) -> Result<(u64, u64)> {
+    use std::os::unix::ffi::OsStrExt;
+    let c = std::ffi::CString::new(path.as_os_str().as_bytes())?;
+    // SAFETY: statvfs fills the struct for a NUL-terminated path; the result is checked.
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    if unsafe { libc::statvfs(c.as_ptr(), &mut st) } != 0 {
+        return Err(std::io::Error::last_os_error()).with_context(|| format!("statvfs {}", path.display()));
+    }
+    Ok((st.f_bavail as u64 * st.f_frsize as u64, st.f_fsid as u64))
+}
+
+/// Refuses to start when the bucket files and the output cannot both fit.
+fn check_space(work: &Path, output: &Path, plan: &Plan, progress: &Progress) -> Result<()> {
+    let pack_bytes = plan.input_rows * ROW_BYTES as u64;
+    let temp_need = if progress.bucket_rows.is_some() { 0 } else { pack_bytes };
+    let out_need = pack_bytes;
+    let (temp_free, temp_fs) = free_bytes(work)?;
+    let (out_free, out_fs) = free_bytes(output)?;
+    let mb = |b: u64| b as f64 / 1e6;
+    if temp_fs == out_fs {
+        if temp_need + out_need > temp_free {
+            bail!(
+                "shuffle needs {:.1} MB free in {} ({:.1} MB of bucket files + {:.1} MB for the output on the same filesystem); only {:.1} MB is free. Put the buckets elsewhere with --temp DIR",
+                mb(temp_need + out_need),
+                output.display(),
+                mb(temp_need),
+                mb(out_need),
+                mb(temp_free)
+            );
+        }
+    } else {
+        if temp_need > temp_free {
+            bail!("shuffle needs {:.1} MB of temporary space in {}; only {:.1} MB is free", mb(temp_need), work.display(), mb(temp_free));
+        }
+        if out_need > out_free {
+            bail!("the shuffled pack needs {:.1} MB in {}; only {:.1} MB is free", mb(out_need), output.display(), mb(out_free));
+        }
+    }
+    Ok(())
+}
+
+fn bucket_path(work: &Path, b: u64) -> PathBuf {
+    work.join(format!("bucket-{b:05}.bin"))
+}
+
+/// One bucket file being filled: rows gather in a buffer, written out when it is full.
+struct BucketFile {
+    file: File,
+    path: PathBuf,
+    buf: Vec<u8>,
+    rows: u64,
+    crc: u32,
+}
+
+impl BucketFile {
+    fn flush(&mut self) -> Result<()> {
+        use std::io::Write;
+        self.file.write_all(&self.buf).with_context(|| format!("writing {}", self.path.display()))?;
+        self.crc = crc32c::crc32c_append(self.crc, &self.buf);
+        self.buf.clear();
+        Ok(())
+    }
+}
+
+/// Phase 1: every row goes to bucket `below(splitmix(seed, global row), buckets)`, appended in
+/// row order. Returns the rows and the CRC-32C of each bucket file.
+fn scatter(shards: &[Shard], plan: &Plan, work: &Path, args: &ShuffleArgs) -> Result<(Vec<u64>, Vec<u32>)> {
+    let k = plan.buckets as usize;
+    let buffer_bytes = ((args.memory / 4 / k as u64) / ROW_BYTES as u64).clamp(16, 8192) as usize * ROW_BYTES;
+    let mut buckets: Vec<BucketFile> = (0..plan.buckets)
+        .map(|b| {
+            let path = bucket_path(work, b);
+            let file = File::create(&path).with_context(|| format!("creating {}", path.display()))?;
+            Ok(BucketFile { file, path, buf: Vec::with_capacity(buffer_bytes), rows: 0, crc: 0 })
+        })
+        .collect::<Result<_>>()?;
+    let key = splitmix_at(plan.seed, u64::MAX);
+    let bar = progress::rows_bar(plan.input_rows, args.quiet, "shuffle 1/2 scatter");
+    let mut buf = vec![0u8; READ_ROWS * ROW_BYTES];
+    let mut global = 0u64;
+    for shard in shards {
+        let file = File::open(&shard.path).with_context(|| format!("opening {}", shard.path.display()))?;
+        let mut done = 0u64;
+        while done < shard.header.rows {
+            let n = (shard.header.rows - done).min(READ_ROWS as u64) as usize;
+            let chunk = &mut buf[..n * ROW_BYTES];
+            file.read_exact_at(chunk, shard.header.data_offset as u64 + done * ROW_BYTES as u64)
+                .with_context(|| format!("reading {}", shard.path.display()))?;
+            for row in chunk.chunks_exact(ROW_BYTES) {
+                let bucket = &mut buckets[below_fast(splitmix_at(key, global), plan.buckets) as usize];
+                bucket.buf.extend_from_slice(row);
+                bucket.rows += 1;
+                if bucket.buf.len() >= buffer_bytes {
+                    bucket.flush()?;
+                }
+                global += 1;
+            }
+            done += n as u64;
+            bar.inc(n as u64);
+        }
+    }
+    for bucket in &mut buckets {
+        bucket.flush()?;
+    }
+    bar.finish_and_clear();
+    Ok((buckets.iter().map(|b| b.rows).collect(), buckets.iter().map(|b| b.crc).collect()))
+}
+
+/// Phase 2: buckets in order, each shuffled in memory and appended to the output; progress is
+/// saved after every bucket. Returns the rows written.
+fn gather(plan: &Plan, progress: &mut Progress, work: &Path, staging: &Path, args: &ShuffleArgs) -> Result<u64> {
+    let bucket_rows = progress.bucket_rows.clone().expect("phase 1 is done");
+    let mut writer = match (&progress.writer, progress.buckets_done) {
+        (Some(state), done) if done > 0 => ShardWriter::resume(staging, plan.shard_rows, state)?,
+        _ => ShardWriter::new(staging, plan.shard_rows),
+    };
+    let bar = progress::rows_bar(plan.input_rows, args.quiet, "shuffle 2/2 buckets");
+    bar.inc(bucket_rows[..progress.buckets_done as usize].iter().sum());
+    let mut buf: Vec<u8> = Vec::new();
+    for b in progress.buckets_done..plan.buckets {
+        let n = bucket_rows[b as usize] as usize;
+        buf.clear();
+        buf.resize(n * ROW_BYTES, 0);
+        let path = bucket_path(work, b);
+        File::open(&path)
+            .and_then(|f| f.read_exact_at(&mut buf, 0))
+            .with_context(|| format!("reading {}", path.display()))?;
+        if crc32c::crc32c(&buf) != progress.bucket_crcs[b as usize] {
+            bail!(
+                "{} is damaged (CRC mismatch; was the machine restarted?); run again without --resume",
+                path.display()
+            );
+        }
+        let (rows, rest) = buf.as_chunks_mut::<ROW_BYTES>();
+        debug_assert!(rest.is_empty());
+        Xoshiro::new(splitmix_at(plan.seed, b)).shuffle(rows);
+        writer.write_rows(&buf)?;
+        progress.buckets_done = b + 1;
+        progress.writer = Some(writer.snapshot()?);
+        progress.save(work)?;
+        std::fs::remove_file(&path).with_context(|| format!("removing {}", path.display()))?;
+        bar.inc(n as u64);
+    }
+    bar.finish_and_clear();
+    let rows = writer.total_rows();
+    let records = writer.finish()?;
+    std::fs::write(staging.join(".shards.json"), serde_json::to_vec(&records)?)?;
+    Ok(rows)
+}
+
+/// Measures how runs are spread over the output shards, reading them back once.
+fn measure_dispersion(staging: &Path, input: &rusqlite::Connection) -> Result<Quality> {
+    let ids: Vec<u32> = metadata::read_runs(input)?.iter().map(|r| r.id as u32).collect();
+    let slots = RunSlots::new(&ids);
+    let mut shard_counts = vec![0u32; ids.len()];
+    let mut window_counts = vec![0u32; ids.len()];
+    let mut touched: Vec<u32> = Vec::new();
+    let mut q = Quality::default();
+    let mut window_sum = 0u64;
+    let (mut window_fill, mut window_max) = (0usize, 0u32);
+    for shard in pack_reader::open_shards(staging, false)? {
+        let mut shard_max = 0u32;
+        shard_counts.iter_mut().for_each(|c| *c = 0);
+        for (start, count) in pack_reader::chunks(std::slice::from_ref(&shard), 1 << 17).into_iter().map(|(_, s, n)| (s, n)) {
+            let map = shard.map_rows(start, count)?;
+            for row in map.chunks_exact(ROW_BYTES) {
+                let slot = slots.get(u32::from_le_bytes(row[..4].try_into().unwrap())).unwrap_or(0) as usize;
+                shard_counts[slot] += 1;
+                shard_max = shard_max.max(shard_counts[slot]);
+                if window_counts[slot] == 0 {
+                    touched.push(slot as u32);
+                }
+                window_counts[slot] += 1;
+                window_max = window_max.max(window_counts[slot]);
+                window_fill += 1;
+                if window_fill == WINDOW {
+                    window_sum += u64::from(window_max);
+                    q.window_max_run_rows = q.window_max_run_rows.max(u64::from(window_max));
+                    q.windows += 1;
+                    for s in touched.drain(..) {
+                        window_counts[s as usize] = 0;
+                    }
+                    window_fill = 0;
+                    window_max = 0;
+                }
+            }
+        }
+        let share = if shard.header.rows == 0 { 0.0 } else { f64::from(shard_max) / shard.header.rows as f64 };
+        q.shard_max_run_share.push(share);
+    }
+    if window_fill > 0 {
+        window_sum += u64::from(window_max);
+        q.window_max_run_rows = q.window_max_run_rows.max(u64::from(window_max));
+        q.windows += 1;
+    }
+    q.window_mean_max_run_rows = if q.windows == 0 { 0.0 } else { window_sum as f64 / q.windows as f64 };
+    Ok(q)
+}
+
+fn write_metadata(
+    staging: &Path,
+    input: &rusqlite::Connection,
+    args: &ShuffleArgs,
+    plan: &Plan,
+    quality: &Quality,
+    rows: u64,
+) -> Result<()> {
+    let records: Vec<metadata::ShardRecord> = serde_json::from_slice(&std::fs::read(staging.join(".shards.json"))?)?;
+    std::fs::remove_file(staging.join(".shards.json"))?;
+    let db_path = staging.join(metadata::FILE_NAME);
+    if db_path.exists() {
+        std::fs::remove_file(&db_path)?; // left by an interrupted finish; rebuilt from scratch
+    }
+    let db = MetadataWriter::create(&db_path)?;
+    let runs = metadata::read_runs(input)?;
+    let details = metadata::read_run_details(input)?;
+    for r in &runs {
+        db.insert_run(&RunRecord {
+            run_id: r.id as u32,
+            seed: r.seed as u32,
+            steps: r.steps as u64,
+            max_score: r.max_score,
+            highest_tile: r.highest_tile,
+            details: details.get(&r.id).cloned().unwrap_or_default(),
+            first_row: None,
+        })?;
+    }
+    metadata::copy_findings(&db, input, &|id| id)?;
+    for shard in &records {
+        db.insert_shard(shard)?;
+    }
+    for (k, v) in metadata::read_session(input)? {
+        db.set_session(&format!("input.{k}"), &v)?;
+    }
+    let max_share = quality.shard_max_run_share.iter().copied().fold(0.0, f64::max);
+    let facts = [
+        ("format_version", metadata::FORMAT_VERSION.to_string()),
+        ("tool", format!("dataset-packer {}", env!("CARGO_PKG_VERSION"))),
+        ("command", "shuffle".to_string()),
+        ("shuffled", "true".to_string()),
+        ("run_index", "not applicable: the pack is shuffled".to_string()),
+        ("shuffle_seed", args.seed.to_string()),
+        ("shuffle_buckets", plan.buckets.to_string()),
+        ("source_pack", plan.input.clone()),
+        ("shard_rows", plan.shard_rows.map_or("none".into(), |n| n.to_string())),
+        ("total_rows", rows.to_string()),
+        ("total_runs", runs.len().to_string()),
+        ("shard_count", records.len().to_string()),
+        ("checksum", "crc32c".to_string()),
+        ("quality_shard_max_run_share", format!("{max_share:.6}")),
+        ("quality_shard_max_run_shares", serde_json::to_string(&quality.shard_max_run_share)?),
+        ("quality_window_rows", WINDOW.to_string()),
+        ("quality_window_mean_max_run_rows", format!("{:.3}", quality.window_mean_max_run_rows)),
+        ("quality_window_max_run_rows", quality.window_max_run_rows.to_string()),
+    ];
+    for (k, v) in facts {
+        db.set_session(k, &v)?;
+    }
+    db.finish()
+}
+
+fn print_summary(args: &ShuffleArgs, plan: &Plan, q: &Quality, rows: u64, elapsed: f64) {
+    let max_share = q.shard_max_run_share.iter().copied().fold(0.0, f64::max);
+    let mbps = rows as f64 * ROW_BYTES as f64 / 1e6 / elapsed.max(1e-9);
+    if args.json {
+        println!(
+            "{}",
+            json!({
+                "output": args.output.display().to_string(),
+                "rows": rows,
+                "seed": args.seed,
+                "buckets": plan.buckets,
+                "quality": q,
+                "elapsed_s": elapsed,
+                "mb_per_s": mbps,
+            })
+        );
+        return;
+    }
+    println!(
+        "shuffled {} rows into {} ({} shard{}, seed {}, {} buckets)",
+        thousands(rows),
+        args.output.display(),
+        q.shard_max_run_share.len(),
+        if q.shard_max_run_share.len() == 1 { "" } else { "s" },
+        args.seed,
+        plan.buckets
+    );
+    println!("  largest share of one run in a shard: {:.3}% (goal ≤ 2%)", max_share * 100.0);
+    println!(
+        "  rows from one run per {WINDOW}-row window: mean of the max {:.2}, max {} ({} windows)",
+        q.window_mean_max_run_rows, q.window_max_run_rows, q.windows
+    );
+    println!("  elapsed {elapsed:.2} s, {mbps:.0} MB/s");
+}
