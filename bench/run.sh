@@ -12,6 +12,8 @@
 #   BENCH_THREADS=2          floor threads and `pack --workers`
 #   BENCH_REPEAT=1           runs of each measurement; the fastest is reported (RSS: the largest)
 #   BENCH_GEN_THREADS=nproc  threads for corpus generation (output does not depend on it)
+#   BENCH_IDLE_WAIT=120      before each measurement, wait up to this many seconds for an idle CPU
+#                            (>= 90% idle over 1 s); busy measurements are flagged in the report
 #   BENCH_LAYOUT=members:10  gzip layout of the corpus: members:N, flush:N or stream (bench/README.md);
 #                            another layout than the default gets its own corpus-4m-<layout> folder
 #   EXTRA_PACK_ARGS=""       extra arguments appended to the pack command line (word-split)
@@ -26,7 +28,7 @@ MODE=${1:-all}
 case "$MODE" in
   all | pack | floor | corpus) ;;
   -h | --help)
-    sed -n '2,21p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
+    sed -n '2,22p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
     exit 0
     ;;
   *)
@@ -38,6 +40,7 @@ esac
 BENCH_DIR=${BENCH_DIR:-target/bench}
 BENCH_THREADS=${BENCH_THREADS:-2}
 BENCH_REPEAT=${BENCH_REPEAT:-1}
+BENCH_IDLE_WAIT=${BENCH_IDLE_WAIT:-120}
 BENCH_GEN_THREADS=${BENCH_GEN_THREADS:-$(nproc)}
 DEFAULT_LAYOUT=members:10 # keep in step with DEFAULT_LAYOUT in examples/bench_corpus.rs
 BENCH_LAYOUT=${BENCH_LAYOUT:-$DEFAULT_LAYOUT}
@@ -133,6 +136,31 @@ have_time=1
 declare -A R_ROWS R_CMB R_FLOOR R_FLOOR_MB R_LD R_WALL R_PRPS R_PMBPS R_RSS R_RATIO
 status=0
 
+# Percentage of CPU time idle over one second (all CPUs).
+idle_pct() {
+  local a b
+  a=$(awk '/^cpu / { print $5 + $6, $2 + $3 + $4 + $5 + $6 + $7 + $8 + $9 }' /proc/stat)
+  sleep 1
+  b=$(awk '/^cpu / { print $5 + $6, $2 + $3 + $4 + $5 + $6 + $7 + $8 + $9 }' /proc/stat)
+  awk -v a="$a" -v b="$b" 'BEGIN { split(a, x, " "); split(b, y, " "); printf "%d", 100 * (y[1] - x[1]) / (y[2] - x[2]) }'
+}
+# Waits (up to BENCH_IDLE_WAIT s) for an idle machine before a measurement; notes it when busy.
+busy_notes=()
+wait_idle() {
+  local what=$1 idle waited=0
+  idle=$(idle_pct)
+  while ((idle < 90 && waited < BENCH_IDLE_WAIT)); do
+    ((waited == 0)) && log "machine busy (${idle}% idle) before $what: waiting up to ${BENCH_IDLE_WAIT}s"
+    sleep 4
+    waited=$((waited + 5))
+    idle=$(idle_pct)
+  done
+  if ((idle < 90)); then
+    log "WARNING: measuring $what on a busy machine (${idle}% idle)"
+    busy_notes+=("$what ${idle}%")
+  fi
+}
+
 for spec in "${corpora[@]}"; do
   name=${spec%%:*}
   dir=$(corpus_dir "$name")
@@ -140,6 +168,7 @@ for spec in "${corpora[@]}"; do
 
   best=""
   for ((i = 1; i <= BENCH_REPEAT; i++)); do
+    wait_idle "floor $name #$i"
     out=$("$FLOOR" "$dir" --threads "$BENCH_THREADS")
     log "floor $name #$i: $out"
     if [[ -z "$best" ]] || awk "BEGIN { exit !($(json_num "$out" rows_per_s) > $(json_num "$best" rows_per_s)) }"; then
@@ -155,6 +184,7 @@ for spec in "${corpora[@]}"; do
 
   # Information only: the same loop with libdeflate on whole files (what a whole-buffer decoder
   # can gain over the streaming zlib-rs floor).
+  wait_idle "libdeflate $name"
   ld=$("$FLOOR" "$dir" --threads "$BENCH_THREADS" --engine libdeflate) || ld=""
   log "libdeflate $name: ${ld:-failed}"
   R_LD[$name]=$(json_num "$ld" rows_per_s)
@@ -167,6 +197,7 @@ for spec in "${corpora[@]}"; do
   best_wall="" max_rss=0
   for ((i = 1; i <= BENCH_REPEAT; i++)); do
     warm "$dir"
+    wait_idle "pack $name #$i"
     plog="$BENCH_DIR/logs/pack-$name-$STAMP-$i.log"
     tfile="$BENCH_DIR/logs/pack-$name-$STAMP-$i.time"
     # shellcheck disable=SC2086 # EXTRA_PACK_ARGS is meant to be word-split
@@ -226,6 +257,9 @@ report="$BENCH_DIR/results-$STAMP.txt"
       "$(json_num "$totals" tuple_rows_pct)% tuple rows"
   done
   if [[ -n "$pack_note" ]]; then echo "pack: NOT MEASURED: $pack_note"; fi
+  if ((${#busy_notes[@]} > 0)); then
+    echo "BUSY MACHINE, figures unreliable: <90% idle before: ${busy_notes[*]}"
+  fi
   echo
   fmt="%-10s %10s %9s %9s %12s %10s %10s %12s %10s %8s %14s\n"
   # shellcheck disable=SC2059

@@ -5,6 +5,7 @@
 //! module per subcommand; the rest is machinery shared between commands.
 
 pub mod cmd;
+pub mod export;
 pub mod format;
 pub mod ordered;
 pub mod pack_dir;
@@ -12,6 +13,7 @@ pub mod pack_reader;
 pub mod progress;
 pub mod raw;
 pub mod rng;
+pub mod run_index;
 pub mod shard_writer;
 
 /// Threads to use when the user does not say: all cores.

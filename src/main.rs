@@ -27,9 +27,21 @@ enum Command {
     Shuffle(cmd::shuffle::ShuffleArgs),
     /// Check that a pack is complete, consistent and loader-ready (exit 0 valid, 1 invalid).
     Validate(cmd::validate::ValidateArgs),
+    /// Describe a pack: runs, rows, scores, tiles reached, valuation types, moves, findings.
+    Stats(cmd::stats::StatsArgs),
+    /// Show one run move by move: boards, moves, valuation types and EVs.
+    Show(cmd::show::ShowArgs),
+    /// Export runs of a pack as JSONL (raw format), Parquet, or a new smaller pack.
+    Export(cmd::export::ExportArgs),
 }
 
 fn main() -> ExitCode {
+    // Die quietly on a closed pipe (`dataset-packer stats … | head`), like other Unix tools,
+    // instead of panicking in println!.
+    // SAFETY: called first thing, before any other thread exists.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn")).init();
     let cli = Cli::parse();
     let result = match &cli.command {
@@ -37,6 +49,9 @@ fn main() -> ExitCode {
         Command::Validate(args) => cmd::validate::run(args),
         Command::Merge(args) => cmd::merge::run(args).map(|()| true),
         Command::Shuffle(args) => cmd::shuffle::run(args).map(|()| true),
+        Command::Stats(args) => cmd::stats::run(args).map(|()| true),
+        Command::Show(args) => cmd::show::run(args).map(|()| true),
+        Command::Export(args) => cmd::export::run(args).map(|()| true),
     };
     match result {
         Ok(true) => ExitCode::SUCCESS,

@@ -107,6 +107,28 @@ where
     })
 }
 
+/// [`ordered_map`] for a fallible consumer: stops at the first error and returns it.
+pub fn ordered_try_map<T, S, R>(
+    items: &[T],
+    workers: usize,
+    window: usize,
+    init: impl Fn() -> S + Sync,
+    map: impl Fn(&mut S, &T) -> R + Sync,
+    mut consume: impl FnMut(usize, R) -> anyhow::Result<()>,
+) -> anyhow::Result<()>
+where
+    T: Sync,
+    R: Send,
+{
+    let stopped = ordered_map(items, workers, window, init, map, |i, r| {
+        match consume(i, r) {
+            Ok(()) => ControlFlow::Continue(()),
+            Err(e) => ControlFlow::Break(e),
+        }
+    });
+    stopped.map_or(Ok(()), Err)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

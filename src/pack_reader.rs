@@ -37,6 +37,17 @@ impl Shard {
         self.header.data_offset as u64 + self.header.rows * self.row_bytes() as u64
     }
 
+    /// Rows `start..start + count` (count > 0) in the 48-byte layout, whatever the shard's.
+    pub fn read_aligned(&self, start: u64, count: u64) -> Result<AlignedRows> {
+        let map = self.map_rows(start, count)?;
+        Ok(if self.row_bytes() == crate::format::row::ROW_BYTES {
+            AlignedRows::Mapped(map)
+        } else {
+            let rows = crate::format::row::legacy_rows_to_aligned(&map);
+            AlignedRows::Converted { raw: map, rows }
+        })
+    }
+
     /// Maps rows `start..start + count` (count > 0) of this shard read-only.
     pub fn map_rows(&self, start: u64, count: u64) -> Result<Mmap> {
         debug_assert!(count > 0, "an empty range cannot be mapped");
@@ -53,6 +64,32 @@ impl Shard {
         }
         .with_context(|| format!("mapping {}", self.path.display()))?;
         Ok(map)
+    }
+}
+
+/// Rows of a shard in the 48-byte layout: mapped straight from the file, or (for a legacy
+/// packed shard) converted into memory. `raw()` is the file's bytes either way.
+pub enum AlignedRows {
+    Mapped(Mmap),
+    Converted { raw: Mmap, rows: Vec<u8> },
+}
+
+impl AlignedRows {
+    /// The bytes as they are in the file (46-byte rows for a legacy shard).
+    pub fn raw(&self) -> &[u8] {
+        match self {
+            AlignedRows::Mapped(m) | AlignedRows::Converted { raw: m, .. } => m,
+        }
+    }
+}
+
+impl std::ops::Deref for AlignedRows {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        match self {
+            AlignedRows::Mapped(m) => m,
+            AlignedRows::Converted { rows, .. } => rows,
+        }
     }
 }
 

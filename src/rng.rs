@@ -30,7 +30,9 @@ pub struct Xoshiro {
 impl Xoshiro {
     /// Seeds the state from SplitMix64, as the authors recommend.
     pub fn new(seed: u64) -> Xoshiro {
-        Xoshiro { s: [0, 1, 2, 3].map(|i| splitmix_at(seed, i)) }
+        Xoshiro {
+            s: [0, 1, 2, 3].map(|i| splitmix_at(seed, i)),
+        }
     }
 
     pub fn next_u64(&mut self) -> u64 {
@@ -76,7 +78,10 @@ mod tests {
         assert_ne!(splitmix_at(7, 3), splitmix_at(8, 3));
         let mut a = Xoshiro::new(1);
         let mut b = Xoshiro::new(1);
-        assert_eq!((0..10).map(|_| a.next_u64()).collect::<Vec<_>>(), (0..10).map(|_| b.next_u64()).collect::<Vec<_>>());
+        assert_eq!(
+            (0..10).map(|_| a.next_u64()).collect::<Vec<_>>(),
+            (0..10).map(|_| b.next_u64()).collect::<Vec<_>>()
+        );
     }
 
     #[test]
@@ -86,11 +91,17 @@ mod tests {
         for _ in 0..70_000 {
             counts[r.below(7) as usize] += 1;
         }
-        assert!(counts.iter().all(|&c| (9_000..11_000).contains(&c)), "{counts:?}");
+        assert!(
+            counts.iter().all(|&c| (9_000..11_000).contains(&c)),
+            "{counts:?}"
+        );
         let mut fast = [0u32; 5];
         for i in 0..50_000 {
             fast[below_fast(splitmix_at(9, i), 5) as usize] += 1;
         }
-        assert!(fast.iter().all(|&c| (9_000..11_000).contains(&c)), "{fast:?}");
+        assert!(
+            fast.iter().all(|&c| (9_000..11_000).contains(&c)),
+            "{fast:?}"
+        );
     }
 }

@@ -125,9 +125,13 @@ impl ShardWriter {
     pub fn resume(dir: &Path, shard_rows: Option<u64>, state: &WriterState) -> Result<ShardWriter> {
         for done in &state.written {
             let path = dir.join(&done.file_name);
-            let bytes = std::fs::read(&path).with_context(|| format!("reading {}", path.display()))?;
+            let bytes =
+                std::fs::read(&path).with_context(|| format!("reading {}", path.display()))?;
             if bytes.len() as u64 != done.bytes || crc32c::crc32c(&bytes) != done.crc32c {
-                bail!("{} no longer matches what was written before the interruption", path.display());
+                bail!(
+                    "{} no longer matches what was written before the interruption",
+                    path.display()
+                );
             }
         }
         let current = match state.current_rows {
@@ -144,13 +148,22 @@ impl ShardWriter {
                 file.read_exact_at(&mut data, npy::HEADER_LEN as u64)
                     .with_context(|| format!("reading {}", path.display()))?;
                 if crc32c::crc32c(&data) != state.current_crc {
-                    bail!("{} no longer matches what was written before the interruption", path.display());
+                    bail!(
+                        "{} no longer matches what was written before the interruption",
+                        path.display()
+                    );
                 }
                 file.set_len(npy::HEADER_LEN as u64 + data_len)?;
                 let mut file = BufWriter::with_capacity(1 << 20, file);
                 std::io::Seek::seek(&mut file, std::io::SeekFrom::End(0))?;
                 let flushed_to = npy::HEADER_LEN as u64 + data_len;
-                Some(OpenShard { file, path, rows, data_crc: state.current_crc, flushed_to })
+                Some(OpenShard {
+                    file,
+                    path,
+                    rows,
+                    data_crc: state.current_crc,
+                    flushed_to,
+                })
             }
         };
         Ok(ShardWriter {

@@ -18,14 +18,27 @@ fn source(t: &Path) -> PathBuf {
 }
 
 fn shuffle(input: &Path, output: &Path, extra: &[&str]) -> Value {
-    let mut args = vec!["shuffle", "--input", s(input), "--output", s(output), "--quiet", "--json"];
+    let mut args = vec![
+        "shuffle",
+        "--input",
+        s(input),
+        "--output",
+        s(output),
+        "--quiet",
+        "--json",
+    ];
     args.extend_from_slice(extra);
     serde_json::from_str(&run_ok(&args)).unwrap()
 }
 
 fn sorted_rows(pack: &Path) -> Vec<[u8; 48]> {
     let mut rows = read_rows(pack);
-    rows.sort_by_key(|r| (u32::from_le_bytes(r[..4].try_into().unwrap()), u32::from_le_bytes(r[4..8].try_into().unwrap())));
+    rows.sort_by_key(|r| {
+        (
+            u32::from_le_bytes(r[..4].try_into().unwrap()),
+            u32::from_le_bytes(r[4..8].try_into().unwrap()),
+        )
+    });
     rows
 }
 
@@ -37,14 +50,24 @@ fn output_is_a_permutation_with_metadata_kept() {
     let summary = shuffle(&src, &out, &["--seed", "7", "--memory", "16KiB"]);
     assert!(summary["buckets"].as_u64().unwrap() > 10, "{summary}");
     assert_ne!(read_rows(&out), read_rows(&src), "the order changed");
-    assert_eq!(sorted_rows(&out), sorted_rows(&src), "the same multiset of rows");
+    assert_eq!(
+        sorted_rows(&out),
+        sorted_rows(&src),
+        "the same multiset of rows"
+    );
     assert_eq!(runs_table(&out), runs_table(&src));
     assert_eq!(
         std::fs::read(out.join("valuation_types.json")).unwrap(),
         std::fs::read(src.join("valuation_types.json")).unwrap()
     );
     let session = |k: &str| -> String {
-        db(&out).query_row("SELECT meta_value FROM session WHERE meta_key = ?1", [k], |r| r.get(0)).unwrap()
+        db(&out)
+            .query_row(
+                "SELECT meta_value FROM session WHERE meta_key = ?1",
+                [k],
+                |r| r.get(0),
+            )
+            .unwrap()
     };
     assert_eq!(session("shuffled"), "true");
     assert_eq!(session("shuffle_seed"), "7");
@@ -52,12 +75,17 @@ fn output_is_a_permutation_with_metadata_kept() {
     assert!(session("run_index").contains("not applicable"));
     let shares: Vec<f64> = serde_json::from_str(&session("quality_shard_max_run_shares")).unwrap();
     assert_eq!(shares.len(), 5, "shard size carried over from the input");
-    let n_index: i64 = db(&out).query_row("SELECT count(*) FROM run_index", [], |r| r.get(0)).unwrap();
+    let n_index: i64 = db(&out)
+        .query_row("SELECT count(*) FROM run_index", [], |r| r.get(0))
+        .unwrap();
     assert_eq!(n_index, 0);
     let report = run_ok(&["validate", s(&out)]);
     assert!(report.contains("(run_id, step_index) unique"), "{report}");
     assert!(report.contains("VALID: 2,240 rows"), "{report}");
-    assert!(!out.join(".dataset-packer-shuffle").exists(), "temp files removed");
+    assert!(
+        !out.join(".dataset-packer-shuffle").exists(),
+        "temp files removed"
+    );
 }
 
 #[test]
@@ -65,9 +93,21 @@ fn same_seed_same_bytes_other_seed_other_order_any_workers() {
     let t = tempfile::tempdir().unwrap();
     let src = source(t.path());
     let (a, b, c) = (t.path().join("a"), t.path().join("b"), t.path().join("c"));
-    shuffle(&src, &a, &["--seed", "3", "--workers", "1", "--memory", "32KiB"]);
-    shuffle(&src, &b, &["--seed", "3", "--workers", "2", "--memory", "32KiB"]);
-    shuffle(&src, &c, &["--seed", "4", "--workers", "2", "--memory", "32KiB"]);
+    shuffle(
+        &src,
+        &a,
+        &["--seed", "3", "--workers", "1", "--memory", "32KiB"],
+    );
+    shuffle(
+        &src,
+        &b,
+        &["--seed", "3", "--workers", "2", "--memory", "32KiB"],
+    );
+    shuffle(
+        &src,
+        &c,
+        &["--seed", "4", "--workers", "2", "--memory", "32KiB"],
+    );
     assert_eq!(pack_bytes(&a), pack_bytes(&b));
     assert_ne!(read_rows(&a), read_rows(&c));
     assert_eq!(sorted_rows(&a), sorted_rows(&c));
@@ -78,14 +118,25 @@ fn rows_of_a_run_are_spread_across_shards() {
     let t = tempfile::tempdir().unwrap();
     let src = source(t.path());
     let out = t.path().join("s");
-    shuffle(&src, &out, &["--seed", "11", "--shard-rows", "224", "--memory", "8KiB"]);
+    shuffle(
+        &src,
+        &out,
+        &["--seed", "11", "--shard-rows", "224", "--memory", "8KiB"],
+    );
     // 10 shards of 224 rows; each of the 10 runs (160–300 rows) should touch every shard.
     let mut shards_of_run: HashMap<u32, std::collections::HashSet<usize>> = HashMap::new();
     for (i, row) in read_rows(&out).iter().enumerate() {
-        shards_of_run.entry(u32::from_le_bytes(row[..4].try_into().unwrap())).or_default().insert(i / 224);
+        shards_of_run
+            .entry(u32::from_le_bytes(row[..4].try_into().unwrap()))
+            .or_default()
+            .insert(i / 224);
     }
     for (run, shards) in shards_of_run {
-        assert!(shards.len() >= 9, "run {run} only in {} shards", shards.len());
+        assert!(
+            shards.len() >= 9,
+            "run {run} only in {} shards",
+            shards.len()
+        );
     }
 }
 
@@ -97,9 +148,17 @@ fn positions_are_uniform_chi_square() {
     let t = tempfile::tempdir().unwrap();
     let raw = t.path().join("raw");
     std::fs::create_dir_all(&raw).unwrap();
-    for name in ["f0_clean", "f1_illegal_move_played", "f2_ev_on_illegal_move"] {
+    for name in [
+        "f0_clean",
+        "f1_illegal_move_played",
+        "f2_ev_on_illegal_move",
+    ] {
         for ext in ["meta.json", "jsonl.gz"] {
-            std::fs::copy(fixture(&format!("findings/{name}.{ext}")), raw.join(format!("{name}.{ext}"))).unwrap();
+            std::fs::copy(
+                fixture(&format!("findings/{name}.{ext}")),
+                raw.join(format!("{name}.{ext}")),
+            )
+            .unwrap();
         }
     }
     let src = t.path().join("src");
@@ -117,7 +176,20 @@ fn positions_are_uniform_chi_square() {
         children.push((
             out.clone(),
             Command::new(env!("CARGO_BIN_EXE_dataset-packer"))
-                .args(["shuffle", "--input", s(&src), "--output", s(&out), "--quiet", "--seed", &seed.to_string(), "--memory", "4KiB", "--workers", "1"])
+                .args([
+                    "shuffle",
+                    "--input",
+                    s(&src),
+                    "--output",
+                    s(&out),
+                    "--quiet",
+                    "--seed",
+                    &seed.to_string(),
+                    "--memory",
+                    "4KiB",
+                    "--workers",
+                    "1",
+                ])
                 .stdout(std::process::Stdio::null())
                 .spawn()
                 .unwrap(),
@@ -132,8 +204,14 @@ fn positions_are_uniform_chi_square() {
         }
     }
     let expected = seeds as f64 / n as f64;
-    let chi2: f64 = counts.iter().map(|&c| (c as f64 - expected).powi(2) / expected).sum();
-    assert!(chi2 < 82.7, "chi-square {chi2:.1} over 47 dof; counts {counts:?}");
+    let chi2: f64 = counts
+        .iter()
+        .map(|&c| (c as f64 - expected).powi(2) / expected)
+        .sum();
+    assert!(
+        chi2 < 82.7,
+        "chi-square {chi2:.1} over 47 dof; counts {counts:?}"
+    );
 }
 
 #[test]
@@ -145,24 +223,55 @@ fn an_interrupted_shuffle_resumes_to_the_same_bytes() {
 
     let out = t.path().join("out");
     let res = Command::new(env!("CARGO_BIN_EXE_dataset-packer"))
-        .args(["shuffle", "--input", s(&src), "--output", s(&out), "--seed", "5", "--memory", "16KiB", "--quiet"])
+        .args([
+            "shuffle",
+            "--input",
+            s(&src),
+            "--output",
+            s(&out),
+            "--seed",
+            "5",
+            "--memory",
+            "16KiB",
+            "--quiet",
+        ])
         .env("DATASET_PACKER_FAIL_AFTER_ROWS", "1000")
         .output()
         .unwrap();
     assert_eq!(res.status.code(), Some(1), "{}", stderr(&res));
     assert!(stderr(&res).contains("injected failure"));
     assert!(!out.join("metadata.db").exists(), "nothing published");
-    let progress: Value =
-        serde_json::from_slice(&std::fs::read(out.join(".dataset-packer-shuffle/progress.json")).unwrap()).unwrap();
+    let progress: Value = serde_json::from_slice(
+        &std::fs::read(out.join(".dataset-packer-shuffle/progress.json")).unwrap(),
+    )
+    .unwrap();
     let done = progress["buckets_done"].as_u64().unwrap();
-    assert!(done > 0 && done < progress["plan"]["buckets"].as_u64().unwrap(), "{progress}");
+    assert!(
+        done > 0 && done < progress["plan"]["buckets"].as_u64().unwrap(),
+        "{progress}"
+    );
 
     // Options that differ from the interrupted run are refused with --resume.
-    let res = run(&["shuffle", "--input", s(&src), "--output", s(&out), "--seed", "6", "--memory", "16KiB", "--resume"]);
+    let res = run(&[
+        "shuffle",
+        "--input",
+        s(&src),
+        "--output",
+        s(&out),
+        "--seed",
+        "6",
+        "--memory",
+        "16KiB",
+        "--resume",
+    ]);
     assert_eq!(res.status.code(), Some(1));
     assert!(stderr(&res).contains("other options"), "{}", stderr(&res));
 
-    shuffle(&src, &out, &["--seed", "5", "--memory", "16KiB", "--resume"]);
+    shuffle(
+        &src,
+        &out,
+        &["--seed", "5", "--memory", "16KiB", "--resume"],
+    );
     assert_eq!(pack_bytes(&out), pack_bytes(&reference));
     run_ok(&["validate", s(&out)]);
 }
@@ -181,14 +290,33 @@ fn a_killed_shuffle_resumes_to_the_same_bytes() {
     for delay in [30u64, 80, 150] {
         let out = t.path().join(format!("out{delay}"));
         let mut child = Command::new(env!("CARGO_BIN_EXE_dataset-packer"))
-            .args(["shuffle", "--input", s(&src), "--output", s(&out), "--seed", "9", "--memory", "64KiB", "--quiet"])
+            .args([
+                "shuffle",
+                "--input",
+                s(&src),
+                "--output",
+                s(&out),
+                "--seed",
+                "9",
+                "--memory",
+                "64KiB",
+                "--quiet",
+            ])
             .spawn()
             .unwrap();
         std::thread::sleep(std::time::Duration::from_millis(delay));
         let _ = child.kill();
         child.wait().unwrap();
-        shuffle(&src, &out, &["--seed", "9", "--memory", "64KiB", "--resume"]);
-        assert_eq!(pack_bytes(&out), pack_bytes(&reference), "killed after {delay} ms");
+        shuffle(
+            &src,
+            &out,
+            &["--seed", "9", "--memory", "64KiB", "--resume"],
+        );
+        assert_eq!(
+            pack_bytes(&out),
+            pack_bytes(&reference),
+            "killed after {delay} ms"
+        );
     }
 }
 
@@ -196,8 +324,22 @@ fn a_killed_shuffle_resumes_to_the_same_bytes() {
 fn temp_space_and_usage_errors() {
     let t = tempfile::tempdir().unwrap();
     let src = source(t.path());
-    let res = run(&["shuffle", "--input", s(&src), "--output", s(&t.path().join("o")), "--memory", "1KiB"]);
+    let res = run(&[
+        "shuffle",
+        "--input",
+        s(&src),
+        "--output",
+        s(&t.path().join("o")),
+        "--memory",
+        "1KiB",
+    ]);
     assert_eq!(res.status.code(), Some(2));
-    let res = run(&["shuffle", "--input", s(&t.path().join("nope")), "--output", s(&t.path().join("o"))]);
+    let res = run(&[
+        "shuffle",
+        "--input",
+        s(&t.path().join("nope")),
+        "--output",
+        s(&t.path().join("o")),
+    ]);
     assert_eq!(res.status.code(), Some(1));
 }

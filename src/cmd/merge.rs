@@ -14,12 +14,13 @@ use serde_json::json;
 
 use crate::UsageError;
 use crate::cmd::validate;
-use crate::format::metadata::{self, MetadataWriter, RowLocation, RunDetails, RunRecord, RunRow};
+use crate::format::metadata::{self, MetadataWriter, RunDetails, RunRecord, RunRow};
 use crate::format::row::{LEGACY_ROW_BYTES, ROW_BYTES, legacy_to_aligned, remap_rows};
 use crate::format::valuation::ValuationTable;
 use crate::pack_dir::{OutputDir, is_pack_file, write_valuations};
 use crate::pack_reader::{self, RunSlots, Shard};
 use crate::progress::{self, thousands};
+use crate::run_index::RunStarts;
 use crate::shard_writer::ShardWriter;
 
 /// Rows copied per read (≈ 4 MiB).
@@ -246,46 +247,6 @@ fn valuation_map(from: &ValuationTable, to: &ValuationTable) -> Option<[u8; 256]
     (!identity).then_some(map)
 }
 
-/// Tracks where each output run starts while rows stream by (runs are contiguous in
-/// unshuffled packs), giving runs without rows the position where they would have started.
-struct RunStarts {
-    /// Output ids in order, and the location found for each.
-    ids: Vec<u32>,
-    locations: Vec<Option<RowLocation>>,
-    next: usize,
-}
-
-impl RunStarts {
-    fn observe(&mut self, writer: &ShardWriter, rows: &[u8], first_global: u64) {
-        let mut last = None;
-        for (i, row) in rows.chunks_exact(ROW_BYTES).enumerate() {
-            let id = u32::from_le_bytes(row[..4].try_into().unwrap());
-            if last == Some(id) {
-                continue;
-            }
-            last = Some(id);
-            // Runs before this one that have not been seen had no rows.
-            while self.next < self.ids.len() && self.ids[self.next] <= id {
-                if self.locations[self.next].is_none() {
-                    self.locations[self.next] = Some(writer.location_of(first_global + i as u64));
-                }
-                self.next += 1;
-            }
-        }
-    }
-
-    fn finish(mut self, writer: &ShardWriter) -> Vec<RowLocation> {
-        let end = writer.location_of(writer.total_rows());
-        for loc in &mut self.locations {
-            loc.get_or_insert(end);
-        }
-        self.locations
-            .into_iter()
-            .map(|l| l.expect("filled"))
-            .collect()
-    }
-}
-
 struct Summary {
     inputs: Vec<(PathBuf, usize, u64)>,
     runs: u64,
@@ -321,11 +282,7 @@ fn write_merged(
                     .expect("validated: every row's run is in runs")
         };
         let vmap = valuation_map(&src.valuations, valuations);
-        let mut starts = RunStarts {
-            ids: (0..old_ids.len() as u32).map(|k| offset + k).collect(),
-            locations: vec![None; old_ids.len()],
-            next: 0,
-        };
+        let mut starts = RunStarts::new((0..old_ids.len() as u32).map(|k| offset + k).collect());
 
         for shard in &src.shards {
             let rb = shard.row_bytes();

@@ -1,6 +1,9 @@
 //! One module per subcommand; each reads like the command's story.
 
+pub mod export;
 pub mod merge;
 pub mod pack;
+pub mod show;
 pub mod shuffle;
+pub mod stats;
 pub mod validate;

@@ -2,7 +2,6 @@
 //! run-id order through a bounded window into staged shards + metadata.db, publish, summarise.
 
 use std::collections::BTreeMap;
-use std::ops::ControlFlow;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
@@ -16,7 +15,7 @@ use crate::format::metadata::{
 };
 use crate::format::row::remap_rows;
 use crate::format::valuation::{MAX_NAMES, ValuationTable};
-use crate::ordered::ordered_map;
+use crate::ordered::ordered_try_map;
 use crate::pack_dir::{OutputDir, write_valuations};
 use crate::progress::{self, thousands};
 use crate::raw::discover::{Discovery, RunSource, discover};
@@ -158,7 +157,7 @@ fn build(
     let tables = LineTables::new();
     let total_bytes: u64 = found.runs.iter().map(|r| r.compressed_bytes).sum();
     let bar = progress::bytes_bar(total_bytes, args.quiet, "pack");
-    let failure = ordered_map(
+    let outcome = ordered_try_map(
         &found.runs,
         workers,
         workers * 2,
@@ -166,7 +165,7 @@ fn build(
         |parser, src| parser.parse(src),
         |i, parsed| {
             let src = &found.runs[i];
-            let flow = packer.accept(src, parsed);
+            let accepted = packer.accept(src, parsed);
             bar.inc(src.compressed_bytes);
             let rows = packer.shards.total_rows();
             let rate = rows as f64 / started.elapsed().as_secs_f64().max(1e-9);
@@ -175,13 +174,11 @@ fn build(
                 thousands(rows),
                 thousands(rate as u64)
             ));
-            flow
+            accepted
         },
     );
     bar.finish_and_clear();
-    if let Some(e) = failure {
-        return Err(e);
-    }
+    outcome?;
     packer.finish(args, found, total_bytes, full_run_count)
 }
 
@@ -235,19 +232,11 @@ impl Packer {
         })
     }
 
-    fn accept(
-        &mut self,
-        src: &RunSource,
-        parsed: Result<ParsedRun, RunError>,
-    ) -> ControlFlow<anyhow::Error> {
-        let result = parsed.and_then(|run| self.assign_valuations(src, run));
-        let outcome = match result {
+    /// Writes a parsed run, or deals with an invalid one; an error ends the pack.
+    fn accept(&mut self, src: &RunSource, parsed: Result<ParsedRun, RunError>) -> Result<()> {
+        match parsed.and_then(|run| self.assign_valuations(src, run)) {
             Ok(run) => self.write_run(src, run),
             Err(e) => self.reject(src, e),
-        };
-        match outcome {
-            Ok(()) => ControlFlow::Continue(()),
-            Err(e) => ControlFlow::Break(e),
         }
     }
 

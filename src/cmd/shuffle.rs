@@ -81,9 +81,13 @@ pub struct ShuffleArgs {
 /// `512MiB`, `4GiB`, `64M`, `1000000` → bytes.
 pub fn parse_size(text: &str) -> Result<u64, String> {
     let t = text.trim();
-    let split = t.find(|c: char| !c.is_ascii_digit() && c != '.').unwrap_or(t.len());
+    let split = t
+        .find(|c: char| !c.is_ascii_digit() && c != '.')
+        .unwrap_or(t.len());
     let (num, unit) = t.split_at(split);
-    let value: f64 = num.parse().map_err(|_| format!("{text:?} is not a size like 512MiB"))?;
+    let value: f64 = num
+        .parse()
+        .map_err(|_| format!("{text:?} is not a size like 512MiB"))?;
     let scale: u64 = match unit.trim().to_ascii_lowercase().as_str() {
         "" | "b" => 1,
         "k" | "kib" => 1 << 10,
@@ -155,13 +159,19 @@ pub fn run(args: &ShuffleArgs) -> Result<()> {
     let started = Instant::now();
     let options = validate::Options {
         deep: false,
-        workers: args.workers.map_or_else(crate::default_workers, |w| w as usize),
+        workers: args
+            .workers
+            .map_or_else(crate::default_workers, |w| w as usize),
         quiet: args.quiet,
         legacy_ok: false,
     };
     let report = validate::check(&args.input, &options)?;
     if !report.valid() {
-        bail!("input {} is not a valid pack; nothing was written:\n{}", args.input.display(), report.failures());
+        bail!(
+            "input {} is not a valid pack; nothing was written:\n{}",
+            args.input.display(),
+            report.failures()
+        );
     }
     let shards = pack_reader::open_shards(&args.input, false)?;
     let input_conn = metadata::open_read_only(&args.input.join(metadata::FILE_NAME))?;
@@ -169,7 +179,11 @@ pub fn run(args: &ShuffleArgs) -> Result<()> {
 
     let mut out = OutputDir::open_with(&args.output, args.overwrite, args.resume)?;
     out.keep_staging_on_failure();
-    let work = args.temp.clone().unwrap_or_else(|| args.output.clone()).join(WORK_DIR);
+    let work = args
+        .temp
+        .clone()
+        .unwrap_or_else(|| args.output.clone())
+        .join(WORK_DIR);
     let mut progress = start_or_resume(&work, &plan, args.resume)?;
     check_space(&work, out.path(), &plan, &progress)?;
 
@@ -181,7 +195,11 @@ pub fn run(args: &ShuffleArgs) -> Result<()> {
         progress.writer = None;
         progress.save(&work)?;
     }
-    let staging = if progress.buckets_done > 0 { out.resume_staging()? } else { out.begin_staging()? };
+    let staging = if progress.buckets_done > 0 {
+        out.resume_staging()?
+    } else {
+        out.begin_staging()?
+    };
     let rows = gather(&plan, &mut progress, &work, &staging, args)?;
     let quality = measure_dispersion(&staging, &input_conn)?;
     write_metadata(&staging, &input_conn, args, &plan, &quality, rows)?;
@@ -197,7 +215,9 @@ fn make_plan(args: &ShuffleArgs, shards: &[Shard], conn: &rusqlite::Connection) 
     let bytes = rows * ROW_BYTES as u64;
     // A bucket gets at most ~40% of --memory (room for variation in bucket sizes and buffers),
     // and no more than TARGET_BUCKET_BYTES so it shuffles in cache.
-    let per_bucket = (args.memory * 2 / 5).min(TARGET_BUCKET_BYTES).max(ROW_BYTES as u64);
+    let per_bucket = (args.memory * 2 / 5)
+        .min(TARGET_BUCKET_BYTES)
+        .max(ROW_BYTES as u64);
     let buckets = bytes.div_ceil(per_bucket).max(1);
     if buckets > MAX_BUCKETS {
         return Err(UsageError(format!(
@@ -210,7 +230,10 @@ fn make_plan(args: &ShuffleArgs, shards: &[Shard], conn: &rusqlite::Connection) 
     Ok(Plan {
         input: std::fs::canonicalize(&args.input)?.display().to_string(),
         input_rows: rows,
-        input_fingerprint: shards.iter().map(|s| (s.name.clone(), s.file_len, fingerprint(s))).collect(),
+        input_fingerprint: shards
+            .iter()
+            .map(|s| (s.name.clone(), s.file_len, fingerprint(s)))
+            .collect(),
         seed: args.seed,
         buckets,
         shard_rows: args.shard_rows.or(recorded),
@@ -221,7 +244,9 @@ fn make_plan(args: &ShuffleArgs, shards: &[Shard], conn: &rusqlite::Connection) 
 fn fingerprint(s: &Shard) -> u32 {
     let tail = s.file_len.saturating_sub(4096);
     let mut buf = vec![0u8; (s.file_len - tail) as usize];
-    let ok = File::open(&s.path).and_then(|f| f.read_exact_at(&mut buf, tail)).is_ok();
+    let ok = File::open(&s.path)
+        .and_then(|f| f.read_exact_at(&mut buf, tail))
+        .is_ok();
     if ok { crc32c::crc32c(&buf) } else { 0 }
 }
 
@@ -229,21 +254,35 @@ fn start_or_resume(work: &Path, plan: &Plan, resume: bool) -> Result<Progress> {
     if resume {
         match Progress::load(work) {
             Some(p) if p.plan == *plan => {
-                log::info!("resuming: {} of {} buckets done", p.buckets_done, plan.buckets);
+                log::info!(
+                    "resuming: {} of {} buckets done",
+                    p.buckets_done,
+                    plan.buckets
+                );
                 return Ok(p);
             }
             Some(_) => bail!(
                 "--resume: the interrupted shuffle in {} used another input or other options; run without --resume to start over",
                 work.display()
             ),
-            None => log::warn!("--resume: no interrupted shuffle in {}; starting from the beginning", work.display()),
+            None => log::warn!(
+                "--resume: no interrupted shuffle in {}; starting from the beginning",
+                work.display()
+            ),
         }
     }
     if work.exists() {
-        std::fs::remove_dir_all(work).with_context(|| format!("removing old work folder {}", work.display()))?;
+        std::fs::remove_dir_all(work)
+            .with_context(|| format!("removing old work folder {}", work.display()))?;
     }
     std::fs::create_dir_all(work).with_context(|| format!("creating {}", work.display()))?;
-    let p = Progress { plan: plan.clone(), bucket_rows: None, bucket_crcs: Vec::new(), buckets_done: 0, writer: None };
+    let p = Progress {
+        plan: plan.clone(),
+        bucket_rows: None,
+        bucket_crcs: Vec::new(),
+        buckets_done: 0,
+        writer: None,
+    };
     p.save(work)?;
     Ok(p)
 }
@@ -254,7 +293,8 @@ fn free_bytes(path: &Path) -> Result<(u64, u64)> {
     // SAFETY: statvfs fills the struct for a NUL-terminated path; the result is checked.
     let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
     if unsafe { libc::statvfs(c.as_ptr(), &mut st) } != 0 {
-        return Err(std::io::Error::last_os_error()).with_context(|| format!("statvfs {}", path.display()));
+        return Err(std::io::Error::last_os_error())
+            .with_context(|| format!("statvfs {}", path.display()));
     }
     Ok((st.f_bavail as u64 * st.f_frsize as u64, st.f_fsid as u64))
 }
@@ -262,7 +302,11 @@ fn free_bytes(path: &Path) -> Result<(u64, u64)> {
 /// Refuses to start when the bucket files and the output cannot both fit.
 fn check_space(work: &Path, output: &Path, plan: &Plan, progress: &Progress) -> Result<()> {
     let pack_bytes = plan.input_rows * ROW_BYTES as u64;
-    let temp_need = if progress.bucket_rows.is_some() { 0 } else { pack_bytes };
+    let temp_need = if progress.bucket_rows.is_some() {
+        0
+    } else {
+        pack_bytes
+    };
     let out_need = pack_bytes;
     let (temp_free, temp_fs) = free_bytes(work)?;
     let (out_free, out_fs) = free_bytes(output)?;
@@ -280,10 +324,20 @@ fn check_space(work: &Path, output: &Path, plan: &Plan, progress: &Progress) -> 
         }
     } else {
         if temp_need > temp_free {
-            bail!("shuffle needs {:.1} MB of temporary space in {}; only {:.1} MB is free", mb(temp_need), work.display(), mb(temp_free));
+            bail!(
+                "shuffle needs {:.1} MB of temporary space in {}; only {:.1} MB is free",
+                mb(temp_need),
+                work.display(),
+                mb(temp_free)
+            );
         }
         if out_need > out_free {
-            bail!("the shuffled pack needs {:.1} MB in {}; only {:.1} MB is free", mb(out_need), output.display(), mb(out_free));
+            bail!(
+                "the shuffled pack needs {:.1} MB in {}; only {:.1} MB is free",
+                mb(out_need),
+                output.display(),
+                mb(out_free)
+            );
         }
     }
     Ok(())
@@ -305,7 +359,9 @@ struct BucketFile {
 impl BucketFile {
     fn flush(&mut self) -> Result<()> {
         use std::io::Write;
-        self.file.write_all(&self.buf).with_context(|| format!("writing {}", self.path.display()))?;
+        self.file
+            .write_all(&self.buf)
+            .with_context(|| format!("writing {}", self.path.display()))?;
         self.crc = crc32c::crc32c_append(self.crc, &self.buf);
         self.buf.clear();
         Ok(())
@@ -314,14 +370,27 @@ impl BucketFile {
 
 /// Phase 1: every row goes to bucket `below(splitmix(seed, global row), buckets)`, appended in
 /// row order. Returns the rows and the CRC-32C of each bucket file.
-fn scatter(shards: &[Shard], plan: &Plan, work: &Path, args: &ShuffleArgs) -> Result<(Vec<u64>, Vec<u32>)> {
+fn scatter(
+    shards: &[Shard],
+    plan: &Plan,
+    work: &Path,
+    args: &ShuffleArgs,
+) -> Result<(Vec<u64>, Vec<u32>)> {
     let k = plan.buckets as usize;
-    let buffer_bytes = ((args.memory / 4 / k as u64) / ROW_BYTES as u64).clamp(16, 8192) as usize * ROW_BYTES;
+    let buffer_bytes =
+        ((args.memory / 4 / k as u64) / ROW_BYTES as u64).clamp(16, 8192) as usize * ROW_BYTES;
     let mut buckets: Vec<BucketFile> = (0..plan.buckets)
         .map(|b| {
             let path = bucket_path(work, b);
-            let file = File::create(&path).with_context(|| format!("creating {}", path.display()))?;
-            Ok(BucketFile { file, path, buf: Vec::with_capacity(buffer_bytes), rows: 0, crc: 0 })
+            let file =
+                File::create(&path).with_context(|| format!("creating {}", path.display()))?;
+            Ok(BucketFile {
+                file,
+                path,
+                buf: Vec::with_capacity(buffer_bytes),
+                rows: 0,
+                crc: 0,
+            })
         })
         .collect::<Result<_>>()?;
     let key = splitmix_at(plan.seed, u64::MAX);
@@ -329,15 +398,20 @@ fn scatter(shards: &[Shard], plan: &Plan, work: &Path, args: &ShuffleArgs) -> Re
     let mut buf = vec![0u8; READ_ROWS * ROW_BYTES];
     let mut global = 0u64;
     for shard in shards {
-        let file = File::open(&shard.path).with_context(|| format!("opening {}", shard.path.display()))?;
+        let file =
+            File::open(&shard.path).with_context(|| format!("opening {}", shard.path.display()))?;
         let mut done = 0u64;
         while done < shard.header.rows {
             let n = (shard.header.rows - done).min(READ_ROWS as u64) as usize;
             let chunk = &mut buf[..n * ROW_BYTES];
-            file.read_exact_at(chunk, shard.header.data_offset as u64 + done * ROW_BYTES as u64)
-                .with_context(|| format!("reading {}", shard.path.display()))?;
+            file.read_exact_at(
+                chunk,
+                shard.header.data_offset as u64 + done * ROW_BYTES as u64,
+            )
+            .with_context(|| format!("reading {}", shard.path.display()))?;
             for row in chunk.chunks_exact(ROW_BYTES) {
-                let bucket = &mut buckets[below_fast(splitmix_at(key, global), plan.buckets) as usize];
+                let bucket =
+                    &mut buckets[below_fast(splitmix_at(key, global), plan.buckets) as usize];
                 bucket.buf.extend_from_slice(row);
                 bucket.rows += 1;
                 if bucket.buf.len() >= buffer_bytes {
@@ -353,12 +427,21 @@ fn scatter(shards: &[Shard], plan: &Plan, work: &Path, args: &ShuffleArgs) -> Re
         bucket.flush()?;
     }
     bar.finish_and_clear();
-    Ok((buckets.iter().map(|b| b.rows).collect(), buckets.iter().map(|b| b.crc).collect()))
+    Ok((
+        buckets.iter().map(|b| b.rows).collect(),
+        buckets.iter().map(|b| b.crc).collect(),
+    ))
 }
 
 /// Phase 2: buckets in order, each shuffled in memory and appended to the output; progress is
 /// saved after every bucket. Returns the rows written.
-fn gather(plan: &Plan, progress: &mut Progress, work: &Path, staging: &Path, args: &ShuffleArgs) -> Result<u64> {
+fn gather(
+    plan: &Plan,
+    progress: &mut Progress,
+    work: &Path,
+    staging: &Path,
+    args: &ShuffleArgs,
+) -> Result<u64> {
     let bucket_rows = progress.bucket_rows.clone().expect("phase 1 is done");
     let mut writer = match (&progress.writer, progress.buckets_done) {
         (Some(state), done) if done > 0 => ShardWriter::resume(staging, plan.shard_rows, state)?,
@@ -400,7 +483,10 @@ fn gather(plan: &Plan, progress: &mut Progress, work: &Path, staging: &Path, arg
 
 /// Measures how runs are spread over the output shards, reading them back once.
 fn measure_dispersion(staging: &Path, input: &rusqlite::Connection) -> Result<Quality> {
-    let ids: Vec<u32> = metadata::read_runs(input)?.iter().map(|r| r.id as u32).collect();
+    let ids: Vec<u32> = metadata::read_runs(input)?
+        .iter()
+        .map(|r| r.id as u32)
+        .collect();
     let slots = RunSlots::new(&ids);
     let mut shard_counts = vec![0u32; ids.len()];
     let mut window_counts = vec![0u32; ids.len()];
@@ -411,10 +497,15 @@ fn measure_dispersion(staging: &Path, input: &rusqlite::Connection) -> Result<Qu
     for shard in pack_reader::open_shards(staging, false)? {
         let mut shard_max = 0u32;
         shard_counts.iter_mut().for_each(|c| *c = 0);
-        for (start, count) in pack_reader::chunks(std::slice::from_ref(&shard), 1 << 17).into_iter().map(|(_, s, n)| (s, n)) {
+        for (start, count) in pack_reader::chunks(std::slice::from_ref(&shard), 1 << 17)
+            .into_iter()
+            .map(|(_, s, n)| (s, n))
+        {
             let map = shard.map_rows(start, count)?;
             for row in map.chunks_exact(ROW_BYTES) {
-                let slot = slots.get(u32::from_le_bytes(row[..4].try_into().unwrap())).unwrap_or(0) as usize;
+                let slot = slots
+                    .get(u32::from_le_bytes(row[..4].try_into().unwrap()))
+                    .unwrap_or(0) as usize;
                 shard_counts[slot] += 1;
                 shard_max = shard_max.max(shard_counts[slot]);
                 if window_counts[slot] == 0 {
@@ -435,7 +526,11 @@ fn measure_dispersion(staging: &Path, input: &rusqlite::Connection) -> Result<Qu
                 }
             }
         }
-        let share = if shard.header.rows == 0 { 0.0 } else { f64::from(shard_max) / shard.header.rows as f64 };
+        let share = if shard.header.rows == 0 {
+            0.0
+        } else {
+            f64::from(shard_max) / shard.header.rows as f64
+        };
         q.shard_max_run_share.push(share);
     }
     if window_fill > 0 {
@@ -443,7 +538,11 @@ fn measure_dispersion(staging: &Path, input: &rusqlite::Connection) -> Result<Qu
         q.window_max_run_rows = q.window_max_run_rows.max(u64::from(window_max));
         q.windows += 1;
     }
-    q.window_mean_max_run_rows = if q.windows == 0 { 0.0 } else { window_sum as f64 / q.windows as f64 };
+    q.window_mean_max_run_rows = if q.windows == 0 {
+        0.0
+    } else {
+        window_sum as f64 / q.windows as f64
+    };
     Ok(q)
 }
 
@@ -455,7 +554,8 @@ fn write_metadata(
     quality: &Quality,
     rows: u64,
 ) -> Result<()> {
-    let records: Vec<metadata::ShardRecord> = serde_json::from_slice(&std::fs::read(staging.join(".shards.json"))?)?;
+    let records: Vec<metadata::ShardRecord> =
+        serde_json::from_slice(&std::fs::read(staging.join(".shards.json"))?)?;
     std::fs::remove_file(staging.join(".shards.json"))?;
     let db_path = staging.join(metadata::FILE_NAME);
     if db_path.exists() {
@@ -482,26 +582,48 @@ fn write_metadata(
     for (k, v) in metadata::read_session(input)? {
         db.set_session(&format!("input.{k}"), &v)?;
     }
-    let max_share = quality.shard_max_run_share.iter().copied().fold(0.0, f64::max);
+    let max_share = quality
+        .shard_max_run_share
+        .iter()
+        .copied()
+        .fold(0.0, f64::max);
     let facts = [
         ("format_version", metadata::FORMAT_VERSION.to_string()),
-        ("tool", format!("dataset-packer {}", env!("CARGO_PKG_VERSION"))),
+        (
+            "tool",
+            format!("dataset-packer {}", env!("CARGO_PKG_VERSION")),
+        ),
         ("command", "shuffle".to_string()),
         ("shuffled", "true".to_string()),
-        ("run_index", "not applicable: the pack is shuffled".to_string()),
+        (
+            "run_index",
+            "not applicable: the pack is shuffled".to_string(),
+        ),
         ("shuffle_seed", args.seed.to_string()),
         ("shuffle_buckets", plan.buckets.to_string()),
         ("source_pack", plan.input.clone()),
-        ("shard_rows", plan.shard_rows.map_or("none".into(), |n| n.to_string())),
+        (
+            "shard_rows",
+            plan.shard_rows.map_or("none".into(), |n| n.to_string()),
+        ),
         ("total_rows", rows.to_string()),
         ("total_runs", runs.len().to_string()),
         ("shard_count", records.len().to_string()),
         ("checksum", "crc32c".to_string()),
         ("quality_shard_max_run_share", format!("{max_share:.6}")),
-        ("quality_shard_max_run_shares", serde_json::to_string(&quality.shard_max_run_share)?),
+        (
+            "quality_shard_max_run_shares",
+            serde_json::to_string(&quality.shard_max_run_share)?,
+        ),
         ("quality_window_rows", WINDOW.to_string()),
-        ("quality_window_mean_max_run_rows", format!("{:.3}", quality.window_mean_max_run_rows)),
-        ("quality_window_max_run_rows", quality.window_max_run_rows.to_string()),
+        (
+            "quality_window_mean_max_run_rows",
+            format!("{:.3}", quality.window_mean_max_run_rows),
+        ),
+        (
+            "quality_window_max_run_rows",
+            quality.window_max_run_rows.to_string(),
+        ),
     ];
     for (k, v) in facts {
         db.set_session(k, &v)?;
@@ -532,11 +654,18 @@ fn print_summary(args: &ShuffleArgs, plan: &Plan, q: &Quality, rows: u64, elapse
         thousands(rows),
         args.output.display(),
         q.shard_max_run_share.len(),
-        if q.shard_max_run_share.len() == 1 { "" } else { "s" },
+        if q.shard_max_run_share.len() == 1 {
+            ""
+        } else {
+            "s"
+        },
         args.seed,
         plan.buckets
     );
-    println!("  largest share of one run in a shard: {:.3}% (goal ≤ 2%)", max_share * 100.0);
+    println!(
+        "  largest share of one run in a shard: {:.3}% (goal ≤ 2%)",
+        max_share * 100.0
+    );
     println!(
         "  rows from one run per {WINDOW}-row window: mean of the max {:.2}, max {} ({} windows)",
         q.window_mean_max_run_rows, q.window_max_run_rows, q.windows

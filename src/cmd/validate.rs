@@ -5,7 +5,6 @@
 //! examples and a one-line verdict.
 
 use std::collections::{BTreeMap, HashMap};
-use std::ops::ControlFlow;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
@@ -15,9 +14,9 @@ use serde_json::json;
 
 use crate::format::board::{self, LineTables};
 use crate::format::metadata::{self, RowLocation};
-use crate::format::row::{ROW_BYTES, StepRow, legacy_rows_to_aligned, padding_is_zero};
+use crate::format::row::{ROW_BYTES, StepRow, padding_is_zero};
 use crate::format::valuation;
-use crate::ordered::ordered_map;
+use crate::ordered::ordered_try_map;
 use crate::pack_reader::{self, RunSlots, Shard};
 use crate::progress::{self, thousands};
 
@@ -258,21 +257,15 @@ fn scan_chunk(
     count: u64,
     first_global: u64,
 ) -> Result<ChunkScan> {
-    let map = shard.map_rows(start, count)?;
-    let converted;
-    let bytes: &[u8] = if shard.row_bytes() == ROW_BYTES {
-        &map
-    } else {
-        converted = legacy_rows_to_aligned(&map);
-        &converted
-    };
+    let rows = shard.read_aligned(start, count)?;
+    let bytes: &[u8] = &rows;
     let mut out = ChunkScan {
         segments: Vec::new(),
         by_run: HashMap::new(),
         rows: Default::default(),
         findings: Default::default(),
-        crc: crc32c::crc32c(&map),
-        bytes: map.len(),
+        crc: crc32c::crc32c(rows.raw()),
+        bytes: rows.raw().len(),
     };
     let at = |i: usize, run: u32| format!("{} row {} (run {run})", shard.name, start + i as u64);
     let mut last_slot: Option<u32> = None;
@@ -597,7 +590,7 @@ pub fn check(dir: &Path, options: &Options) -> Result<Report> {
     let mut finding_tallies: [Tally; 3] = Default::default();
     let mut data_crcs: Vec<(u32, usize)> = vec![(0, 0); shards.len()];
     let bar = progress::rows_bar(total_rows, quiet, "validate");
-    let failure = ordered_map(
+    let outcome = ordered_try_map(
         &chunk_list,
         workers,
         workers * 2,
@@ -612,10 +605,7 @@ pub fn check(dir: &Path, options: &Options) -> Result<Report> {
             )
         },
         |i, scan| {
-            let scan = match scan {
-                Ok(s) => s,
-                Err(e) => return ControlFlow::Break(e),
-            };
+            let scan = scan?;
             let (si, _, count) = chunk_list[i];
             let (crc, len) = data_crcs[si];
             data_crcs[si] = (
@@ -646,13 +636,11 @@ pub fn check(dir: &Path, options: &Options) -> Result<Report> {
                 t.merge(s);
             }
             bar.inc(count);
-            ControlFlow::Continue(())
+            Ok(())
         },
     );
     bar.finish_and_clear();
-    if let Some(e) = failure {
-        return Err(e);
-    }
+    outcome?;
 
     // Checksums.
     checks.push(match &conn {

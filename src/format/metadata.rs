@@ -425,39 +425,29 @@ pub fn read_run_details(conn: &Connection) -> Result<std::collections::HashMap<i
     if !has_table(conn, "run_details")? {
         return Ok(out);
     }
-    let has_source = conn
-        .prepare("SELECT source_pack, source_run_id FROM run_details LIMIT 0")
-        .is_ok();
-    let sql = if has_source {
-        "SELECT run_id, source_path, rows_path, depth, game_index, num_moves, max_rank, sum_tile, seconds,
-         source_pack, source_run_id FROM run_details"
-    } else {
-        "SELECT run_id, source_path, rows_path, depth, game_index, num_moves, max_rank, sum_tile, seconds,
-         NULL, NULL FROM run_details"
-    };
-    let mut stmt = conn.prepare(sql)?;
-    let rows = stmt.query_map([], |r| {
-        Ok((
-            r.get::<_, i64>(0)?,
-            RunDetails {
-                source_path: r.get(1)?,
-                rows_path: r.get(2)?,
-                depth: r.get(3)?,
-                game_index: r.get(4)?,
-                num_moves: r.get(5)?,
-                max_rank: r.get(6)?,
-                sum_tile: r.get(7)?,
-                seconds: r.get(8)?,
-                source_pack: r.get(9)?,
-                source_run_id: r.get(10)?,
-            },
-        ))
-    })?;
+    let mut stmt = conn.prepare("SELECT * FROM run_details")?;
+    let rows = stmt.query_map([], |r| Ok((r.get::<_, i64>("run_id")?, run_details_of(r)?)))?;
     for row in rows {
         let (id, d) = row?;
         out.insert(id, d);
     }
     Ok(out)
+}
+
+/// A `run_details` row (from `SELECT *`); columns an older pack lacks read as None.
+fn run_details_of(r: &rusqlite::Row) -> rusqlite::Result<RunDetails> {
+    Ok(RunDetails {
+        source_path: column_if_present(r, "source_path")?,
+        rows_path: column_if_present(r, "rows_path")?,
+        depth: column_if_present(r, "depth")?,
+        game_index: column_if_present(r, "game_index")?,
+        num_moves: column_if_present(r, "num_moves")?,
+        max_rank: column_if_present(r, "max_rank")?,
+        sum_tile: column_if_present(r, "sum_tile")?,
+        seconds: column_if_present(r, "seconds")?,
+        source_pack: column_if_present(r, "source_pack")?,
+        source_run_id: column_if_present(r, "source_run_id")?,
+    })
 }
 
 /// Rows of a two-column text/int table if it exists (session, finding_counts, skipped_runs, …).
@@ -576,20 +566,11 @@ pub fn read_run(conn: &Connection, id: i64) -> Result<Option<RunLookup>> {
         .optional()?;
     let Some(run) = run else { return Ok(None) };
     let details = if has_table(conn, "run_details")? {
-        conn.query_row("SELECT * FROM run_details WHERE run_id = ?1", [id], |r| {
-            Ok(RunDetails {
-                source_path: column_if_present(r, "source_path")?,
-                rows_path: column_if_present(r, "rows_path")?,
-                depth: column_if_present(r, "depth")?,
-                game_index: column_if_present(r, "game_index")?,
-                num_moves: column_if_present(r, "num_moves")?,
-                max_rank: column_if_present(r, "max_rank")?,
-                sum_tile: column_if_present(r, "sum_tile")?,
-                seconds: column_if_present(r, "seconds")?,
-                source_pack: column_if_present(r, "source_pack")?,
-                source_run_id: column_if_present(r, "source_run_id")?,
-            })
-        })
+        conn.query_row(
+            "SELECT * FROM run_details WHERE run_id = ?1",
+            [id],
+            run_details_of,
+        )
         .optional()?
     } else {
         None
@@ -630,7 +611,9 @@ fn column_if_present<T: rusqlite::types::FromSql>(
 
 /// `(count, smallest id, largest id)` of `runs` (ids None when it is empty).
 pub fn run_id_range(conn: &Connection) -> Result<(i64, Option<i64>, Option<i64>)> {
-    Ok(conn.query_row("SELECT COUNT(*), MIN(id), MAX(id) FROM runs", [], |r| {
-        Ok((r.get(0)?, r.get(1)?, r.get(2)?))
-    })?)
+    Ok(
+        conn.query_row("SELECT COUNT(*), MIN(id), MAX(id) FROM runs", [], |r| {
+            Ok((r.get(0)?, r.get(1)?, r.get(2)?))
+        })?,
+    )
 }

@@ -1,0 +1,225 @@
+//! `export`: pack → JSONL, Parquet or a smaller pack. The story: open the source pack, turn
+//! `--runs`/`--where` into a run selection, refuse an output that would replace the source,
+//! hand the selection to the format's writer (which stages its output and publishes it
+//! atomically), summarise.
+
+use std::ops::RangeInclusive;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use anyhow::Result;
+use clap::{Args, ValueEnum};
+
+use crate::UsageError;
+use crate::export::{SourcePack, jsonl, pack, parquet, select};
+use crate::progress::thousands;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Format {
+    /// The raw Macroxue row format: PATH.jsonl / PATH.jsonl.gz is one file, any other PATH a
+    /// folder with run-NNNNNNNNNN.meta.json + .jsonl.gz per run (`pack` reads it back).
+    Jsonl,
+    /// Columnar, zstd: PATH.parquet is one file, any other PATH a folder of part-NNNNN.parquet.
+    Parquet,
+    /// A new pack holding the selected runs, renumbered from 0.
+    Pack,
+}
+
+#[derive(Args, Debug)]
+#[command(after_help = "Examples:
+  dataset-packer export packs/d6 --format parquet --output d6.parquet
+  dataset-packer export packs/d6 --format parquet --output d6-parts/ --shard-rows 5000000
+  dataset-packer export packs/d6 --format jsonl --output run42.jsonl --runs 42
+  dataset-packer export packs/d6 --format jsonl --output raw-again/          # re-packable
+  dataset-packer export packs/d6 --format pack --output packs/d6-best --where \"max_score > 600000 AND depth = 7\"
+  dataset-packer export packs/d6 --format pack --output packs/val --runs 0-99,500 --shard-rows 1000000
+
+--where is an SQL expression over the columns of `runs` (id, seed, steps, max_score,
+highest_tile) and `run_details` (depth, game_index, num_moves, max_rank, sum_tile, seconds,
+source_path, …); with --runs too, a run must satisfy both.")]
+pub struct ExportArgs {
+    /// The pack to read.
+    #[arg(value_name = "PACK")]
+    pub pack: PathBuf,
+    /// Where to write (a file or a folder, see --format).
+    #[arg(long, value_name = "PATH")]
+    pub output: PathBuf,
+    /// Output format.
+    #[arg(long, value_enum)]
+    pub format: Format,
+    /// Run ids to export: a list with inclusive ranges, e.g. 0,5,9-12.
+    #[arg(long, value_name = "IDS", value_parser = parse_runs)]
+    pub runs: Option<RunList>,
+    /// SQL expression selecting runs, e.g. "max_score > 600000 AND depth = 7".
+    #[arg(long = "where", value_name = "SQL")]
+    pub where_sql: Option<String>,
+    /// Rows per shard (--format pack) or per part file (--format parquet into a folder).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    pub shard_rows: Option<u64>,
+    /// Threads [default: all cores].
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..=1024))]
+    pub workers: Option<u64>,
+    /// Replace an existing output (an export's own files only; the old one stays until the
+    /// new one is complete).
+    #[arg(long)]
+    pub overwrite: bool,
+    /// No progress bar.
+    #[arg(long)]
+    pub quiet: bool,
+}
+
+/// `--runs` as given and as parsed.
+#[derive(Debug, Clone)]
+pub struct RunList {
+    text: String,
+    ranges: Vec<RangeInclusive<u32>>,
+}
+
+fn parse_runs(text: &str) -> Result<RunList, String> {
+    Ok(RunList {
+        text: text.to_string(),
+        ranges: select::parse_run_list(text)?,
+    })
+}
+
+pub fn run(args: &ExportArgs) -> Result<()> {
+    let started = Instant::now();
+    check_usage(args)?;
+    let source = SourcePack::open(&args.pack)?;
+    let selection = select::select(
+        &source,
+        args.runs.as_ref().map(|r| r.ranges.as_slice()),
+        args.where_sql.as_deref(),
+    )?;
+    let selection_text = select::describe(
+        args.runs.as_ref().map(|r| r.text.as_str()),
+        args.where_sql.as_deref(),
+    );
+    select::require_some(&selection, &selection_text)?;
+    refuse_replacing_source(&args.pack, &args.output)?;
+    let workers = args
+        .workers
+        .map_or_else(crate::default_workers, |w| w as usize);
+
+    let (runs, rows, what) = match args.format {
+        Format::Jsonl => {
+            let w = if jsonl::single_file_kind(&args.output).is_some() {
+                jsonl::write_file(
+                    &source,
+                    &selection,
+                    &args.output,
+                    args.overwrite,
+                    workers,
+                    args.quiet,
+                )?
+            } else {
+                jsonl::write_dir(
+                    &source,
+                    &selection,
+                    &args.output,
+                    args.overwrite,
+                    workers,
+                    args.quiet,
+                )?
+            };
+            (w.runs, w.rows, files(w.files))
+        }
+        Format::Parquet => {
+            let opts = parquet::ParquetOptions {
+                overwrite: args.overwrite,
+                quiet: args.quiet,
+                workers,
+                file_rows: args.shard_rows,
+            };
+            let w = parquet::write(&source, &selection, &args.output, &opts)?;
+            (w.runs, w.rows, files(w.files))
+        }
+        Format::Pack => {
+            let opts = pack::PackOptions {
+                shard_rows: args.shard_rows,
+                overwrite: args.overwrite,
+                quiet: args.quiet,
+                selection_text: &selection_text,
+            };
+            let w = pack::write(&source, &selection, &args.output, &opts)?;
+            (
+                w.runs,
+                w.rows,
+                format!("a pack of {} shard{}", w.shards, plural(w.shards)),
+            )
+        }
+    };
+    let elapsed = started.elapsed().as_secs_f64();
+    println!(
+        "exported {} runs, {} rows ({selection_text}) from {} into {what} at {} in {elapsed:.2} s ({} rows/s)",
+        thousands(runs as u64),
+        thousands(rows),
+        args.pack.display(),
+        args.output.display(),
+        thousands((rows as f64 / elapsed.max(1e-9)) as u64)
+    );
+    Ok(())
+}
+
+fn files(n: usize) -> String {
+    format!("{n} file{}", plural(n))
+}
+
+fn plural(n: usize) -> &'static str {
+    if n == 1 { "" } else { "s" }
+}
+
+/// Option combinations that make no sense (exit 2).
+fn check_usage(args: &ExportArgs) -> Result<()> {
+    let folder_parquet = args.format == Format::Parquet && !parquet::is_single_file(&args.output);
+    if args.shard_rows.is_some() && args.format != Format::Pack && !folder_parquet {
+        return Err(UsageError(
+            "--shard-rows applies to --format pack and to --format parquet into a folder".into(),
+        )
+        .into());
+    }
+    if args.format == Format::Pack
+        && (parquet::is_single_file(&args.output)
+            || jsonl::single_file_kind(&args.output).is_some())
+    {
+        return Err(UsageError(format!(
+            "--format pack writes a folder; {} names a file",
+            args.output.display()
+        ))
+        .into());
+    }
+    Ok(())
+}
+
+/// An output that is the source pack, or a folder holding it, would replace or delete it.
+fn refuse_replacing_source(pack: &Path, output: &Path) -> Result<()> {
+    let src = std::fs::canonicalize(pack)?;
+    let out = std::path::absolute(output)?;
+    let out = match (out.parent(), out.file_name()) {
+        (Some(parent), Some(name)) if parent.exists() => std::fs::canonicalize(parent)?.join(name),
+        _ => out,
+    };
+    if src == out || src.starts_with(&out) {
+        anyhow::bail!(
+            "the output {} {} the source pack {}; choose another output",
+            output.display(),
+            if src == out { "is" } else { "holds" },
+            pack.display()
+        );
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_export_outputs() {
+        assert!(parquet::is_single_file(Path::new("a/b.parquet")));
+        assert!(!parquet::is_single_file(Path::new("a/b")));
+        assert_eq!(jsonl::single_file_kind(Path::new("x.jsonl.gz")), Some(true));
+        assert_eq!(jsonl::single_file_kind(Path::new("x.jsonl")), Some(false));
+        assert_eq!(jsonl::single_file_kind(Path::new("x")), None);
+    }
+}

@@ -1,0 +1,249 @@
+//! Run selection for `export`: `--runs 0,5,9-12` (ids and inclusive ranges) and `--where EXPR`
+//! (an SQL expression over `runs` left-joined with `run_details`), intersected when both are
+//! given; neither selects every run.
+
+use std::ops::RangeInclusive;
+
+use anyhow::{Result, bail};
+use rusqlite::Connection;
+
+use super::{Selection, SourcePack};
+use crate::format::metadata::{self, RunRow};
+
+/// Parses `0,5,9-12` into the inclusive id ranges it names.
+pub fn parse_run_list(text: &str) -> Result<Vec<RangeInclusive<u32>>, String> {
+    let number = |s: &str| {
+        s.trim()
+            .parse::<u32>()
+            .map_err(|_| format!("{s:?} is not a run id (a number 0..=4294967295)"))
+    };
+    let mut ranges = Vec::new();
+    for part in text.split(',').map(str::trim) {
+        if part.is_empty() {
+            return Err(format!("empty item in {text:?}"));
+        }
+        let (a, b) = match part.split_once('-') {
+            Some((a, b)) => (number(a)?, number(b)?),
+            None => (number(part)?, number(part)?),
+        };
+        if a > b {
+            return Err(format!("range {part} runs backwards"));
+        }
+        ranges.push(a..=b);
+    }
+    Ok(ranges)
+}
+
+/// The selection given by `--runs` and `--where` (both optional).
+pub fn select(
+    source: &SourcePack,
+    runs: Option<&[RangeInclusive<u32>]>,
+    where_sql: Option<&str>,
+) -> Result<Selection> {
+    let mut keep: Vec<bool> = vec![true; source.runs.len()];
+    if let Some(ranges) = runs {
+        keep = vec![false; source.runs.len()];
+        let mut unknown = Vec::new();
+        for r in ranges {
+            let slots = slots_in(&source.runs, r);
+            keep[slots.clone()].fill(true);
+            missing_ids(
+                &source.runs,
+                r,
+                slots,
+                10 - unknown.len().min(10),
+                &mut unknown,
+            );
+        }
+        if !unknown.is_empty() {
+            unknown.sort_unstable();
+            unknown.dedup();
+            let list: Vec<String> = unknown.iter().take(10).map(u32::to_string).collect();
+            bail!(
+                "--runs names run ids the pack does not have: {}{} (it has {} runs{})",
+                list.join(", "),
+                if unknown.len() >= 10 { ", …" } else { "" },
+                source.runs.len(),
+                id_span(source)
+            );
+        }
+    }
+    if let Some(expr) = where_sql {
+        let matched = where_ids(&source.db()?, expr)?;
+        for (slot, run) in source.runs.iter().enumerate() {
+            keep[slot] &= matched.binary_search(&run.id).is_ok();
+        }
+    }
+    let slots: Vec<usize> = (0..keep.len()).filter(|&s| keep[s]).collect();
+    Ok(Selection::new(source, slots))
+}
+
+/// The slots of the runs (sorted by id) whose ids fall in `r`.
+fn slots_in(runs: &[RunRow], r: &RangeInclusive<u32>) -> std::ops::Range<usize> {
+    let lo = runs.partition_point(|run| run.id < i64::from(*r.start()));
+    let hi = runs.partition_point(|run| run.id <= i64::from(*r.end()));
+    lo..hi
+}
+
+/// Adds up to `limit` ids of `r` that no run of `slots` has (walks both in order, so the
+/// cost is bounded by the pack's runs, not by the size of the range).
+fn missing_ids(
+    runs: &[RunRow],
+    r: &RangeInclusive<u32>,
+    slots: std::ops::Range<usize>,
+    limit: usize,
+    out: &mut Vec<u32>,
+) {
+    let mut present = runs[slots]
+        .iter()
+        .map(|run| u64::from(run.id as u32))
+        .peekable();
+    let end = out.len() + limit;
+    let mut id = u64::from(*r.start());
+    // Each step either passes a run of the pack or records a missing id.
+    while id <= u64::from(*r.end()) && out.len() < end {
+        if present.next_if_eq(&id).is_none() {
+            out.push(id as u32);
+        }
+        id += 1;
+    }
+}
+
+fn id_span(source: &SourcePack) -> String {
+    match (source.runs.first(), source.runs.last()) {
+        (Some(a), Some(b)) => format!(", ids {}..={}", a.id, b.id),
+        _ => String::new(),
+    }
+}
+
+/// The run ids (ascending) for which `expr` holds. The expression sees the columns of `runs`
+/// and, when the pack has it, `run_details` (no column name is in both).
+pub fn where_ids(conn: &Connection, expr: &str) -> Result<Vec<i64>> {
+    let details = metadata::has_table(conn, "run_details")?;
+    let from = if details {
+        "runs LEFT JOIN run_details ON run_details.run_id = runs.id"
+    } else {
+        "runs"
+    };
+    // The expression on lines of its own, so a trailing `-- comment` cannot swallow the rest.
+    let sql = format!("SELECT runs.id FROM {from} WHERE (\n{expr}\n) ORDER BY runs.id");
+    let explain = |e: rusqlite::Error| {
+        let columns = columns(conn, details).unwrap_or_default();
+        anyhow::anyhow!(
+            "--where {expr:?}: {}\n(the expression can use these columns: {})",
+            sqlite_message(&e),
+            columns.join(", ")
+        )
+    };
+    let mut stmt = conn.prepare(&sql).map_err(explain)?;
+    let ids = stmt
+        .query_map([], |r| r.get(0))
+        .and_then(|rows| rows.collect::<rusqlite::Result<Vec<i64>>>())
+        .map_err(explain)?;
+    Ok(ids)
+}
+
+/// SQLite's own words for an error (rusqlite wraps them in several shapes).
+fn sqlite_message(e: &rusqlite::Error) -> String {
+    match e {
+        rusqlite::Error::SqliteFailure(_, Some(msg)) => msg.clone(),
+        // (rusqlite's `bundled` feature, which this crate uses, brings this variant.)
+        rusqlite::Error::SqlInputError { msg, .. } => msg.clone(),
+        rusqlite::Error::MultipleStatement => "only one expression is allowed (found ';')".into(),
+        other => other.to_string(),
+    }
+}
+
+/// The column names a `--where` expression can use.
+fn columns(conn: &Connection, details: bool) -> Result<Vec<String>> {
+    let mut out = Vec::new();
+    for table in ["runs", "run_details"] {
+        if table == "run_details" && !details {
+            continue;
+        }
+        let mut stmt = conn.prepare(&format!("PRAGMA table_info({table})"))?;
+        let names = stmt
+            .query_map([], |r| r.get::<_, String>(1))?
+            .collect::<rusqlite::Result<Vec<_>>>()?;
+        out.extend(names);
+    }
+    Ok(out)
+}
+
+/// `runs` and `--where` that select nothing are an error: an empty export is almost surely a
+/// mistake in the expression.
+pub fn require_some(selection: &Selection, what: &str) -> Result<()> {
+    if selection.is_empty() {
+        bail!("{what} selects no runs; nothing was written");
+    }
+    Ok(())
+}
+
+/// Describes a selection for the summary and for `session` of an exported pack.
+pub fn describe(runs: Option<&str>, where_sql: Option<&str>) -> String {
+    match (runs, where_sql) {
+        (None, None) => "all runs".to_string(),
+        (Some(r), None) => format!("--runs {r}"),
+        (None, Some(w)) => format!("--where {w}"),
+        (Some(r), Some(w)) => format!("--runs {r} --where {w}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_lists_and_ranges() {
+        let ids = parse_run_list("0,5, 9-12").unwrap();
+        assert_eq!(ids, [0..=0, 5..=5, 9..=12]);
+        assert_eq!(parse_run_list("0-4294967295").unwrap(), [0..=u32::MAX]);
+        assert!(parse_run_list("3-1").is_err());
+        assert!(parse_run_list("1,,2").is_err());
+        assert!(parse_run_list("x").is_err());
+        assert!(parse_run_list("-1").is_err());
+    }
+
+    #[test]
+    fn finds_unknown_ids_without_walking_huge_ranges() {
+        let runs: Vec<RunRow> = [0, 1, 2, 5]
+            .map(|id| RunRow {
+                id,
+                seed: 0,
+                steps: 0,
+                max_score: 0,
+                highest_tile: 0,
+            })
+            .to_vec();
+        let missing = |r: RangeInclusive<u32>| {
+            let mut out = Vec::new();
+            missing_ids(&runs, &r, slots_in(&runs, &r), 10, &mut out);
+            out
+        };
+        assert_eq!(slots_in(&runs, &(1..=4)), 1..3);
+        assert_eq!(missing(0..=2), [] as [u32; 0]);
+        assert_eq!(missing(1..=6), [3, 4, 6]);
+        assert_eq!(missing(4..=u32::MAX).len(), 10);
+        assert_eq!(missing(4..=u32::MAX)[..3], [4, 6, 7]);
+    }
+
+    #[test]
+    fn where_errors_name_the_problem() {
+        let conn = Connection::open_in_memory().unwrap();
+        conn.execute_batch(
+            "CREATE TABLE runs (id INTEGER PRIMARY KEY, seed BIGINT NOT NULL, steps INT NOT NULL,
+                                max_score INT NOT NULL, highest_tile INT NOT NULL);
+             CREATE TABLE run_details (run_id INTEGER PRIMARY KEY, depth INT);
+             INSERT INTO runs VALUES (0, 1, 10, 500, 64), (1, 2, 20, 900, 128);
+             INSERT INTO run_details VALUES (0, 6), (1, 7);",
+        )
+        .unwrap();
+        assert_eq!(where_ids(&conn, "max_score > 600").unwrap(), [1]);
+        assert_eq!(where_ids(&conn, "depth = 6").unwrap(), [0]);
+        let e = where_ids(&conn, "nope > 1").unwrap_err().to_string();
+        assert!(e.contains("no such column: nope"), "{e}");
+        assert!(e.contains("max_score"), "{e}");
+        let e = where_ids(&conn, "max_score >").unwrap_err().to_string();
+        assert!(e.contains("syntax error"), "{e}");
+    }
+}

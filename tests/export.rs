@@ -1,0 +1,452 @@
+//! `export` end to end: JSONL folders pack back into byte-identical shards, single JSONL files
+//! hold the same lines, Parquet reads back in pyarrow equal to the shards, `--where` selects
+//! what NumPy + sqlite3 select, subset packs validate, and bad requests fail clearly without
+//! leaving anything behind.
+
+mod common;
+
+use std::io::Read;
+use std::path::{Path, PathBuf};
+
+use common::*;
+use serde_json::Value;
+
+fn export(pack: &Path, format: &str, output: &Path, extra: &[&str]) -> String {
+    let mut args = vec![
+        "export",
+        s(pack),
+        "--format",
+        format,
+        "--output",
+        s(output),
+        "--quiet",
+    ];
+    args.extend_from_slice(extra);
+    run_ok(&args)
+}
+
+fn export_err(pack: &Path, format: &str, output: &Path, extra: &[&str]) -> (i32, String) {
+    let mut args = vec![
+        "export",
+        s(pack),
+        "--format",
+        format,
+        "--output",
+        s(output),
+        "--quiet",
+    ];
+    args.extend_from_slice(extra);
+    let out = run(&args);
+    assert!(!out.status.success(), "export {extra:?} should fail");
+    (out.status.code().unwrap(), stderr(&out))
+}
+
+fn fixture_pack(t: &Path, name: &str, extra: &[&str]) -> PathBuf {
+    let p = t.join(format!("pack-{name}"));
+    pack(&fixture(name), &p, extra);
+    p
+}
+
+fn table(pack: &Path, sql: &str) -> Vec<Vec<String>> {
+    let conn = db(pack);
+    let mut stmt = conn.prepare(sql).unwrap();
+    let n = stmt.column_count();
+    stmt.query_map([], |r| {
+        (0..n)
+            .map(|i| {
+                let v: rusqlite::types::Value = r.get(i)?;
+                Ok(format!("{v:?}"))
+            })
+            .collect()
+    })
+    .unwrap()
+    .map(Result::unwrap)
+    .collect()
+}
+
+fn gunzip(path: &Path) -> String {
+    let mut text = String::new();
+    flate2::read::MultiGzDecoder::new(std::fs::File::open(path).unwrap())
+        .read_to_string(&mut text)
+        .unwrap();
+    text
+}
+
+/// `pack` of a JSONL folder export gives the source's shards byte for byte, the same runs
+/// table and the same findings; checked on the quirky drop (sharded, 65536 tiles, four
+/// valuation types) and on the findings drop (an illegal move played, an EV on an illegal
+/// move, a step gap, an empty run).
+#[test]
+fn jsonl_folder_round_trips_byte_for_byte() {
+    let t = tempfile::tempdir().unwrap();
+    for (name, extra) in [("raw", &["--shard-rows", "300"][..]), ("findings", &[][..])] {
+        let src = fixture_pack(t.path(), name, extra);
+        let raw = t.path().join(format!("jsonl-{name}"));
+        export(&src, "jsonl", &raw, &[]);
+        let names = names(&raw);
+        assert_eq!(names[0], "run-0000000000.jsonl.gz");
+        assert_eq!(names[1], "run-0000000000.meta.json");
+        let again = t.path().join(format!("again-{name}"));
+        pack(&raw, &again, extra);
+        assert_eq!(pack_bytes(&again), pack_bytes(&src), "{name}");
+        assert_eq!(runs_table(&again), runs_table(&src));
+        let details = "SELECT run_id, depth, game_index, num_moves, max_rank, sum_tile, seconds FROM run_details ORDER BY run_id";
+        assert_eq!(table(&again, details), table(&src, details));
+        // (The drop's orphan rows file is not a run, so it is not exported.)
+        let counts =
+            "SELECT kind, count FROM finding_counts WHERE kind != 'orphan_rows_file' ORDER BY kind";
+        assert_eq!(table(&again, counts), table(&src, counts));
+    }
+}
+
+/// The single-file forms hold the folder's rows files concatenated in run order; `null`
+/// stands for 0.0 on illegal moves and keys come in the raw order.
+#[test]
+fn jsonl_single_files_hold_the_same_lines() {
+    let t = tempfile::tempdir().unwrap();
+    let src = fixture_pack(t.path(), "raw", &[]);
+    let folder = t.path().join("folder");
+    export(&src, "jsonl", &folder, &["--runs", "2-4,7"]);
+    let expected: String = names(&folder)
+        .iter()
+        .filter(|n| n.ends_with(".jsonl.gz"))
+        .map(|n| gunzip(&folder.join(n)))
+        .collect();
+    let gz = t.path().join("rows.jsonl.gz");
+    export(&src, "jsonl", &gz, &["--runs", "2-4,7", "--workers", "2"]);
+    assert_eq!(gunzip(&gz), expected);
+    let plain = t.path().join("rows.jsonl");
+    export(&src, "jsonl", &plain, &["--runs", "2-4,7"]);
+    assert_eq!(std::fs::read_to_string(&plain).unwrap(), expected);
+
+    // Keys in the raw order (checked on the text: serde_json would sort them), EVs keyed
+    // up, left, right, down, and `null` for 0.0 on an illegal move.
+    let line = expected.lines().next().unwrap();
+    let fields: Vec<&str> = line
+        .split("\":")
+        .map(|p| p.rsplit('"').next().unwrap())
+        .collect();
+    let keys = &fields[..fields.len() - 1];
+    assert_eq!(
+        keys,
+        [
+            "seed",
+            "step_index",
+            "max_rank",
+            "move",
+            "valuation_type",
+            "board",
+            "branch_evs",
+            "up",
+            "left",
+            "right",
+            "down"
+        ],
+        "{line}"
+    );
+    assert!(expected.contains(":null"));
+    assert_eq!(
+        serde_json::from_str::<Value>(line)
+            .unwrap()
+            .as_object()
+            .unwrap()
+            .len(),
+        7
+    );
+    let rows = read_rows(&src);
+    let selected = rows
+        .iter()
+        .filter(|r| [2, 3, 4, 7].contains(&u32::from_le_bytes(r[..4].try_into().unwrap())))
+        .count();
+    assert_eq!(expected.lines().count(), selected);
+}
+
+/// Parquet read back with pyarrow equals the shards, as one file and as a folder of parts.
+#[test]
+fn parquet_reads_back_equal_in_pyarrow() {
+    let t = tempfile::tempdir().unwrap();
+    let src = fixture_pack(t.path(), "raw", &["--shard-rows", "700"]);
+    let file = t.path().join("all.parquet");
+    let out = export(&src, "parquet", &file, &[]);
+    assert!(out.contains("2,240 rows"), "{out}");
+    let ok = python_ok("check_parquet.py", &[s(&file), s(&src)]);
+    assert!(ok.starts_with("OK: 2240 rows"), "{ok}");
+
+    let parts = t.path().join("parts");
+    export(
+        &src,
+        "parquet",
+        &parts,
+        &["--shard-rows", "500", "--runs", "1,3-5,8"],
+    );
+    let files = names(&parts);
+    assert!(
+        files.len() > 1 && files[0] == "part-00000.parquet",
+        "{files:?}"
+    );
+    let ok = python_ok(
+        "check_parquet.py",
+        &[s(&parts), s(&src), "--runs", "1,3,4,5,8"],
+    );
+    assert!(ok.starts_with("OK: "), "{ok}");
+
+    let findings = fixture_pack(t.path(), "findings", &[]);
+    let file = t.path().join("findings.parquet");
+    export(&findings, "parquet", &file, &[]);
+    python_ok("check_parquet.py", &[s(&file), s(&findings)]);
+}
+
+/// The subset chosen by `--where` is what sqlite3 + NumPy select, row for row; ids are
+/// renumbered from 0, the source ids kept in run_details, and the pack validates.
+#[test]
+fn where_selects_what_sqlite_and_numpy_select() {
+    let t = tempfile::tempdir().unwrap();
+    let src = fixture_pack(t.path(), "raw", &["--shard-rows", "333"]);
+    for (k, expr) in [
+        "max_score > 3000 AND depth = 7",
+        "depth = 6 OR steps < 200",
+        "seed % 2 = 0",
+    ]
+    .iter()
+    .enumerate()
+    {
+        let oracle: Value =
+            serde_json::from_str(&python_ok("select_where.py", &[s(&src), expr])).unwrap();
+        let out = t.path().join(format!("where-{k}"));
+        export(
+            &src,
+            "pack",
+            &out,
+            &["--where", expr, "--shard-rows", "100"],
+        );
+        let ids: Vec<i64> = table(
+            &out,
+            "SELECT source_run_id FROM run_details ORDER BY run_id",
+        )
+        .iter()
+        .map(|r| {
+            r[0].trim_start_matches("Integer(")
+                .trim_end_matches(')')
+                .parse()
+                .unwrap()
+        })
+        .collect();
+        let want: Vec<i64> = serde_json::from_value(oracle["run_ids"].clone()).unwrap();
+        assert_eq!(ids, want, "{expr}");
+        let runs = runs_table(&out);
+        let steps: Vec<i64> = runs.iter().map(|r| r.2).collect();
+        let want_steps: Vec<i64> = serde_json::from_value(oracle["rows_per_run"].clone()).unwrap();
+        assert_eq!(steps, want_steps);
+        assert!(runs.iter().enumerate().all(|(i, r)| r.0 == i as i64));
+        let rows = read_rows(&out);
+        assert_eq!(rows.len() as u64, oracle["rows"].as_u64().unwrap());
+        let mut crc = flate2::Crc::new();
+        for r in &rows {
+            crc.update(&r[4..]);
+        }
+        assert_eq!(
+            u64::from(crc.sum()),
+            oracle["crc32"].as_u64().unwrap(),
+            "{expr}"
+        );
+        let report = run_ok(&["validate", s(&out), "--deep"]);
+        assert!(report.contains("VALID"), "{report}");
+    }
+}
+
+/// A subset pack: all pack rules (checksums, run index, validate), the source's valuation
+/// table as is, run details keeping the source id and pack, findings of the kept runs only.
+#[test]
+fn pack_subset_keeps_the_pack_rules() {
+    let t = tempfile::tempdir().unwrap();
+    let src = fixture_pack(t.path(), "findings", &[]);
+    let out = t.path().join("subset");
+    export(
+        &src,
+        "pack",
+        &out,
+        &["--runs", "1,2,5", "--shard-rows", "10"],
+    );
+    let report = run_ok(&["validate", s(&out), "--deep"]);
+    assert!(report.contains("VALID"), "{report}");
+    assert_eq!(
+        std::fs::read(out.join("valuation_types.json")).unwrap(),
+        std::fs::read(src.join("valuation_types.json")).unwrap()
+    );
+    let details = table(
+        &out,
+        "SELECT run_id, source_run_id, source_pack, source_path FROM run_details ORDER BY run_id",
+    );
+    let source_ids: Vec<&str> = details.iter().map(|r| r[1].as_str()).collect();
+    assert_eq!(source_ids, ["Integer(1)", "Integer(2)", "Integer(5)"]);
+    let canonical = std::fs::canonicalize(&src).unwrap();
+    assert!(
+        details[0][2].contains(canonical.to_str().unwrap()),
+        "{details:?}"
+    );
+    assert!(
+        details[0][3].contains("f1_illegal_move_played"),
+        "{details:?}"
+    );
+    let counts = table(&out, "SELECT kind, count FROM finding_counts ORDER BY kind");
+    let kinds: Vec<String> = counts.iter().map(|r| r[0].clone()).collect();
+    assert_eq!(
+        kinds,
+        [
+            "Text(\"empty_run\")",
+            "Text(\"ev_on_illegal_move\")",
+            "Text(\"illegal_move_played\")"
+        ]
+    );
+    let examples = table(&out, "SELECT kind, run_id FROM findings ORDER BY run_id");
+    assert!(examples.iter().all(|r| r[1] != "Null"), "{examples:?}");
+    // Rows are the source rows of runs 1, 2, 5 with ids 0, 1, 2.
+    let mut expected = Vec::new();
+    for r in read_rows(&src) {
+        let id = u32::from_le_bytes(r[..4].try_into().unwrap());
+        if let Some(new) = [1, 2, 5].iter().position(|&k| k == id) {
+            let mut r = r;
+            r[..4].copy_from_slice(&(new as u32).to_le_bytes());
+            expected.push(r);
+        }
+    }
+    assert_eq!(read_rows(&out), expected);
+    let index = table(
+        &out,
+        "SELECT run_id, shard, row_offset, global_row FROM run_index",
+    );
+    assert_eq!(index.len(), 3);
+}
+
+#[test]
+fn bad_selections_fail_clearly() {
+    let t = tempfile::tempdir().unwrap();
+    let src = fixture_pack(t.path(), "raw", &[]);
+    let out = t.path().join("out.parquet");
+    let (code, err) = export_err(&src, "parquet", &out, &["--where", "no_such_column > 1"]);
+    assert_eq!(code, 1);
+    assert!(err.contains("no such column: no_such_column"), "{err}");
+    assert!(err.contains("max_score") && err.contains("depth"), "{err}");
+    let (code, err) = export_err(&src, "parquet", &out, &["--where", "max_score >"]);
+    assert_eq!(code, 1);
+    assert!(err.contains("syntax error"), "{err}");
+    let (code, err) = export_err(&src, "parquet", &out, &["--runs", "3,42"]);
+    assert_eq!(code, 1);
+    assert!(err.contains("42") && err.contains("10 runs"), "{err}");
+    let (code, err) = export_err(&src, "parquet", &out, &["--where", "max_score < 0"]);
+    assert_eq!(code, 1);
+    assert!(err.contains("selects no runs"), "{err}");
+    let (code, _) = export_err(&src, "parquet", &out, &["--runs", "1-x"]);
+    assert_eq!(code, 2);
+    assert!(!out.exists());
+    assert_eq!(names(t.path()), ["pack-raw"]);
+    // --runs and --where intersect.
+    let both = t.path().join("both.jsonl");
+    export(
+        &src,
+        "jsonl",
+        &both,
+        &["--runs", "0-6", "--where", "depth = 7"],
+    );
+    let seeds: std::collections::BTreeSet<u64> = std::fs::read_to_string(&both)
+        .unwrap()
+        .lines()
+        .map(|l| {
+            serde_json::from_str::<Value>(l).unwrap()["seed"]
+                .as_u64()
+                .unwrap()
+        })
+        .collect();
+    let want: std::collections::BTreeSet<u64> =
+        runs_table(&src)[5..7].iter().map(|r| r.1 as u64).collect();
+    assert_eq!(seeds, want);
+}
+
+/// Outputs are refused when they exist (unless --overwrite), would replace the source, or are
+/// a folder of someone else's files; a failed export leaves nothing behind.
+#[test]
+fn outputs_are_atomic_and_guarded() {
+    let t = tempfile::tempdir().unwrap();
+    let src = fixture_pack(t.path(), "raw", &[]);
+    let folder = t.path().join("raw-out");
+    export(&src, "jsonl", &folder, &["--runs", "0"]);
+    let (code, err) = export_err(&src, "jsonl", &folder, &["--runs", "1"]);
+    assert_eq!(code, 1);
+    assert!(err.contains("--overwrite"), "{err}");
+    export(&src, "jsonl", &folder, &["--runs", "1", "--overwrite"]);
+    assert_eq!(
+        names(&folder),
+        ["run-0000000001.jsonl.gz", "run-0000000001.meta.json"]
+    );
+
+    let mine = t.path().join("mine");
+    std::fs::create_dir(&mine).unwrap();
+    std::fs::write(mine.join("notes.txt"), "keep").unwrap();
+    let (_, err) = export_err(&src, "parquet", &mine, &["--overwrite"]);
+    assert!(err.contains("notes.txt"), "{err}");
+    let (_, err) = export_err(&src, "pack", &src, &["--overwrite", "--runs", "0"]);
+    assert!(err.contains("source pack"), "{err}");
+    let (_, err) = export_err(&src, "jsonl", t.path(), &["--overwrite"]);
+    assert!(err.contains("source pack"), "{err}");
+
+    // A pack whose runs table disagrees with its shards: every format fails, nothing appears.
+    let broken = t.path().join("broken");
+    copy_tree(&src, &broken);
+    rusqlite::Connection::open(broken.join("metadata.db"))
+        .unwrap()
+        .execute("UPDATE runs SET steps = steps - 1 WHERE id = 4", [])
+        .unwrap();
+    let before = names(t.path());
+    for (format, name) in [
+        ("jsonl", "b1"),
+        ("jsonl", "b2.jsonl.gz"),
+        ("parquet", "b3.parquet"),
+        ("pack", "b4"),
+    ] {
+        let (code, err) = export_err(&broken, format, &t.path().join(name), &[]);
+        assert_eq!(code, 1, "{format}");
+        assert!(err.contains("inconsistent"), "{format}: {err}");
+    }
+    assert_eq!(names(t.path()), before);
+
+    // An export into a pack folder that dies midway leaves the old pack in place.
+    let subset = t.path().join("subset");
+    export(&src, "pack", &subset, &["--runs", "0"]);
+    let old = pack_bytes(&subset);
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_dataset-packer"))
+        .args([
+            "export",
+            s(&src),
+            "--format",
+            "pack",
+            "--output",
+            s(&subset),
+            "--overwrite",
+            "--quiet",
+        ])
+        .env("DATASET_PACKER_FAIL_AFTER_ROWS", "500")
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert_eq!(pack_bytes(&subset), old);
+    run_ok(&["validate", s(&subset)]);
+}
+
+/// A pack with legacy packed 46-byte shards exports the same data as its spec-layout twin.
+#[test]
+fn legacy_shards_are_converted() {
+    let t = tempfile::tempdir().unwrap();
+    let src = fixture_pack(t.path(), "raw", &["--shard-rows", "1000"]);
+    let legacy = t.path().join("legacy");
+    copy_tree(&src, &legacy);
+    for name in names(&legacy).iter().filter(|n| n.starts_with("steps-")) {
+        make_legacy_shard(&legacy.join(name));
+    }
+    let file = t.path().join("legacy.parquet");
+    export(&legacy, "parquet", &file, &[]);
+    python_ok("check_parquet.py", &[s(&file), s(&src)]);
+    let out = t.path().join("converted");
+    export(&legacy, "pack", &out, &["--shard-rows", "1000"]);
+    assert_eq!(read_rows(&out), read_rows(&src));
+    run_ok(&["validate", s(&out)]);
+}
