@@ -157,12 +157,14 @@ fn build(
     let tables = LineTables::new();
     let total_bytes: u64 = found.runs.iter().map(|r| r.compressed_bytes).sum();
     let bar = progress::bytes_bar(total_bytes, args.quiet, "pack");
+    // Each run carries the id it gets if no run before it is left out.
+    let items: Vec<(u32, &RunSource)> = (0u32..).zip(&found.runs).collect();
     let outcome = ordered_try_map(
-        &found.runs,
+        &items,
         workers,
         workers * 2,
         || RunParser::new(&tables),
-        |parser, src| parser.parse(src),
+        |parser, &(id, src)| parser.parse(src, id),
         |i, parsed| {
             let src = &found.runs[i];
             let accepted = packer.accept(src, parsed);
@@ -299,7 +301,9 @@ impl Packer {
     fn write_run(&mut self, src: &RunSource, mut run: ParsedRun) -> Result<()> {
         let run_id = self.next_run_id;
         self.next_run_id = run_id.checked_add(1).context("more than 2^32 runs")?;
-        remap_rows(&mut run.rows, |_| run_id, None);
+        if run.stamped_run_id != run_id {
+            remap_rows(&mut run.rows, |_| run_id, None);
+        }
         let first_row = self.shards.position();
         self.shards.write_rows(&run.rows)?;
         let s = &run.sidecar;

@@ -679,7 +679,7 @@ impl<'a> Scanner<'a> {
 /// anything else, including any value the general path would refuse, so the general path
 /// decides every error and every unusual row.
 mod fast {
-    use super::{RawRow, parse_f64};
+    use super::{POW10, RawRow, parse_f64};
     use std::borrow::Cow;
 
     struct Cur<'a> {
@@ -688,10 +688,12 @@ mod fast {
     }
 
     impl<'a> Cur<'a> {
+        /// Consumes the literal `l` (a fixed size, so the compare is a few word loads).
         #[inline(always)]
-        fn lit(&mut self, l: &[u8]) -> Option<()> {
-            if self.b.get(self.i..self.i + l.len())? == l {
-                self.i += l.len();
+        fn lit<const N: usize>(&mut self, l: &[u8; N]) -> Option<()> {
+            let here: &[u8; N] = self.b.get(self.i..self.i + N)?.try_into().ok()?;
+            if here == l {
+                self.i += N;
                 Some(())
             } else {
                 None
@@ -733,35 +735,49 @@ mod fast {
             }
         }
 
-        /// A JSON number in the plain `-?digits(.digits)?` form, as a finite f32.
+        /// A JSON number in the plain `-?digits(.digits)?` form, as a finite f32. The mantissa
+        /// is accumulated during the scan; with at most 15 digits it is exact, and one division
+        /// by an exact power of ten gives the correctly rounded f64 (as `parse_f64` would).
         #[inline(always)]
         fn float(&mut self) -> Option<f32> {
             let start = self.i;
-            if self.peek() == Some(b'-') {
+            let negative = self.peek() == Some(b'-');
+            if negative {
                 self.i += 1;
             }
             let int_start = self.i;
-            while let Some(b'0'..=b'9') = self.peek() {
+            let mut mantissa: u64 = 0;
+            while let Some(d @ b'0'..=b'9') = self.peek() {
+                mantissa = mantissa.wrapping_mul(10).wrapping_add(u64::from(d - b'0'));
                 self.i += 1;
             }
             let int_len = self.i - int_start;
             if int_len == 0 || (int_len > 1 && self.b[int_start] == b'0') {
                 return None;
             }
+            let mut frac_len = 0;
             if self.peek() == Some(b'.') {
                 self.i += 1;
                 let frac_start = self.i;
-                while let Some(b'0'..=b'9') = self.peek() {
+                while let Some(d @ b'0'..=b'9') = self.peek() {
+                    mantissa = mantissa.wrapping_mul(10).wrapping_add(u64::from(d - b'0'));
                     self.i += 1;
                 }
-                if self.i == frac_start {
+                frac_len = self.i - frac_start;
+                if frac_len == 0 {
                     return None;
                 }
             }
             if matches!(self.peek(), Some(b'e' | b'E')) {
                 return None;
             }
-            let v = parse_f64(&self.b[start..self.i]) as f32;
+            let v = if int_len + frac_len <= 15 {
+                let x = mantissa as f64 / POW10[frac_len];
+                if negative { -x } else { x }
+            } else {
+                parse_f64(&self.b[start..self.i])
+            };
+            let v = v as f32;
             v.is_finite().then_some(v)
         }
 
@@ -787,8 +803,8 @@ mod fast {
                 return None;
             }
             self.i += len + 1;
-            // Only ASCII bytes were accepted.
-            std::str::from_utf8(raw).ok()
+            // SAFETY: every byte was checked to be printable ASCII.
+            Some(unsafe { std::str::from_utf8_unchecked(raw) })
         }
 
         #[inline(always)]
@@ -965,6 +981,37 @@ mod tests {
             format!("{CANONICAL} "),
         ] {
             assert!(fast::parse(odd.as_bytes()).is_none(), "{odd}");
+        }
+    }
+
+    #[test]
+    fn fast_path_floats_equal_the_general_parser() {
+        let mut state = 0x2545_f491_4f6c_dd1du64;
+        let mut next = || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state
+        };
+        for _ in 0..20_000 {
+            let r = next();
+            let int = r % [1, 10, 1000, 100_000, 100_000_000][(r >> 40) as usize % 5];
+            let decimals = (r >> 50) as usize % 9;
+            let frac = next() % 10u64.pow(decimals as u32);
+            let sign = if r >> 63 == 1 { "-" } else { "" };
+            let ev = if decimals == 0 {
+                format!("{sign}{int}")
+            } else {
+                format!("{sign}{int}.{frac:0decimals$}")
+            };
+            let row = CANONICAL.replace("2.511000", &ev);
+            let fast = fast::parse(row.as_bytes()).expect("plain numbers take the fast path");
+            let general = parse_row_general(row.as_bytes()).unwrap();
+            assert_eq!(
+                fast.branch_evs[2].to_bits(),
+                general.branch_evs[2].to_bits(),
+                "{ev}"
+            );
         }
     }
 

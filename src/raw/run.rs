@@ -91,9 +91,11 @@ impl RunFindings {
 #[derive(Debug)]
 pub struct ParsedRun {
     pub sidecar: Sidecar,
-    /// `rows × 48` bytes. `run_id` is 0 (the writer sets it); `valuation_type` holds a
-    /// run-local id: an index into `valuation_names`.
+    /// `rows × 48` bytes. `run_id` is `stamped_run_id` (the writer corrects it if runs before
+    /// this one were left out); `valuation_type` holds a run-local id: an index into
+    /// `valuation_names`.
     pub rows: Vec<u8>,
+    pub stamped_run_id: u32,
     pub row_count: u64,
     /// Run-local valuation names; the first three are always the standard ones.
     pub valuation_names: Vec<String>,
@@ -125,8 +127,9 @@ impl<'t> RunParser<'t> {
         }
     }
 
-    /// Parses a whole run, or says why it is invalid.
-    pub fn parse(&mut self, src: &RunSource) -> Result<ParsedRun, RunError> {
+    /// Parses a whole run, or says why it is invalid. Rows get `run_id` (the id the run will
+    /// have unless an earlier run is left out).
+    pub fn parse(&mut self, src: &RunSource, run_id: u32) -> Result<ParsedRun, RunError> {
         let file_error = |file: &Path, message: String| RunError {
             file: file.to_path_buf(),
             line: None,
@@ -144,7 +147,7 @@ impl<'t> RunParser<'t> {
             .decompress_all(&compressed, &mut self.text)
             .map_err(|e| file_error(&src.rows, e.0))?;
         drop(compressed);
-        rows_of(&self.text, sidecar, self.tables).map_err(|(line, message)| RunError {
+        rows_of(&self.text, sidecar, run_id, self.tables).map_err(|(line, message)| RunError {
             file: src.rows.clone(),
             line: Some(line),
             message,
@@ -153,9 +156,15 @@ impl<'t> RunParser<'t> {
 }
 
 /// Converts the decompressed JSONL of one run into pack rows.
-fn rows_of(text: &[u8], sidecar: Sidecar, tables: &LineTables) -> Result<ParsedRun, (u64, String)> {
+fn rows_of(
+    text: &[u8],
+    sidecar: Sidecar,
+    run_id: u32,
+    tables: &LineTables,
+) -> Result<ParsedRun, (u64, String)> {
     let mut run = ParsedRun {
         rows: Vec::with_capacity(text.len() / 240 * ROW_BYTES + ROW_BYTES),
+        stamped_run_id: run_id,
         row_count: 0,
         valuation_names: STANDARD_NAMES.iter().map(|s| s.to_string()).collect(),
         valuation_first_lines: vec![0; STANDARD_NAMES.len()],
@@ -221,7 +230,7 @@ fn rows_of(text: &[u8], sidecar: Sidecar, tables: &LineTables) -> Result<ParsedR
             }
         }
         let row = StepRow {
-            run_id: 0,
+            run_id,
             step_index: step as u32,
             board: packed,
             board_eval,
