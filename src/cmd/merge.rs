@@ -14,7 +14,7 @@ use serde_json::json;
 
 use crate::UsageError;
 use crate::cmd::validate;
-use crate::format::metadata::{self, MetadataWriter, RunDetails, RunRecord, RunRow};
+use crate::format::metadata::{self, MetadataWriter, PackFacts, RunDetails, RunRecord, RunRow};
 use crate::format::row::{LEGACY_ROW_BYTES, ROW_BYTES, legacy_to_aligned, remap_rows};
 use crate::format::valuation::ValuationTable;
 use crate::pack_dir::{OutputDir, is_pack_file, write_valuations};
@@ -389,24 +389,15 @@ fn write_session(
                 .to_string()
         })
         .collect();
-    let facts = [
-        ("format_version", metadata::FORMAT_VERSION.to_string()),
-        (
-            "tool",
-            format!("dataset-packer {}", env!("CARGO_PKG_VERSION")),
-        ),
-        ("command", "merge".to_string()),
-        ("inputs", serde_json::to_string(&paths)?),
-        (
-            "shard_rows",
-            args.shard_rows.map_or("none".into(), |n| n.to_string()),
-        ),
-        ("total_rows", rows.to_string()),
-        ("total_runs", runs.to_string()),
-        ("shard_count", shards.to_string()),
-        ("checksum", "crc32c".to_string()),
-        ("shuffled", shuffled.to_string()),
-    ];
+    db.set_pack_facts(&PackFacts {
+        command: "merge",
+        shard_rows: args.shard_rows,
+        total_rows: rows,
+        total_runs: runs,
+        shard_count: shards,
+        shuffled,
+    })?;
+    let facts = [("inputs", serde_json::to_string(&paths)?)];
     for (k, v) in facts {
         db.set_session(k, &v)?;
     }

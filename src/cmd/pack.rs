@@ -11,7 +11,7 @@ use serde_json::json;
 
 use crate::format::board::LineTables;
 use crate::format::metadata::{
-    self, FindingRecord, MetadataWriter, RunDetails, RunRecord, ShardRecord,
+    self, FindingRecord, MetadataWriter, PackFacts, RunDetails, RunRecord, ShardRecord,
 };
 use crate::format::row::remap_rows;
 use crate::format::valuation::{MAX_NAMES, ValuationTable};
@@ -441,25 +441,18 @@ impl Packer {
             self.db.insert_finding(example)?;
         }
         let input = std::fs::canonicalize(&args.input).unwrap_or_else(|_| args.input.clone());
+        self.db.set_pack_facts(&PackFacts {
+            command: "pack",
+            shard_rows: args.shard_rows,
+            total_rows: rows,
+            total_runs: u64::from(self.next_run_id),
+            shard_count: shards.len(),
+            shuffled: false,
+        })?;
         let session = [
-            ("format_version", metadata::FORMAT_VERSION.to_string()),
-            (
-                "tool",
-                format!("dataset-packer {}", env!("CARGO_PKG_VERSION")),
-            ),
-            ("command", "pack".to_string()),
             ("source_root", input.display().to_string()),
-            (
-                "shard_rows",
-                args.shard_rows.map_or("none".into(), |n| n.to_string()),
-            ),
-            ("total_rows", rows.to_string()),
-            ("total_runs", self.next_run_id.to_string()),
-            ("shard_count", shards.len().to_string()),
             ("skipped_runs", self.skipped.len().to_string()),
             ("orphan_rows_files", found.orphans.len().to_string()),
-            ("checksum", "crc32c".to_string()),
-            ("shuffled", "false".to_string()),
         ];
         for (k, v) in &session {
             self.db.set_session(k, v)?;

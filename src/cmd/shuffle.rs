@@ -19,7 +19,7 @@ use serde_json::json;
 
 use crate::UsageError;
 use crate::cmd::validate;
-use crate::format::metadata::{self, MetadataWriter, RunRecord};
+use crate::format::metadata::{self, MetadataWriter, PackFacts, RunRecord};
 use crate::format::row::ROW_BYTES;
 use crate::pack_dir::{OutputDir, write_valuations};
 use crate::pack_reader::{self, RunSlots, Shard};
@@ -587,14 +587,15 @@ fn write_metadata(
         .iter()
         .copied()
         .fold(0.0, f64::max);
+    db.set_pack_facts(&PackFacts {
+        command: "shuffle",
+        shard_rows: plan.shard_rows,
+        total_rows: rows,
+        total_runs: runs.len() as u64,
+        shard_count: records.len(),
+        shuffled: true,
+    })?;
     let facts = [
-        ("format_version", metadata::FORMAT_VERSION.to_string()),
-        (
-            "tool",
-            format!("dataset-packer {}", env!("CARGO_PKG_VERSION")),
-        ),
-        ("command", "shuffle".to_string()),
-        ("shuffled", "true".to_string()),
         (
             "run_index",
             "not applicable: the pack is shuffled".to_string(),
@@ -602,14 +603,6 @@ fn write_metadata(
         ("shuffle_seed", args.seed.to_string()),
         ("shuffle_buckets", plan.buckets.to_string()),
         ("source_pack", plan.input.clone()),
-        (
-            "shard_rows",
-            plan.shard_rows.map_or("none".into(), |n| n.to_string()),
-        ),
-        ("total_rows", rows.to_string()),
-        ("total_runs", runs.len().to_string()),
-        ("shard_count", records.len().to_string()),
-        ("checksum", "crc32c".to_string()),
         ("quality_shard_max_run_share", format!("{max_share:.6}")),
         (
             "quality_shard_max_run_shares",

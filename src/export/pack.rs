@@ -16,7 +16,7 @@ use std::path::Path;
 use anyhow::Result;
 
 use super::{RowCounts, Selection, SourcePack, tally};
-use crate::format::metadata::{self, FindingRecord, MetadataWriter, RunRecord};
+use crate::format::metadata::{self, FindingRecord, MetadataWriter, PackFacts, RunRecord};
 use crate::format::row::{ROW_BYTES, StepRow, remap_rows};
 use crate::pack_dir::{OutputDir, write_valuations};
 use crate::progress;
@@ -117,26 +117,19 @@ fn build(
         db.insert_shard(shard)?;
     }
     findings.write(&db, source, selection)?;
+    db.set_pack_facts(&PackFacts {
+        command: "export",
+        shard_rows: opts.shard_rows,
+        total_rows: rows_written,
+        total_runs: selection.len() as u64,
+        shard_count: shards.len(),
+        shuffled: source.shuffled,
+    })?;
     let facts = [
-        ("format_version", metadata::FORMAT_VERSION.to_string()),
-        (
-            "tool",
-            format!("dataset-packer {}", env!("CARGO_PKG_VERSION")),
-        ),
-        ("command", "export".to_string()),
         ("source_pack", source_pack),
         ("selection", opts.selection_text.to_string()),
-        (
-            "shard_rows",
-            opts.shard_rows.map_or("none".into(), |n| n.to_string()),
-        ),
-        ("total_rows", rows_written.to_string()),
-        ("total_runs", selection.len().to_string()),
-        ("shard_count", shards.len().to_string()),
         ("skipped_runs", "0".to_string()),
         ("orphan_rows_files", "0".to_string()),
-        ("checksum", "crc32c".to_string()),
-        ("shuffled", source.shuffled.to_string()),
     ];
     for (k, v) in facts {
         db.set_session(k, &v)?;

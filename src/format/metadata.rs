@@ -88,6 +88,16 @@ pub struct FindingRecord {
     pub detail: String,
 }
 
+/// What every pack's `session` says about it (see [`MetadataWriter::set_pack_facts`]).
+pub struct PackFacts<'a> {
+    pub command: &'a str,
+    pub shard_rows: Option<u64>,
+    pub total_rows: u64,
+    pub total_runs: u64,
+    pub shard_count: usize,
+    pub shuffled: bool,
+}
+
 /// Writes a new `metadata.db` inside one transaction; [`MetadataWriter::finish`] commits and
 /// leaves a single self-contained file (journal_mode=DELETE).
 pub struct MetadataWriter {
@@ -231,6 +241,31 @@ impl MetadataWriter {
         std::fs::File::open(&self.path)
             .and_then(|f| f.sync_all())
             .with_context(|| format!("syncing {}", self.path.display()))
+    }
+
+    /// The session facts every pack has, whatever command wrote it.
+    pub fn set_pack_facts(&self, f: &PackFacts) -> Result<()> {
+        let facts = [
+            ("format_version", FORMAT_VERSION.to_string()),
+            (
+                "tool",
+                format!("dataset-packer {}", env!("CARGO_PKG_VERSION")),
+            ),
+            ("command", f.command.to_string()),
+            (
+                "shard_rows",
+                f.shard_rows.map_or("none".into(), |n| n.to_string()),
+            ),
+            ("total_rows", f.total_rows.to_string()),
+            ("total_runs", f.total_runs.to_string()),
+            ("shard_count", f.shard_count.to_string()),
+            ("checksum", "crc32c".to_string()),
+            ("shuffled", f.shuffled.to_string()),
+        ];
+        for (k, v) in facts {
+            self.set_session(k, &v)?;
+        }
+        Ok(())
     }
 
     /// Adds to a finding count (merges sum the counts of their inputs).
