@@ -87,18 +87,7 @@ fn deterministic_across_worker_counts() {
     );
     let keep = |n: &str| n != "metadata.db";
     assert_eq!(files(&a, keep), files(&b, keep));
-    let runs = |p: &Path| -> Vec<(i64, i64, i64, i64, i64)> {
-        db(p)
-            .prepare("SELECT id, seed, steps, max_score, highest_tile FROM runs ORDER BY id")
-            .unwrap()
-            .query_map([], |r| {
-                Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?))
-            })
-            .unwrap()
-            .map(Result::unwrap)
-            .collect()
-    };
-    assert_eq!(runs(&a), runs(&b));
+    assert_eq!(runs_table(&a), runs_table(&b));
 }
 
 #[test]
