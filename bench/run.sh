@@ -1,10 +1,21 @@
 #!/usr/bin/env bash
-# Benchmark for `dataset-packer pack` against the gunzip "decompression floor".
+# Benchmark for `dataset-packer pack` against the gunzip "decompression floor", and of the commands
+# that read a pack (validate, merge, shuffle, stats, show, export) against their issues' goals.
 #
 #   bench/run.sh            build, generate the corpus (once), run the floor and pack, print a table
 #   bench/run.sh pack       same as above
 #   bench/run.sh floor      build the examples, generate the corpus (once), run the floor only
 #   bench/run.sh corpus     build the examples and generate the corpus only
+#   bench/run.sh validate   validate and validate --deep of the 4M-row pack (issue 3)
+#   bench/run.sh merge      merge of two 2M-row packs vs cat of their shards (issue 4)
+#   bench/run.sh shuffle    shuffle --memory 64MiB of the 4M-row pack (issue 5)
+#   bench/run.sh stats      stats of the 4M-row pack (issue 6)
+#   bench/run.sh show       show of a middle run of a 100-shard copy of it (issue 6)
+#   bench/run.sh export     export of the 4M-row pack to Parquet (issue 6)
+#   bench/run.sh commands   the six above
+#   bench/run.sh all        floor, pack and the six above
+#   Several modes may be given (bench/run.sh validate stats). The commands reuse target/bench/pack-4m
+#   (packed first when missing, not 4M rows, or older than the binary).
 #
 # Environment:
 #   BENCH_DIR=target/bench   where corpora, pack outputs, logs and results go (keep it under target/)
@@ -19,23 +30,43 @@
 #   EXTRA_PACK_ARGS=""       extra arguments appended to the pack command line (word-split)
 #   CARGO_TARGET_DIR         honoured when locating the built binaries
 #   PACKER=path              pack binary to measure (default: $CARGO_TARGET_DIR/release/dataset-packer)
+#   BENCH_SHOW_RUNS=10       show: runs timed back to back (best and median reported)
 # See bench/README.md for what the figures mean and the goals.
 set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
-MODE=${1:-all}
-case "$MODE" in
-  all | pack | floor | corpus) ;;
-  -h | --help)
-    sed -n '2,22p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
-    exit 0
-    ;;
-  *)
-    echo "usage: bench/run.sh [all|pack|floor|corpus]" >&2
-    exit 2
-    ;;
-esac
+COMMAND_MODES=(validate merge shuffle stats show export)
+usage="usage: bench/run.sh [pack|floor|corpus|validate|merge|shuffle|stats|show|export|commands|all]..."
+# DO_FLOOR: floor table; DO_PACK: pack next to it; DO_CMDS: the command benchmarks, in order.
+DO_FLOOR=0 DO_PACK=0 DO_CORPUS=0
+DO_CMDS=()
+add_cmd() { [[ " ${DO_CMDS[*]} " == *" $1 "* ]] || DO_CMDS+=("$1"); }
+[[ $# -gt 0 ]] || set -- pack # no argument: floor + pack, as always
+for MODE in "$@"; do
+  case "$MODE" in
+    pack) DO_FLOOR=1 DO_PACK=1 ;;
+    floor) DO_FLOOR=1 ;;
+    corpus) DO_CORPUS=1 ;;
+    validate | merge | shuffle | stats | show | export) add_cmd "$MODE" ;;
+    commands) for m in "${COMMAND_MODES[@]}"; do add_cmd "$m"; done ;;
+    all)
+      DO_FLOOR=1 DO_PACK=1
+      for m in "${COMMAND_MODES[@]}"; do add_cmd "$m"; done
+      ;;
+    -h | --help)
+      sed -n '2,34p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
+      exit 0
+      ;;
+    *)
+      echo "$usage" >&2
+      exit 2
+      ;;
+  esac
+done
+# Only the corpus: nothing is measured.
+CORPUS_ONLY=0
+if [[ $DO_CORPUS == 1 && $DO_FLOOR == 0 && ${#DO_CMDS[@]} == 0 ]]; then CORPUS_ONLY=1; fi
 
 BENCH_DIR=${BENCH_DIR:-target/bench}
 BENCH_THREADS=${BENCH_THREADS:-2}
@@ -63,7 +94,7 @@ json_num() { sed -nE "s/.*\"$2\":(-?[0-9.eE+-]+).*/\1/p" <<<"$1"; }
 calc() { awk "BEGIN { printf \"$1\", $2 }"; }
 
 # ------------------------------------------------------------------ build
-if [[ "$MODE" == floor || "$MODE" == corpus ]]; then
+if [[ $DO_PACK == 0 && ${#DO_CMDS[@]} == 0 ]]; then
   build=(cargo build --release --example bench_corpus --example gunzip_floor)
 else
   build=(cargo build --release --examples --bins)
@@ -84,7 +115,8 @@ fi
 
 # ------------------------------------------------------------------ corpora
 corpora=("4m:200")
-if [[ "${BENCH_2X:-0}" == 1 ]]; then
+# The command benchmarks only need corpus-4m (to build the 4M pack and its two partitions).
+if [[ "${BENCH_2X:-0}" == 1 && ($DO_FLOOR == 1 || $CORPUS_ONLY == 1) ]]; then
   corpora+=("8m:400")
 fi
 
@@ -106,7 +138,7 @@ for spec in "${corpora[@]}"; do
     --layout "$BENCH_LAYOUT" >&2
   log "corpus $dir ready in $(calc %.1f "$(date +%s.%N) - $start") s ($(du -sh "$dir" | cut -f1))"
 done
-if [[ "$MODE" == corpus ]]; then exit 0; fi
+if [[ $CORPUS_ONLY == 1 ]]; then exit 0; fi
 
 # Reads every compressed file once so the floor and pack both start from a warm page cache.
 warm() { find -L "$1" -name '*.jsonl.gz' -type f -exec cat {} + >/dev/null; }
@@ -114,7 +146,7 @@ warm() { find -L "$1" -name '*.jsonl.gz' -type f -exec cat {} + >/dev/null; }
 # ------------------------------------------------------------------ pack availability
 pack_ok=0
 pack_note=""
-if [[ "$MODE" == all || "$MODE" == pack ]]; then
+if [[ $DO_PACK == 1 || ${#DO_CMDS[@]} -gt 0 ]]; then
   if [[ $build_failed == 1 && -z "$PACKER_SET" ]]; then
     pack_note="cargo build failed; not measuring a stale $PACKER (set PACKER= to force)"
   elif [[ ! -x "$PACKER" ]]; then
@@ -124,7 +156,10 @@ if [[ "$MODE" == all || "$MODE" == pack ]]; then
   else
     pack_ok=1
   fi
-  [[ $pack_ok == 1 ]] || log "WARNING: skipping pack: $pack_note"
+  if [[ $pack_ok != 1 ]]; then
+    if [[ $DO_PACK == 1 ]]; then log "WARNING: skipping pack: $pack_note"; fi
+    if ((${#DO_CMDS[@]} > 0)); then log "WARNING: skipping ${DO_CMDS[*]}: $pack_note"; fi
+  fi
 fi
 have_time=1
 [[ -x /usr/bin/time ]] || {
@@ -161,7 +196,9 @@ wait_idle() {
   fi
 }
 
+PACK_CMD=""
 for spec in "${corpora[@]}"; do
+  [[ $DO_FLOOR == 1 ]] || break
   name=${spec%%:*}
   dir=$(corpus_dir "$name")
   warm "$dir"
@@ -191,7 +228,7 @@ for spec in "${corpora[@]}"; do
   R_LD[$name]=${R_LD[$name]:-n/a}
 
   R_WALL[$name]=n/a R_PRPS[$name]=n/a R_PMBPS[$name]=n/a R_RSS[$name]=n/a R_RATIO[$name]=n/a
-  [[ $pack_ok == 1 ]] || continue
+  [[ $pack_ok == 1 && $DO_PACK == 1 ]] || continue
 
   outdir="$BENCH_DIR/pack-$name"
   best_wall="" max_rss=0
@@ -203,6 +240,7 @@ for spec in "${corpora[@]}"; do
     # shellcheck disable=SC2086 # EXTRA_PACK_ARGS is meant to be word-split
     cmd=("$PACKER" pack --input "$dir" --output "$outdir" --workers "$BENCH_THREADS" --overwrite --quiet $EXTRA_PACK_ARGS)
     log "pack $name #$i: ${cmd[*]}"
+    PACK_CMD="${cmd[*]}"
     start=$(date +%s.%N)
     rc=0
     if [[ $have_time == 1 ]]; then
@@ -240,6 +278,16 @@ for spec in "${corpora[@]}"; do
   R_RATIO[$name]=$(calc %.1f "100 * ${R_PRPS[$name]} / ${R_FLOOR[$name]}")
 done
 
+# ------------------------------------------------------------------ command benchmarks
+# bench/cmds.sh: one function per mode, each appending a report section to CMD_SECTIONS.
+# shellcheck source=bench/cmds.sh
+source bench/cmds.sh
+if [[ $pack_ok == 1 ]]; then
+  for m in "${DO_CMDS[@]}"; do "bench_$m"; done
+else
+  for m in "${DO_CMDS[@]}"; do mode_failed "$m" "$pack_note"; done
+fi
+
 # ------------------------------------------------------------------ report
 report="$BENCH_DIR/results-$STAMP.txt"
 {
@@ -249,6 +297,7 @@ report="$BENCH_DIR/results-$STAMP.txt"
   if [[ $commit != none ]] && ! git diff --quiet HEAD -- 2>/dev/null; then commit="$commit (dirty)"; fi
   echo "build: $(rustc -V 2>/dev/null || echo 'rustc ?'), commit $commit, packer $PACKER"
   echo "threads: floor $BENCH_THREADS, pack --workers $BENCH_THREADS${EXTRA_PACK_ARGS:+, EXTRA_PACK_ARGS='$EXTRA_PACK_ARGS'}; repeat $BENCH_REPEAT"
+  echo "modes: $([[ $DO_FLOOR == 1 ]] && echo -n "floor ")$([[ $DO_PACK == 1 ]] && echo -n "pack ")${DO_CMDS[*]}"
   for spec in "${corpora[@]}"; do
     n=${spec%%:*}
     totals=$(sed -n 2p "$(corpus_dir "$n")/.complete" 2>/dev/null || true)
@@ -256,34 +305,41 @@ report="$BENCH_DIR/results-$STAMP.txt"
       "$(json_num "$totals" json_bytes_per_row) JSON bytes/row, gzip ratio $(json_num "$totals" ratio)," \
       "$(json_num "$totals" tuple_rows_pct)% tuple rows"
   done
-  if [[ -n "$pack_note" ]]; then echo "pack: NOT MEASURED: $pack_note"; fi
+  if [[ -n "$pack_note" && $DO_PACK == 1 ]]; then echo "pack: NOT MEASURED: $pack_note"; fi
   if ((${#busy_notes[@]} > 0)); then
     echo "BUSY MACHINE, figures unreliable: <90% idle before: ${busy_notes[*]}"
   fi
-  echo
-  fmt="%-10s %10s %9s %9s %12s %10s %10s %12s %10s %8s %14s\n"
-  # shellcheck disable=SC2059
-  printf "$fmt" corpus rows comp_MB pack_s pack_rows/s pack_MB/s pack_MiB floor_rows/s floor_MB/s pack/flr libdeflate_r/s
-  for spec in "${corpora[@]}"; do
-    n=${spec%%:*}
-    ratio=${R_RATIO[$n]}
-    [[ $ratio == n/a ]] || ratio="$ratio%"
-    # shellcheck disable=SC2059
-    printf "$fmt" "corpus-$n" "${R_ROWS[$n]}" "${R_CMB[$n]}" "${R_WALL[$n]}" "${R_PRPS[$n]}" \
-      "${R_PMBPS[$n]}" "${R_RSS[$n]}" "${R_FLOOR[$n]}" "${R_FLOOR_MB[$n]}" "$ratio" "${R_LD[$n]}"
-  done
-  if [[ $pack_ok == 1 && ${R_RATIO[4m]} != n/a ]]; then
+  if [[ $DO_FLOOR == 1 ]]; then
     echo
-    verdict() { if awk "BEGIN { exit !($1) }"; then echo PASS; else echo FAIL; fi; }
-    echo "goal pack >= 80% of floor rows/s (4M): ${R_RATIO[4m]}% -> $(verdict "${R_RATIO[4m]} >= 80")"
-    if [[ ${R_RSS[4m]} != n/a ]]; then
-      echo "goal peak RSS <= 64 MiB (4M): ${R_RSS[4m]} MiB -> $(verdict "${R_RSS[4m]} <= 64")"
-    fi
-    if [[ -n "${R_RSS[8m]:-}" && ${R_RSS[8m]} != n/a && ${R_RSS[4m]} != n/a ]]; then
-      echo "goal pack >= 80% of floor rows/s (8M): ${R_RATIO[8m]}% -> $(verdict "${R_RATIO[8m]} >= 80")"
-      echo "goal peak RSS at 8M within 10% of 4M: ${R_RSS[8m]} vs ${R_RSS[4m]} MiB -> $(verdict "${R_RSS[8m]} <= 1.10 * ${R_RSS[4m]}")"
+    if [[ -n "$PACK_CMD" ]]; then echo "pack command: $PACK_CMD"; fi
+    fmt="%-10s %10s %9s %9s %12s %10s %10s %12s %10s %8s %14s\n"
+    # shellcheck disable=SC2059
+    printf "$fmt" corpus rows comp_MB pack_s pack_rows/s pack_MB/s pack_MiB floor_rows/s floor_MB/s pack/flr libdeflate_r/s
+    for spec in "${corpora[@]}"; do
+      n=${spec%%:*}
+      ratio=${R_RATIO[$n]}
+      [[ $ratio == n/a ]] || ratio="$ratio%"
+      # shellcheck disable=SC2059
+      printf "$fmt" "corpus-$n" "${R_ROWS[$n]}" "${R_CMB[$n]}" "${R_WALL[$n]}" "${R_PRPS[$n]}" \
+        "${R_PMBPS[$n]}" "${R_RSS[$n]}" "${R_FLOOR[$n]}" "${R_FLOOR_MB[$n]}" "$ratio" "${R_LD[$n]}"
+    done
+    if [[ $pack_ok == 1 && ${R_RATIO[4m]} != n/a ]]; then
+      echo
+      verdict() { if awk "BEGIN { exit !($1) }"; then echo PASS; else echo FAIL; fi; }
+      echo "goal pack >= 80% of floor rows/s (4M): ${R_RATIO[4m]}% -> $(verdict "${R_RATIO[4m]} >= 80")"
+      if [[ ${R_RSS[4m]} != n/a ]]; then
+        echo "goal peak RSS <= 64 MiB (4M): ${R_RSS[4m]} MiB -> $(verdict "${R_RSS[4m]} <= 64")"
+      fi
+      if [[ -n "${R_RSS[8m]:-}" && ${R_RSS[8m]} != n/a && ${R_RSS[4m]} != n/a ]]; then
+        echo "goal pack >= 80% of floor rows/s (8M): ${R_RATIO[8m]}% -> $(verdict "${R_RATIO[8m]} >= 80")"
+        echo "goal peak RSS at 8M within 10% of 4M: ${R_RSS[8m]} vs ${R_RSS[4m]} MiB -> $(verdict "${R_RSS[8m]} <= 1.10 * ${R_RSS[4m]}")"
+      fi
     fi
   fi
+  for sec in "${CMD_SECTIONS[@]}"; do
+    echo
+    printf '%s\n' "${sec%$'\n'}"
+  done
 } | tee "$report"
 log "report saved to $report (logs in $BENCH_DIR/logs)"
 exit $status

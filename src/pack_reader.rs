@@ -37,6 +37,19 @@ impl Shard {
         self.header.data_offset as u64 + self.header.rows * self.row_bytes() as u64
     }
 
+    /// CRC-32C of the whole file, given the CRC of its data section (computed while reading
+    /// it): the header's CRC combined with it, so the data is not read again.
+    pub fn file_crc(&self, data_crc: u32, data_len: usize) -> std::io::Result<u32> {
+        use std::os::unix::fs::FileExt;
+        let mut header = vec![0u8; self.header.data_offset];
+        File::open(&self.path)?.read_exact_at(&mut header, 0)?;
+        Ok(crc32c::crc32c_combine(
+            crc32c::crc32c(&header),
+            data_crc,
+            data_len,
+        ))
+    }
+
     /// Rows `start..start + count` (count > 0) in the 48-byte layout, whatever the shard's.
     pub fn read_aligned(&self, start: u64, count: u64) -> Result<AlignedRows> {
         let map = self.map_rows(start, count)?;

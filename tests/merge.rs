@@ -337,10 +337,12 @@ fn a_merge_failing_midway_deletes_nothing_and_keeps_the_previous_output() {
         before
     );
 
-    // A corrupt input (found by the input validation) stops the merge the same way.
-    let shard = a.join("steps-00001.npy");
+    // A corrupt shard in the second input is only discovered late, while it is copied (after
+    // the whole first input): the merge stops the same way, deleting and publishing nothing.
+    let shard = b.join("steps.npy");
     let mut bytes = std::fs::read(&shard).unwrap();
-    bytes[384 + 48 * 10 + 9] ^= 1;
+    let last_row = bytes.len() - 48;
+    bytes[last_row + 9] ^= 1;
     std::fs::write(&shard, &bytes).unwrap();
     let res = run(&[
         "merge",
@@ -354,9 +356,15 @@ fn a_merge_failing_midway_deletes_nothing_and_keeps_the_previous_output() {
         "--delete-inputs",
     ]);
     assert_eq!(res.status.code(), Some(1));
-    assert!(stderr(&res).contains("crc32c"), "{}", stderr(&res));
+    let err = stderr(&res);
+    assert!(
+        err.contains("steps.npy does not match its recorded checksum"),
+        "{err}"
+    );
     assert_eq!(files(&out, |_| true), before.2);
+    assert_eq!(files(&a, |_| true), before.0);
     assert!(b.join("metadata.db").exists());
+    assert!(!out.join(".dataset-packer-staging").exists());
 }
 
 #[test]

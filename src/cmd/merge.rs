@@ -4,7 +4,6 @@
 //! write metadata for the renumbered runs, publish atomically, and only then, if asked and the
 //! published output re-validates, delete the inputs.
 
-use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
@@ -15,7 +14,7 @@ use serde_json::json;
 use crate::UsageError;
 use crate::cmd::validate;
 use crate::format::metadata::{self, MetadataWriter, PackFacts, RunDetails, RunRecord, RunRow};
-use crate::format::row::{LEGACY_ROW_BYTES, ROW_BYTES, legacy_to_aligned, remap_rows};
+use crate::format::row::{ROW_BYTES, remap_rows};
 use crate::format::valuation::ValuationTable;
 use crate::pack_dir::{OutputDir, is_pack_file, write_valuations};
 use crate::pack_reader::{self, RunSlots, Shard};
@@ -95,11 +94,23 @@ struct Source {
     session: Vec<(String, String)>,
     conn: rusqlite::Connection,
     shuffled: bool,
+    /// The shard checksums the input recorded, verified while copying.
+    recorded: Option<Vec<metadata::ShardRecord>>,
 }
 
 impl Source {
+    /// Validates an input before anything is written. An input that records shard checksums
+    /// gets the structure and metadata checks here and its CRCs verified while it is copied
+    /// (so it is read once); one without checksums (an older tool's) gets the full row pass.
     fn open(path: &Path, options: &validate::Options) -> Result<Source> {
-        let report = validate::check(path, options)?;
+        let recorded = metadata::open_read_only(&path.join(metadata::FILE_NAME))
+            .ok()
+            .and_then(|c| metadata::read_shard_records(&c).ok().flatten());
+        let options = validate::Options {
+            scan_rows: recorded.is_none(),
+            ..*options
+        };
+        let report = validate::check(path, &options)?;
         if !report.valid() {
             bail!(
                 "input {} is not a valid pack; nothing was written:\n{}",
@@ -119,6 +130,7 @@ impl Source {
             session,
             conn,
             shuffled,
+            recorded,
         })
     }
 
@@ -138,6 +150,7 @@ pub fn run(args: &MergeArgs) -> Result<()> {
             .map_or_else(crate::default_workers, |w| w as usize),
         quiet: args.quiet,
         legacy_ok: true,
+        scan_rows: false,
     };
     let sources: Vec<Source> = inputs
         .iter()
@@ -236,6 +249,31 @@ fn unify_valuations(sources: &[Source]) -> Result<ValuationTable> {
     Ok(table)
 }
 
+/// The run ids of 48-byte rows.
+fn run_ids(rows: &[u8]) -> impl Iterator<Item = u32> + '_ {
+    rows.chunks_exact(ROW_BYTES)
+        .map(|r| u32::from_le_bytes(r[..4].try_into().unwrap()))
+}
+
+/// Compares the CRC of a shard just copied with the one its pack recorded (when it did).
+fn verify_checksum(src: &Source, index: usize, data_crc: u32) -> Result<()> {
+    let Some(record) = src.recorded.as_ref().and_then(|r| r.get(index)) else {
+        return Ok(());
+    };
+    let shard = &src.shards[index];
+    let data_len = (shard.header.rows * shard.row_bytes() as u64) as usize;
+    let crc = shard.file_crc(data_crc, data_len)?;
+    if crc != record.crc32c {
+        bail!(
+            "input {}: {} does not match its recorded checksum (crc32c recorded {:08x}, computed {crc:08x}); nothing was written",
+            src.path.display(),
+            shard.name,
+            record.crc32c
+        );
+    }
+    Ok(())
+}
+
 /// Per-input id maps: input valuation id → output id (None when identical).
 fn valuation_map(from: &ValuationTable, to: &ValuationTable) -> Option<[u8; 256]> {
     let mut map = [0u8; 256];
@@ -268,53 +306,60 @@ fn write_merged(
     let shuffled = sources.iter().any(|s| s.shuffled);
     let mut next_id: u64 = 0;
     let mut inputs = Vec::new();
-    let mut raw = vec![0u8; COPY_ROWS * ROW_BYTES];
     let mut rows = vec![0u8; COPY_ROWS * ROW_BYTES];
 
     for src in sources {
         let offset = u32::try_from(next_id).context("more than 2^32 runs")?;
         let old_ids: Vec<u32> = src.runs.iter().map(|r| r.id as u32).collect();
         let slots = RunSlots::new(&old_ids);
-        let new_id = |old: u32| -> u32 {
-            offset
-                + slots
-                    .get(old)
-                    .expect("validated: every row's run is in runs")
-        };
+        let mut unknown_run: Option<u32> = None;
         let vmap = valuation_map(&src.valuations, valuations);
         let mut starts = RunStarts::new((0..old_ids.len() as u32).map(|k| offset + k).collect());
 
-        for shard in &src.shards {
-            let rb = shard.row_bytes();
-            let file = std::fs::File::open(&shard.path)
-                .with_context(|| format!("opening {}", shard.path.display()))?;
+        // The first input usually maps onto itself: its rows are written straight from the map.
+        let identity = offset == 0
+            && vmap.is_none()
+            && old_ids.iter().enumerate().all(|(i, &id)| id as usize == i);
+        for (si, shard) in src.shards.iter().enumerate() {
+            let mut data_crc = 0u32;
             let mut done = 0u64;
             while done < shard.header.rows {
-                let n_rows = (shard.header.rows - done).min(COPY_ROWS as u64) as usize;
-                let at = shard.header.data_offset as u64 + done * rb as u64;
-                let out = &mut rows[..n_rows * ROW_BYTES];
-                if rb == ROW_BYTES {
-                    file.read_exact_at(out, at)
-                        .with_context(|| format!("reading {}", shard.path.display()))?;
-                } else {
-                    let src_bytes = &mut raw[..n_rows * LEGACY_ROW_BYTES];
-                    file.read_exact_at(src_bytes, at)
-                        .with_context(|| format!("reading {}", shard.path.display()))?;
-                    for (s, d) in src_bytes
-                        .chunks_exact(LEGACY_ROW_BYTES)
-                        .zip(out.chunks_exact_mut(ROW_BYTES))
-                    {
-                        legacy_to_aligned(s, d);
+                let n_rows = (shard.header.rows - done).min(COPY_ROWS as u64);
+                let mapped = shard.read_aligned(done, n_rows)?;
+                data_crc = crc32c::crc32c_append(data_crc, mapped.raw());
+                let out: &[u8] = if identity {
+                    if let Some(id) = run_ids(&mapped).find(|&id| id as usize >= old_ids.len()) {
+                        unknown_run = Some(id);
                     }
+                    &mapped
+                } else {
+                    let out = &mut rows[..mapped.len()];
+                    out.copy_from_slice(&mapped);
+                    remap_rows(
+                        out,
+                        |old| match slots.get(old) {
+                            Some(slot) => offset + slot,
+                            None => *unknown_run.get_or_insert(old),
+                        },
+                        vmap.as_ref(),
+                    );
+                    out
+                };
+                if let Some(id) = unknown_run {
+                    bail!(
+                        "input {}: {} holds rows of run {id}, which its runs table lacks; nothing was written",
+                        src.path.display(),
+                        shard.name
+                    );
                 }
-                remap_rows(out, new_id, vmap.as_ref());
                 if !shuffled {
                     starts.observe(&writer, out, writer.total_rows());
                 }
                 writer.write_rows(out)?;
-                done += n_rows as u64;
-                bar.inc(n_rows as u64);
+                done += n_rows;
+                bar.inc(n_rows);
             }
+            verify_checksum(src, si, data_crc)?;
         }
 
         let locations = if shuffled {
@@ -340,7 +385,10 @@ fn write_merged(
                 first_row: locations.get(k).copied(),
             })?;
         }
-        metadata::copy_findings(&db, &src.conn, &new_id)?;
+        // Findings of runs the input does not list keep their old id (they cannot be renumbered).
+        metadata::copy_findings(&db, &src.conn, &|old| {
+            slots.get(old).map_or(old, |slot| offset + slot)
+        })?;
         next_id += src.runs.len() as u64;
         inputs.push((src.path.clone(), src.runs.len(), src.rows()));
     }
@@ -420,6 +468,7 @@ fn delete_inputs(
         output,
         &validate::Options {
             legacy_ok: false,
+            scan_rows: true,
             ..*options
         },
     )?;

@@ -164,6 +164,7 @@ pub fn run(args: &ShuffleArgs) -> Result<()> {
             .map_or_else(crate::default_workers, |w| w as usize),
         quiet: args.quiet,
         legacy_ok: false,
+        scan_rows: true,
     };
     let report = validate::check(&args.input, &options)?;
     if !report.valid() {

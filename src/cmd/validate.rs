@@ -443,6 +443,10 @@ pub struct Options {
     pub quiet: bool,
     /// Accept legacy packed 46-byte shards (merge reads them) instead of failing them.
     pub legacy_ok: bool,
+    /// Stream every row (checksums, per-row and per-run checks). Without it only the structure
+    /// and metadata are checked: for a caller that reads every row itself and verifies the
+    /// recorded checksums as it goes (merge), so the pack is not read twice.
+    pub scan_rows: bool,
 }
 
 pub fn run(args: &ValidateArgs) -> Result<bool> {
@@ -459,6 +463,7 @@ pub fn run(args: &ValidateArgs) -> Result<bool> {
             .map_or_else(crate::default_workers, |w| w as usize),
         quiet: args.quiet,
         legacy_ok: false,
+        scan_rows: true,
     };
     let report = check(&args.pack, &options)?;
     let elapsed = started.elapsed().as_secs_f64();
@@ -477,6 +482,7 @@ pub fn check(dir: &Path, options: &Options) -> Result<Report> {
         workers,
         quiet,
         legacy_ok,
+        scan_rows,
     } = *options;
     let mut checks = Vec::new();
 
@@ -590,8 +596,9 @@ pub fn check(dir: &Path, options: &Options) -> Result<Report> {
     let mut finding_tallies: [Tally; 3] = Default::default();
     let mut data_crcs: Vec<(u32, usize)> = vec![(0, 0); shards.len()];
     let bar = progress::rows_bar(total_rows, quiet, "validate");
+    let scanned = if scan_rows { &chunk_list[..] } else { &[] };
     let outcome = ordered_try_map(
-        &chunk_list,
+        scanned,
         workers,
         workers * 2,
         || (),
@@ -650,9 +657,26 @@ pub fn check(dir: &Path, options: &Options) -> Result<Report> {
                 "shard checksums",
                 "no checksums recorded (a pack from another tool)",
             ),
-            Some(records) => check_checksums(&records, &shards, &data_crcs),
+            Some(records) => {
+                check_checksums(&records, &shards, scan_rows.then_some(&data_crcs[..]))
+            }
         },
     });
+    if !scan_rows {
+        if conn.is_some() {
+            checks.push(check_total_steps(&runs, total_rows));
+        }
+        return Ok(Report {
+            pack: dir.to_path_buf(),
+            checks,
+            findings: Vec::new(),
+            rows: total_rows,
+            runs: runs.len(),
+            shards: shards.len(),
+            bytes: total_bytes,
+            deep,
+        });
+    }
 
     // Per-row checks.
     for (k, name) in ROW_CHECKS.iter().enumerate() {
@@ -690,10 +714,11 @@ pub fn check(dir: &Path, options: &Options) -> Result<Report> {
     })
 }
 
+/// Recorded shard facts against the files; the CRCs too when the data was read (`data_crcs`).
 fn check_checksums(
     records: &[metadata::ShardRecord],
     shards: &[Shard],
-    data_crcs: &[(u32, usize)],
+    data_crcs: Option<&[(u32, usize)]>,
 ) -> Check {
     let mut c = Check::new("shard checksums");
     if records.len() != shards.len() {
@@ -705,7 +730,7 @@ fn check_checksums(
             )
         });
     }
-    for (rec, (shard, (data_crc, data_len))) in records.iter().zip(shards.iter().zip(data_crcs)) {
+    for (i, (rec, shard)) in records.iter().zip(shards).enumerate() {
         if rec.file_name != shard.name {
             c.fail(|| {
                 format!(
@@ -724,14 +749,16 @@ fn check_checksums(
             });
             continue;
         }
-        let header = match read_prefix(&shard.path, shard.header.data_offset) {
-            Ok(b) => crc32c::crc32c(&b),
+        let Some(&(data_crc, data_len)) = data_crcs.and_then(|d| d.get(i)) else {
+            continue;
+        };
+        let crc = match shard.file_crc(data_crc, data_len) {
+            Ok(crc) => crc,
             Err(e) => {
                 c.fail(|| format!("{}: {e}", shard.name));
                 continue;
             }
         };
-        let crc = crc32c::crc32c_combine(header, *data_crc, *data_len);
         if crc != rec.crc32c {
             c.fail(|| {
                 format!(
@@ -744,11 +771,14 @@ fn check_checksums(
     c
 }
 
-fn read_prefix(path: &Path, len: usize) -> std::io::Result<Vec<u8>> {
-    use std::io::Read;
-    let mut buf = vec![0u8; len];
-    std::fs::File::open(path)?.read_exact(&mut buf)?;
-    Ok(buf)
+/// Σ runs.steps against the rows the shard headers promise (when the rows are not scanned).
+fn check_total_steps(runs: &[(i64, i64)], total_rows: u64) -> Check {
+    let mut c = Check::new("Σ runs.steps = rows");
+    let sum: i64 = runs.iter().map(|(_, steps)| steps).sum();
+    if sum as u64 != total_rows {
+        c.fail(|| format!("Σ runs.steps is {sum}, the shards hold {total_rows} rows"));
+    }
+    c
 }
 
 fn check_run_steps(runs: &[(i64, i64)], aggs: &[Option<RunAgg>], total_rows: u64) -> Check {
