@@ -371,7 +371,7 @@ fn print_facts(p: &Page) {
             let id = d
                 .source_run_id
                 .map_or(String::new(), |i| format!(" run {i}"));
-            println!("  {:<10} {pack}{id}", "merged from");
+            println!("  {:<10} {pack}{id}", "from pack");
         }
     }
     println!("  {:<10} {}", "rows at", p.rows.describe_start());
