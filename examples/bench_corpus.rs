@@ -149,25 +149,6 @@ fn slide_cells(cells: [u8; 4]) -> ([u8; 4], u32) {
     (out, gained)
 }
 
-/// Macroxue's heuristic of one line of four exponents (the `board_eval` of the pack format):
-/// rewards big tiles at the index-0 end and lines that decrease from it, punishes increases.
-fn line_eval(l: [u8; 4]) -> i32 {
-    let tile = |r: u8| i32::from(r) << r;
-    let mut score = tile(l[0]);
-    for x in 0..3 {
-        let (a, b) = (tile(l[x]), tile(l[x + 1]));
-        if a >= b {
-            score += a + b;
-        } else {
-            score += (a - b) * 12;
-        }
-        if a == b {
-            score += a;
-        }
-    }
-    score
-}
-
 impl Tables {
     fn new() -> Tables {
         let mut left = vec![0u16; 65536];
@@ -187,7 +168,7 @@ impl Tables {
             left[row] = slid;
             right[reverse_row(row as u16) as usize] = reverse_row(slid);
             score[row] = gained;
-            heur[row] = line_eval(cells);
+            heur[row] = dataset_packer::format::board::line_eval(cells);
         }
         Tables {
             left,

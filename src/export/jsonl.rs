@@ -392,13 +392,8 @@ mod tests {
     /// f32 bits; random bit patterns cover every exponent (subnormals, huge values).
     #[test]
     fn evs_round_trip_through_the_packer_parser() {
-        let mut state = 0x2545_f491_4f6c_dd1du64;
-        let mut next = || {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            state
-        };
+        let mut rng = crate::rng::Xoshiro::new(0x2545_f491_4f6c_dd1d);
+        let mut next = || rng.next_u64();
         let mut checked = 0;
         while checked < 1_000_000 {
             let bits = next();

@@ -91,8 +91,8 @@ fn tile_score(r: u8) -> i32 {
     i32::from(r) << r
 }
 
-/// The Macroxue score of one line of four exponents.
-fn line_eval(l: [u8; 4]) -> i32 {
+/// The Macroxue score of one line of four exponents (listed from the end tiles gather at).
+pub fn line_eval(l: [u8; 4]) -> i32 {
     let mut score = tile_score(l[0]);
     for x in 0..3 {
         let a = tile_score(l[x]);
@@ -225,11 +225,9 @@ mod tests {
     #[test]
     fn tables_agree_with_direct_computation() {
         let t = LineTables::new();
-        let mut state = 0x9e37_79b9_7f4a_7c15u64;
+        let mut rng = crate::rng::Xoshiro::new(0x9e37_79b9_7f4a_7c15);
         for _ in 0..20_000 {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
+            let state = rng.next_u64();
             let mut c = [0u8; 16];
             for (i, cell) in c.iter_mut().enumerate() {
                 let v = ((state >> (i * 4)) & 0xf) as u8;

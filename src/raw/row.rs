@@ -986,13 +986,8 @@ mod tests {
 
     #[test]
     fn fast_path_floats_equal_the_general_parser() {
-        let mut state = 0x2545_f491_4f6c_dd1du64;
-        let mut next = || {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            state
-        };
+        let mut rng = crate::rng::Xoshiro::new(0x2545_f491_4f6c_dd1d);
+        let mut next = || rng.next_u64();
         for _ in 0..20_000 {
             let r = next();
             let int = r % [1, 10, 1000, 100_000, 100_000_000][(r >> 40) as usize % 5];
