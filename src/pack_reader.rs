@@ -43,8 +43,8 @@ impl Shard {
         use std::os::unix::fs::FileExt;
         let mut header = vec![0u8; self.header.data_offset];
         File::open(&self.path)?.read_exact_at(&mut header, 0)?;
-        Ok(crc32c::crc32c_combine(
-            crc32c::crc32c(&header),
+        Ok(crate::crc::combine(
+            crate::crc::crc32c(&header),
             data_crc,
             data_len,
         ))

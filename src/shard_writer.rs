@@ -127,7 +127,7 @@ impl ShardWriter {
             let path = dir.join(&done.file_name);
             let bytes =
                 std::fs::read(&path).with_context(|| format!("reading {}", path.display()))?;
-            if bytes.len() as u64 != done.bytes || crc32c::crc32c(&bytes) != done.crc32c {
+            if bytes.len() as u64 != done.bytes || crate::crc::crc32c(&bytes) != done.crc32c {
                 bail!(
                     "{} no longer matches what was written before the interruption",
                     path.display()
@@ -147,7 +147,7 @@ impl ShardWriter {
                 let mut data = vec![0u8; data_len as usize];
                 file.read_exact_at(&mut data, npy::HEADER_LEN as u64)
                     .with_context(|| format!("reading {}", path.display()))?;
-                if crc32c::crc32c(&data) != state.current_crc {
+                if crate::crc::crc32c(&data) != state.current_crc {
                     bail!(
                         "{} no longer matches what was written before the interruption",
                         path.display()
@@ -251,7 +251,7 @@ impl ShardWriter {
                 .file
                 .write_all(now)
                 .with_context(|| format!("writing {}", shard.path.display()))?;
-            shard.data_crc = crc32c::crc32c_append(shard.data_crc, now);
+            shard.data_crc = crate::crc::append(shard.data_crc, now);
             shard.rows += rows;
             shard.start_writeback()?;
             self.total_rows += rows;
@@ -277,7 +277,7 @@ impl ShardWriter {
             file_name: path.file_name().unwrap().to_string_lossy().into_owned(),
             rows: shard.rows,
             bytes: (header.len() + data_len) as u64,
-            crc32c: crc32c::crc32c_combine(crc32c::crc32c(&header), shard.data_crc, data_len),
+            crc32c: crate::crc::combine(crate::crc::crc32c(&header), shard.data_crc, data_len),
         });
         Ok(())
     }
@@ -350,7 +350,7 @@ mod tests {
         for r in &recs {
             let bytes = std::fs::read(t.path().join(&r.file_name)).unwrap();
             assert_eq!(bytes.len() as u64, r.bytes);
-            assert_eq!(crc32c::crc32c(&bytes), r.crc32c);
+            assert_eq!(crate::crc::crc32c(&bytes), r.crc32c);
             assert_eq!(npy::parse_header(&bytes).unwrap().rows, r.rows);
         }
         assert_eq!(recs[2].file_name, "steps-00002.npy");

@@ -326,7 +326,7 @@ fn write_merged(
             while done < shard.header.rows {
                 let n_rows = (shard.header.rows - done).min(COPY_ROWS as u64);
                 let mapped = shard.read_aligned(done, n_rows)?;
-                data_crc = crc32c::crc32c_append(data_crc, mapped.raw());
+                data_crc = crate::crc::append(data_crc, mapped.raw());
                 let out: &[u8] = if identity {
                     if let Some(id) = run_ids(&mapped).find(|&id| id as usize >= old_ids.len()) {
                         unknown_run = Some(id);

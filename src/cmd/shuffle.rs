@@ -248,7 +248,7 @@ fn fingerprint(s: &Shard) -> u32 {
     let ok = File::open(&s.path)
         .and_then(|f| f.read_exact_at(&mut buf, tail))
         .is_ok();
-    if ok { crc32c::crc32c(&buf) } else { 0 }
+    if ok { crate::crc::crc32c(&buf) } else { 0 }
 }
 
 fn start_or_resume(work: &Path, plan: &Plan, resume: bool) -> Result<Progress> {
@@ -363,7 +363,7 @@ impl BucketFile {
         self.file
             .write_all(&self.buf)
             .with_context(|| format!("writing {}", self.path.display()))?;
-        self.crc = crc32c::crc32c_append(self.crc, &self.buf);
+        self.crc = crate::crc::append(self.crc, &self.buf);
         self.buf.clear();
         Ok(())
     }
@@ -459,7 +459,7 @@ fn gather(
         File::open(&path)
             .and_then(|f| f.read_exact_at(&mut buf, 0))
             .with_context(|| format!("reading {}", path.display()))?;
-        if crc32c::crc32c(&buf) != progress.bucket_crcs[b as usize] {
+        if crate::crc::crc32c(&buf) != progress.bucket_crcs[b as usize] {
             bail!(
                 "{} is damaged (CRC mismatch; was the machine restarted?); run again without --resume",
                 path.display()

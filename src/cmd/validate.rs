@@ -264,7 +264,7 @@ fn scan_chunk(
         by_run: HashMap::new(),
         rows: Default::default(),
         findings: Default::default(),
-        crc: crc32c::crc32c(rows.raw()),
+        crc: crate::crc::crc32c(rows.raw()),
         bytes: rows.raw().len(),
     };
     let at = |i: usize, run: u32| format!("{} row {} (run {run})", shard.name, start + i as u64);
@@ -616,7 +616,7 @@ pub fn check(dir: &Path, options: &Options) -> Result<Report> {
             let (si, _, count) = chunk_list[i];
             let (crc, len) = data_crcs[si];
             data_crcs[si] = (
-                crc32c::crc32c_combine(crc, scan.crc, scan.bytes),
+                crate::crc::combine(crc, scan.crc, scan.bytes),
                 len + scan.bytes,
             );
             for (slot, agg) in &scan.segments {
