@@ -61,6 +61,39 @@ impl Shard {
         })
     }
 
+    /// Asks the kernel to start reading rows `start..start + count` into the page cache in the
+    /// background (`POSIX_FADV_WILLNEED`), so a sequential reader that prefetches the next
+    /// chunk while it works on this one never waits on a page fault for data not in cache.
+    /// Advisory: a failure is ignored, reading will simply fault the pages in.
+    pub fn prefetch(&self, start: u64, count: u64) {
+        use std::os::fd::AsRawFd;
+        let rb = self.row_bytes() as u64;
+        let (Ok(file), Some(len)) = (File::open(&self.path), count.checked_mul(rb)) else {
+            return;
+        };
+        let offset = self.header.data_offset as u64 + start * rb;
+        // SAFETY: a valid open fd; the call only schedules readahead.
+        unsafe {
+            libc::posix_fadvise(
+                file.as_raw_fd(),
+                offset as libc::off_t,
+                len as libc::off_t,
+                libc::POSIX_FADV_WILLNEED,
+            );
+        }
+    }
+
+    /// Reads rows `start..start + count` as they are in the file (46-byte rows for a legacy
+    /// shard) into `buf`, replacing its contents.
+    pub fn read_raw_into(&self, start: u64, count: u64, buf: &mut Vec<u8>) -> Result<()> {
+        use std::os::unix::fs::FileExt;
+        let rb = self.row_bytes() as u64;
+        buf.resize((count * rb) as usize, 0);
+        File::open(&self.path)
+            .and_then(|f| f.read_exact_at(buf, self.header.data_offset as u64 + start * rb))
+            .with_context(|| format!("reading {}", self.path.display()))
+    }
+
     /// Maps rows `start..start + count` (count > 0) of this shard read-only.
     pub fn map_rows(&self, start: u64, count: u64) -> Result<Mmap> {
         debug_assert!(count > 0, "an empty range cannot be mapped");

@@ -10,9 +10,9 @@ use crate::shard_writer::ShardWriter;
 /// order in unshuffled packs), giving runs without rows the position where they would have
 /// started.
 pub struct RunStarts {
-    /// Output ids in order, and the location found for each.
+    /// Output ids in order, and the global row found for each.
     ids: Vec<u32>,
-    locations: Vec<Option<RowLocation>>,
+    starts: Vec<Option<u64>>,
     next: usize,
 }
 
@@ -20,15 +20,15 @@ impl RunStarts {
     /// A tracker for the output runs `ids`, in ascending order.
     pub fn new(ids: Vec<u32>) -> RunStarts {
         RunStarts {
-            locations: vec![None; ids.len()],
+            starts: vec![None; ids.len()],
             ids,
             next: 0,
         }
     }
 
-    /// Looks at `rows` (48-byte rows, already carrying output ids) just before they are written
-    /// to `writer`, the first of them becoming global row `first_global`.
-    pub fn observe(&mut self, writer: &ShardWriter, rows: &[u8], first_global: u64) {
+    /// Looks at `rows` (48-byte rows, already carrying output ids) that become global rows
+    /// `first_global..` of the output, in the order they are written.
+    pub fn observe(&mut self, rows: &[u8], first_global: u64) {
         let mut last = None;
         for (i, row) in rows.chunks_exact(ROW_BYTES).enumerate() {
             let id = u32::from_le_bytes(row[..4].try_into().unwrap());
@@ -38,23 +38,19 @@ impl RunStarts {
             last = Some(id);
             // Runs before this one that have not been seen had no rows.
             while self.next < self.ids.len() && self.ids[self.next] <= id {
-                if self.locations[self.next].is_none() {
-                    self.locations[self.next] = Some(writer.location_of(first_global + i as u64));
-                }
+                self.starts[self.next].get_or_insert(first_global + i as u64);
                 self.next += 1;
             }
         }
     }
 
-    /// Every run's first-row location, in id order; runs never seen start at the end.
-    pub fn finish(mut self, writer: &ShardWriter) -> Vec<RowLocation> {
-        let end = writer.location_of(writer.total_rows());
-        for loc in &mut self.locations {
-            loc.get_or_insert(end);
-        }
-        self.locations
+    /// Every run's first-row location in `writer`'s shards (which hold every row observed),
+    /// in id order; runs never seen start at the end.
+    pub fn finish(self, writer: &ShardWriter) -> Vec<RowLocation> {
+        let end = writer.total_rows();
+        self.starts
             .into_iter()
-            .map(|l| l.expect("filled"))
+            .map(|start| writer.location_of(start.unwrap_or(end)))
             .collect()
     }
 }

@@ -7,14 +7,18 @@
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
+use std::sync::mpsc;
+
 use anyhow::{Context, Result, bail};
 use clap::Args;
 use serde_json::json;
 
 use crate::UsageError;
 use crate::cmd::validate;
-use crate::format::metadata::{self, MetadataWriter, PackFacts, RunDetails, RunRecord, RunRow};
-use crate::format::row::{ROW_BYTES, remap_rows};
+use crate::format::metadata::{
+    self, MetadataWriter, PackFacts, RowLocation, RunDetails, RunRecord, RunRow,
+};
+use crate::format::row::{ROW_BYTES, legacy_rows_to_aligned, remap_rows};
 use crate::format::valuation::ValuationTable;
 use crate::pack_dir::{OutputDir, is_pack_file, write_valuations};
 use crate::pack_reader::{self, RunSlots, Shard};
@@ -92,7 +96,8 @@ struct Source {
     details: std::collections::HashMap<i64, RunDetails>,
     valuations: ValuationTable,
     session: Vec<(String, String)>,
-    conn: rusqlite::Connection,
+    /// Its metadata.db (in a Mutex only so the reading thread can share the Source).
+    conn: std::sync::Mutex<rusqlite::Connection>,
     shuffled: bool,
     /// The shard checksums the input recorded, verified while copying.
     recorded: Option<Vec<metadata::ShardRecord>>,
@@ -128,7 +133,7 @@ impl Source {
             details: metadata::read_run_details(&conn)?,
             valuations: pack_reader::read_valuations(path)?,
             session,
-            conn,
+            conn: std::sync::Mutex::new(conn),
             shuffled,
             recorded,
         })
@@ -157,11 +162,14 @@ pub fn run(args: &MergeArgs) -> Result<()> {
         .map(|p| Source::open(p, &options))
         .collect::<Result<_>>()?;
     let valuations = unify_valuations(&sources)?;
+    log::debug!("merge: inputs checked in {:?}", started.elapsed());
 
     let out = OutputDir::open(&args.output, args.overwrite)?;
     let staging = out.begin_staging()?;
     let summary = write_merged(&sources, &valuations, &staging, args)?;
+    log::debug!("merge: staged in {:?}", started.elapsed());
     out.publish()?;
+    log::debug!("merge: published in {:?}", started.elapsed());
 
     let deleted = if args.delete_inputs {
         delete_inputs(&sources, &args.output, &options)?
@@ -249,12 +257,6 @@ fn unify_valuations(sources: &[Source]) -> Result<ValuationTable> {
     Ok(table)
 }
 
-/// The run ids of 48-byte rows.
-fn run_ids(rows: &[u8]) -> impl Iterator<Item = u32> + '_ {
-    rows.chunks_exact(ROW_BYTES)
-        .map(|r| u32::from_le_bytes(r[..4].try_into().unwrap()))
-}
-
 /// Compares the CRC of a shard just copied with the one its pack recorded (when it did).
 fn verify_checksum(src: &Source, index: usize, data_crc: u32) -> Result<()> {
     let Some(record) = src.recorded.as_ref().and_then(|r| r.get(index)) else {
@@ -293,109 +295,93 @@ struct Summary {
     bytes: u64,
 }
 
+/// How one input's rows are rewritten: run ids shifted to their output numbers, valuation
+/// ids re-coded; `identity` when neither changes anything (usually the first input), so its
+/// rows are written as read and the CRC computed to verify them is also the output's.
+struct Plan<'a> {
+    src: &'a Source,
+    /// The output id of the input's first run.
+    offset: u32,
+    slots: RunSlots,
+    valuations: Option<[u8; 256]>,
+    identity: bool,
+}
+
+impl<'a> Plan<'a> {
+    fn new(src: &'a Source, offset: u32, valuations: &ValuationTable) -> Plan<'a> {
+        let old_ids: Vec<u32> = src.runs.iter().map(|r| r.id as u32).collect();
+        let vmap = valuation_map(&src.valuations, valuations);
+        let identity = offset == 0
+            && vmap.is_none()
+            && old_ids.iter().enumerate().all(|(i, &id)| id as usize == i);
+        Plan {
+            src,
+            offset,
+            slots: RunSlots::new(&old_ids),
+            valuations: vmap,
+            identity,
+        }
+    }
+
+    /// The output id of input run `old`, if the input lists it.
+    fn output_id(&self, old: u32) -> Option<u32> {
+        self.slots.get(old).map(|slot| self.offset + slot)
+    }
+
+    fn run_count(&self) -> u32 {
+        self.src.runs.len() as u32
+    }
+}
+
+/// What the reading thread hands the writing thread, in output order.
+enum Piece {
+    /// Output rows (48-byte) and their CRC-32C.
+    Rows { rows: Vec<u8>, crc: u32 },
+    /// Every row of input `index` has been handed over; `starts` saw them go by.
+    InputDone { index: usize, starts: RunStarts },
+}
+
+/// Chunks in flight between the threads (each ≈ 4 MiB).
+const PIECES_IN_FLIGHT: usize = 3;
+
+/// Copies every input into the staging folder and writes the metadata. Two threads share the
+/// work: one reads the inputs a chunk at a time (checksumming them against the recorded CRCs,
+/// rewriting ids, checksumming what comes out), the other writes; rows stay in input order.
 fn write_merged(
     sources: &[Source],
     valuations: &ValuationTable,
     staging: &Path,
     args: &MergeArgs,
 ) -> Result<Summary> {
+    let copy_started = Instant::now();
     let mut writer = ShardWriter::new(staging, args.shard_rows);
     let db = MetadataWriter::create(&staging.join(metadata::FILE_NAME))?;
-    let total_rows: u64 = sources.iter().map(Source::rows).sum();
-    let bar = progress::rows_bar(total_rows, args.quiet, "merge");
     let shuffled = sources.iter().any(|s| s.shuffled);
+    let mut plans = Vec::with_capacity(sources.len());
     let mut next_id: u64 = 0;
-    let mut inputs = Vec::new();
-    let mut rows = vec![0u8; COPY_ROWS * ROW_BYTES];
-
     for src in sources {
         let offset = u32::try_from(next_id).context("more than 2^32 runs")?;
-        let old_ids: Vec<u32> = src.runs.iter().map(|r| r.id as u32).collect();
-        let slots = RunSlots::new(&old_ids);
-        let mut unknown_run: Option<u32> = None;
-        let vmap = valuation_map(&src.valuations, valuations);
-        let mut starts = RunStarts::new((0..old_ids.len() as u32).map(|k| offset + k).collect());
-
-        // The first input usually maps onto itself: its rows are written straight from the map.
-        let identity = offset == 0
-            && vmap.is_none()
-            && old_ids.iter().enumerate().all(|(i, &id)| id as usize == i);
-        for (si, shard) in src.shards.iter().enumerate() {
-            let mut data_crc = 0u32;
-            let mut done = 0u64;
-            while done < shard.header.rows {
-                let n_rows = (shard.header.rows - done).min(COPY_ROWS as u64);
-                let mapped = shard.read_aligned(done, n_rows)?;
-                data_crc = crate::crc::append(data_crc, mapped.raw());
-                let out: &[u8] = if identity {
-                    if let Some(id) = run_ids(&mapped).find(|&id| id as usize >= old_ids.len()) {
-                        unknown_run = Some(id);
-                    }
-                    &mapped
-                } else {
-                    let out = &mut rows[..mapped.len()];
-                    out.copy_from_slice(&mapped);
-                    remap_rows(
-                        out,
-                        |old| match slots.get(old) {
-                            Some(slot) => offset + slot,
-                            None => *unknown_run.get_or_insert(old),
-                        },
-                        vmap.as_ref(),
-                    );
-                    out
-                };
-                if let Some(id) = unknown_run {
-                    bail!(
-                        "input {}: {} holds rows of run {id}, which its runs table lacks; nothing was written",
-                        src.path.display(),
-                        shard.name
-                    );
-                }
-                if !shuffled {
-                    starts.observe(&writer, out, writer.total_rows());
-                }
-                writer.write_rows(out)?;
-                done += n_rows;
-                bar.inc(n_rows);
-            }
-            verify_checksum(src, si, data_crc)?;
-        }
-
-        let locations = if shuffled {
-            Vec::new()
-        } else {
-            starts.finish(&writer)
-        };
-        let source_pack = std::fs::canonicalize(&src.path)
-            .unwrap_or_else(|_| src.path.clone())
-            .display()
-            .to_string();
-        for (k, run) in src.runs.iter().enumerate() {
-            let mut details = src.details.get(&run.id).cloned().unwrap_or_default();
-            details.source_pack = Some(source_pack.clone());
-            details.source_run_id = Some(run.id);
-            db.insert_run(&RunRecord {
-                run_id: offset + k as u32,
-                seed: run.seed as u32,
-                steps: run.steps as u64,
-                max_score: run.max_score,
-                highest_tile: run.highest_tile,
-                details,
-                first_row: locations.get(k).copied(),
-            })?;
-        }
-        // Findings of runs the input does not list keep their old id (they cannot be renumbered).
-        metadata::copy_findings(&db, &src.conn, &|old| {
-            slots.get(old).map_or(old, |slot| offset + slot)
-        })?;
+        plans.push(Plan::new(src, offset, valuations));
         next_id += src.runs.len() as u64;
-        inputs.push((src.path.clone(), src.runs.len(), src.rows()));
     }
-    bar.finish_and_clear();
+
+    let (pieces_tx, pieces) = mpsc::sync_channel(PIECES_IN_FLIGHT);
+    let (spare_tx, spare) = mpsc::channel();
+    std::thread::scope(|scope| {
+        let plans = &plans;
+        let reader = scope.spawn(move || read_inputs(plans, pieces_tx, &spare));
+        let written = write_pieces(pieces, spare_tx, plans, &mut writer, &db, args.quiet);
+        let read = reader.join().expect("the reading thread does not panic");
+        // A reading error explains a writing one (the writer stops when the reader does).
+        read.and(written)
+    })?;
 
     let rows_written = writer.total_rows();
     let shards = writer.finish()?;
+    log::debug!(
+        "merge: rows copied and synced in {:?}",
+        copy_started.elapsed()
+    );
     for shard in &shards {
         db.insert_shard(shard)?;
     }
@@ -411,12 +397,162 @@ fn write_merged(
     db.finish()?;
     write_valuations(staging, valuations)?;
     Ok(Summary {
-        inputs,
+        inputs: sources
+            .iter()
+            .map(|s| (s.path.clone(), s.runs.len(), s.rows()))
+            .collect(),
         runs: next_id,
         rows: rows_written,
         shards: shards.len(),
         bytes: shards.iter().map(|s| s.bytes).sum(),
     })
+}
+
+/// The reading side: every input's rows in order, as output rows with their CRC. Stops early
+/// (with Ok) when the writing side has gone away.
+fn read_inputs(
+    plans: &[Plan],
+    pieces: mpsc::SyncSender<Piece>,
+    spare: &mpsc::Receiver<Vec<u8>>,
+) -> Result<()> {
+    let shuffled = plans.iter().any(|p| p.src.shuffled);
+    let mut global_row = 0u64;
+    for (index, plan) in plans.iter().enumerate() {
+        let src = plan.src;
+        let mut starts = RunStarts::new((0..plan.run_count()).map(|k| plan.offset + k).collect());
+        for (si, shard) in src.shards.iter().enumerate() {
+            let mut data_crc = 0u32;
+            let mut done = 0u64;
+            while done < shard.header.rows {
+                let n_rows = (shard.header.rows - done).min(COPY_ROWS as u64);
+                let next = done + n_rows;
+                if next < shard.header.rows {
+                    shard.prefetch(next, (shard.header.rows - next).min(COPY_ROWS as u64));
+                }
+                let mut rows = spare.try_recv().unwrap_or_default();
+                shard.read_raw_into(done, n_rows, &mut rows)?;
+                let input_crc = crate::crc::crc32c(&rows);
+                data_crc = crate::crc::combine(data_crc, input_crc, rows.len());
+                let crc = rewrite(plan, shard, &mut rows, input_crc)?;
+                if !shuffled {
+                    starts.observe(&rows, global_row);
+                }
+                global_row += n_rows;
+                if pieces.send(Piece::Rows { rows, crc }).is_err() {
+                    return Ok(());
+                }
+                done = next;
+            }
+            verify_checksum(src, si, data_crc)?;
+        }
+        if pieces.send(Piece::InputDone { index, starts }).is_err() {
+            return Ok(());
+        }
+    }
+    Ok(())
+}
+
+/// Turns one chunk of an input (as read from its file, with its CRC) into output rows in
+/// place, and returns their CRC: legacy rows converted, run and valuation ids rewritten unless
+/// the plan changes nothing (then the CRC is the input's).
+fn rewrite(plan: &Plan, shard: &Shard, rows: &mut Vec<u8>, input_crc: u32) -> Result<u32> {
+    let legacy = shard.row_bytes() != ROW_BYTES;
+    if legacy {
+        *rows = legacy_rows_to_aligned(rows);
+    }
+    let mut unknown = None;
+    if plan.identity {
+        unknown = run_ids(rows).find(|&id| id >= plan.run_count());
+    } else {
+        remap_rows(
+            rows,
+            |old| {
+                plan.output_id(old)
+                    .unwrap_or_else(|| *unknown.get_or_insert(old))
+            },
+            plan.valuations.as_ref(),
+        );
+    }
+    if let Some(id) = unknown {
+        bail!(
+            "input {}: {} holds rows of run {id}, which its runs table lacks; nothing was written",
+            plan.src.path.display(),
+            shard.name
+        );
+    }
+    Ok(if plan.identity && !legacy {
+        input_crc
+    } else {
+        crate::crc::crc32c(rows)
+    })
+}
+
+/// The run ids of 48-byte rows.
+fn run_ids(rows: &[u8]) -> impl Iterator<Item = u32> + '_ {
+    rows.chunks_exact(ROW_BYTES)
+        .map(|r| u32::from_le_bytes(r[..4].try_into().unwrap()))
+}
+
+/// The writing side: rows into the shard writer, and each input's runs and findings into the
+/// metadata once all its rows are written (their run-index positions are known then).
+fn write_pieces(
+    pieces: mpsc::Receiver<Piece>,
+    spare: mpsc::Sender<Vec<u8>>,
+    plans: &[Plan],
+    writer: &mut ShardWriter,
+    db: &MetadataWriter,
+    quiet: bool,
+) -> Result<()> {
+    let total_rows: u64 = plans.iter().map(|p| p.src.rows()).sum();
+    let shuffled = plans.iter().any(|p| p.src.shuffled);
+    let bar = progress::rows_bar(total_rows, quiet, "merge");
+    for piece in pieces {
+        match piece {
+            Piece::Rows { rows, crc } => {
+                writer.write_rows_with_crc(&rows, crc)?;
+                bar.inc((rows.len() / ROW_BYTES) as u64);
+                let _ = spare.send(rows);
+            }
+            Piece::InputDone { index, starts } => {
+                let plan = &plans[index];
+                // A shuffled output has no run index: its runs are not contiguous.
+                let locations = if shuffled {
+                    Vec::new()
+                } else {
+                    starts.finish(writer)
+                };
+                record_runs(db, plan, &locations)?;
+            }
+        }
+    }
+    bar.finish_and_clear();
+    Ok(())
+}
+
+/// An input's runs (renumbered, with their source recorded) and findings, into the metadata.
+fn record_runs(db: &MetadataWriter, plan: &Plan, locations: &[RowLocation]) -> Result<()> {
+    let src = plan.src;
+    let source_pack = std::fs::canonicalize(&src.path)
+        .unwrap_or_else(|_| src.path.clone())
+        .display()
+        .to_string();
+    for (k, run) in src.runs.iter().enumerate() {
+        let mut details = src.details.get(&run.id).cloned().unwrap_or_default();
+        details.source_pack = Some(source_pack.clone());
+        details.source_run_id = Some(run.id);
+        db.insert_run(&RunRecord {
+            run_id: plan.offset + k as u32,
+            seed: run.seed as u32,
+            steps: run.steps as u64,
+            max_score: run.max_score,
+            highest_tile: run.highest_tile,
+            details,
+            first_row: locations.get(k).copied(),
+        })?;
+    }
+    // Findings of runs the input does not list keep their old id (they cannot be renumbered).
+    let conn = src.conn.lock().expect("not poisoned");
+    metadata::copy_findings(db, &conn, &|old| plan.output_id(old).unwrap_or(old))
 }
 
 fn write_session(

@@ -84,7 +84,7 @@ fn build(
             None,
         );
         if !source.shuffled {
-            starts.observe(&writer, &rows, writer.total_rows());
+            starts.observe(&rows, writer.total_rows());
         }
         writer.write_rows(&rows)?;
         bar.inc(piece.count);
