@@ -87,7 +87,11 @@ mod tests {
             let a = 0x1234_5678;
             let b = 0x9abc_def0;
             let theirs = crc_fast::checksum_combine(Crc32Iscsi, a, b, len) as u32;
-            assert_eq!(combine(a as u32, b as u32, len as usize), theirs, "len {len}");
+            assert_eq!(
+                combine(a as u32, b as u32, len as usize),
+                theirs,
+                "len {len}"
+            );
         }
     }
 

@@ -48,13 +48,17 @@ struct OpenShard {
 
 /// Start writeback of every this many bytes as they are written, so the fsync before publish
 /// finds little left to do (the disk works while we compute).
-const WRITEBACK_EVERY: u64 = 8 << 20;
+const WRITEBACK_EVERY: u64 = 2 << 20;
 
 /// Bytes handed to one `write` call at most. From 2 MiB up, the kernel puts the page cache in
 /// 2 MiB folios, and filling fresh ones was measured up to 10x slower on the 2-core benchmark
 /// VM (kernel 6.18): writing 192 MB took 0.35-0.5 s with `dd bs=2M` against 35 ms with
 /// `bs=1M`, nearly all of it in the kernel's copy into the new folios.
 const WRITE_PIECE: usize = 1 << 20;
+
+/// Writes smaller than this are gathered in a buffer first; larger ones go straight to the
+/// file (a buffer as large as the pieces would copy every byte once more).
+const BUFFER_BYTES: usize = 64 << 10;
 
 impl OpenShard {
     fn end_offset(&self) -> u64 {
@@ -119,6 +123,8 @@ pub struct ShardWriter {
     total_rows: u64,
     written: Vec<ShardRecord>,
     flusher: Flusher,
+    /// Rows the caller said it will write in all (see [`ShardWriter::expect_rows`]).
+    expected_rows: Option<u64>,
 }
 
 impl ShardWriter {
@@ -131,11 +137,45 @@ impl ShardWriter {
             total_rows: 0,
             written: Vec::new(),
             flusher: Flusher::start(),
+            expected_rows: None,
         }
     }
 
     pub fn total_rows(&self) -> u64 {
         self.total_rows
+    }
+
+    /// Tells the writer how many rows it will be given in all, so each shard's disk space is
+    /// reserved when it is opened (`fallocate`): a full disk is reported before the copy
+    /// rather than in the middle of it, and filling reserved space costs the filesystem less
+    /// (ext4: about a third less time in `write`). A shard left shorter is cut back to size.
+    pub fn expect_rows(&mut self, total: u64) {
+        self.expected_rows = Some(total);
+    }
+
+    /// Reserves the space of the shard being opened, when the total is known.
+    fn reserve(&self, file: &File, path: &Path) -> Result<()> {
+        let Some(total) = self.expected_rows else {
+            return Ok(());
+        };
+        let rows = total
+            .saturating_sub(self.total_rows)
+            .min(self.shard_rows.unwrap_or(u64::MAX));
+        let bytes = npy::HEADER_LEN as u64 + rows * ROW_BYTES as u64;
+        use std::os::fd::AsRawFd;
+        // SAFETY: a valid open fd; mode 0 allocates blocks and extends the size.
+        let rc = unsafe { libc::fallocate(file.as_raw_fd(), 0, 0, bytes as libc::off_t) };
+        if rc == 0 {
+            return Ok(());
+        }
+        let err = std::io::Error::last_os_error();
+        match err.raw_os_error() {
+            // Filesystems without fallocate simply do not get the head start.
+            Some(libc::EOPNOTSUPP) | Some(libc::ENOSYS) => Ok(()),
+            _ => {
+                Err(err).with_context(|| format!("reserving {bytes} bytes for {}", path.display()))
+            }
+        }
     }
 
     /// Flushes what was written so far to the kernel and returns the state to resume from.
@@ -189,7 +229,7 @@ impl ShardWriter {
                     );
                 }
                 file.set_len(npy::HEADER_LEN as u64 + data_len)?;
-                let mut file = BufWriter::with_capacity(WRITE_PIECE, file);
+                let mut file = BufWriter::with_capacity(BUFFER_BYTES, file);
                 std::io::Seek::seek(&mut file, std::io::SeekFrom::End(0))?;
                 let flushed_to = npy::HEADER_LEN as u64 + data_len;
                 Some(OpenShard {
@@ -209,6 +249,7 @@ impl ShardWriter {
             total_rows: state.total_rows,
             written: state.written.clone(),
             flusher: Flusher::start(),
+            expected_rows: None,
         })
     }
 
@@ -237,7 +278,8 @@ impl ShardWriter {
         let name = shard_file_name(self.shard_rows, self.next_index);
         let path = self.dir.join(&name);
         let file = File::create(&path).with_context(|| format!("creating {}", path.display()))?;
-        let mut file = BufWriter::with_capacity(WRITE_PIECE, file);
+        self.reserve(&file, &path)?;
+        let mut file = BufWriter::with_capacity(BUFFER_BYTES, file);
         file.write_all(&npy::header(0))?;
         self.current = Some(OpenShard {
             file,
@@ -324,6 +366,12 @@ impl ShardWriter {
         let header = npy::header(shard.rows);
         file.write_all_at(&header, 0)
             .with_context(|| format!("writing {}", path.display()))?;
+        // Space reserved for rows that never came is given back.
+        let len = (header.len() + shard.rows as usize * ROW_BYTES) as u64;
+        if file.metadata()?.len() != len {
+            file.set_len(len)
+                .with_context(|| format!("writing {}", path.display()))?;
+        }
         file.sync_all()
             .with_context(|| format!("syncing {}", path.display()))?;
         let data_len = shard.rows as usize * ROW_BYTES;
@@ -427,6 +475,23 @@ mod tests {
         for r in &recs {
             let bytes = std::fs::read(t.path().join(&r.file_name)).unwrap();
             assert_eq!(crate::crc::crc32c(&bytes), r.crc32c, "{}", r.file_name);
+        }
+    }
+
+    #[test]
+    fn reserved_space_is_given_back_when_fewer_rows_come() {
+        let t = tempfile::tempdir().unwrap();
+        let mut w = ShardWriter::new(t.path(), Some(4));
+        w.expect_rows(10);
+        let rows: Vec<u8> = (0..6u8).flat_map(|i| [i; ROW_BYTES]).collect();
+        w.write_rows(&rows).unwrap();
+        let recs = w.finish().unwrap();
+        assert_eq!(recs.iter().map(|r| r.rows).collect::<Vec<_>>(), [4, 2]);
+        for r in &recs {
+            let bytes = std::fs::read(t.path().join(&r.file_name)).unwrap();
+            assert_eq!(bytes.len() as u64, r.bytes, "{}", r.file_name);
+            assert_eq!(bytes.len(), npy::HEADER_LEN + r.rows as usize * ROW_BYTES);
+            assert_eq!(crate::crc::crc32c(&bytes), r.crc32c);
         }
     }
 

@@ -448,6 +448,7 @@ fn gather(
         (Some(state), done) if done > 0 => ShardWriter::resume(staging, plan.shard_rows, state)?,
         _ => ShardWriter::new(staging, plan.shard_rows),
     };
+    writer.expect_rows(plan.input_rows);
     let bar = progress::rows_bar(plan.input_rows, args.quiet, "shuffle 2/2 buckets");
     bar.inc(bucket_rows[..progress.buckets_done as usize].iter().sum());
     let mut buf: Vec<u8> = Vec::new();

@@ -65,7 +65,9 @@ fn build(
     let mut counts = RowCounts::new(selection);
     let mut findings = RowFindings::new(selection.len(), !source.shuffled);
     let plan = source.plan(selection);
-    let bar = progress::rows_bar(plan.iter().map(|p| p.count).sum(), opts.quiet, "export");
+    let total_rows = plan.iter().map(|p| p.count).sum();
+    writer.expect_rows(total_rows);
+    let bar = progress::rows_bar(total_rows, opts.quiet, "export");
     let mut rows = Vec::with_capacity(super::PIECE_ROWS as usize * ROW_BYTES);
     for piece in &plan {
         let src = source.read(piece)?;
