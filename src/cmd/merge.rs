@@ -1,8 +1,9 @@
-//! `merge`: packs → one pack. The story: refuse unsafe requests up front, validate every input
-//! (structure, checksums, consistency), unify valuation names, stream every input's rows in
-//! chunks with run ids and valuation ids remapped in place (legacy 46-byte rows converted),
-//! write metadata for the renumbered runs, publish atomically, and only then, if asked and the
-//! published output re-validates, delete the inputs.
+//! `merge`: packs → one pack. The story: refuse unsafe requests up front, check every input
+//! (structure and metadata; the full row pass for inputs without recorded checksums), unify
+//! valuation names, stream every input's rows in chunks (one thread reads, verifies the recorded
+//! checksums and rewrites run and valuation ids in place, converting legacy 46-byte rows; the
+//! other writes), write metadata for the renumbered runs, publish atomically, and only then, if
+//! asked and the published output re-validates, delete the inputs.
 
 use std::path::{Path, PathBuf};
 use std::time::Instant;
