@@ -61,37 +61,11 @@ impl Shard {
         })
     }
 
-    /// Asks the kernel to start reading rows `start..start + count` into the page cache in the
-    /// background (`POSIX_FADV_WILLNEED`), so a sequential reader that prefetches the next
-    /// chunk while it works on this one never waits on a page fault for data not in cache.
-    /// Advisory: a failure is ignored, reading will simply fault the pages in.
-    pub fn prefetch(&self, start: u64, count: u64) {
-        use std::os::fd::AsRawFd;
-        let rb = self.row_bytes() as u64;
-        let (Ok(file), Some(len)) = (File::open(&self.path), count.checked_mul(rb)) else {
-            return;
-        };
-        let offset = self.header.data_offset as u64 + start * rb;
-        // SAFETY: a valid open fd; the call only schedules readahead.
-        unsafe {
-            libc::posix_fadvise(
-                file.as_raw_fd(),
-                offset as libc::off_t,
-                len as libc::off_t,
-                libc::POSIX_FADV_WILLNEED,
-            );
-        }
-    }
-
-    /// Reads rows `start..start + count` as they are in the file (46-byte rows for a legacy
-    /// shard) into `buf`, replacing its contents.
-    pub fn read_raw_into(&self, start: u64, count: u64, buf: &mut Vec<u8>) -> Result<()> {
-        use std::os::unix::fs::FileExt;
-        let rb = self.row_bytes() as u64;
-        buf.resize((count * rb) as usize, 0);
-        File::open(&self.path)
-            .and_then(|f| f.read_exact_at(buf, self.header.data_offset as u64 + start * rb))
-            .with_context(|| format!("reading {}", self.path.display()))
+    /// Opens the shard for reading its rows with [`ShardFile`].
+    pub fn open(&self) -> Result<ShardFile<'_>> {
+        let file =
+            File::open(&self.path).with_context(|| format!("opening {}", self.path.display()))?;
+        Ok(ShardFile { shard: self, file })
     }
 
     /// Maps rows `start..start + count` (count > 0) of this shard read-only.
@@ -110,6 +84,53 @@ impl Shard {
         }
         .with_context(|| format!("mapping {}", self.path.display()))?;
         Ok(map)
+    }
+}
+
+/// An open shard, read a chunk at a time into buffers (what a sequential copy wants: no page
+/// faults, no mappings to tear down).
+pub struct ShardFile<'a> {
+    shard: &'a Shard,
+    file: File,
+}
+
+impl ShardFile<'_> {
+    /// Byte range in the file of rows `start..start + count`.
+    fn byte_range(&self, start: u64, count: u64) -> (u64, u64) {
+        let rb = self.shard.row_bytes() as u64;
+        (
+            self.shard.header.data_offset as u64 + start * rb,
+            count * rb,
+        )
+    }
+
+    /// Asks the kernel to start reading rows `start..start + count` into the page cache in the
+    /// background (`POSIX_FADV_WILLNEED`), so a reader that prefetches its next chunk while it
+    /// works on this one does not wait for data the kernel had dropped from memory. Advisory:
+    /// a failure only means the read will wait.
+    pub fn prefetch(&self, start: u64, count: u64) {
+        use std::os::fd::AsRawFd;
+        let (offset, len) = self.byte_range(start, count);
+        // SAFETY: a valid open fd; the call only schedules readahead.
+        unsafe {
+            libc::posix_fadvise(
+                self.file.as_raw_fd(),
+                offset as libc::off_t,
+                len as libc::off_t,
+                libc::POSIX_FADV_WILLNEED,
+            );
+        }
+    }
+
+    /// Reads rows `start..start + count` as they are in the file (46-byte rows for a legacy
+    /// shard) into `buf`, replacing its contents.
+    pub fn read_raw_into(&self, start: u64, count: u64, buf: &mut Vec<u8>) -> Result<()> {
+        use std::os::unix::fs::FileExt;
+        let (offset, len) = self.byte_range(start, count);
+        buf.resize(len as usize, 0);
+        self.file
+            .read_exact_at(buf, offset)
+            .with_context(|| format!("reading {}", self.shard.path.display()))
     }
 }
 

@@ -423,16 +423,17 @@ fn read_inputs(
         let src = plan.src;
         let mut starts = RunStarts::new((0..plan.run_count()).map(|k| plan.offset + k).collect());
         for (si, shard) in src.shards.iter().enumerate() {
+            let file = shard.open()?;
             let mut data_crc = 0u32;
             let mut done = 0u64;
             while done < shard.header.rows {
                 let n_rows = (shard.header.rows - done).min(COPY_ROWS as u64);
                 let next = done + n_rows;
                 if next < shard.header.rows {
-                    shard.prefetch(next, (shard.header.rows - next).min(COPY_ROWS as u64));
+                    file.prefetch(next, (shard.header.rows - next).min(COPY_ROWS as u64));
                 }
                 let mut rows = spare.try_recv().unwrap_or_default();
-                shard.read_raw_into(done, n_rows, &mut rows)?;
+                file.read_raw_into(done, n_rows, &mut rows)?;
                 let input_crc = crate::crc::crc32c(&rows);
                 data_crc = crate::crc::combine(data_crc, input_crc, rows.len());
                 let crc = rewrite(plan, shard, &mut rows, input_crc)?;
