@@ -338,8 +338,12 @@ impl<'a> Plan<'a> {
 enum Piece {
     /// Output rows (48-byte) and their CRC-32C.
     Rows { rows: Vec<u8>, crc: u32 },
-    /// Every row of input `index` has been handed over; `starts` saw them go by.
-    InputDone { index: usize, starts: RunStarts },
+    /// Every row of input `index` has been handed over; `starts` saw them go by (None when
+    /// the output has no run index).
+    InputDone {
+        index: usize,
+        starts: Option<RunStarts>,
+    },
 }
 
 /// Chunks in flight between the threads (each ≈ 1 MiB).
@@ -371,7 +375,8 @@ fn write_merged(
     let (spare_tx, spare) = mpsc::channel();
     std::thread::scope(|scope| {
         let plans = &plans;
-        let reader = scope.spawn(move || read_inputs(plans, pieces_tx, &spare));
+        // A shuffled output has no run index: its runs are not contiguous.
+        let reader = scope.spawn(move || read_inputs(plans, !shuffled, pieces_tx, &spare));
         let written = write_pieces(pieces, spare_tx, plans, &mut writer, &db, args.quiet);
         let read = reader.join().expect("the reading thread does not panic");
         // A reading error explains a writing one (the writer stops when the reader does).
@@ -410,18 +415,19 @@ fn write_merged(
     })
 }
 
-/// The reading side: every input's rows in order, as output rows with their CRC. Stops early
-/// (with Ok) when the writing side has gone away.
+/// The reading side: every input's rows in order, as output rows with their CRC, and (with
+/// `index_runs`) where each run starts. Stops early (with Ok) when the writing side has gone away.
 fn read_inputs(
     plans: &[Plan],
+    index_runs: bool,
     pieces: mpsc::SyncSender<Piece>,
     spare: &mpsc::Receiver<Vec<u8>>,
 ) -> Result<()> {
-    let shuffled = plans.iter().any(|p| p.src.shuffled);
     let mut global_row = 0u64;
     for (index, plan) in plans.iter().enumerate() {
         let src = plan.src;
-        let mut starts = RunStarts::new((0..plan.run_count()).map(|k| plan.offset + k).collect());
+        let mut starts = index_runs
+            .then(|| RunStarts::new((0..plan.run_count()).map(|k| plan.offset + k).collect()));
         for (si, shard) in src.shards.iter().enumerate() {
             let file = shard.open()?;
             let mut data_crc = 0u32;
@@ -437,7 +443,7 @@ fn read_inputs(
                 let input_crc = crate::crc::crc32c(&rows);
                 data_crc = crate::crc::combine(data_crc, input_crc, rows.len());
                 let crc = rewrite(plan, shard, &mut rows, input_crc)?;
-                if !shuffled {
+                if let Some(starts) = &mut starts {
                     starts.observe(&rows, global_row);
                 }
                 global_row += n_rows;
@@ -507,7 +513,6 @@ fn write_pieces(
     quiet: bool,
 ) -> Result<()> {
     let total_rows: u64 = plans.iter().map(|p| p.src.rows()).sum();
-    let shuffled = plans.iter().any(|p| p.src.shuffled);
     let bar = progress::rows_bar(total_rows, quiet, "merge");
     for piece in pieces {
         match piece {
@@ -518,12 +523,7 @@ fn write_pieces(
             }
             Piece::InputDone { index, starts } => {
                 let plan = &plans[index];
-                // A shuffled output has no run index: its runs are not contiguous.
-                let locations = if shuffled {
-                    Vec::new()
-                } else {
-                    starts.finish(writer)
-                };
+                let locations = starts.map_or_else(Vec::new, |s| s.finish(writer));
                 record_runs(db, plan, &locations)?;
             }
         }
