@@ -148,6 +148,23 @@ impl OutputDir {
         Ok(out)
     }
 
+    /// Creates/locks `dir` and recovers from a killed run like [`OutputDir::open`], for a
+    /// command that extends the pack in it (`pack --update`); says whether it holds a pack.
+    /// Pack files without a `metadata.db` (not a pack a loader would accept) are refused.
+    pub fn open_for_update(dir: &Path) -> Result<(OutputDir, bool)> {
+        let out = OutputDir::open_with(dir, true, false)?;
+        let existing = pack_files_in(dir)?;
+        let has_pack = existing.iter().any(|n| n == metadata::FILE_NAME);
+        if !has_pack && !existing.is_empty() {
+            bail!(
+                "{} holds pack files ({}) but no metadata.db, so no pack to update; replace them with `dataset-packer pack --overwrite`",
+                dir.display(),
+                existing.join(", ")
+            );
+        }
+        Ok((out, has_pack))
+    }
+
     pub fn path(&self) -> &Path {
         &self.dir
     }
@@ -201,14 +218,22 @@ impl OutputDir {
     }
 
     /// Publishes the finished pack in the staging folder (all files already fsynced).
-    pub fn publish(mut self) -> Result<()> {
+    pub fn publish(self) -> Result<()> {
+        self.publish_keeping(&[])
+    }
+
+    /// Publishes the pack in the staging folder together with the files `kept` of the pack
+    /// already in place (an extended pack: they are part of it and stay untouched); every
+    /// other old pack file is replaced or removed.
+    pub fn publish_keeping(mut self, kept: &[String]) -> Result<()> {
         let staging = self.staging_path();
         let mut names = pack_files_in(&staging)?;
         anyhow::ensure!(
             names.iter().any(|n| n == metadata::FILE_NAME),
             "staging has no metadata.db"
         );
-        names.retain(|n| n != metadata::FILE_NAME);
+        names.retain(|n| n != metadata::FILE_NAME && !kept.contains(n));
+        names.extend(kept.iter().cloned());
         names.push(metadata::FILE_NAME.to_string());
         let manifest = staging.join(COMPLETE);
         fs::write(&manifest, names.join("\n") + "\n")?;

@@ -284,6 +284,45 @@ pub fn open_shards(dir: &Path, legacy_ok: bool) -> Result<Vec<Shard>> {
     Ok(listing.shards)
 }
 
+/// The global row where each shard starts, then the pack's total row count.
+pub fn shard_starts(shards: &[Shard]) -> Vec<u64> {
+    let mut starts = Vec::with_capacity(shards.len() + 1);
+    starts.push(0);
+    for s in shards {
+        starts.push(starts.last().unwrap() + s.header.rows);
+    }
+    starts
+}
+
+/// Rows `start..start + count` of shard `shard` (an index into the pack's shard list).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Piece {
+    pub shard: usize,
+    pub start: u64,
+    pub count: u64,
+}
+
+/// Splits the global rows `range` into pieces at shard boundaries (`starts` from
+/// [`shard_starts`]), each of at most `max_rows` rows. Rows past the pack's end are left out.
+pub fn pieces_of(starts: &[u64], range: std::ops::Range<u64>, max_rows: u64, out: &mut Vec<Piece>) {
+    let shards = starts.len() - 1;
+    let mut row = range.start;
+    while row < range.end {
+        let shard = starts.partition_point(|&s| s <= row) - 1;
+        if shard >= shards {
+            break;
+        }
+        let start = row - starts[shard];
+        let count = (range.end - row).min(starts[shard + 1] - row).min(max_rows);
+        out.push(Piece {
+            shard,
+            start,
+            count,
+        });
+        row += count;
+    }
+}
+
 /// Splits `shards` into (shard, first row, rows) chunks of at most `chunk_rows` rows.
 pub fn chunks(shards: &[Shard], chunk_rows: u64) -> Vec<(usize, u64, u64)> {
     let mut out = Vec::new();

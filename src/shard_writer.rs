@@ -141,6 +141,17 @@ impl ShardWriter {
         }
     }
 
+    /// A writer that extends a pack whose shards `kept` (all full) stay as they are: global
+    /// rows continue after theirs, the next shard written is `kept.len()`, and
+    /// [`ShardWriter::finish`] lists them first.
+    pub fn after(dir: &Path, shard_rows: Option<u64>, kept: Vec<ShardRecord>) -> ShardWriter {
+        let mut w = ShardWriter::new(dir, shard_rows);
+        w.next_index = kept.len() as u32;
+        w.total_rows = kept.iter().map(|s| s.rows).sum();
+        w.written = kept;
+        w
+    }
+
     pub fn total_rows(&self) -> u64 {
         self.total_rows
     }

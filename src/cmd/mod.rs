@@ -3,6 +3,7 @@
 pub mod export;
 pub mod merge;
 pub mod pack;
+pub mod pack_update;
 pub mod show;
 pub mod shuffle;
 pub mod stats;

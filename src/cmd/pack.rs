@@ -1,7 +1,10 @@
-//! `pack`: raw drop → pack. The story: find the runs, parse them in parallel, write them in
-//! run-id order through a bounded window into staged shards + metadata.db, publish, summarise.
+//! `pack`: raw drop → pack. The story: find the runs, parse them in parallel (each worker also
+//! fingerprints its run), write them in run-id order through a bounded window into staged
+//! shards + metadata.db (a run whose content is already in the pack is a duplicate: reported,
+//! or left out with `--dedupe`), publish, summarise. `--update` adds a drop's new runs to an
+//! existing pack instead: see [`crate::cmd::pack_update`].
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
@@ -9,7 +12,9 @@ use anyhow::{Context, Result, bail};
 use clap::Args;
 use serde_json::json;
 
+use crate::UsageError;
 use crate::format::board::LineTables;
+use crate::format::fingerprint::{self, Fingerprint, RunFacts};
 use crate::format::metadata::{
     self, FindingRecord, MetadataWriter, PackFacts, RunDetails, RunRecord, ShardRecord,
 };
@@ -25,11 +30,27 @@ use crate::shard_writer::ShardWriter;
 /// Examples of each finding kind kept for the summary and metadata.db.
 const EXAMPLES_KEPT: usize = 20;
 
+/// The finding kind of a run whose content equals an earlier run's.
+pub const DUPLICATE_RUN: &str = "duplicate_run";
+
 #[derive(Args, Debug)]
 #[command(after_help = "Examples:
   dataset-packer pack --input raw/ --output packs/d6
   dataset-packer pack --input raw/ --output packs/d6 --shard-rows 10000000 --workers 8 --overwrite
-  dataset-packer pack --input raw/ --output packs/d6 --skip-invalid --json > summary.json")]
+  dataset-packer pack --input raw/ --output packs/d6 --skip-invalid --json > summary.json
+  dataset-packer pack --input raw/ --output packs/d6 --update --dedupe --skip-invalid   # from cron
+
+Duplicates: every run gets a content fingerprint (run_details.fingerprint). A run with the same
+content as an earlier one (a replayed seed, a copied folder) is packed and reported as a
+duplicate_run finding; with --dedupe it is left out and listed in skipped_runs.
+
+--update adds the runs of RAW_DIR that are not in PACK_DIR yet, in time proportional to what is
+new: a run already packed from the same sidecar path with the same file sizes is not read again,
+and one whose content is already in the pack (a moved or copied folder) is skipped. New runs get
+the next ids; existing runs, rows and shards never change. A sharded pack gets its last, partial
+shard rewritten (as a staged copy) and new shards after it; a single-file pack (steps.npy) is
+copied whole to be extended, so pack growing datasets with --shard-rows. If PACK_DIR holds no
+pack yet, --update is a plain pack.")]
 pub struct PackArgs {
     /// Folder of raw self-play logs (BASE.meta.json[.gz] + BASE.jsonl.gz), walked recursively.
     #[arg(long, value_name = "RAW_DIR")]
@@ -37,15 +58,22 @@ pub struct PackArgs {
     /// Folder to write the pack into (created if missing).
     #[arg(long, value_name = "PACK_DIR")]
     pub output: PathBuf,
-    /// Rows per shard (steps-00000.npy, …); without it, one steps.npy.
+    /// Rows per shard (steps-00000.npy, …); without it, one steps.npy. With --update it must
+    /// match the pack's (it is taken from the pack when not given).
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
     pub shard_rows: Option<u64>,
     /// Parser threads [default: all cores].
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..=1024))]
     pub workers: Option<u64>,
     /// Replace a pack already in the output folder (the old one stays until the new one is complete).
-    #[arg(long)]
+    #[arg(long, conflicts_with = "update")]
     pub overwrite: bool,
+    /// Add the new runs of the input to the pack already in the output folder.
+    #[arg(long)]
+    pub update: bool,
+    /// Leave out runs whose content equals an earlier run's (listed in skipped_runs).
+    #[arg(long)]
+    pub dedupe: bool,
     /// Leave invalid runs out (listed in the summary and metadata.db) instead of stopping.
     #[arg(long)]
     pub skip_invalid: bool,
@@ -57,8 +85,15 @@ pub struct PackArgs {
     pub json: bool,
     /// Pack only the I-th of N contiguous, near-equal slices of the drop's runs (0 ≤ I < N), to
     /// pack one drop on several machines and `merge` the parts in order.
-    #[arg(long, value_name = "I/N", value_parser = parse_partition)]
+    #[arg(long, value_name = "I/N", value_parser = parse_partition, conflicts_with = "update")]
     pub partition: Option<Partition>,
+}
+
+impl PackArgs {
+    pub fn workers(&self) -> usize {
+        self.workers
+            .map_or_else(crate::default_workers, |w| w as usize)
+    }
 }
 
 /// `--partition I/N`: the I-th of N contiguous slices of the run list.
@@ -94,29 +129,18 @@ fn parse_partition(text: &str) -> Result<Partition, String> {
 
 pub fn run(args: &PackArgs) -> Result<()> {
     let started = Instant::now();
-    let workers = args
-        .workers
-        .map_or_else(crate::default_workers, |w| w as usize);
+    if args.update {
+        return crate::cmd::pack_update::run(args, started);
+    }
     let out = OutputDir::open(&args.output, args.overwrite)?;
-    let mut found = discover(&args.input)?;
-    for w in &found.warnings {
-        log::warn!("{w}");
-    }
+    pack_new(args, out, started)
+}
+
+/// A plain pack of the whole input (or of one partition of it) into `out`.
+pub(crate) fn pack_new(args: &PackArgs, out: OutputDir, started: Instant) -> Result<()> {
+    let workers = args.workers();
+    let mut found = discover_runs(&args.input)?;
     let full_run_count = found.runs.len();
-    if found.runs.is_empty() {
-        bail!(
-            "no runs in {}: no *.meta.json or *.meta.json.gz sidecars found{}",
-            args.input.display(),
-            if found.orphans.is_empty() {
-                String::new()
-            } else {
-                format!(
-                    " ({} .jsonl.gz files without a sidecar)",
-                    found.orphans.len()
-                )
-            }
-        );
-    }
     if let Some(p) = args.partition {
         let range = p.range(full_run_count);
         log::info!(
@@ -138,38 +162,122 @@ pub fn run(args: &PackArgs) -> Result<()> {
     );
 
     let staging = out.begin_staging()?;
-    let summary = build(args, &found, &staging, workers, started, full_run_count)?;
+    let mut packer = Packer::new(
+        PackerStart {
+            shards: ShardWriter::new(&staging, args.shard_rows),
+            db: MetadataWriter::create(&staging.join(metadata::FILE_NAME))?,
+            next_run_id: 0,
+            valuations: ValuationTable::new(),
+            in_pack: HashMap::new(),
+            finding_counts: BTreeMap::new(),
+        },
+        args,
+    );
+    let runs: Vec<&RunSource> = found.runs.iter().collect();
+    parse_and_write(&runs, &mut packer, workers, args.quiet, started)?;
+    if packer.runs_written() == 0 && args.partition.is_none() {
+        bail!(
+            "no valid runs in {}: all {} runs were {}",
+            args.input.display(),
+            packer.skipped.len(),
+            if args.dedupe {
+                "invalid or duplicates, and skipped"
+            } else {
+                "invalid and skipped"
+            }
+        );
+    }
+    let packed = packer.finish(&found.orphans)?;
+    let input = std::fs::canonicalize(&args.input).unwrap_or_else(|_| args.input.clone());
+    packed.db.set_pack_facts(&PackFacts {
+        command: "pack",
+        shard_rows: args.shard_rows,
+        total_rows: packed.total_rows,
+        total_runs: u64::from(packed.next_run_id),
+        shard_count: packed.shards.len(),
+        shuffled: false,
+    })?;
+    let session = [
+        ("source_root", input.display().to_string()),
+        ("skipped_runs", packed.skipped.len().to_string()),
+        ("orphan_rows_files", found.orphans.len().to_string()),
+    ];
+    for (k, v) in &session {
+        packed.db.set_session(k, v)?;
+    }
+    if let Some(p) = args.partition {
+        let range = p.range(full_run_count);
+        let facts = [
+            ("partition", format!("{}/{}", p.index, p.count)),
+            ("partition_first_run", range.start.to_string()),
+            ("partition_runs", range.len().to_string()),
+            ("full_run_count", full_run_count.to_string()),
+        ];
+        for (k, v) in &facts {
+            packed.db.set_session(k, v)?;
+        }
+    }
+    let summary = packed.commit(found.runs.iter().map(|r| r.compressed_bytes).sum())?;
     out.publish()?;
     summary.print(args.json, &args.output, started.elapsed().as_secs_f64());
     Ok(())
 }
 
-/// Parses every run and writes the pack into `staging`.
-fn build(
-    args: &PackArgs,
-    found: &Discovery,
-    staging: &Path,
+/// Walks the input; a drop without runs is an error.
+pub(crate) fn discover_runs(input: &Path) -> Result<Discovery> {
+    let found = discover(input)?;
+    for w in &found.warnings {
+        log::warn!("{w}");
+    }
+    if found.runs.is_empty() {
+        bail!(
+            "no runs in {}: no *.meta.json or *.meta.json.gz sidecars found{}",
+            input.display(),
+            if found.orphans.is_empty() {
+                String::new()
+            } else {
+                format!(
+                    " ({} .jsonl.gz files without a sidecar)",
+                    found.orphans.len()
+                )
+            }
+        );
+    }
+    Ok(found)
+}
+
+/// A parsed run and its fingerprint.
+pub(crate) struct Parsed {
+    run: ParsedRun,
+    fingerprint: Fingerprint,
+}
+
+/// Parses `runs` on `workers` threads and hands them to `packer` in order.
+pub(crate) fn parse_and_write(
+    runs: &[&RunSource],
+    packer: &mut Packer,
     workers: usize,
+    quiet: bool,
     started: Instant,
-    full_run_count: usize,
-) -> Result<Summary> {
-    let mut packer = Packer::new(staging, args.shard_rows, args.skip_invalid)?;
+) -> Result<()> {
     let tables = LineTables::new();
-    let total_bytes: u64 = found.runs.iter().map(|r| r.compressed_bytes).sum();
-    let bar = progress::bytes_bar(total_bytes, args.quiet, "pack");
+    let total_bytes: u64 = runs.iter().map(|r| r.compressed_bytes).sum();
+    let bar = progress::bytes_bar(total_bytes, quiet, "pack");
     // Each run carries the id it gets if no run before it is left out.
-    let items: Vec<(u32, &RunSource)> = (0u32..).zip(&found.runs).collect();
+    let first_id = packer.next_run_id;
+    let items: Vec<(u32, &RunSource)> = (first_id..).zip(runs.iter().copied()).collect();
+    let rows_before = packer.shards.total_rows();
     let outcome = ordered_try_map(
         &items,
         workers,
         workers * 2,
         || RunParser::new(&tables),
-        |parser, &(id, src)| parser.parse(src, id),
+        |parser, &(id, src)| parse_one(parser, src, id),
         |i, parsed| {
-            let src = &found.runs[i];
+            let src = items[i].1;
             let accepted = packer.accept(src, parsed);
             bar.inc(src.compressed_bytes);
-            let rows = packer.shards.total_rows();
+            let rows = packer.shards.total_rows() - rows_before;
             let rate = rows as f64 / started.elapsed().as_secs_f64().max(1e-9);
             bar.set_message(format!(
                 "{} rows, {} rows/s",
@@ -180,66 +288,160 @@ fn build(
         },
     );
     bar.finish_and_clear();
-    outcome?;
-    packer.finish(args, found, total_bytes, full_run_count)
+    outcome
+}
+
+/// Parses and fingerprints one run (on a worker thread).
+fn parse_one(parser: &mut RunParser, src: &RunSource, id: u32) -> Result<Parsed, RunError> {
+    let run = parser.parse(src, id)?;
+    let facts = RunFacts {
+        seed: i64::from(run.sidecar.seed),
+        steps: run.row_count,
+        max_score: run.sidecar.score,
+        highest_tile: run.sidecar.max_tile,
+    };
+    let fingerprint =
+        fingerprint::of_rows(facts, &run.rows, &run.valuation_names).map_err(|e| RunError {
+            file: src.rows.clone(),
+            line: None,
+            message: format!("{e:#}"),
+        })?;
+    Ok(Parsed { run, fingerprint })
 }
 
 /// Counts and first examples of each finding kind over the whole pack.
 #[derive(Default)]
-struct Findings {
-    counts: BTreeMap<&'static str, u64>,
-    examples: Vec<FindingRecord>,
+pub(crate) struct Findings {
+    pub counts: BTreeMap<String, u64>,
+    /// Examples found by this command (a pack being extended keeps its own in metadata.db).
+    pub examples: Vec<FindingRecord>,
 }
 
 impl Findings {
-    fn add(
-        &mut self,
-        kind: &'static str,
-        n: u64,
-        examples: impl IntoIterator<Item = FindingRecord>,
-    ) {
+    fn add(&mut self, kind: &str, n: u64, examples: impl IntoIterator<Item = FindingRecord>) {
         if n == 0 {
             return;
         }
-        let before = *self.counts.get(kind).unwrap_or(&0);
-        *self.counts.entry(kind).or_default() += n;
-        let room = EXAMPLES_KEPT.saturating_sub(before as usize);
+        let count = self.counts.entry(kind.to_string()).or_default();
+        let room = EXAMPLES_KEPT.saturating_sub(*count as usize);
+        *count += n;
         self.examples.extend(examples.into_iter().take(room));
+    }
+
+    fn count(&self, kind: &str) -> u64 {
+        self.counts.get(kind).copied().unwrap_or(0)
     }
 }
 
+/// What the writer starts from: nothing (a new pack) or an existing pack it extends.
+pub(crate) struct PackerStart {
+    pub shards: ShardWriter,
+    pub db: MetadataWriter,
+    pub next_run_id: u32,
+    pub valuations: ValuationTable,
+    /// Fingerprints of the runs already in the pack, with their ids.
+    pub in_pack: HashMap<Fingerprint, u32>,
+    /// The pack's finding counts so far.
+    pub finding_counts: BTreeMap<String, u64>,
+}
+
 /// The single writer: receives parsed runs in run order and writes them.
-struct Packer {
-    staging: PathBuf,
+pub(crate) struct Packer {
     shards: ShardWriter,
     db: MetadataWriter,
     valuations: ValuationTable,
     skip_invalid: bool,
+    dedupe: bool,
+    first_run_id: u32,
     next_run_id: u32,
+    /// Rows in the writer before the first run of this command (an extended pack's).
+    rows_before: u64,
     skipped: Vec<(String, String)>,
     findings: Findings,
+    in_pack: HashMap<Fingerprint, u32>,
+    /// Runs written by this command: fingerprint → (id, sidecar path).
+    written: HashMap<Fingerprint, (u32, String)>,
+    /// Runs skipped because the pack already holds their content: (sidecar path, run id).
+    already_packed: Vec<(String, u32)>,
 }
 
 impl Packer {
-    fn new(staging: &Path, shard_rows: Option<u64>, skip_invalid: bool) -> Result<Packer> {
-        Ok(Packer {
-            staging: staging.to_path_buf(),
-            shards: ShardWriter::new(staging, shard_rows),
-            db: MetadataWriter::create(&staging.join(metadata::FILE_NAME))?,
-            valuations: ValuationTable::new(),
-            skip_invalid,
-            next_run_id: 0,
+    pub fn new(start: PackerStart, args: &PackArgs) -> Packer {
+        let rows_before = start.shards.total_rows();
+        Packer {
+            shards: start.shards,
+            db: start.db,
+            valuations: start.valuations,
+            skip_invalid: args.skip_invalid,
+            dedupe: args.dedupe,
+            first_run_id: start.next_run_id,
+            next_run_id: start.next_run_id,
+            rows_before,
             skipped: Vec::new(),
-            findings: Findings::default(),
-        })
+            findings: Findings {
+                counts: start.finding_counts,
+                examples: Vec::new(),
+            },
+            in_pack: start.in_pack,
+            written: HashMap::new(),
+            already_packed: Vec::new(),
+        }
     }
 
-    /// Writes a parsed run, or deals with an invalid one; an error ends the pack.
-    fn accept(&mut self, src: &RunSource, parsed: Result<ParsedRun, RunError>) -> Result<()> {
-        match parsed.and_then(|run| self.assign_valuations(src, run)) {
-            Ok(run) => self.write_run(src, run),
-            Err(e) => self.reject(src, e),
+    pub fn runs_written(&self) -> u32 {
+        self.next_run_id - self.first_run_id
+    }
+
+    /// Writes a parsed run, or deals with an invalid or duplicate one; an error ends the pack.
+    fn accept(&mut self, src: &RunSource, parsed: Result<Parsed, RunError>) -> Result<()> {
+        let parsed = match parsed {
+            Ok(p) => p,
+            Err(e) => return self.reject(src, e),
+        };
+        let path = rel_string(&src.rel_sidecar);
+        if let Some(&id) = self.in_pack.get(&parsed.fingerprint) {
+            log::info!("{path}: already packed as run {id} (same content)");
+            self.already_packed.push((path, id));
+            return Ok(());
         }
+        let earlier = self.written.get(&parsed.fingerprint).cloned();
+        if let Some((id, earlier_path)) = &earlier
+            && self.dedupe
+        {
+            let reason = format!(
+                "duplicate of run {id} ({earlier_path}): same content, fingerprint {}",
+                parsed.fingerprint.short()
+            );
+            self.db.insert_skipped(&path, &reason)?;
+            self.skipped.push((path, reason));
+            return Ok(());
+        }
+        let run = match self.assign_valuations(src, parsed.run) {
+            Ok(run) => run,
+            Err(e) => return self.reject(src, e),
+        };
+        let run_id = self.write_run(src, run, parsed.fingerprint)?;
+        match earlier {
+            Some((id, earlier_path)) => {
+                let detail = format!(
+                    "same content as run {id} ({earlier_path}), fingerprint {}",
+                    parsed.fingerprint.short()
+                );
+                let example = FindingRecord {
+                    kind: DUPLICATE_RUN.into(),
+                    run_id: Some(run_id),
+                    source_path: path,
+                    line: None,
+                    step_index: None,
+                    detail,
+                };
+                self.findings.add(DUPLICATE_RUN, 1, [example]);
+            }
+            None => {
+                self.written.insert(parsed.fingerprint, (run_id, path));
+            }
+        }
+        Ok(())
     }
 
     /// An invalid run: skipped and recorded with --skip-invalid, otherwise the end of the pack.
@@ -250,9 +452,13 @@ impl Packer {
             );
         }
         log::warn!("skipping invalid run: {e}");
-        let path = rel_string(&src.rel_sidecar);
-        self.db.insert_skipped(&path, &e.to_string())?;
-        self.skipped.push((path, e.to_string()));
+        self.skip(rel_string(&src.rel_sidecar), e.to_string())
+    }
+
+    /// Records a run left out (and why) in metadata.db and the summary.
+    pub fn skip(&mut self, path: String, reason: String) -> Result<()> {
+        self.db.insert_skipped(&path, &reason)?;
+        self.skipped.push((path, reason));
         Ok(())
     }
 
@@ -298,7 +504,13 @@ impl Packer {
         Ok(run)
     }
 
-    fn write_run(&mut self, src: &RunSource, mut run: ParsedRun) -> Result<()> {
+    /// Writes the run's rows and metadata under the next run id, which it returns.
+    fn write_run(
+        &mut self,
+        src: &RunSource,
+        mut run: ParsedRun,
+        fingerprint: Fingerprint,
+    ) -> Result<u32> {
         let run_id = self.next_run_id;
         self.next_run_id = run_id.checked_add(1).context("more than 2^32 runs")?;
         if run.stamped_run_id != run_id {
@@ -308,6 +520,7 @@ impl Packer {
         self.shards.write_rows(&run.rows)?;
         let s = &run.sidecar;
         let source_path = rel_string(&src.rel_sidecar);
+        self.db.forget_skipped(&source_path)?;
         self.db.insert_run(&RunRecord {
             run_id,
             seed: s.seed,
@@ -325,11 +538,14 @@ impl Packer {
                 seconds: s.seconds,
                 source_pack: None,
                 source_run_id: None,
+                fingerprint: Some(fingerprint.to_string()),
+                sidecar_bytes: Some(src.sidecar_bytes as i64),
+                rows_bytes: Some(src.compressed_bytes as i64),
             },
             first_row: Some(first_row),
         })?;
         self.record_findings(run_id, &source_path, &rel_string(&src.rel_rows), &run);
-        Ok(())
+        Ok(run_id)
     }
 
     /// Tallies a run's findings; row findings name the rows file, run findings the sidecar.
@@ -399,14 +615,10 @@ impl Packer {
         }
     }
 
-    fn finish(
-        mut self,
-        args: &PackArgs,
-        found: &Discovery,
-        compressed_bytes: u64,
-        full_run_count: usize,
-    ) -> Result<Summary> {
-        let orphan_examples = found.orphans.iter().map(|p| FindingRecord {
+    /// Closes the shards and records shards, findings and the drop's orphan rows files (which
+    /// replace any recorded before). The caller adds its session facts, then commits.
+    pub fn finish(mut self, orphans: &[PathBuf]) -> Result<Packed> {
+        let orphan_examples = orphans.iter().map(|p| FindingRecord {
             kind: "orphan_rows_file".into(),
             run_id: None,
             source_path: rel_string(p),
@@ -414,22 +626,12 @@ impl Packer {
             step_index: None,
             detail: "rows file without a sidecar (game still running or killed); skipped".into(),
         });
-        self.findings.add(
-            "orphan_rows_file",
-            found.orphans.len() as u64,
-            orphan_examples,
-        );
-        for orphan in &found.orphans {
-            self.db.insert_orphan(&rel_string(orphan))?;
-        }
-        if self.next_run_id == 0 && args.partition.is_none() {
-            bail!(
-                "no valid runs in {}: all {} runs were invalid and skipped",
-                args.input.display(),
-                self.skipped.len()
-            );
-        }
-        let rows = self.shards.total_rows();
+        self.findings.counts.remove("orphan_rows_file");
+        self.findings
+            .add("orphan_rows_file", orphans.len() as u64, orphan_examples);
+        let orphan_paths: Vec<String> = orphans.iter().map(|p| rel_string(p)).collect();
+        self.db.replace_orphans(&orphan_paths)?;
+        let rows_written = self.shards.total_rows();
         let shards = self.shards.finish()?;
         for shard in &shards {
             self.db.insert_shard(shard)?;
@@ -440,40 +642,46 @@ impl Packer {
         for example in &self.findings.examples {
             self.db.insert_finding(example)?;
         }
-        let input = std::fs::canonicalize(&args.input).unwrap_or_else(|_| args.input.clone());
-        self.db.set_pack_facts(&PackFacts {
-            command: "pack",
-            shard_rows: args.shard_rows,
-            total_rows: rows,
-            total_runs: u64::from(self.next_run_id),
-            shard_count: shards.len(),
-            shuffled: false,
-        })?;
-        let session = [
-            ("source_root", input.display().to_string()),
-            ("skipped_runs", self.skipped.len().to_string()),
-            ("orphan_rows_files", found.orphans.len().to_string()),
-        ];
-        for (k, v) in &session {
-            self.db.set_session(k, v)?;
-        }
-        if let Some(p) = args.partition {
-            let range = p.range(full_run_count);
-            self.db
-                .set_session("partition", &format!("{}/{}", p.index, p.count))?;
-            self.db
-                .set_session("partition_first_run", &range.start.to_string())?;
-            self.db
-                .set_session("partition_runs", &range.len().to_string())?;
-            self.db
-                .set_session("full_run_count", &full_run_count.to_string())?;
-        }
-        self.db.finish()?;
-        write_valuations(&self.staging, &self.valuations)?;
-        Ok(Summary {
-            runs: self.next_run_id,
-            rows,
+        Ok(Packed {
+            db: self.db,
+            valuations: self.valuations,
+            total_rows: rows_written,
+            rows_added: rows_written - self.rows_before,
+            first_run_id: self.first_run_id,
+            next_run_id: self.next_run_id,
             shards,
+            skipped: self.skipped,
+            findings: self.findings,
+            already_packed: self.already_packed,
+        })
+    }
+}
+
+/// A pack whose rows are written, with its metadata still open for the caller's session facts.
+pub(crate) struct Packed {
+    pub db: MetadataWriter,
+    pub valuations: ValuationTable,
+    pub total_rows: u64,
+    /// Rows of the runs this command wrote.
+    pub rows_added: u64,
+    pub first_run_id: u32,
+    pub next_run_id: u32,
+    pub shards: Vec<ShardRecord>,
+    pub skipped: Vec<(String, String)>,
+    pub findings: Findings,
+    pub already_packed: Vec<(String, u32)>,
+}
+
+impl Packed {
+    /// Commits metadata.db and writes `valuation_types.json` next to it; returns the summary.
+    pub fn commit(self, compressed_bytes: u64) -> Result<Summary> {
+        let staging = self.db.dir();
+        self.db.finish()?;
+        write_valuations(&staging, &self.valuations)?;
+        Ok(Summary {
+            runs: self.next_run_id - self.first_run_id,
+            rows: self.rows_added,
+            shards: self.shards,
             skipped: self.skipped,
             findings: self.findings,
             compressed_bytes,
@@ -482,41 +690,50 @@ impl Packer {
 }
 
 /// A path relative to the input root as stored in metadata.db: '/'-separated.
-fn rel_string(p: &Path) -> String {
+pub(crate) fn rel_string(p: &Path) -> String {
     p.components()
         .map(|c| c.as_os_str().to_string_lossy())
         .collect::<Vec<_>>()
         .join("/")
 }
 
+/// An error in how `pack` was called.
+pub(crate) fn usage(message: String) -> anyhow::Error {
+    UsageError(message).into()
+}
+
 /// What a pack run did, for the user.
-struct Summary {
-    runs: u32,
-    rows: u64,
-    shards: Vec<ShardRecord>,
-    skipped: Vec<(String, String)>,
-    findings: Findings,
-    compressed_bytes: u64,
+pub(crate) struct Summary {
+    pub runs: u32,
+    pub rows: u64,
+    pub shards: Vec<ShardRecord>,
+    pub skipped: Vec<(String, String)>,
+    pub findings: Findings,
+    pub compressed_bytes: u64,
 }
 
 impl Summary {
+    /// The summary as JSON (the update adds its own fields).
+    pub fn to_json(&self, output: &Path, elapsed: f64) -> serde_json::Value {
+        json!({
+            "output": output.display().to_string(),
+            "runs": self.runs,
+            "rows": self.rows,
+            "shards": self.shards.iter().map(|s| json!({"file": s.file_name, "rows": s.rows, "bytes": s.bytes, "crc32c": format!("{:08x}", s.crc32c)})).collect::<Vec<_>>(),
+            "skipped_runs": self.skipped.iter().map(|(p, r)| json!({"path": p, "reason": r})).collect::<Vec<_>>(),
+            "orphan_rows_files": self.findings.count("orphan_rows_file"),
+            "duplicate_runs": self.findings.count(DUPLICATE_RUN),
+            "findings": self.findings.counts,
+            "finding_examples": self.findings.examples.iter().map(|f| json!({"kind": f.kind, "run_id": f.run_id, "source_path": f.source_path, "line": f.line, "step_index": f.step_index, "detail": f.detail})).collect::<Vec<_>>(),
+            "compressed_bytes": self.compressed_bytes,
+            "elapsed_s": elapsed,
+            "rows_per_s": self.rows as f64 / elapsed.max(1e-9),
+        })
+    }
+
     fn print(&self, as_json: bool, output: &Path, elapsed: f64) {
-        let rows_per_s = self.rows as f64 / elapsed.max(1e-9);
         if as_json {
-            let doc = json!({
-                "output": output.display().to_string(),
-                "runs": self.runs,
-                "rows": self.rows,
-                "shards": self.shards.iter().map(|s| json!({"file": s.file_name, "rows": s.rows, "bytes": s.bytes, "crc32c": format!("{:08x}", s.crc32c)})).collect::<Vec<_>>(),
-                "skipped_runs": self.skipped.iter().map(|(p, r)| json!({"path": p, "reason": r})).collect::<Vec<_>>(),
-                "orphan_rows_files": self.findings.counts.get("orphan_rows_file").copied().unwrap_or(0),
-                "findings": self.findings.counts,
-                "finding_examples": self.findings.examples.iter().map(|f| json!({"kind": f.kind, "run_id": f.run_id, "source_path": f.source_path, "line": f.line, "step_index": f.step_index, "detail": f.detail})).collect::<Vec<_>>(),
-                "compressed_bytes": self.compressed_bytes,
-                "elapsed_s": elapsed,
-                "rows_per_s": rows_per_s,
-            });
-            println!("{doc}");
+            println!("{}", self.to_json(output, elapsed));
             return;
         }
         let shard_word = if self.shards.len() == 1 {
@@ -531,27 +748,21 @@ impl Summary {
             self.shards.len(),
             output.display()
         );
-        let orphans = self
-            .findings
-            .counts
-            .get("orphan_rows_file")
-            .copied()
-            .unwrap_or(0);
+        self.print_details(elapsed);
+    }
+
+    /// Skipped runs, findings and speed: the lines after the headline.
+    pub fn print_details(&self, elapsed: f64) {
+        let orphans = self.findings.count("orphan_rows_file");
         println!(
-            "  skipped: {} invalid runs, {} rows files without a sidecar",
+            "  skipped: {} runs (invalid or duplicate), {} rows files without a sidecar",
             self.skipped.len(),
             orphans
         );
         for (path, reason) in &self.skipped {
             println!("    {path}: {reason}");
         }
-        let row_findings: Vec<_> = self
-            .findings
-            .counts
-            .iter()
-            .filter(|(k, _)| **k != "orphan_rows_file")
-            .collect();
-        if row_findings.is_empty() && orphans == 0 {
+        if self.findings.counts.is_empty() {
             println!("  findings: none");
         } else {
             println!("  findings:");
@@ -561,7 +772,7 @@ impl Summary {
                     .findings
                     .examples
                     .iter()
-                    .filter(|f| f.kind == **kind)
+                    .filter(|f| f.kind == *kind)
                     .take(3)
                 {
                     let at = match f.line {
@@ -574,7 +785,7 @@ impl Summary {
         }
         println!(
             "  elapsed {elapsed:.2} s, {} rows/s, {:.1} MB/s compressed input",
-            thousands(rows_per_s as u64),
+            thousands((self.rows as f64 / elapsed.max(1e-9)) as u64),
             self.compressed_bytes as f64 / 1e6 / elapsed.max(1e-9)
         );
     }

@@ -55,10 +55,7 @@ impl SourcePack {
         }
         let conn = metadata::open_read_only(&db_path)?;
         let shards = pack_reader::open_shards(dir, true)?;
-        let mut shard_starts = vec![0u64];
-        for s in &shards {
-            shard_starts.push(shard_starts.last().unwrap() + s.header.rows);
-        }
+        let shard_starts = pack_reader::shard_starts(&shards);
         let runs = metadata::read_runs(&conn)?;
         if let Some(bad) = runs.iter().find(|r| u32::try_from(r.id).is_err()) {
             bail!(
@@ -135,23 +132,7 @@ impl SourcePack {
     fn pieces_of(&self, ranges: impl IntoIterator<Item = std::ops::Range<u64>>) -> Vec<Piece> {
         let mut out = Vec::new();
         for r in ranges {
-            let mut row = r.start;
-            while row < r.end {
-                let shard = self.shard_starts.partition_point(|&s| s <= row) - 1;
-                if shard >= self.shards.len() {
-                    break; // past the end: `runs.steps` promised rows the shards lack
-                }
-                let start = row - self.shard_starts[shard];
-                let count = (r.end - row)
-                    .min(self.shards[shard].header.rows - start)
-                    .min(PIECE_ROWS);
-                out.push(Piece {
-                    shard,
-                    start,
-                    count,
-                });
-                row += count;
-            }
+            pack_reader::pieces_of(&self.shard_starts, r, PIECE_ROWS, &mut out);
         }
         out
     }
@@ -171,13 +152,7 @@ impl SourcePack {
     }
 }
 
-/// Rows `start..start + count` of shard `shard` (index into `SourcePack::shards`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Piece {
-    pub shard: usize,
-    pub start: u64,
-    pub count: u64,
-}
+pub use pack_reader::Piece;
 
 /// The runs an export takes, in source id order; each gets an output position 0, 1, ….
 pub struct Selection {

@@ -7,6 +7,8 @@ use std::path::Path;
 use anyhow::{Context, Result};
 use rusqlite::{Connection, OpenFlags, OptionalExtension, params};
 
+use crate::format::fingerprint::Fingerprint;
+
 pub const FILE_NAME: &str = "metadata.db";
 /// Version of the pack layout this tool writes, recorded in `session`.
 pub const FORMAT_VERSION: &str = "1";
@@ -17,7 +19,8 @@ CREATE TABLE runs (id INTEGER PRIMARY KEY, seed BIGINT NOT NULL, steps INT NOT N
 CREATE TABLE session (meta_key TEXT PRIMARY KEY, meta_value TEXT NOT NULL);
 CREATE TABLE run_details (run_id INTEGER PRIMARY KEY, source_path TEXT, rows_path TEXT,
                           depth INT, game_index INT, num_moves INT, max_rank INT, sum_tile INT,
-                          seconds REAL, source_pack TEXT, source_run_id INT);
+                          seconds REAL, source_pack TEXT, source_run_id INT, fingerprint TEXT,
+                          sidecar_bytes INT, rows_bytes INT);
 CREATE TABLE run_index (run_id INTEGER PRIMARY KEY, shard INT NOT NULL, row_offset INT NOT NULL,
                         global_row INT NOT NULL);
 CREATE TABLE shards (shard INTEGER PRIMARY KEY, file_name TEXT NOT NULL, rows INT NOT NULL,
@@ -57,6 +60,19 @@ pub struct RunDetails {
     /// For merged packs: the input pack the run came from, and its id there.
     pub source_pack: Option<String>,
     pub source_run_id: Option<i64>,
+    /// The run's content fingerprint, 32 lowercase hex digits (see `format::fingerprint`).
+    pub fingerprint: Option<String>,
+    /// Sizes of the sidecar and rows files when the run was packed (how `pack --update` knows
+    /// a raw run is already in the pack without reading it).
+    pub sidecar_bytes: Option<i64>,
+    pub rows_bytes: Option<i64>,
+}
+
+impl RunDetails {
+    /// The recorded fingerprint, when there is one and it is well formed.
+    pub fn fingerprint(&self) -> Option<Fingerprint> {
+        self.fingerprint.as_deref().and_then(Fingerprint::from_hex)
+    }
 }
 
 /// Where a run's first row lives (for a run of 0 rows: where it would have started).
@@ -119,6 +135,69 @@ impl MetadataWriter {
         })
     }
 
+    /// Opens a copy of an existing pack's `metadata.db` (made by the caller in a staging
+    /// folder) to extend it: tables and columns this version writes are added when missing.
+    pub fn extend(path: &Path) -> Result<MetadataWriter> {
+        let conn = Connection::open(path).with_context(|| format!("opening {}", path.display()))?;
+        conn.pragma_update(None, "journal_mode", "WAL")?;
+        conn.pragma_update(None, "synchronous", "NORMAL")?;
+        conn.execute_batch("BEGIN")?;
+        let writer = MetadataWriter {
+            conn,
+            path: path.to_path_buf(),
+        };
+        writer.add_missing_schema()?;
+        Ok(writer)
+    }
+
+    /// Creates the tables and `run_details` columns of [`SCHEMA`] an older pack lacks.
+    fn add_missing_schema(&self) -> Result<()> {
+        let fresh = Connection::open_in_memory()?;
+        fresh.execute_batch(SCHEMA)?;
+        let mut tables =
+            fresh.prepare("SELECT name, sql FROM sqlite_master WHERE type = 'table'")?;
+        let tables: Vec<(String, String)> = tables
+            .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?
+            .collect::<rusqlite::Result<_>>()?;
+        for (table, sql) in tables {
+            if !has_table(&self.conn, &table)? {
+                self.conn.execute_batch(&sql)?;
+                continue;
+            }
+            let have = column_names(&self.conn, &table)?;
+            let mut info = fresh.prepare(&format!("PRAGMA table_info({table})"))?;
+            let columns: Vec<(String, String)> = info
+                .query_map([], |r| Ok((r.get(1)?, r.get(2)?)))?
+                .collect::<rusqlite::Result<_>>()?;
+            for (column, declared) in columns {
+                if !have.contains(&column) {
+                    self.conn.execute_batch(&format!(
+                        "ALTER TABLE {table} ADD COLUMN {column} {declared}"
+                    ))?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The folder the database is written in.
+    pub fn dir(&self) -> std::path::PathBuf {
+        self.path
+            .parent()
+            .map_or_else(|| ".".into(), Path::to_path_buf)
+    }
+
+    /// Sets a run's fingerprint (packs extended by `pack --update` that did not record them).
+    pub fn set_fingerprint(&self, run_id: i64, fingerprint: &Fingerprint) -> Result<()> {
+        self.conn
+            .prepare_cached(
+                "INSERT INTO run_details (run_id, fingerprint) VALUES (?1, ?2)
+                 ON CONFLICT(run_id) DO UPDATE SET fingerprint = excluded.fingerprint",
+            )?
+            .execute(params![run_id, fingerprint.to_string()])?;
+        Ok(())
+    }
+
     pub fn insert_run(&self, r: &RunRecord) -> Result<()> {
         self.conn
             .prepare_cached(
@@ -131,13 +210,16 @@ impl MetadataWriter {
         self.conn
             .prepare_cached(
                 "INSERT INTO run_details (run_id, source_path, rows_path, depth, game_index, num_moves,
-                 max_rank, sum_tile, seconds, source_pack, source_run_id)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)
+                 max_rank, sum_tile, seconds, source_pack, source_run_id, fingerprint,
+                 sidecar_bytes, rows_bytes)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)
                  ON CONFLICT(run_id) DO UPDATE SET source_path = excluded.source_path,
                  rows_path = excluded.rows_path, depth = excluded.depth, game_index = excluded.game_index,
                  num_moves = excluded.num_moves, max_rank = excluded.max_rank,
                  sum_tile = excluded.sum_tile, seconds = excluded.seconds,
-                 source_pack = excluded.source_pack, source_run_id = excluded.source_run_id",
+                 source_pack = excluded.source_pack, source_run_id = excluded.source_run_id,
+                 fingerprint = excluded.fingerprint, sidecar_bytes = excluded.sidecar_bytes,
+                 rows_bytes = excluded.rows_bytes",
             )?
             .execute(params![
                 r.run_id,
@@ -150,7 +232,10 @@ impl MetadataWriter {
                 d.sum_tile,
                 d.seconds,
                 d.source_pack,
-                d.source_run_id
+                d.source_run_id,
+                d.fingerprint,
+                d.sidecar_bytes,
+                d.rows_bytes
             ])?;
         let Some(f) = &r.first_row else { return Ok(()) };
         self.conn
@@ -181,6 +266,37 @@ impl MetadataWriter {
                  ON CONFLICT(source_path) DO UPDATE SET reason = excluded.reason",
             )?
             .execute(params![source_path, reason])?;
+        Ok(())
+    }
+
+    /// Rows of `skipped_runs`.
+    pub fn count_skipped(&self) -> Result<u64> {
+        let n: i64 = self
+            .conn
+            .query_row("SELECT COUNT(*) FROM skipped_runs", [], |r| r.get(0))?;
+        Ok(n as u64)
+    }
+
+    /// Removes a run from `skipped_runs` (it was packed after all, e.g. by `pack --update`).
+    pub fn forget_skipped(&self, source_path: &str) -> Result<()> {
+        self.conn
+            .prepare_cached("DELETE FROM skipped_runs WHERE source_path = ?1")?
+            .execute(params![source_path])?;
+        Ok(())
+    }
+
+    /// Replaces the recorded orphan rows files (and their finding examples) with `paths`.
+    pub fn replace_orphans(&self, paths: &[String]) -> Result<()> {
+        self.conn.execute("DELETE FROM orphan_rows_files", [])?;
+        self.conn
+            .execute("DELETE FROM findings WHERE kind = 'orphan_rows_file'", [])?;
+        self.conn.execute(
+            "DELETE FROM finding_counts WHERE kind = 'orphan_rows_file'",
+            [],
+        )?;
+        for p in paths {
+            self.insert_orphan(p)?;
+        }
         Ok(())
     }
 
@@ -280,6 +396,36 @@ impl MetadataWriter {
     }
 }
 
+/// The current UTC time as ISO 8601 (`2026-11-23T14:05:09Z`), as `session` records times.
+pub fn utc_now() -> String {
+    let secs = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    utc_iso8601(secs)
+}
+
+/// Seconds since the Unix epoch as an ISO 8601 UTC time (days to a civil date by Howard
+/// Hinnant's algorithm).
+pub fn utc_iso8601(secs: u64) -> String {
+    let days = (secs / 86_400) as i64;
+    let rem = secs % 86_400;
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z",
+        rem / 3600,
+        rem / 60 % 60,
+        rem % 60
+    )
+}
+
 /// Opens an existing `metadata.db` read-only.
 pub fn open_read_only(path: &Path) -> Result<Connection> {
     Connection::open_with_flags(
@@ -310,6 +456,15 @@ pub fn has_table(conn: &Connection, table: &str) -> Result<bool> {
         )
         .optional()?
         .is_some())
+}
+
+/// The column names of a table (empty when it does not exist).
+pub fn column_names(conn: &Connection, table: &str) -> Result<Vec<String>> {
+    let mut stmt = conn.prepare(&format!("PRAGMA table_info({table})"))?;
+    let names = stmt
+        .query_map([], |r| r.get(1))?
+        .collect::<rusqlite::Result<_>>()?;
+    Ok(names)
 }
 
 /// Differences between the `runs`/`session` tables and the schema loaders rely on.
@@ -482,6 +637,9 @@ fn run_details_of(r: &rusqlite::Row) -> rusqlite::Result<RunDetails> {
         seconds: column_if_present(r, "seconds")?,
         source_pack: column_if_present(r, "source_pack")?,
         source_run_id: column_if_present(r, "source_run_id")?,
+        fingerprint: column_if_present(r, "fingerprint")?,
+        sidecar_bytes: column_if_present(r, "sidecar_bytes")?,
+        rows_bytes: column_if_present(r, "rows_bytes")?,
     })
 }
 
@@ -651,4 +809,17 @@ pub fn run_id_range(conn: &Connection) -> Result<(i64, Option<i64>, Option<i64>)
             Ok((r.get(0)?, r.get(1)?, r.get(2)?))
         })?,
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn formats_utc_times() {
+        assert_eq!(utc_iso8601(0), "1970-01-01T00:00:00Z");
+        assert_eq!(utc_iso8601(951_782_400), "2000-02-29T00:00:00Z");
+        assert_eq!(utc_iso8601(1_795_446_309), "2026-11-23T15:05:09Z");
+        assert_eq!(utc_iso8601(4_107_542_399), "2100-02-28T23:59:59Z");
+    }
 }

@@ -20,8 +20,10 @@ pub struct RunSource {
     pub sidecar: PathBuf,
     pub rows: PathBuf,
     pub rel_rows: PathBuf,
-    /// Size of the rows file (0 when missing), for progress.
+    /// Size of the rows file (0 when missing), for progress and `pack --update`.
     pub compressed_bytes: u64,
+    /// Size of the sidecar file (of the one named by `sidecar`).
+    pub sidecar_bytes: u64,
     /// Set when pairing already shows the run is invalid.
     pub problem: Option<String>,
 }
@@ -38,8 +40,9 @@ pub struct Discovery {
 
 #[derive(Default)]
 struct Base {
-    meta: bool,
-    meta_gz: bool,
+    /// Sizes of `BASE.meta.json` and `BASE.meta.json.gz` when present.
+    meta: Option<u64>,
+    meta_gz: Option<u64>,
     rows: Option<u64>,
 }
 
@@ -61,12 +64,15 @@ pub fn discover(root: &Path) -> Result<Discovery> {
 
     for ((dir, base), b) in bases {
         let rel = |suffix: &str| dir.join(format!("{base}{suffix}"));
-        if !b.meta && !b.meta_gz {
+        if b.meta.is_none() && b.meta_gz.is_none() {
             found.orphans.push(rel(ROWS));
             continue;
         }
-        let rel_sidecar = if b.meta { rel(META) } else { rel(META_GZ) };
-        let problem = if b.meta && b.meta_gz {
+        let (rel_sidecar, sidecar_bytes) = match b.meta {
+            Some(size) => (rel(META), size),
+            None => (rel(META_GZ), b.meta_gz.unwrap_or(0)),
+        };
+        let problem = if b.meta.is_some() && b.meta_gz.is_some() {
             Some(format!(
                 "both {base}{META} and {base}{META_GZ} exist; keep one"
             ))
@@ -83,6 +89,7 @@ pub fn discover(root: &Path) -> Result<Discovery> {
             rel_rows: rel(ROWS),
             rel_sidecar,
             compressed_bytes: b.rows.unwrap_or(0),
+            sidecar_bytes,
             problem,
         });
     }
@@ -149,8 +156,8 @@ fn walk(
             .entry((rel.to_path_buf(), base.to_string()))
             .or_default();
         match kind {
-            0 => entry.meta_gz = true,
-            1 => entry.meta = true,
+            0 => entry.meta_gz = Some(size),
+            1 => entry.meta = Some(size),
             _ => entry.rows = Some(size),
         }
     }

@@ -1,0 +1,541 @@
+//! `pack --update`: add a drop's new runs to the pack already in the output folder, in time
+//! proportional to what is new. The story: open the pack (refusing a shuffled one or another
+//! layout), walk the drop and sort its runs by what the pack knows of them (packed from the
+//! same path with the same file sizes: not read again; same path with other sizes: the source
+//! changed, an error; otherwise new), parse the new ones (a run whose content the pack already
+//! holds is skipped as "already packed"), and write them after the pack's rows: the last,
+//! partial shard is rewritten as a staged copy, new shards follow, `metadata.db` is extended
+//! from a staged copy, and the publish step keeps every other shard in place, untouched.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use anyhow::{Context, Result, bail};
+use serde_json::json;
+
+use crate::cmd::pack::{
+    self, PackArgs, Packer, PackerStart, discover_runs, parse_and_write, rel_string, usage,
+};
+use crate::fingerprints;
+use crate::format::fingerprint::Fingerprint;
+use crate::format::metadata::{self, MetadataWriter, RunDetails, RunRow, ShardRecord};
+use crate::format::valuation::ValuationTable;
+use crate::pack_dir::OutputDir;
+use crate::pack_reader::{self, Shard};
+use crate::progress::thousands;
+use crate::raw::discover::{Discovery, RunSource};
+use crate::shard_writer::ShardWriter;
+
+/// Rows copied per read when the last shard is rewritten (≈ 1 MiB).
+const COPY_ROWS: u64 = 21_845;
+
+pub fn run(args: &PackArgs, started: Instant) -> Result<()> {
+    let (out, has_pack) = OutputDir::open_for_update(&args.output)?;
+    if !has_pack {
+        log::info!(
+            "{} holds no pack yet: --update packs the whole input",
+            args.output.display()
+        );
+        return pack::pack_new(args, out, started);
+    }
+    let existing = Existing::open(&args.output, args.shard_rows)?;
+    let found = discover_runs(&args.input)?;
+    let sorted = sort_runs(&existing, &found);
+    if !sorted.changed.is_empty() && !args.skip_invalid {
+        bail!(
+            "{} changed after it was packed; nothing was written:\n{}\n(a packed run is never re-packed or duplicated; move the changed file out of the input, or pass --skip-invalid to record it as skipped)",
+            if sorted.changed.len() == 1 {
+                "a source run".to_string()
+            } else {
+                format!("{} source runs", sorted.changed.len())
+            },
+            sorted
+                .changed
+                .iter()
+                .map(|c| format!("  {}", c.reason))
+                .collect::<Vec<_>>()
+                .join("\n")
+        );
+    }
+    let orphans_same = existing.orphans == orphan_paths(&found);
+    let already_skipped = sorted
+        .changed
+        .iter()
+        .all(|c| existing.skipped.get(&c.path) == Some(&c.reason));
+    if sorted.new.is_empty() && orphans_same && already_skipped {
+        let report = Report::nothing_new(&existing, &sorted);
+        report.print(args, started.elapsed().as_secs_f64());
+        return Ok(());
+    }
+
+    let staging = out.begin_staging()?;
+    let extended = extend(args, &existing, &found, &sorted, &staging)?;
+    let report = match extended {
+        Some(report) => {
+            out.publish_keeping(&report.kept_shards)?;
+            report
+        }
+        None => {
+            drop(out); // removes the staging folder: the pack stays as it was
+            Report::nothing_new(&existing, &sorted)
+        }
+    };
+    report.print(args, started.elapsed().as_secs_f64());
+    Ok(())
+}
+
+/// The pack being extended, as read from its folder.
+struct Existing {
+    dir: PathBuf,
+    shard_rows: Option<u64>,
+    shards: Vec<Shard>,
+    /// The `shards` table: rows and CRC-32C of each shard.
+    records: Vec<ShardRecord>,
+    runs: Vec<RunRow>,
+    details: HashMap<i64, RunDetails>,
+    valuations: ValuationTable,
+    finding_counts: BTreeMap<String, u64>,
+    skipped: HashMap<String, String>,
+    orphans: Vec<String>,
+    session: Vec<(String, String)>,
+}
+
+impl Existing {
+    /// Opens the pack in `dir`, refusing what `--update` cannot extend.
+    fn open(dir: &Path, shard_rows_arg: Option<u64>) -> Result<Existing> {
+        let conn = pack_reader::open_metadata(dir)?;
+        let session = metadata::read_session(&conn)?;
+        let fact = |key: &str| {
+            session
+                .iter()
+                .find(|(k, _)| k == key)
+                .map(|(_, v)| v.as_str())
+        };
+        if fact("shuffled") == Some("true") {
+            return Err(usage(format!(
+                "{} is a shuffled pack: --update appends runs in run order, which would leave the new rows unshuffled; update the unshuffled pack it was made from, then shuffle it again",
+                dir.display()
+            )));
+        }
+        if let Some(p) = fact("partition") {
+            return Err(usage(format!(
+                "{} is partition {p} of a drop (pack --partition); update the pack merged from the partitions instead",
+                dir.display()
+            )));
+        }
+        let shard_rows = match fact("shard_rows") {
+            Some("none") => None,
+            Some(n) => Some(n.parse::<u64>().ok().filter(|&n| n > 0).with_context(|| {
+                format!(
+                    "{}: session shard_rows {n:?} is not a row count",
+                    dir.display()
+                )
+            })?),
+            None => bail!(
+                "{}: its session does not record shard_rows, so the pack's layout is unknown; --update extends packs this tool wrote",
+                dir.display()
+            ),
+        };
+        if shard_rows_arg.is_some() && shard_rows_arg != shard_rows {
+            return Err(usage(format!(
+                "--shard-rows {} differs from the pack's layout ({}); an update keeps the pack's layout (leave --shard-rows out)",
+                shard_rows_arg.unwrap_or(0),
+                shard_rows.map_or("a single steps.npy".to_string(), |n| format!(
+                    "shards of {n} rows"
+                ))
+            )));
+        }
+        let shards = pack_reader::open_shards(dir, false)?;
+        let records = metadata::read_shard_records(&conn)?.with_context(|| {
+            format!(
+                "{} records no shard checksums (a pack from another tool); --update extends packs this tool wrote",
+                dir.display()
+            )
+        })?;
+        check_layout(dir, &shards, &records, shard_rows)?;
+        Ok(Existing {
+            dir: dir.to_path_buf(),
+            shard_rows,
+            runs: metadata::read_runs(&conn)?,
+            details: metadata::read_run_details(&conn)?,
+            valuations: pack_reader::read_valuations(dir)?,
+            finding_counts: metadata::read_finding_counts(&conn)?
+                .into_iter()
+                .map(|(k, n)| (k, n.max(0) as u64))
+                .collect(),
+            skipped: metadata::read_skipped(&conn)?.into_iter().collect(),
+            orphans: metadata::read_orphans(&conn)?,
+            session,
+            shards,
+            records,
+        })
+    }
+
+    fn total_rows(&self) -> u64 {
+        self.records.iter().map(|r| r.rows).sum()
+    }
+
+    /// The last shard when it has room for more rows (it is then rewritten), else None.
+    fn partial_last(&self) -> Option<usize> {
+        let last = self.records.len().checked_sub(1)?;
+        match self.shard_rows {
+            None => Some(last),
+            Some(limit) => (self.records[last].rows < limit).then_some(last),
+        }
+    }
+}
+
+/// The shards on disk must be the ones the `shards` table records, all full but the last.
+fn check_layout(
+    dir: &Path,
+    shards: &[Shard],
+    records: &[ShardRecord],
+    shard_rows: Option<u64>,
+) -> Result<()> {
+    let listed: Vec<(&str, u64)> = shards
+        .iter()
+        .map(|s| (s.name.as_str(), s.header.rows))
+        .collect();
+    let recorded: Vec<(&str, u64)> = records
+        .iter()
+        .map(|r| (r.file_name.as_str(), r.rows))
+        .collect();
+    if listed != recorded {
+        bail!(
+            "{}: the shard files do not match the shards table of metadata.db; run `dataset-packer validate {}`",
+            dir.display(),
+            dir.display()
+        );
+    }
+    if let Some(limit) = shard_rows
+        && let Some(short) = records[..records.len() - 1]
+            .iter()
+            .find(|r| r.rows != limit)
+    {
+        bail!(
+            "{}: {} holds {} rows, but every shard before the last should hold {limit} (shard_rows); --update cannot extend this layout",
+            dir.display(),
+            short.file_name,
+            short.rows
+        );
+    }
+    Ok(())
+}
+
+/// A raw run packed before whose files changed since.
+struct Changed {
+    path: String,
+    reason: String,
+}
+
+/// The drop's runs, by what the pack knows of them.
+struct Sorted<'a> {
+    /// Not in the pack by path: to be parsed.
+    new: Vec<&'a RunSource>,
+    /// In the pack by path with the same file sizes.
+    packed_by_path: usize,
+    changed: Vec<Changed>,
+}
+
+fn sort_runs<'a>(existing: &Existing, found: &'a Discovery) -> Sorted<'a> {
+    let mut by_path: HashMap<&str, (i64, &RunDetails)> = HashMap::new();
+    for (id, d) in &existing.details {
+        if let Some(p) = &d.source_path {
+            by_path.insert(p.as_str(), (*id, d));
+        }
+    }
+    let mut sorted = Sorted {
+        new: Vec::new(),
+        packed_by_path: 0,
+        changed: Vec::new(),
+    };
+    for src in &found.runs {
+        let path = rel_string(&src.rel_sidecar);
+        let Some((id, d)) = by_path.get(path.as_str()) else {
+            sorted.new.push(src);
+            continue;
+        };
+        let now = (src.sidecar_bytes as i64, src.compressed_bytes as i64);
+        match (d.sidecar_bytes, d.rows_bytes) {
+            (Some(s), Some(r)) if (s, r) != now => sorted.changed.push(Changed {
+                reason: format!(
+                    "{path}: changed since it was packed as run {id} (sidecar {s} → {} bytes, rows file {r} → {} bytes)",
+                    now.0, now.1
+                ),
+                path,
+            }),
+            // Sizes match, or the run was packed before sizes were recorded: packed by path.
+            _ => sorted.packed_by_path += 1,
+        }
+    }
+    sorted
+}
+
+fn orphan_paths(found: &Discovery) -> Vec<String> {
+    found.orphans.iter().map(|p| rel_string(p)).collect()
+}
+
+/// Writes the extended pack into `staging`; None when nothing new was packed and the
+/// metadata would not change (then nothing is published).
+fn extend(
+    args: &PackArgs,
+    existing: &Existing,
+    found: &Discovery,
+    sorted: &Sorted,
+    staging: &Path,
+) -> Result<Option<Report>> {
+    let workers = args.workers();
+    let started = Instant::now();
+    let (fingerprints, computed) = fingerprints::of_pack(
+        &existing.dir,
+        &existing.shards,
+        &existing.runs,
+        &existing.details,
+        &existing.valuations,
+        workers,
+    )?;
+    let db_path = staging.join(metadata::FILE_NAME);
+    std::fs::copy(existing.dir.join(metadata::FILE_NAME), &db_path)
+        .with_context(|| format!("copying {} to staging", metadata::FILE_NAME))?;
+    let db = MetadataWriter::extend(&db_path)?;
+    if computed {
+        for (run, fp) in existing.runs.iter().zip(&fingerprints) {
+            db.set_fingerprint(run.id, fp)?;
+        }
+    }
+    let rewritten = existing.partial_last();
+    let kept: Vec<ShardRecord> =
+        existing.records[..rewritten.unwrap_or(existing.records.len())].to_vec();
+    let mut shards = ShardWriter::after(staging, existing.shard_rows, kept.clone());
+    if let Some(last) = rewritten {
+        copy_shard(&existing.shards[last], &existing.records[last], &mut shards)?;
+    }
+    let in_pack: HashMap<Fingerprint, u32> = existing
+        .runs
+        .iter()
+        .zip(&fingerprints)
+        .map(|(r, fp)| (*fp, r.id as u32))
+        .rev() // the lowest id wins for duplicates already in the pack
+        .collect();
+    let mut packer = Packer::new(
+        PackerStart {
+            shards,
+            db,
+            next_run_id: u32::try_from(existing.runs.len()).context("more than 2^32 runs")?,
+            valuations: existing.valuations.clone(),
+            in_pack,
+            finding_counts: existing.finding_counts.clone(),
+        },
+        args,
+    );
+    for c in &sorted.changed {
+        packer.skip(c.path.clone(), c.reason.clone())?;
+    }
+    parse_and_write(&sorted.new, &mut packer, workers, args.quiet, started)?;
+    let packed = packer.finish(&found.orphans)?;
+    let nothing_new = packed.next_run_id == packed.first_run_id;
+    let skips_known = packed
+        .skipped
+        .iter()
+        .all(|(p, r)| existing.skipped.get(p) == Some(r));
+    if nothing_new && skips_known && !computed && existing.orphans == orphan_paths(found) {
+        return Ok(None);
+    }
+
+    let total_runs = u64::from(packed.next_run_id);
+    let total_rows = packed.total_rows;
+    let history = update_history(existing, args, &packed, rewritten.is_some())?;
+    let facts = [
+        ("total_rows", total_rows.to_string()),
+        ("total_runs", total_runs.to_string()),
+        ("shard_count", packed.shards.len().to_string()),
+        ("skipped_runs", packed.db.count_skipped()?.to_string()),
+        ("orphan_rows_files", found.orphans.len().to_string()),
+        ("updates", history),
+    ];
+    for (k, v) in &facts {
+        packed.db.set_session(k, v)?;
+    }
+    let already_packed = packed.already_packed.clone();
+    let new_shards: Vec<ShardRecord> = packed.shards[kept.len()..].to_vec();
+    let summary = packed.commit(sorted.new.iter().map(|r| r.compressed_bytes).sum())?;
+    let mut kept_shards: Vec<String> = kept.iter().map(|r| r.file_name.clone()).collect();
+    if nothing_new {
+        // Only the metadata changed: the staged copy of the last shard is the same bytes;
+        // keep the original in place rather than replacing it.
+        for s in &new_shards {
+            std::fs::remove_file(staging.join(&s.file_name))
+                .with_context(|| format!("removing the staged copy of {}", s.file_name))?;
+            kept_shards.push(s.file_name.clone());
+        }
+    }
+    Ok(Some(Report {
+        kept_shards,
+        rewritten: if nothing_new {
+            Vec::new()
+        } else {
+            rewritten
+                .map(|i| existing.records[i].file_name.clone())
+                .into_iter()
+                .collect()
+        },
+        added: new_shards
+            .iter()
+            .skip(usize::from(rewritten.is_some()))
+            .filter(|_| !nothing_new)
+            .map(|s| s.file_name.clone())
+            .collect(),
+        packed_by_path: sorted.packed_by_path,
+        already_packed,
+        total_runs,
+        total_rows,
+        summary,
+    }))
+}
+
+/// Copies the rows of the shard being rewritten into the writer, checking them against the
+/// checksum the pack recorded (a damaged shard is never extended).
+fn copy_shard(shard: &Shard, record: &ShardRecord, writer: &mut ShardWriter) -> Result<()> {
+    let file = shard.open()?;
+    let mut buf = Vec::new();
+    let mut data_crc = 0u32;
+    let mut done = 0u64;
+    while done < shard.header.rows {
+        let n = (shard.header.rows - done).min(COPY_ROWS);
+        file.read_raw_into(done, n, &mut buf)?;
+        let crc = crate::crc::crc32c(&buf);
+        data_crc = crate::crc::combine(data_crc, crc, buf.len());
+        writer.write_rows_with_crc(&buf, crc)?;
+        done += n;
+    }
+    let data_len = (shard.header.rows as usize) * shard.row_bytes();
+    let crc = shard.file_crc(data_crc, data_len)?;
+    if crc != record.crc32c {
+        bail!(
+            "{} does not match its recorded checksum (crc32c recorded {:08x}, computed {crc:08x}); nothing was written; run `dataset-packer validate`",
+            shard.path.display(),
+            record.crc32c
+        );
+    }
+    Ok(())
+}
+
+/// The session's `updates` history with this update appended (a JSON array).
+fn update_history(
+    existing: &Existing,
+    args: &PackArgs,
+    packed: &pack::Packed,
+    rewrote_last: bool,
+) -> Result<String> {
+    let mut history: Vec<serde_json::Value> = existing
+        .session
+        .iter()
+        .find(|(k, _)| k == "updates")
+        .and_then(|(_, v)| serde_json::from_str(v).ok())
+        .unwrap_or_default();
+    let input = std::fs::canonicalize(&args.input).unwrap_or_else(|_| args.input.clone());
+    let kept = existing.records.len() - usize::from(rewrote_last);
+    history.push(json!({
+        "utc": crate::format::metadata::utc_now(),
+        "tool": format!("dataset-packer {}", env!("CARGO_PKG_VERSION")),
+        "input": input.display().to_string(),
+        "runs_added": packed.next_run_id - packed.first_run_id,
+        "rows_added": packed.rows_added,
+        "first_run_id": packed.first_run_id,
+        "shards_rewritten": usize::from(rewrote_last),
+        "shards_added": packed.shards.len() - kept - usize::from(rewrote_last),
+    }));
+    Ok(serde_json::to_string(&history)?)
+}
+
+/// What an update did, for the user.
+struct Report {
+    /// Shards of the old pack that stay in place.
+    kept_shards: Vec<String>,
+    rewritten: Vec<String>,
+    added: Vec<String>,
+    packed_by_path: usize,
+    already_packed: Vec<(String, u32)>,
+    total_runs: u64,
+    total_rows: u64,
+    summary: pack::Summary,
+}
+
+impl Report {
+    fn nothing_new(existing: &Existing, sorted: &Sorted) -> Report {
+        Report {
+            kept_shards: Vec::new(),
+            rewritten: Vec::new(),
+            added: Vec::new(),
+            packed_by_path: sorted.packed_by_path,
+            already_packed: Vec::new(),
+            total_runs: existing.runs.len() as u64,
+            total_rows: existing.total_rows(),
+            summary: pack::Summary {
+                runs: 0,
+                rows: 0,
+                shards: Vec::new(),
+                skipped: Vec::new(),
+                findings: Default::default(),
+                compressed_bytes: 0,
+            },
+        }
+    }
+
+    fn print(&self, args: &PackArgs, elapsed: f64) {
+        let s = &self.summary;
+        if args.json {
+            let mut doc = s.to_json(&args.output, elapsed);
+            let extra = json!({
+                "update": true,
+                "new_runs": s.runs,
+                "new_rows": s.rows,
+                "total_runs": self.total_runs,
+                "total_rows": self.total_rows,
+                "already_packed_by_path": self.packed_by_path,
+                "already_packed_by_content": self.already_packed.iter().map(|(p, id)| json!({"path": p, "run_id": id})).collect::<Vec<_>>(),
+                "shards_rewritten": self.rewritten,
+                "shards_added": self.added,
+            });
+            if let (Some(doc), Some(extra)) = (doc.as_object_mut(), extra.as_object()) {
+                doc.remove("shards");
+                doc.extend(extra.clone());
+            }
+            println!("{doc}");
+            return;
+        }
+        println!(
+            "updated {}: {} new runs, {} new rows (now {} runs, {} rows)",
+            args.output.display(),
+            thousands(u64::from(s.runs)),
+            thousands(s.rows),
+            thousands(self.total_runs),
+            thousands(self.total_rows)
+        );
+        println!(
+            "  already packed: {} runs by path, {} by content (moved or copied)",
+            thousands(self.packed_by_path as u64),
+            thousands(self.already_packed.len() as u64)
+        );
+        for (path, id) in self.already_packed.iter().take(10) {
+            println!("    {path}: same content as run {id}");
+        }
+        println!(
+            "  shards: {} rewritten{}, {} added{}",
+            self.rewritten.len(),
+            list(&self.rewritten),
+            self.added.len(),
+            list(&self.added)
+        );
+        s.print_details(elapsed);
+    }
+}
+
+fn list(names: &[String]) -> String {
+    match names {
+        [] => String::new(),
+        [one] => format!(" ({one})"),
+        [first, .., last] => format!(" ({first} … {last})"),
+    }
+}
