@@ -4,6 +4,7 @@
 //! `pack --update`, `export --format pack` and `validate --deep`.
 
 use std::collections::HashMap;
+use std::ops::Range;
 
 use anyhow::{Context, Result, bail};
 
@@ -58,8 +59,7 @@ pub fn of_pack(
 }
 
 /// Computes every run's fingerprint from the rows of an unshuffled pack (runs contiguous, in
-/// id order, `runs.steps` rows each), on `workers` threads; checks on the way that every row
-/// belongs to the run `runs` places it in.
+/// id order, `runs.steps` rows each), on `workers` threads.
 pub fn compute(
     shards: &[Shard],
     runs: &[RunRow],
@@ -80,9 +80,21 @@ pub fn compute(
             starts.last().unwrap()
         );
     }
-    let mut out = Vec::with_capacity(runs.len());
+    compute_ranges(shards, &jobs, valuations, workers)
+}
+
+/// Computes the fingerprints of the runs `jobs` from their global row ranges, on `workers`
+/// threads, in the order given; checks on the way that every row belongs to its run.
+pub fn compute_ranges(
+    shards: &[Shard],
+    jobs: &[(&RunRow, Range<u64>)],
+    valuations: &ValuationTable,
+    workers: usize,
+) -> Result<Vec<Fingerprint>> {
+    let starts = pack_reader::shard_starts(shards);
+    let mut out = Vec::with_capacity(jobs.len());
     ordered_try_map(
-        &jobs,
+        jobs,
         workers,
         workers * 4,
         Vec::new,

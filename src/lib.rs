@@ -7,6 +7,7 @@
 pub mod cmd;
 pub mod crc;
 pub mod export;
+pub mod findings;
 pub mod fingerprints;
 pub mod format;
 pub mod ordered;

@@ -140,6 +140,7 @@ pub fn run(args: &ExportArgs) -> Result<()> {
                 overwrite: args.overwrite,
                 quiet: args.quiet,
                 selection_text: &selection_text,
+                workers,
             };
             let w = pack::write(&source, &selection, &args.output, &opts)?;
             (

@@ -16,10 +16,13 @@ use serde_json::json;
 
 use crate::UsageError;
 use crate::cmd::validate;
+use crate::findings::{DUPLICATE_RUN, Duplicates, RowFindings, Tally, duplicate_detail};
+use crate::fingerprints;
+use crate::format::fingerprint::Fingerprint;
 use crate::format::metadata::{
-    self, MetadataWriter, PackFacts, RowLocation, RunDetails, RunRecord, RunRow,
+    self, FindingRecord, MetadataWriter, PackFacts, RowLocation, RunDetails, RunRecord, RunRow,
 };
-use crate::format::row::{ROW_BYTES, legacy_rows_to_aligned, remap_rows};
+use crate::format::row::{ROW_BYTES, StepRow, legacy_rows_to_aligned, remap_rows};
 use crate::format::valuation::ValuationTable;
 use crate::pack_dir::{OutputDir, is_pack_file, write_valuations};
 use crate::pack_reader::{self, RunSlots, Shard};
@@ -34,7 +37,12 @@ const COPY_ROWS: usize = 21_845;
 #[command(after_help = "Examples:
   dataset-packer merge --left packs/d6 --right packs/d7 --output packs/d6d7
   dataset-packer merge --input part-0 --input part-1 --input part-2 --output packs/all --shard-rows 10000000
-  dataset-packer merge --left old --right new --output merged --overwrite --delete-inputs")]
+  dataset-packer merge --left old --right new --output merged --overwrite --delete-inputs
+  dataset-packer merge --input packs/a --input packs/b --output packs/ab --dedupe
+
+Runs are renumbered in input order. A run with the same content (fingerprint) as an earlier
+one is a duplicate: reported as a duplicate_run finding, or left out with --dedupe. Inputs must
+be in run order: merge the unshuffled packs, then shuffle the result.")]
 pub struct MergeArgs {
     /// First input pack (with --right).
     #[arg(
@@ -62,6 +70,10 @@ pub struct MergeArgs {
     /// Delete the input packs' files once the output is published and re-validated.
     #[arg(long)]
     pub delete_inputs: bool,
+    /// Leave out runs whose content equals an earlier run's (in output order), so overlapping
+    /// packs merge into what a pack of their union would be; they are listed in skipped_runs.
+    #[arg(long)]
+    pub dedupe: bool,
     /// Threads for validating inputs [default: all cores].
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..=1024))]
     pub workers: Option<u64>,
@@ -99,7 +111,8 @@ struct Source {
     session: Vec<(String, String)>,
     /// Its metadata.db (in a Mutex only so the reading thread can share the Source).
     conn: std::sync::Mutex<rusqlite::Connection>,
-    shuffled: bool,
+    /// Each run's fingerprint, in `runs` order (recorded, or computed from the rows).
+    fingerprints: Vec<Fingerprint>,
     /// The shard checksums the input recorded, verified while copying.
     recorded: Option<Vec<metadata::ShardRecord>>,
 }
@@ -109,9 +122,18 @@ impl Source {
     /// gets the structure and metadata checks here and its CRCs verified while it is copied
     /// (so it is read once); one without checksums (an older tool's) gets the full row pass.
     fn open(path: &Path, options: &validate::Options) -> Result<Source> {
-        let recorded = metadata::open_read_only(&path.join(metadata::FILE_NAME))
-            .ok()
-            .and_then(|c| metadata::read_shard_records(&c).ok().flatten());
+        let db = metadata::open_read_only(&path.join(metadata::FILE_NAME)).ok();
+        let shuffled = db
+            .as_ref()
+            .and_then(|c| metadata::session_value(c, "shuffled").ok());
+        if shuffled.flatten().as_deref() == Some("true") {
+            return Err(UsageError(format!(
+                "input {} is a shuffled pack; merge combines packs in run order: merge the unshuffled packs first, then shuffle the result",
+                path.display()
+            ))
+            .into());
+        }
+        let recorded = db.and_then(|c| metadata::read_shard_records(&c).ok().flatten());
         let options = validate::Options {
             scan_rows: recorded.is_none(),
             ..*options
@@ -126,22 +148,40 @@ impl Source {
         }
         let conn = metadata::open_read_only(&path.join(metadata::FILE_NAME))?;
         let session = metadata::read_session(&conn)?;
-        let shuffled = session.iter().any(|(k, v)| k == "shuffled" && v == "true");
+        let shards = pack_reader::open_shards(path, true)?;
+        let runs = metadata::read_runs(&conn)?;
+        let details = metadata::read_run_details(&conn)?;
+        let valuations = pack_reader::read_valuations(path)?;
+        let (fingerprints, _) =
+            fingerprints::of_pack(path, &shards, &runs, &details, &valuations, options.workers)?;
         Ok(Source {
             path: path.to_path_buf(),
-            shards: pack_reader::open_shards(path, true)?,
-            runs: metadata::read_runs(&conn)?,
-            details: metadata::read_run_details(&conn)?,
-            valuations: pack_reader::read_valuations(path)?,
+            shards,
+            runs,
+            details,
+            valuations,
             session,
             conn: std::sync::Mutex::new(conn),
-            shuffled,
+            fingerprints,
             recorded,
         })
     }
 
     fn rows(&self) -> u64 {
         self.shards.iter().map(|s| s.header.rows).sum()
+    }
+
+    /// How messages name one of its runs: the pack and the run's source file, or its id.
+    fn describe_run(&self, slot: usize) -> String {
+        let run = &self.runs[slot];
+        match self
+            .details
+            .get(&run.id)
+            .and_then(|d| d.source_path.as_deref())
+        {
+            Some(p) => format!("{} of {}", p, self.path.display()),
+            None => format!("run {} of {}", run.id, self.path.display()),
+        }
     }
 }
 
@@ -289,44 +329,122 @@ fn valuation_map(from: &ValuationTable, to: &ValuationTable) -> Option<[u8; 256]
 }
 
 struct Summary {
-    inputs: Vec<(PathBuf, usize, u64)>,
+    inputs: Vec<InputSummary>,
     runs: u64,
     rows: u64,
     shards: usize,
     bytes: u64,
+    /// Duplicate runs kept (reported as findings) and left out (--dedupe).
+    duplicates: u64,
+    left_out: Vec<(String, String)>,
 }
 
-/// How one input's rows are rewritten: run ids shifted to their output numbers, valuation
-/// ids re-coded; `identity` when neither changes anything (usually the first input), so its
-/// rows are written as read and the CRC computed to verify them is also the output's.
+/// One input's part of the output.
+struct InputSummary {
+    path: PathBuf,
+    runs: usize,
+    rows: u64,
+    /// Output ids of its first and last run carried.
+    ids: Option<(u32, u32)>,
+    left_out: usize,
+}
+
+/// What becomes of every input run: its output id (None: left out as a duplicate), decided
+/// over all inputs in output order before anything is copied.
+struct Assignment {
+    /// Per input, per run slot.
+    out_ids: Vec<Vec<Option<u32>>>,
+    /// `duplicate_run` findings of the duplicates kept.
+    duplicates: Tally,
+    /// Runs left out with --dedupe: (source, reason).
+    left_out: Vec<(String, String)>,
+    runs: u64,
+}
+
+fn assign_runs(sources: &[Source], dedupe: bool) -> Result<Assignment> {
+    let mut seen = Duplicates::default();
+    let mut a = Assignment {
+        out_ids: Vec::with_capacity(sources.len()),
+        duplicates: Tally::default(),
+        left_out: Vec::new(),
+        runs: 0,
+    };
+    for src in sources {
+        let mut ids = Vec::with_capacity(src.runs.len());
+        for (slot, fp) in src.fingerprints.iter().enumerate() {
+            let next = u32::try_from(a.runs).context("more than 2^32 runs")?;
+            let name = src.describe_run(slot);
+            let Some(kept) = seen.get(fp).cloned() else {
+                seen.insert(*fp, (next, name));
+                ids.push(Some(next));
+                a.runs += 1;
+                continue;
+            };
+            let detail = duplicate_detail(&kept, fp);
+            if dedupe {
+                a.left_out.push((name, format!("duplicate: {detail}")));
+                ids.push(None);
+                continue;
+            }
+            let example = FindingRecord {
+                kind: DUPLICATE_RUN.into(),
+                run_id: Some(next),
+                source_path: name,
+                line: None,
+                step_index: None,
+                detail,
+            };
+            a.duplicates.add(DUPLICATE_RUN, 1, [example]);
+            ids.push(Some(next));
+            a.runs += 1;
+        }
+        a.out_ids.push(ids);
+    }
+    Ok(a)
+}
+
+/// How one input's rows are rewritten: run ids to their output numbers (rows of runs left out
+/// dropped), valuation ids re-coded; `identity` when nothing changes (usually the first input),
+/// so its rows are written as read and the CRC computed to verify them is also the output's.
 struct Plan<'a> {
     src: &'a Source,
-    /// The output id of the input's first run.
-    offset: u32,
     slots: RunSlots,
+    /// Output id per run slot; None for a run left out.
+    out_ids: &'a [Option<u32>],
+    drops: bool,
     valuations: Option<[u8; 256]>,
     identity: bool,
 }
 
 impl<'a> Plan<'a> {
-    fn new(src: &'a Source, offset: u32, valuations: &ValuationTable) -> Plan<'a> {
+    fn new(src: &'a Source, out_ids: &'a [Option<u32>], valuations: &ValuationTable) -> Plan<'a> {
         let old_ids: Vec<u32> = src.runs.iter().map(|r| r.id as u32).collect();
         let vmap = valuation_map(&src.valuations, valuations);
-        let identity = offset == 0
-            && vmap.is_none()
-            && old_ids.iter().enumerate().all(|(i, &id)| id as usize == i);
+        let identity = vmap.is_none()
+            && old_ids
+                .iter()
+                .zip(out_ids)
+                .enumerate()
+                .all(|(i, (&id, out))| id as usize == i && *out == Some(id));
         Plan {
             src,
-            offset,
             slots: RunSlots::new(&old_ids),
+            out_ids,
+            drops: out_ids.iter().any(Option::is_none),
             valuations: vmap,
             identity,
         }
     }
 
-    /// The output id of input run `old`, if the input lists it.
-    fn output_id(&self, old: u32) -> Option<u32> {
-        self.slots.get(old).map(|slot| self.offset + slot)
+    /// The output id of input run `old`: None when the input does not list it, Some(None)
+    /// when it is left out.
+    fn output_id(&self, old: u32) -> Option<Option<u32>> {
+        self.slots.get(old).map(|slot| self.out_ids[slot as usize])
+    }
+
+    /// The output ids of the runs carried, in order.
+    fn carried(&self) -> Vec<u32> {
+        self.out_ids.iter().flatten().copied().collect()
     }
 
     fn run_count(&self) -> u32 {
@@ -338,11 +456,12 @@ impl<'a> Plan<'a> {
 enum Piece {
     /// Output rows (48-byte) and their CRC-32C.
     Rows { rows: Vec<u8>, crc: u32 },
-    /// Every row of input `index` has been handed over; `starts` saw them go by (None when
-    /// the output has no run index).
+    /// Every row of input `index` has been handed over; `starts` saw them go by, `dropped`
+    /// counted the findings of the rows left out.
     InputDone {
         index: usize,
-        starts: Option<RunStarts>,
+        starts: RunStarts,
+        dropped: RowFindings,
     },
 }
 
@@ -359,24 +478,21 @@ fn write_merged(
     args: &MergeArgs,
 ) -> Result<Summary> {
     let copy_started = Instant::now();
+    let assignment = assign_runs(sources, args.dedupe)?;
     let mut writer = ShardWriter::new(staging, args.shard_rows);
     writer.expect_rows(sources.iter().map(Source::rows).sum());
     let db = MetadataWriter::create(&staging.join(metadata::FILE_NAME))?;
-    let shuffled = sources.iter().any(|s| s.shuffled);
-    let mut plans = Vec::with_capacity(sources.len());
-    let mut next_id: u64 = 0;
-    for src in sources {
-        let offset = u32::try_from(next_id).context("more than 2^32 runs")?;
-        plans.push(Plan::new(src, offset, valuations));
-        next_id += src.runs.len() as u64;
-    }
+    let plans: Vec<Plan> = sources
+        .iter()
+        .zip(&assignment.out_ids)
+        .map(|(src, ids)| Plan::new(src, ids, valuations))
+        .collect();
 
     let (pieces_tx, pieces) = mpsc::sync_channel(PIECES_IN_FLIGHT);
     let (spare_tx, spare) = mpsc::channel();
     std::thread::scope(|scope| {
         let plans = &plans;
-        // A shuffled output has no run index: its runs are not contiguous.
-        let reader = scope.spawn(move || read_inputs(plans, !shuffled, pieces_tx, &spare));
+        let reader = scope.spawn(move || read_inputs(plans, pieces_tx, &spare));
         let written = write_pieces(pieces, spare_tx, plans, &mut writer, &db, args.quiet);
         let read = reader.join().expect("the reading thread does not panic");
         // A reading error explains a writing one (the writer stops when the reader does).
@@ -392,42 +508,62 @@ fn write_merged(
     for shard in &shards {
         db.insert_shard(shard)?;
     }
+    for (kind, n) in &assignment.duplicates.counts {
+        db.add_finding_count(kind, *n as i64)?;
+    }
+    for example in &assignment.duplicates.examples {
+        db.insert_finding(example)?;
+    }
+    for (source, reason) in &assignment.left_out {
+        db.insert_skipped(source, reason)?;
+    }
+    db.drop_empty_finding_counts()?;
     write_session(
         &db,
         sources,
         args,
         rows_written,
-        next_id,
+        assignment.runs,
         shards.len(),
-        shuffled,
     )?;
     db.finish()?;
     write_valuations(staging, valuations)?;
     Ok(Summary {
         inputs: sources
             .iter()
-            .map(|s| (s.path.clone(), s.runs.len(), s.rows()))
+            .zip(&assignment.out_ids)
+            .map(|(s, ids)| {
+                let carried = || ids.iter().flatten().copied();
+                InputSummary {
+                    path: s.path.clone(),
+                    runs: s.runs.len(),
+                    rows: s.rows(),
+                    ids: carried().min().zip(carried().max()),
+                    left_out: ids.iter().filter(|id| id.is_none()).count(),
+                }
+            })
             .collect(),
-        runs: next_id,
+        runs: assignment.runs,
         rows: rows_written,
         shards: shards.len(),
         bytes: shards.iter().map(|s| s.bytes).sum(),
+        duplicates: assignment.duplicates.count(DUPLICATE_RUN),
+        left_out: assignment.left_out,
     })
 }
 
-/// The reading side: every input's rows in order, as output rows with their CRC, and (with
-/// `index_runs`) where each run starts. Stops early (with Ok) when the writing side has gone away.
+/// The reading side: every input's rows in order, as output rows with their CRC, and where
+/// each run starts. Stops early (with Ok) when the writing side has gone away.
 fn read_inputs(
     plans: &[Plan],
-    index_runs: bool,
     pieces: mpsc::SyncSender<Piece>,
     spare: &mpsc::Receiver<Vec<u8>>,
 ) -> Result<()> {
     let mut global_row = 0u64;
     for (index, plan) in plans.iter().enumerate() {
         let src = plan.src;
-        let mut starts = index_runs
-            .then(|| RunStarts::new((0..plan.run_count()).map(|k| plan.offset + k).collect()));
+        let mut starts = RunStarts::new(plan.carried());
+        let mut dropped = RowFindings::new(src.runs.len(), true);
         for (si, shard) in src.shards.iter().enumerate() {
             let file = shard.open()?;
             let mut data_crc = 0u32;
@@ -442,11 +578,9 @@ fn read_inputs(
                 file.read_raw_into(done, n_rows, &mut rows)?;
                 let input_crc = crate::crc::crc32c(&rows);
                 data_crc = crate::crc::combine(data_crc, input_crc, rows.len());
-                let crc = rewrite(plan, shard, &mut rows, input_crc)?;
-                if let Some(starts) = &mut starts {
-                    starts.observe(&rows, global_row);
-                }
-                global_row += n_rows;
+                let crc = rewrite(plan, shard, &mut rows, input_crc, &mut dropped)?;
+                starts.observe(&rows, global_row);
+                global_row += (rows.len() / ROW_BYTES) as u64;
                 if pieces.send(Piece::Rows { rows, crc }).is_err() {
                     return Ok(());
                 }
@@ -454,7 +588,12 @@ fn read_inputs(
             }
             verify_checksum(src, si, data_crc)?;
         }
-        if pieces.send(Piece::InputDone { index, starts }).is_err() {
+        let done = Piece::InputDone {
+            index,
+            starts,
+            dropped,
+        };
+        if pieces.send(done).is_err() {
             return Ok(());
         }
     }
@@ -462,9 +601,16 @@ fn read_inputs(
 }
 
 /// Turns one chunk of an input (as read from its file, with its CRC) into output rows in
-/// place, and returns their CRC: legacy rows converted, run and valuation ids rewritten unless
-/// the plan changes nothing (then the CRC is the input's).
-fn rewrite(plan: &Plan, shard: &Shard, rows: &mut Vec<u8>, input_crc: u32) -> Result<u32> {
+/// place, and returns their CRC: legacy rows converted, run and valuation ids rewritten and
+/// rows of runs left out dropped (their findings counted in `dropped`), unless the plan
+/// changes nothing (then the CRC is the input's).
+fn rewrite(
+    plan: &Plan,
+    shard: &Shard,
+    rows: &mut Vec<u8>,
+    input_crc: u32,
+    dropped: &mut RowFindings,
+) -> Result<u32> {
     let legacy = shard.row_bytes() != ROW_BYTES;
     if legacy {
         *rows = legacy_rows_to_aligned(rows);
@@ -472,12 +618,14 @@ fn rewrite(plan: &Plan, shard: &Shard, rows: &mut Vec<u8>, input_crc: u32) -> Re
     let mut unknown = None;
     if plan.identity {
         unknown = run_ids(rows).find(|&id| id >= plan.run_count());
+    } else if plan.drops {
+        unknown = drop_left_out(plan, rows, dropped);
     } else {
         remap_rows(
             rows,
-            |old| {
-                plan.output_id(old)
-                    .unwrap_or_else(|| *unknown.get_or_insert(old))
+            |old| match plan.output_id(old) {
+                Some(Some(new)) => new,
+                _ => *unknown.get_or_insert(old),
             },
             plan.valuations.as_ref(),
         );
@@ -494,6 +642,30 @@ fn rewrite(plan: &Plan, shard: &Shard, rows: &mut Vec<u8>, input_crc: u32) -> Re
     } else {
         crate::crc::crc32c(rows)
     })
+}
+
+/// Keeps the rows of carried runs (renumbered, valuation ids re-coded) and drops the others,
+/// counting their findings; returns a run id the input does not list, if a row has one.
+fn drop_left_out(plan: &Plan, rows: &mut Vec<u8>, dropped: &mut RowFindings) -> Option<u32> {
+    let mut kept = 0;
+    for i in 0..rows.len() / ROW_BYTES {
+        let at = i * ROW_BYTES;
+        let old = u32::from_le_bytes(rows[at..at + 4].try_into().unwrap());
+        let Some(slot) = plan.slots.get(old) else {
+            return Some(old);
+        };
+        match plan.out_ids[slot as usize] {
+            None => dropped.observe(slot, &StepRow::from_bytes(&rows[at..at + ROW_BYTES])),
+            Some(new) => {
+                rows.copy_within(at..at + ROW_BYTES, kept);
+                let row = &mut rows[kept..kept + ROW_BYTES];
+                remap_rows(row, |_| new, plan.valuations.as_ref());
+                kept += ROW_BYTES;
+            }
+        }
+    }
+    rows.truncate(kept);
+    None
 }
 
 /// The run ids of 48-byte rows.
@@ -521,41 +693,64 @@ fn write_pieces(
                 bar.inc((rows.len() / ROW_BYTES) as u64);
                 let _ = spare.send(rows);
             }
-            Piece::InputDone { index, starts } => {
-                let plan = &plans[index];
-                let locations = starts.map_or_else(Vec::new, |s| s.finish(writer));
-                record_runs(db, plan, &locations)?;
-            }
+            Piece::InputDone {
+                index,
+                starts,
+                dropped,
+            } => record_runs(db, &plans[index], &starts.finish(writer), dropped)?,
         }
     }
     bar.finish_and_clear();
     Ok(())
 }
 
-/// An input's runs (renumbered, with their source recorded) and findings, into the metadata.
-fn record_runs(db: &MetadataWriter, plan: &Plan, locations: &[RowLocation]) -> Result<()> {
+/// An input's carried runs (renumbered, with their source and fingerprint recorded) and
+/// findings into the metadata; the findings of runs left out are taken off the counts.
+fn record_runs(
+    db: &MetadataWriter,
+    plan: &Plan,
+    locations: &[RowLocation],
+    mut dropped: RowFindings,
+) -> Result<()> {
     let src = plan.src;
     let source_pack = std::fs::canonicalize(&src.path)
         .unwrap_or_else(|_| src.path.clone())
         .display()
         .to_string();
-    for (k, run) in src.runs.iter().enumerate() {
+    let mut carried = 0;
+    for (slot, run) in src.runs.iter().enumerate() {
         let mut details = src.details.get(&run.id).cloned().unwrap_or_default();
+        let Some(run_id) = plan.out_ids[slot] else {
+            dropped.run_level(details.num_moves, run.steps);
+            continue;
+        };
         details.source_pack = Some(source_pack.clone());
         details.source_run_id = Some(run.id);
+        details.fingerprint = Some(src.fingerprints[slot].to_string());
         db.insert_run(&RunRecord {
-            run_id: plan.offset + k as u32,
+            run_id,
             seed: run.seed as u32,
             steps: run.steps as u64,
             max_score: run.max_score,
             highest_tile: run.highest_tile,
             details,
-            first_row: locations.get(k).copied(),
+            first_row: locations.get(carried).copied(),
         })?;
+        carried += 1;
     }
-    // Findings of runs the input does not list keep their old id (they cannot be renumbered).
+    // Findings of runs the input does not list keep their old id (they cannot be renumbered);
+    // duplicates are found anew over the output.
     let conn = src.conn.lock().expect("not poisoned");
-    metadata::copy_findings(db, &conn, &|old| plan.output_id(old).unwrap_or(old))
+    metadata::copy_findings(
+        db,
+        &conn,
+        &|old| plan.output_id(old).unwrap_or(Some(old)),
+        &[DUPLICATE_RUN],
+    )?;
+    for (kind, n) in &dropped.counts {
+        db.add_finding_count(kind, -(*n as i64))?;
+    }
+    Ok(())
 }
 
 fn write_session(
@@ -565,7 +760,6 @@ fn write_session(
     rows: u64,
     runs: u64,
     shards: usize,
-    shuffled: bool,
 ) -> Result<()> {
     let paths: Vec<String> = sources
         .iter()
@@ -582,7 +776,7 @@ fn write_session(
         total_rows: rows,
         total_runs: runs,
         shard_count: shards,
-        shuffled,
+        shuffled: false,
     })?;
     let facts = [("inputs", serde_json::to_string(&paths)?)];
     for (k, v) in facts {
@@ -650,7 +844,9 @@ impl Summary {
                 "rows": self.rows,
                 "shards": self.shards,
                 "bytes": self.bytes,
-                "inputs": self.inputs.iter().map(|(p, runs, rows)| json!({"path": p.display().to_string(), "runs": runs, "rows": rows})).collect::<Vec<_>>(),
+                "inputs": self.inputs.iter().map(|i| json!({"path": i.path.display().to_string(), "runs": i.runs, "rows": i.rows, "left_out": i.left_out})).collect::<Vec<_>>(),
+                "duplicate_runs": self.duplicates,
+                "skipped_runs": self.left_out.iter().map(|(p, r)| json!({"path": p, "reason": r})).collect::<Vec<_>>(),
                 "deleted": deleted.iter().map(|(p, files, bytes)| json!({"path": p.display().to_string(), "files": files, "bytes": bytes})).collect::<Vec<_>>(),
                 "elapsed_s": elapsed,
                 "mb_per_s": mbps,
@@ -667,16 +863,31 @@ impl Summary {
             if self.shards == 1 { "" } else { "s" },
             args.output.display()
         );
-        let mut first = 0u64;
-        for (p, runs, rows) in &self.inputs {
-            let last = (first + *runs as u64).saturating_sub(1);
+        for i in &self.inputs {
+            let now = match i.ids {
+                Some((first, last)) => format!("now {first}..={last}"),
+                None => "none carried".to_string(),
+            };
+            let left = if i.left_out > 0 {
+                format!(", {} left out as duplicates", thousands(i.left_out as u64))
+            } else {
+                String::new()
+            };
             println!(
-                "  {}: {} runs (now {first}..={last}), {} rows",
-                p.display(),
-                thousands(*runs as u64),
-                thousands(*rows)
+                "  {}: {} runs ({now}{left}), {} rows",
+                i.path.display(),
+                thousands(i.runs as u64),
+                thousands(i.rows)
             );
-            first += *runs as u64;
+        }
+        if self.duplicates > 0 {
+            println!(
+                "  duplicate runs: {} (same content as an earlier run; kept and listed as duplicate_run findings; --dedupe leaves them out)",
+                thousands(self.duplicates)
+            );
+        }
+        for (source, reason) in self.left_out.iter().take(10) {
+            println!("  left out {source}: {reason}");
         }
         for (p, files, bytes) in deleted {
             println!(

@@ -13,6 +13,7 @@ use clap::Args;
 use serde_json::json;
 
 use crate::UsageError;
+use crate::findings::{DUPLICATE_RUN, Duplicates, Tally, duplicate_detail};
 use crate::format::board::LineTables;
 use crate::format::fingerprint::{self, Fingerprint, RunFacts};
 use crate::format::metadata::{
@@ -26,12 +27,6 @@ use crate::progress::{self, thousands};
 use crate::raw::discover::{Discovery, RunSource, discover};
 use crate::raw::run::{FindingKind, ParsedRun, RunError, RunParser};
 use crate::shard_writer::ShardWriter;
-
-/// Examples of each finding kind kept for the summary and metadata.db.
-const EXAMPLES_KEPT: usize = 20;
-
-/// The finding kind of a run whose content equals an earlier run's.
-pub const DUPLICATE_RUN: &str = "duplicate_run";
 
 #[derive(Args, Debug)]
 #[command(after_help = "Examples:
@@ -309,30 +304,6 @@ fn parse_one(parser: &mut RunParser, src: &RunSource, id: u32) -> Result<Parsed,
     Ok(Parsed { run, fingerprint })
 }
 
-/// Counts and first examples of each finding kind over the whole pack.
-#[derive(Default)]
-pub(crate) struct Findings {
-    pub counts: BTreeMap<String, u64>,
-    /// Examples found by this command (a pack being extended keeps its own in metadata.db).
-    pub examples: Vec<FindingRecord>,
-}
-
-impl Findings {
-    fn add(&mut self, kind: &str, n: u64, examples: impl IntoIterator<Item = FindingRecord>) {
-        if n == 0 {
-            return;
-        }
-        let count = self.counts.entry(kind.to_string()).or_default();
-        let room = EXAMPLES_KEPT.saturating_sub(*count as usize);
-        *count += n;
-        self.examples.extend(examples.into_iter().take(room));
-    }
-
-    fn count(&self, kind: &str) -> u64 {
-        self.counts.get(kind).copied().unwrap_or(0)
-    }
-}
-
 /// What the writer starts from: nothing (a new pack) or an existing pack it extends.
 pub(crate) struct PackerStart {
     pub shards: ShardWriter,
@@ -357,10 +328,10 @@ pub(crate) struct Packer {
     /// Rows in the writer before the first run of this command (an extended pack's).
     rows_before: u64,
     skipped: Vec<(String, String)>,
-    findings: Findings,
+    findings: Tally,
     in_pack: HashMap<Fingerprint, u32>,
-    /// Runs written by this command: fingerprint → (id, sidecar path).
-    written: HashMap<Fingerprint, (u32, String)>,
+    /// Runs written by this command, by fingerprint.
+    written: Duplicates,
     /// Runs skipped because the pack already holds their content: (sidecar path, run id).
     already_packed: Vec<(String, u32)>,
 }
@@ -378,12 +349,12 @@ impl Packer {
             next_run_id: start.next_run_id,
             rows_before,
             skipped: Vec::new(),
-            findings: Findings {
+            findings: Tally {
                 counts: start.finding_counts,
                 examples: Vec::new(),
             },
             in_pack: start.in_pack,
-            written: HashMap::new(),
+            written: Duplicates::default(),
             already_packed: Vec::new(),
         }
     }
@@ -405,16 +376,11 @@ impl Packer {
             return Ok(());
         }
         let earlier = self.written.get(&parsed.fingerprint).cloned();
-        if let Some((id, earlier_path)) = &earlier
+        if let Some(kept) = &earlier
             && self.dedupe
         {
-            let reason = format!(
-                "duplicate of run {id} ({earlier_path}): same content, fingerprint {}",
-                parsed.fingerprint.short()
-            );
-            self.db.insert_skipped(&path, &reason)?;
-            self.skipped.push((path, reason));
-            return Ok(());
+            let reason = format!("duplicate: {}", duplicate_detail(kept, &parsed.fingerprint));
+            return self.skip(path, reason);
         }
         let run = match self.assign_valuations(src, parsed.run) {
             Ok(run) => run,
@@ -422,24 +388,18 @@ impl Packer {
         };
         let run_id = self.write_run(src, run, parsed.fingerprint)?;
         match earlier {
-            Some((id, earlier_path)) => {
-                let detail = format!(
-                    "same content as run {id} ({earlier_path}), fingerprint {}",
-                    parsed.fingerprint.short()
-                );
+            Some(kept) => {
                 let example = FindingRecord {
                     kind: DUPLICATE_RUN.into(),
                     run_id: Some(run_id),
                     source_path: path,
                     line: None,
                     step_index: None,
-                    detail,
+                    detail: duplicate_detail(&kept, &parsed.fingerprint),
                 };
                 self.findings.add(DUPLICATE_RUN, 1, [example]);
             }
-            None => {
-                self.written.insert(parsed.fingerprint, (run_id, path));
-            }
+            None => self.written.insert(parsed.fingerprint, (run_id, path)),
         }
         Ok(())
     }
@@ -668,7 +628,7 @@ pub(crate) struct Packed {
     pub next_run_id: u32,
     pub shards: Vec<ShardRecord>,
     pub skipped: Vec<(String, String)>,
-    pub findings: Findings,
+    pub findings: Tally,
     pub already_packed: Vec<(String, u32)>,
 }
 
@@ -708,7 +668,7 @@ pub(crate) struct Summary {
     pub rows: u64,
     pub shards: Vec<ShardRecord>,
     pub skipped: Vec<(String, String)>,
-    pub findings: Findings,
+    pub findings: Tally,
     pub compressed_bytes: u64,
 }
 

@@ -19,6 +19,7 @@ use serde_json::json;
 
 use crate::UsageError;
 use crate::cmd::validate;
+use crate::fingerprints;
 use crate::format::metadata::{self, MetadataWriter, PackFacts, RunRecord};
 use crate::format::row::ROW_BYTES;
 use crate::pack_dir::{OutputDir, write_valuations};
@@ -203,7 +204,7 @@ pub fn run(args: &ShuffleArgs) -> Result<()> {
     };
     let rows = gather(&plan, &mut progress, &work, &staging, args)?;
     let quality = measure_dispersion(&staging, &input_conn)?;
-    write_metadata(&staging, &input_conn, args, &plan, &quality, rows)?;
+    write_metadata(&staging, &input_conn, &shards, args, &plan, &quality, rows)?;
     write_valuations(&staging, &pack_reader::read_valuations(&args.input)?)?;
     out.publish()?;
     std::fs::remove_dir_all(&work).with_context(|| format!("removing {}", work.display()))?;
@@ -551,6 +552,7 @@ fn measure_dispersion(staging: &Path, input: &rusqlite::Connection) -> Result<Qu
 fn write_metadata(
     staging: &Path,
     input: &rusqlite::Connection,
+    input_shards: &[Shard],
     args: &ShuffleArgs,
     plan: &Plan,
     quality: &Quality,
@@ -565,7 +567,18 @@ fn write_metadata(
     }
     let db = MetadataWriter::create(&db_path)?;
     let runs = metadata::read_runs(input)?;
-    let details = metadata::read_run_details(input)?;
+    let mut details = metadata::read_run_details(input)?;
+    let input_shuffled = metadata::session_value(input, "shuffled")?.as_deref() == Some("true");
+    if fingerprints::recorded(&runs, &details).is_none() && !input_shuffled {
+        let valuations = pack_reader::read_valuations(&args.input)?;
+        let workers = args
+            .workers
+            .map_or_else(crate::default_workers, |w| w as usize);
+        let computed = fingerprints::compute(input_shards, &runs, &valuations, workers)?;
+        for (run, fp) in runs.iter().zip(computed) {
+            details.entry(run.id).or_default().fingerprint = Some(fp.to_string());
+        }
+    }
     for r in &runs {
         db.insert_run(&RunRecord {
             run_id: r.id as u32,
@@ -577,7 +590,7 @@ fn write_metadata(
             first_row: None,
         })?;
     }
-    metadata::copy_findings(&db, input, &|id| id)?;
+    metadata::copy_findings(&db, input, &|id| Some(id), &[])?;
     for shard in &records {
         db.insert_shard(shard)?;
     }

@@ -12,7 +12,10 @@ use anyhow::Result;
 use clap::Args;
 use serde_json::json;
 
+use crate::findings;
+use crate::fingerprints;
 use crate::format::board::{self, LineTables};
+use crate::format::fingerprint::Fingerprint;
 use crate::format::metadata::{self, RowLocation};
 use crate::format::row::{ROW_BYTES, StepRow, padding_is_zero};
 use crate::format::valuation;
@@ -700,6 +703,8 @@ pub fn check(dir: &Path, options: &Options) -> Result<Report> {
             None => Check::skipped("run index", "no run index recorded"),
             Some(index) => check_run_index(&index, &runs, &aggs, &shard_first_global, total_rows),
         });
+        let recompute = (deep && !shuffled).then_some((&shards[..], workers));
+        checks.push(check_fingerprints(dir, conn, recompute, shuffled)?);
     }
 
     Ok(Report {
@@ -712,6 +717,80 @@ pub fn check(dir: &Path, options: &Options) -> Result<Report> {
         bytes: total_bytes,
         deep,
     })
+}
+
+/// Every run has a well-formed fingerprint, the recorded `duplicate_run` count matches the
+/// runs that share an earlier run's fingerprint, and (with `recompute`: `--deep` on a pack in
+/// run order) each fingerprint equals the one computed from the run's rows.
+fn check_fingerprints(
+    dir: &Path,
+    conn: &rusqlite::Connection,
+    recompute: Option<(&[Shard], usize)>,
+    shuffled: bool,
+) -> Result<Check> {
+    const NAME: &str = "run fingerprints";
+    let runs = metadata::read_runs(conn)?;
+    let details = metadata::read_run_details(conn)?;
+    if !details.values().any(|d| d.fingerprint.is_some()) && !runs.is_empty() {
+        return Ok(Check::skipped(
+            NAME,
+            "no fingerprints recorded (a pack from before fingerprints, or from another tool); merge or pack --update computes them",
+        ));
+    }
+    let mut check = Check::new(NAME);
+    let mut seen = std::collections::HashSet::new();
+    let mut duplicates = 0u64;
+    for run in &runs {
+        match details.get(&run.id).and_then(|d| d.fingerprint.as_deref()) {
+            None => check.fail(|| format!("run {}: no fingerprint recorded", run.id)),
+            Some(text) => match Fingerprint::from_hex(text) {
+                None => check.fail(|| {
+                    format!(
+                        "run {}: fingerprint {text:?} is not 32 lowercase hex digits",
+                        run.id
+                    )
+                }),
+                Some(fp) => duplicates += u64::from(!seen.insert(fp)),
+            },
+        }
+    }
+    let recorded: i64 = metadata::read_finding_counts(conn)?
+        .into_iter()
+        .find(|(k, _)| k == findings::DUPLICATE_RUN)
+        .map_or(0, |(_, n)| n);
+    if recorded != duplicates as i64 {
+        check.fail(|| {
+            format!(
+                "{duplicates} runs have the fingerprint of an earlier run, but finding_counts records {recorded} {}",
+                findings::DUPLICATE_RUN
+            )
+        });
+    }
+    match recompute {
+        _ if check.failures > 0 => {}
+        None if shuffled => {
+            check.note =
+                Some("not recomputed: the rows of a shuffled pack are not in run order".into())
+        }
+        None => check.note = Some("well formed; --deep also recomputes them from the rows".into()),
+        Some((shards, workers)) => {
+            let valuations = pack_reader::read_valuations(dir)?;
+            let computed = fingerprints::compute(shards, &runs, &valuations, workers)?;
+            for (run, fp) in runs.iter().zip(&computed) {
+                let stored = details.get(&run.id).and_then(|d| d.fingerprint());
+                if stored != Some(*fp) {
+                    check.fail(|| {
+                        format!(
+                            "run {}: fingerprint {} recorded, {fp} computed from its rows",
+                            run.id,
+                            stored.map_or("none".into(), |f| f.to_string())
+                        )
+                    });
+                }
+            }
+        }
+    }
+    Ok(check)
 }
 
 /// Recorded shard facts against the files; the CRCs too when the data was read (`data_crcs`).

@@ -124,7 +124,7 @@ impl SourcePack {
     }
 
     /// Global rows of the run at `slot` in an unshuffled pack, as `runs.steps` places them.
-    fn run_range(&self, slot: usize) -> std::ops::Range<u64> {
+    pub fn run_range(&self, slot: usize) -> std::ops::Range<u64> {
         self.run_first_row[slot]..self.run_first_row[slot + 1]
     }
 

@@ -7,8 +7,9 @@
 //! Findings: the examples of the selected runs are carried over (renumbered) and the counts are
 //! recomputed for the subset, from the rows (`illegal_move_played`, `ev_on_illegal_move`,
 //! `step_index_gap`) and from the runs (`num_moves_mismatch`, `empty_run`), the way `pack`
-//! counts them. Orphan rows files and skipped runs describe the source drop, not the subset,
-//! and are not carried.
+//! counts them. Duplicate runs are found anew among the selected runs, by their fingerprints
+//! (carried from the source, or computed from its rows when it recorded none). Orphan rows
+//! files and skipped runs describe the source drop, not the subset, and are not carried.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -16,6 +17,11 @@ use std::path::Path;
 use anyhow::Result;
 
 use super::{RowCounts, Selection, SourcePack, tally};
+use crate::findings::{
+    DUPLICATE_RUN, Duplicates, RECOUNTABLE, RowFindings, Tally, duplicate_detail,
+};
+use crate::fingerprints;
+use crate::format::fingerprint::Fingerprint;
 use crate::format::metadata::{self, FindingRecord, MetadataWriter, PackFacts, RunRecord};
 use crate::format::row::{ROW_BYTES, StepRow, remap_rows};
 use crate::pack_dir::{OutputDir, write_valuations};
@@ -37,6 +43,8 @@ pub struct PackOptions<'a> {
     pub quiet: bool,
     /// How the runs were chosen, recorded in `session`.
     pub selection_text: &'a str,
+    /// Threads for computing fingerprints a source did not record.
+    pub workers: usize,
 }
 
 pub fn write(
@@ -59,6 +67,7 @@ fn build(
     staging: &Path,
     opts: &PackOptions,
 ) -> Result<Written> {
+    let fingerprints = selected_fingerprints(source, selection, opts.workers)?;
     let mut writer = ShardWriter::new(staging, opts.shard_rows);
     let db = MetadataWriter::create(&staging.join(metadata::FILE_NAME))?;
     let mut starts = RunStarts::new((0..selection.len() as u32).collect());
@@ -98,12 +107,32 @@ fn build(
     let rows_written = writer.total_rows();
     let shards = writer.finish()?;
     let source_pack = source.canonical_path();
+    let mut duplicates = Duplicates::default();
+    let mut duplicate_findings = Tally::default();
     for (pos, &slot) in selection.slots.iter().enumerate() {
         let run = &source.runs[slot];
         let mut details = source.details.get(&run.id).cloned().unwrap_or_default();
         details.source_pack = Some(source_pack.clone());
         details.source_run_id = Some(run.id);
+        details.fingerprint = fingerprints[pos].map(|f| f.to_string());
         findings.run_level(details.num_moves, run.steps);
+        if let Some(fp) = fingerprints[pos] {
+            let name = details
+                .source_path
+                .clone()
+                .unwrap_or_else(|| format!("run {} of {source_pack}", run.id));
+            if let Some(kept) = duplicates.check(fp, (pos as u32, name.clone())) {
+                let example = FindingRecord {
+                    kind: DUPLICATE_RUN.into(),
+                    run_id: Some(pos as u32),
+                    source_path: name,
+                    line: None,
+                    step_index: None,
+                    detail: duplicate_detail(kept, &fp),
+                };
+                duplicate_findings.add(DUPLICATE_RUN, 1, [example]);
+            }
+        }
         db.insert_run(&RunRecord {
             run_id: pos as u32,
             seed: u32::try_from(run.seed)
@@ -118,7 +147,7 @@ fn build(
     for shard in &shards {
         db.insert_shard(shard)?;
     }
-    findings.write(&db, source, selection)?;
+    write_findings(findings, duplicate_findings, &db, source, selection)?;
     db.set_pack_facts(&PackFacts {
         command: "export",
         shard_rows: opts.shard_rows,
@@ -148,86 +177,85 @@ fn build(
     })
 }
 
-/// Finding counts of the subset, recomputed as `pack` counts them.
-struct RowFindings {
-    counts: BTreeMap<&'static str, u64>,
-    /// Previous step_index per output position (gaps are only counted in run order).
-    prev_step: Vec<Option<u32>>,
-    in_order: bool,
+/// The fingerprint of each selected run (by output position): recorded by the source, or
+/// computed from its rows when it recorded none; None only for a shuffled source that
+/// recorded none (its runs cannot be read in step order).
+fn selected_fingerprints(
+    source: &SourcePack,
+    selection: &Selection,
+    workers: usize,
+) -> Result<Vec<Option<Fingerprint>>> {
+    let recorded: Vec<Option<Fingerprint>> = selection
+        .slots
+        .iter()
+        .map(|&slot| {
+            let id = source.runs[slot].id;
+            source.details.get(&id).and_then(|d| d.fingerprint())
+        })
+        .collect();
+    if recorded.iter().all(Option::is_some) {
+        return Ok(recorded);
+    }
+    if source.shuffled {
+        log::warn!(
+            "{} records no run fingerprints and is shuffled: the exported runs get none",
+            source.dir.display()
+        );
+        return Ok(recorded);
+    }
+    let jobs: Vec<_> = selection
+        .slots
+        .iter()
+        .map(|&slot| (&source.runs[slot], source.run_range(slot)))
+        .collect();
+    let computed =
+        fingerprints::compute_ranges(&source.shards, &jobs, &source.valuations, workers)?;
+    Ok(computed.into_iter().map(Some).collect())
 }
 
-impl RowFindings {
-    fn new(runs: usize, in_order: bool) -> RowFindings {
-        RowFindings {
-            counts: BTreeMap::new(),
-            prev_step: vec![None; runs],
-            in_order,
+/// Writes the recounted findings of the subset, its duplicate runs, and the source's examples
+/// for the selected runs, renumbered. Kinds not recounted (step gaps in a shuffled source,
+/// kinds of other tools) are counted by their carried examples.
+fn write_findings(
+    findings: RowFindings,
+    duplicates: Tally,
+    db: &MetadataWriter,
+    source: &SourcePack,
+    sel: &Selection,
+) -> Result<()> {
+    let mut recounted: Vec<&str> = RECOUNTABLE
+        .iter()
+        .copied()
+        .filter(|k| *k != "step_index_gap" || findings.in_order())
+        .collect();
+    recounted.push(DUPLICATE_RUN);
+    let mut extra: BTreeMap<String, u64> = BTreeMap::new();
+    for f in metadata::read_findings(&source.db()?)? {
+        let Some(pos) = f.run_id.and_then(|id| sel.position(id).ok().flatten()) else {
+            continue;
+        };
+        if f.kind == DUPLICATE_RUN {
+            continue;
         }
+        if !recounted.contains(&f.kind.as_str()) {
+            *extra.entry(f.kind.clone()).or_default() += 1;
+        }
+        db.insert_finding(&FindingRecord {
+            run_id: Some(pos),
+            ..f
+        })?;
     }
-
-    fn add(&mut self, kind: &'static str, n: u64) {
-        if n > 0 {
-            *self.counts.entry(kind).or_default() += n;
-        }
+    for (kind, n) in &findings.counts {
+        db.set_finding_count(kind, *n)?;
     }
-
-    fn observe(&mut self, pos: u32, r: &StepRow) {
-        let legal = r.ev_legal;
-        self.add(
-            "illegal_move_played",
-            u64::from(r.move_dir < 4 && legal & (1 << r.move_dir) == 0),
-        );
-        let evs_on_illegal = (0..4)
-            .filter(|&k| r.branch_evs[k] != 0.0 && legal & (1 << k) == 0)
-            .count();
-        self.add("ev_on_illegal_move", evs_on_illegal as u64);
-        if self.in_order {
-            let prev = self.prev_step[pos as usize].replace(r.step_index);
-            let gap = prev.is_some_and(|p| u64::from(r.step_index) != u64::from(p) + 1);
-            self.add("step_index_gap", u64::from(gap));
-        }
+    for (kind, n) in &extra {
+        db.set_finding_count(kind, *n)?;
     }
-
-    fn run_level(&mut self, num_moves: Option<i64>, steps: i64) {
-        self.add(
-            "num_moves_mismatch",
-            u64::from(num_moves.is_some_and(|n| n != steps)),
-        );
-        self.add("empty_run", u64::from(steps == 0));
+    for (kind, n) in &duplicates.counts {
+        db.set_finding_count(kind, *n)?;
     }
-
-    /// Writes the counts and the source's examples for the selected runs, renumbered. Kinds
-    /// not recounted here (step gaps in a shuffled source, kinds of other tools) are counted
-    /// by their carried examples.
-    fn write(self, db: &MetadataWriter, source: &SourcePack, sel: &Selection) -> Result<()> {
-        let mut recounted: Vec<&str> = vec![
-            "illegal_move_played",
-            "ev_on_illegal_move",
-            "num_moves_mismatch",
-            "empty_run",
-        ];
-        if self.in_order {
-            recounted.push("step_index_gap");
-        }
-        let mut extra: BTreeMap<String, u64> = BTreeMap::new();
-        for f in metadata::read_findings(&source.db()?)? {
-            let Some(pos) = f.run_id.and_then(|id| sel.position(id).ok().flatten()) else {
-                continue;
-            };
-            if !recounted.contains(&f.kind.as_str()) {
-                *extra.entry(f.kind.clone()).or_default() += 1;
-            }
-            db.insert_finding(&FindingRecord {
-                run_id: Some(pos),
-                ..f
-            })?;
-        }
-        for (kind, n) in &self.counts {
-            db.set_finding_count(kind, *n)?;
-        }
-        for (kind, n) in &extra {
-            db.set_finding_count(kind, *n)?;
-        }
-        Ok(())
+    for example in &duplicates.examples {
+        db.insert_finding(example)?;
     }
+    Ok(())
 }

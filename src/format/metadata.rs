@@ -384,14 +384,22 @@ impl MetadataWriter {
         Ok(())
     }
 
-    /// Adds to a finding count (merges sum the counts of their inputs).
-    pub fn add_finding_count(&self, kind: &str, count: u64) -> Result<()> {
+    /// Adds to a finding count (merges sum the counts of their inputs, and take off those of
+    /// runs they leave out).
+    pub fn add_finding_count(&self, kind: &str, count: i64) -> Result<()> {
         self.conn
             .prepare_cached(
                 "INSERT INTO finding_counts (kind, count) VALUES (?1, ?2)
                  ON CONFLICT(kind) DO UPDATE SET count = count + excluded.count",
             )?
-            .execute(params![kind, count as i64])?;
+            .execute(params![kind, count])?;
+        Ok(())
+    }
+
+    /// Removes finding counts that came to zero.
+    pub fn drop_empty_finding_counts(&self) -> Result<()> {
+        self.conn
+            .execute("DELETE FROM finding_counts WHERE count <= 0", [])?;
         Ok(())
     }
 }
@@ -706,20 +714,32 @@ pub fn read_findings(conn: &Connection) -> Result<Vec<FindingRecord>> {
 }
 
 /// Copies the findings, skipped runs and orphans of a source pack into a new one, with run ids
-/// renumbered by `new_id` (merge, shuffle and export carry them over).
+/// renumbered by `new_id` (merge, shuffle and export carry them over); examples of runs
+/// `new_id` leaves out (None) are dropped. Kinds in `recomputed` are left for the caller,
+/// which finds them anew.
 pub fn copy_findings(
     db: &MetadataWriter,
     src: &Connection,
-    new_id: &dyn Fn(u32) -> u32,
+    new_id: &dyn Fn(u32) -> Option<u32>,
+    recomputed: &[&str],
 ) -> Result<()> {
     for (kind, count) in read_finding_counts(src)? {
-        db.add_finding_count(&kind, count as u64)?;
+        if !recomputed.contains(&kind.as_str()) {
+            db.add_finding_count(&kind, count)?;
+        }
     }
     for f in read_findings(src)? {
-        db.insert_finding(&FindingRecord {
-            run_id: f.run_id.map(new_id),
-            ..f
-        })?;
+        if recomputed.contains(&f.kind.as_str()) {
+            continue;
+        }
+        let run_id = match f.run_id {
+            None => None,
+            Some(old) => match new_id(old) {
+                Some(new) => Some(new),
+                None => continue,
+            },
+        };
+        db.insert_finding(&FindingRecord { run_id, ..f })?;
     }
     for (path, reason) in read_skipped(src)? {
         db.insert_skipped(&path, &reason)?;

@@ -19,7 +19,9 @@ pack written by the tool against it with real NumPy (np.load) and sqlite3:
   * valuation_types.json;
   * metadata.db: runs / session schema and contents, plus the tool's extra
     tables run_details, run_index, shards (with CRC-32C of every shard file)
-    and skipped_runs (with --skip-invalid-expected).
+    and skipped_runs (with --skip-invalid-expected);
+  * every run's fingerprint (XXH3-128 of the canonical bytes docs/format.md
+    defines, hashed here with the `xxhash` package) and the duplicate_run count.
 
 Prints "OK: R runs, N rows, S shards" and exits 0 when everything matches;
 otherwise prints every problem found (field mismatches capped at 20) and exits 1.
@@ -1014,6 +1016,73 @@ def check_db(pack, runs, invalid, orphans, shards, got, skip_expected, rep):
 # main
 # ---------------------------------------------------------------------------
 
+# ---------------------------------------------------------------------------
+# Run fingerprints, as docs/format.md defines them, from the oracle's own rows.
+# ---------------------------------------------------------------------------
+
+FINGERPRINT_TAG = b"dataset-packer run fingerprint v1\n"
+STANDARD_VALUATIONS = ("search", "tuple11", "tuple10")
+
+
+def expected_fingerprint(run, run_rows, valuations):
+    """XXH3-128 of the tag, the runs facts, the canonical rows and the extra names."""
+    import struct
+
+    import xxhash
+
+    canonical = {}
+    extra = []
+    # Work on the raw 48-byte records: a structured copy would leave the padding undefined.
+    rows = np.frombuffer(run_rows.tobytes(), np.uint8).reshape(-1, 48).copy()
+    for i, vid in enumerate(run_rows["valuation_type"]):
+        name = valuations[int(vid)]
+        if name not in canonical:
+            if name in STANDARD_VALUATIONS:
+                canonical[name] = STANDARD_VALUATIONS.index(name)
+            else:
+                extra.append(name)
+                canonical[name] = len(STANDARD_VALUATIONS) + len(extra) - 1
+        rows[i, 23] = canonical[name]
+    rows[:, 0:4] = 0
+    sc = run.sidecar
+    h = xxhash.xxh3_128()
+    h.update(FINGERPRINT_TAG)
+    h.update(struct.pack("<qQqq", sc["seed"], len(run_rows), sc["score"], sc["max_tile"]))
+    h.update(rows.tobytes())
+    for name in extra:
+        b = name.encode("utf-8")
+        h.update(struct.pack("<I", len(b)) + b)
+    h.update(struct.pack("<I", len(extra)))
+    return h.hexdigest()
+
+
+def check_fingerprints(pack, runs, exp, valuations, rep):
+    con = sqlite3.connect(f"file:{os.path.join(pack, 'metadata.db')}?mode=ro", uri=True)
+    try:
+        got = dict(con.execute("SELECT run_id, fingerprint FROM run_details").fetchall())
+        dup_count = con.execute(
+            "SELECT count FROM finding_counts WHERE kind = 'duplicate_run'").fetchone()
+    finally:
+        con.close()
+    start = 0
+    seen = set()
+    duplicates = 0
+    bad = 0
+    for run in runs:
+        n = len(run.rows)
+        want = expected_fingerprint(run, exp[start:start + n], valuations)
+        start += n
+        duplicates += want in seen
+        seen.add(want)
+        have = got.get(run.run_id)
+        if have != want and bad < MAX_MISMATCH_PRINTS:
+            bad += 1
+            rep.error(f"run_details.fingerprint of run {run.run_id} is {have!r}, expected {want}")
+    recorded = dup_count[0] if dup_count else 0
+    rep.check(recorded == duplicates,
+              f"finding_counts duplicate_run is {recorded}, the oracle finds {duplicates} duplicate runs")
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description="Check a dataset-packer pack against its raw drop.")
     ap.add_argument("--raw", required=True, help="raw drop directory the pack was made from")
@@ -1061,6 +1130,7 @@ def main(argv=None):
 
     try:
         check_db(args.pack, runs, invalid, orphans, shards, got, args.skip_invalid_expected, rep)
+        check_fingerprints(args.pack, runs, exp, valuations, rep)
     except sqlite3.Error as e:
         rep.error(f"metadata.db: {e}")
 
