@@ -70,17 +70,12 @@ pub fn run(args: &PackArgs, started: Instant) -> Result<()> {
     }
 
     let staging = out.begin_staging()?;
-    let extended = extend(args, &existing, &found, &sorted, &staging)?;
-    let report = match extended {
-        Some(report) => {
-            out.publish_keeping(&report.kept_shards)?;
-            report
-        }
-        None => {
-            drop(out); // removes the staging folder: the pack stays as it was
-            Report::nothing_new(&existing, &sorted)
-        }
-    };
+    let report = extend(args, &existing, &found, &sorted, &staging)?;
+    if report.publish {
+        out.publish_keeping(&report.kept_shards)?;
+    } else {
+        drop(out); // removes the staging folder: the pack stays as it was
+    }
     report.print(args, started.elapsed().as_secs_f64());
     Ok(())
 }
@@ -276,15 +271,15 @@ fn orphan_paths(found: &Discovery) -> Vec<String> {
     found.orphans.iter().map(|p| rel_string(p)).collect()
 }
 
-/// Writes the extended pack into `staging`; None when nothing new was packed and the
-/// metadata would not change (then nothing is published).
+/// Writes the extended pack into `staging`. When nothing new was packed and the metadata would
+/// not change, the report says not to publish it.
 fn extend(
     args: &PackArgs,
     existing: &Existing,
     found: &Discovery,
     sorted: &Sorted,
     staging: &Path,
-) -> Result<Option<Report>> {
+) -> Result<Report> {
     let workers = args.workers();
     let started = Instant::now();
     let (fingerprints, computed) = fingerprints::of_pack(
@@ -340,7 +335,10 @@ fn extend(
         .iter()
         .all(|(p, r)| existing.skipped.get(p) == Some(r));
     if nothing_new && skips_known && !computed && existing.orphans == orphan_paths(found) {
-        return Ok(None);
+        return Ok(Report {
+            already_packed: packed.already_packed,
+            ..Report::nothing_new(existing, sorted)
+        });
     }
 
     let total_runs = u64::from(packed.next_run_id);
@@ -370,7 +368,8 @@ fn extend(
             kept_shards.push(s.file_name.clone());
         }
     }
-    Ok(Some(Report {
+    Ok(Report {
+        publish: true,
         kept_shards,
         rewritten: if nothing_new {
             Vec::new()
@@ -391,7 +390,7 @@ fn extend(
         total_runs,
         total_rows,
         summary,
-    }))
+    })
 }
 
 /// Copies the rows of the shard being rewritten into the writer, checking them against the
@@ -451,6 +450,8 @@ fn update_history(
 
 /// What an update did, for the user.
 struct Report {
+    /// Whether there is anything to publish.
+    publish: bool,
     /// Shards of the old pack that stay in place.
     kept_shards: Vec<String>,
     rewritten: Vec<String>,
@@ -465,6 +466,7 @@ struct Report {
 impl Report {
     fn nothing_new(existing: &Existing, sorted: &Sorted) -> Report {
         Report {
+            publish: false,
             kept_shards: Vec::new(),
             rewritten: Vec::new(),
             added: Vec::new(),

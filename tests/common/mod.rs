@@ -201,3 +201,13 @@ pub fn make_legacy_shard(path: &Path) {
     }
     std::fs::write(path, out).unwrap();
 }
+
+/// The text of a gzip file (every member).
+pub fn read_gz(path: &Path) -> String {
+    use std::io::Read;
+    let mut text = String::new();
+    flate2::read::MultiGzDecoder::new(std::fs::File::open(path).unwrap())
+        .read_to_string(&mut text)
+        .unwrap();
+    text
+}
