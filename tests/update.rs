@@ -94,8 +94,11 @@ fn update(input: &Path, pack: &Path, extra: &[&str]) -> Value {
     serde_json::from_str(&run_ok(&args)).unwrap()
 }
 
-/// Shards, valuation_types.json and the runs table: what the update contract compares.
-fn contract(pack: &Path) -> (Vec<(String, Vec<u8>)>, Vec<(i64, i64, i64, i64, i64)>) {
+/// Shards and valuation_types.json byte for byte, and the runs table.
+type Contract = (Vec<(String, Vec<u8>)>, Vec<(i64, i64, i64, i64, i64)>);
+
+/// What the update contract compares.
+fn contract(pack: &Path) -> Contract {
     (pack_bytes(pack), runs_table(pack))
 }
 
