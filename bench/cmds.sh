@@ -409,3 +409,81 @@ bench_export() {
   fi
   CMD_SECTIONS+=("$sec")
 }
+
+# ------------------------------------------------------------------ pack --update (issue 10)
+# A drop of symlinks: d6_bench -> the 4M corpus's games (200 runs), packed with --shard-rows
+# 250000; then d6_new -> 10 more games (5%, bench_corpus --seed 10), and three measurements in
+# the same run: a full pack of the union (the reference), `pack --update` of a copy of the base
+# pack, and a second `--update` with nothing new. The same update of a base twice as large
+# (corpus-8m's 400 runs) must take no longer.
+UPDATE_SHARD_ROWS=250000
+bench_update() {
+  need_cmd update pack || return 0
+  local new="$BENCH_DIR/update-new-10" c8
+  c8=$(corpus_dir 8m)
+  prepare update-new "$CORPUS_GEN" --out "$new" --runs 10 --rows-per-run "$ROWS_PER_RUN" --seed 10 \
+    --threads "$BENCH_GEN_THREADS" --layout "$BENCH_LAYOUT" ||
+    { mode_failed update "generating the 10 new runs failed"; return 0; }
+  prepare corpus-8m "$CORPUS_GEN" --out "$c8" --runs 400 --rows-per-run "$ROWS_PER_RUN" \
+    --threads "$BENCH_GEN_THREADS" --layout "$BENCH_LAYOUT" ||
+    { mode_failed update "generating corpus-8m failed"; return 0; }
+  local sec="" fmt="%-28s %10s %9s %9s %10s %5s\n" size
+  sec+="== pack --update (issue 10): base packed with --shard-rows $UPDATE_SHARD_ROWS, update adds a folder of 10 runs (5% of 4M), page cache warm"$'\n'
+  sec+=$'\n'"$(printf "$fmt" what rows wall_s peak_MiB vs_full exit)"$'\n'
+  local full4="" upd4="" again4="" upd8="" rss_full="" rss_upd=""
+  for size in 4m 8m; do
+    local drop="$BENCH_DIR/update-drop-$size" base="$BENCH_DIR/update-base-$size"
+    local out="$BENCH_DIR/update-pack-$size" full="$BENCH_DIR/update-full-$size" corpus
+    corpus=$(corpus_dir "$size")
+    rm -rf "$drop" && mkdir -p "$drop"
+    ln -s "$(realpath "$corpus")/d6_bench" "$drop/d6_bench"
+    warm "$corpus"
+    prepare "update-base-$size" "$PACKER" pack --input "$drop" --output "$base" --shard-rows "$UPDATE_SHARD_ROWS" \
+      --workers "$BENCH_THREADS" --overwrite --quiet ||
+      { mode_failed update "packing the base failed"; return 0; }
+    ln -s "$(realpath "$new")/d6_bench" "$drop/d6_new"
+    warm "$drop"
+    if [[ $size == 4m ]]; then
+      prep_full() { rm -rf "$full"; warm "$drop"; }
+      measure "update-full-$size" prep_full -- "$PACKER" pack --input "$drop" --output "$full" \
+        --shard-rows "$UPDATE_SHARD_ROWS" --workers "$BENCH_THREADS" --quiet
+      full4=$M_WALL rss_full=$M_RSS
+      # shellcheck disable=SC2059
+      sec+="$(printf "$fmt" "full pack of the union (4M)" "$(pack_rows "$full")" "${M_WALL:-n/a}" "$M_RSS" "100%" "$M_RC")"$'\n'
+      sec+="  command: $M_CMD"$'\n'
+    fi
+    prep_update() { rm -rf "$out"; cp -a "$base" "$out"; sync; warm "$drop"; warm_pack "$out"; }
+    measure "update-$size" prep_update -- "$PACKER" pack --input "$drop" --output "$out" --update \
+      --workers "$BENCH_THREADS" --quiet
+    local rc=$M_RC
+    if [[ $size == 4m ]]; then upd4=$M_WALL rss_upd=$M_RSS; else upd8=$M_WALL; fi
+    # shellcheck disable=SC2059
+    sec+="$(printf "$fmt" "update, base of $size rows" "$(pack_rows "$out")" "${M_WALL:-n/a}" "$M_RSS" \
+      "$(calc %.1f "100 * ${M_WALL:-0} / ${full4:-1}")%" "$rc")"$'\n'
+    sec+="  command: $M_CMD"$'\n'
+    if [[ $size == 4m ]]; then
+      if [[ $rc == 0 ]] && ! cmp -s <(shard_files "$out" | xargs cat) <(shard_files "$full" | xargs cat); then
+        sec+="  WARNING: the updated pack's shards differ from the full pack's"$'\n'
+        status=1
+      fi
+      prep_again() { warm "$drop"; }
+      measure "update-again-$size" prep_again -- "$PACKER" pack --input "$drop" --output "$out" --update \
+        --workers "$BENCH_THREADS" --quiet
+      again4=$M_WALL
+      # shellcheck disable=SC2059
+      sec+="$(printf "$fmt" "second update, nothing new" "$(pack_rows "$out")" "${M_WALL:-n/a}" "$M_RSS" \
+        "$(calc %.1f "100 * ${M_WALL:-0} / ${full4:-1}")%" "$M_RC")"$'\n'
+    fi
+  done
+  sec+=$'\n'
+  if [[ -z "$full4" || -z "$upd4" || -z "$again4" || -z "$upd8" ]]; then
+    sec+="goal pack --update: a measurement failed (see $BENCH_DIR/logs) -> FAIL"$'\n'
+    status=1
+  else
+    sec+="goal update <= 15% of a full pack of the union: $(calc %.1f "100 * $upd4 / $full4")% -> $(verdict "$upd4 <= 0.15 * $full4")"$'\n'
+    sec+="goal update of a base twice as large takes no longer: $upd8 s vs $upd4 s -> $(verdict "$upd8 <= 1.15 * $upd4") (15% allowed for noise)"$'\n'
+    sec+="goal second update (nothing new) <= 2% of a full pack: $(calc %.1f "100 * $again4 / $full4")% -> $(verdict "$again4 <= 0.02 * $full4")"$'\n'
+    [[ $rss_upd == n/a ]] || sec+="peak RSS: update $rss_upd MiB, full pack $rss_full MiB"$'\n'
+  fi
+  CMD_SECTIONS+=("$sec")
+}
