@@ -5,6 +5,7 @@
 //! module per subcommand; the rest is machinery shared between commands.
 
 pub mod cmd;
+pub mod companions;
 pub mod crc;
 pub mod export;
 pub mod findings;

@@ -33,6 +33,10 @@ enum Command {
     Show(cmd::show::ShowArgs),
     /// Export runs of a pack as JSONL (raw format), Parquet, or a new smaller pack.
     Export(cmd::export::ExportArgs),
+    /// Add a companion array (embeddings, annotations…) aligned row by row with a pack.
+    Attach(cmd::attach::AttachArgs),
+    /// Remove a companion array family from a pack.
+    Detach(cmd::detach::DetachArgs),
 }
 
 fn main() -> ExitCode {
@@ -52,6 +56,8 @@ fn main() -> ExitCode {
         Command::Stats(args) => cmd::stats::run(args).map(|()| true),
         Command::Show(args) => cmd::show::run(args).map(|()| true),
         Command::Export(args) => cmd::export::run(args).map(|()| true),
+        Command::Attach(args) => cmd::attach::run(args).map(|()| true),
+        Command::Detach(args) => cmd::detach::run(args).map(|()| true),
     };
     match result {
         Ok(true) => ExitCode::SUCCESS,

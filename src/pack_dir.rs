@@ -20,6 +20,8 @@ use crate::format::{metadata, valuation};
 const STAGING: &str = ".dataset-packer-staging";
 const COMPLETE: &str = ".complete";
 const OLD: &str = ".old";
+/// Manifest lines naming a file the publish removes start with this.
+const RETIRED: &str = "-";
 
 /// fsyncs one file.
 pub fn sync_file(path: &Path) -> Result<()> {
@@ -110,6 +112,30 @@ impl OutputDir {
     /// Like [`OutputDir::open`]; with `resume`, an unfinished staging folder is kept for the
     /// caller to continue from instead of being deleted.
     pub fn open_with(dir: &Path, overwrite: bool, resume: bool) -> Result<OutputDir> {
+        let out = OutputDir::lock_and_recover(dir, resume)?;
+        let companions = crate::companions::Scan::all_files(dir)?;
+        if !companions.is_empty() {
+            bail!(
+                "{} holds {} next to the pack: arrays aligned row by row with it (companions), which a new pack there would orphan; move {} away, or `dataset-packer detach` the family, first",
+                dir.display(),
+                list_names(&companions),
+                if companions.len() == 1 { "it" } else { "them" }
+            );
+        }
+        let existing = pack_files_in(dir)?;
+        if !existing.is_empty() && !overwrite {
+            bail!(
+                "{} already holds a pack ({}); pass --overwrite to replace it",
+                dir.display(),
+                existing.join(", ")
+            );
+        }
+        Ok(out)
+    }
+
+    /// Creates/locks `dir`, finishes or cleans what a killed run left behind, and refuses
+    /// stray shard look-alikes.
+    fn lock_and_recover(dir: &Path, resume: bool) -> Result<OutputDir> {
         let created = !dir.exists();
         fs::create_dir_all(dir)
             .with_context(|| format!("creating output folder {}", dir.display()))?;
@@ -137,22 +163,34 @@ impl OutputDir {
                 if stray.len() == 1 { "it" } else { "them" }
             );
         }
-        let existing = pack_files_in(dir)?;
-        if !existing.is_empty() && !overwrite {
+        Ok(out)
+    }
+
+    /// Locks the pack in `dir` and recovers from a killed run, for a command that changes the
+    /// pack in place (`attach`, `detach`); fails when `dir` holds no pack.
+    pub fn open_existing(dir: &Path) -> Result<OutputDir> {
+        crate::pack_reader::open_metadata(dir)?;
+        let out = OutputDir::lock_and_recover(dir, false)?;
+        if !dir.join(metadata::FILE_NAME).exists() {
             bail!(
-                "{} already holds a pack ({}); pass --overwrite to replace it",
+                "{} is not a pack: it has no {}",
                 dir.display(),
-                existing.join(", ")
+                metadata::FILE_NAME
             );
         }
         Ok(out)
+    }
+
+    /// The pack files in place (shards, `valuation_types.json`, `metadata.db`).
+    pub fn pack_files(&self) -> Result<Vec<String>> {
+        pack_files_in(&self.dir)
     }
 
     /// Creates/locks `dir` and recovers from a killed run like [`OutputDir::open`], for a
     /// command that extends the pack in it (`pack --update`); says whether it holds a pack.
     /// Pack files without a `metadata.db` (not a pack a loader would accept) are refused.
     pub fn open_for_update(dir: &Path) -> Result<(OutputDir, bool)> {
-        let out = OutputDir::open_with(dir, true, false)?;
+        let out = OutputDir::lock_and_recover(dir, false)?;
         let existing = pack_files_in(dir)?;
         let has_pack = existing.iter().any(|n| n == metadata::FILE_NAME);
         if !has_pack && !existing.is_empty() {
@@ -219,15 +257,21 @@ impl OutputDir {
 
     /// Publishes the finished pack in the staging folder (all files already fsynced).
     pub fn publish(self) -> Result<()> {
-        self.publish_keeping(&[])
+        self.publish_with(&[], &[])
     }
 
     /// Publishes the pack in the staging folder together with the files `kept` of the pack
     /// already in place (an extended pack: they are part of it and stay untouched); every
     /// other old pack file is replaced or removed.
-    pub fn publish_keeping(mut self, kept: &[String]) -> Result<()> {
+    pub fn publish_keeping(self, kept: &[String]) -> Result<()> {
+        self.publish_with(kept, &[])
+    }
+
+    /// Like [`OutputDir::publish_keeping`], and the files `retired` of the old pack (a
+    /// companion family detached) are removed with the old pack files, in the same commit.
+    pub fn publish_with(mut self, kept: &[String], retired: &[String]) -> Result<()> {
         let staging = self.staging_path();
-        let mut names = pack_files_in(&staging)?;
+        let mut names = staged_files(&staging)?;
         anyhow::ensure!(
             names.iter().any(|n| n == metadata::FILE_NAME),
             "staging has no metadata.db"
@@ -235,6 +279,7 @@ impl OutputDir {
         names.retain(|n| n != metadata::FILE_NAME && !kept.contains(n));
         names.extend(kept.iter().cloned());
         names.push(metadata::FILE_NAME.to_string());
+        names.extend(retired.iter().map(|r| format!("{RETIRED}{r}")));
         let manifest = staging.join(COMPLETE);
         fs::write(&manifest, names.join("\n") + "\n")?;
         File::open(&manifest)?.sync_all()?;
@@ -247,7 +292,16 @@ impl OutputDir {
     /// The idempotent publish steps; see the module doc.
     fn complete_publish(&self, staging: &Path) -> Result<()> {
         let manifest = fs::read_to_string(staging.join(COMPLETE))?;
-        let new_files: Vec<&str> = manifest.lines().filter(|l| !l.is_empty()).collect();
+        let lines: Vec<&str> = manifest.lines().filter(|l| !l.is_empty()).collect();
+        let new_files: Vec<&str> = lines
+            .iter()
+            .copied()
+            .filter(|l| !l.starts_with(RETIRED))
+            .collect();
+        let retired: Vec<&str> = lines
+            .iter()
+            .filter_map(|l| l.strip_prefix(RETIRED))
+            .collect();
         let old = staging.join(OLD);
         fs::create_dir_all(&old)?;
         let rename = |from: &Path, to: &Path| {
@@ -260,13 +314,18 @@ impl OutputDir {
         if staged(db) && self.dir.join(db).exists() {
             rename(&self.dir.join(db), &old.join(db))?;
         }
-        // 2. Move aside every other old pack file not yet replaced.
+        // 2. Move aside every other old pack file not yet replaced, and the retired files.
         for name in pack_files_in(&self.dir)? {
             if name == db && !staged(db) {
                 continue;
             }
             if !new_files.contains(&name.as_str()) || staged(&name) {
                 rename(&self.dir.join(&name), &old.join(&name))?;
+            }
+        }
+        for name in retired {
+            if self.dir.join(name).exists() {
+                rename(&self.dir.join(name), &old.join(name))?;
             }
         }
         // 3. Move the new files in, metadata.db last.
@@ -282,6 +341,29 @@ impl OutputDir {
         fs::remove_dir_all(staging).with_context(|| format!("removing {}", staging.display()))?;
         Ok(())
     }
+}
+
+/// `a, b, c` or `a, b, … (N files)` for messages.
+pub fn list_names(names: &[String]) -> String {
+    match names.len() {
+        0..=4 => names.join(", "),
+        n => format!("{}, … ({n} files)", names[..3].join(", ")),
+    }
+}
+
+/// The files a command staged for publishing: every visible file in the staging folder (its
+/// hidden bookkeeping left out).
+fn staged_files(staging: &Path) -> Result<Vec<String>> {
+    let mut names = Vec::new();
+    for entry in fs::read_dir(staging).with_context(|| format!("listing {}", staging.display()))? {
+        let entry = entry?;
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if !name.starts_with('.') && entry.file_type()?.is_file() {
+            names.push(name);
+        }
+    }
+    names.sort();
+    Ok(names)
 }
 
 #[cfg(test)]

@@ -20,9 +20,47 @@ pub const MAX_SHARDS: u64 = 100_000;
 
 /// File name of shard `index` (`shard_rows` None: the single `steps.npy`).
 pub fn shard_file_name(shard_rows: Option<u64>, index: u32) -> String {
+    file_name("steps", shard_rows, index)
+}
+
+/// File name of file `index` of a family (`steps`, or a companion array's name): `NAME.npy`
+/// when the pack is one file (`shard_rows` None), else `NAME-NNNNN.npy`.
+pub fn file_name(prefix: &str, shard_rows: Option<u64>, index: u32) -> String {
     match shard_rows {
-        None => "steps.npy".to_string(),
-        Some(_) => format!("steps-{index:05}.npy"),
+        None => format!("{prefix}.npy"),
+        Some(_) => format!("{prefix}-{index:05}.npy"),
+    }
+}
+
+/// What a writer's files hold: the pack's steps rows, or the rows of a companion array (any
+/// dtype and trailing shape, split into files exactly like the steps).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FileLayout {
+    /// File name prefix: `steps`, or the companion's name.
+    pub prefix: String,
+    /// The dtype's `descr` as the `.npy` header writes it.
+    pub descr: String,
+    /// The shape after the first axis.
+    pub trailing: Vec<u64>,
+    pub row_bytes: usize,
+}
+
+impl FileLayout {
+    /// The pack's own rows: `steps` files of 48-byte rows.
+    pub fn steps() -> FileLayout {
+        FileLayout {
+            prefix: "steps".into(),
+            descr: npy::STEP_ROW_DESCR.into(),
+            trailing: Vec::new(),
+            row_bytes: ROW_BYTES,
+        }
+    }
+
+    /// The `.npy` header of a file of `rows` rows (its length does not depend on `rows`).
+    pub fn header(&self, rows: u64) -> Vec<u8> {
+        let mut shape = vec![rows];
+        shape.extend_from_slice(&self.trailing);
+        npy::array_header(&self.descr, &shape)
     }
 }
 
@@ -40,6 +78,8 @@ pub struct WriterState {
 struct OpenShard {
     file: BufWriter<File>,
     path: PathBuf,
+    header_len: u64,
+    row_bytes: u64,
     rows: u64,
     data_crc: u32,
     /// Bytes of the file already handed to the kernel for writeback.
@@ -62,7 +102,7 @@ const BUFFER_BYTES: usize = 64 << 10;
 
 impl OpenShard {
     fn end_offset(&self) -> u64 {
-        npy::HEADER_LEN as u64 + self.rows * ROW_BYTES as u64
+        self.header_len + self.rows * self.row_bytes
     }
 
     /// Hands what is written but not yet handed over to the background writeback thread.
@@ -118,6 +158,11 @@ impl Flusher {
 pub struct ShardWriter {
     dir: PathBuf,
     shard_rows: Option<u64>,
+    /// Rows of each file, when they are given rather than `shard_rows` each (companion files
+    /// attached to an existing pack follow its shards).
+    sizes: Option<Vec<u64>>,
+    layout: FileLayout,
+    header_len: u64,
     current: Option<OpenShard>,
     next_index: u32,
     total_rows: u64,
@@ -129,15 +174,45 @@ pub struct ShardWriter {
 
 impl ShardWriter {
     pub fn new(dir: &Path, shard_rows: Option<u64>) -> ShardWriter {
+        ShardWriter::with_layout(dir, shard_rows, FileLayout::steps())
+    }
+
+    /// A writer of files of another layout (a companion array's), split like the steps.
+    pub fn with_layout(dir: &Path, shard_rows: Option<u64>, layout: FileLayout) -> ShardWriter {
         ShardWriter {
             dir: dir.to_path_buf(),
             shard_rows,
+            sizes: None,
+            header_len: layout.header(0).len() as u64,
+            layout,
             current: None,
             next_index: 0,
             total_rows: 0,
             written: Vec::new(),
             flusher: Flusher::start(),
             expected_rows: None,
+        }
+    }
+
+    /// A writer of files of `layout` holding `sizes[i]` rows each, named like the shards of a
+    /// pack of one file (`numbered` false) or of several: companion files for existing shards.
+    pub fn with_sizes(
+        dir: &Path,
+        layout: FileLayout,
+        sizes: Vec<u64>,
+        numbered: bool,
+    ) -> ShardWriter {
+        let name_as = numbered.then(|| sizes.first().copied().unwrap_or(1).max(1));
+        let mut w = ShardWriter::with_layout(dir, name_as, layout);
+        w.sizes = Some(sizes);
+        w
+    }
+
+    /// Rows file `index` holds at most (None: no limit).
+    fn limit(&self, index: u32) -> Option<u64> {
+        match &self.sizes {
+            Some(sizes) => Some(sizes.get(index as usize).copied().unwrap_or(0)),
+            None => self.shard_rows,
         }
     }
 
@@ -171,8 +246,8 @@ impl ShardWriter {
         };
         let rows = total
             .saturating_sub(self.total_rows)
-            .min(self.shard_rows.unwrap_or(u64::MAX));
-        let bytes = npy::HEADER_LEN as u64 + rows * ROW_BYTES as u64;
+            .min(self.limit(self.next_index).unwrap_or(u64::MAX));
+        let bytes = self.header_len + rows * self.layout.row_bytes as u64;
         use std::os::fd::AsRawFd;
         // SAFETY: a valid open fd; mode 0 allocates blocks and extends the size.
         let rc = unsafe { libc::fallocate(file.as_raw_fd(), 0, 0, bytes as libc::off_t) };
@@ -209,6 +284,18 @@ impl ShardWriter {
     /// size and CRC, the open shard's first rows must match the recorded CRC; the open shard is
     /// cut back to those rows (anything written after the snapshot is dropped) and appended to.
     pub fn resume(dir: &Path, shard_rows: Option<u64>, state: &WriterState) -> Result<ShardWriter> {
+        ShardWriter::resume_with_layout(dir, shard_rows, FileLayout::steps(), state)
+    }
+
+    /// [`ShardWriter::resume`] for files of another layout.
+    pub fn resume_with_layout(
+        dir: &Path,
+        shard_rows: Option<u64>,
+        layout: FileLayout,
+        state: &WriterState,
+    ) -> Result<ShardWriter> {
+        let header_len = layout.header(0).len() as u64;
+        let row_bytes = layout.row_bytes as u64;
         for done in &state.written {
             let path = dir.join(&done.file_name);
             let bytes =
@@ -223,15 +310,15 @@ impl ShardWriter {
         let current = match state.current_rows {
             None => None,
             Some(rows) => {
-                let path = dir.join(shard_file_name(shard_rows, state.next_index - 1));
+                let path = dir.join(file_name(&layout.prefix, shard_rows, state.next_index - 1));
                 let file = File::options()
                     .read(true)
                     .write(true)
                     .open(&path)
                     .with_context(|| format!("reopening {}", path.display()))?;
-                let data_len = rows * ROW_BYTES as u64;
+                let data_len = rows * row_bytes;
                 let mut data = vec![0u8; data_len as usize];
-                file.read_exact_at(&mut data, npy::HEADER_LEN as u64)
+                file.read_exact_at(&mut data, header_len)
                     .with_context(|| format!("reading {}", path.display()))?;
                 if crate::crc::crc32c(&data) != state.current_crc {
                     bail!(
@@ -239,13 +326,15 @@ impl ShardWriter {
                         path.display()
                     );
                 }
-                file.set_len(npy::HEADER_LEN as u64 + data_len)?;
+                file.set_len(header_len + data_len)?;
                 let mut file = BufWriter::with_capacity(BUFFER_BYTES, file);
                 std::io::Seek::seek(&mut file, std::io::SeekFrom::End(0))?;
-                let flushed_to = npy::HEADER_LEN as u64 + data_len;
+                let flushed_to = header_len + data_len;
                 Some(OpenShard {
                     file,
                     path,
+                    header_len,
+                    row_bytes,
                     rows,
                     data_crc: state.current_crc,
                     flushed_to,
@@ -255,6 +344,9 @@ impl ShardWriter {
         Ok(ShardWriter {
             dir: dir.to_path_buf(),
             shard_rows,
+            sizes: None,
+            layout,
+            header_len,
             current,
             next_index: state.next_index,
             total_rows: state.total_rows,
@@ -266,7 +358,8 @@ impl ShardWriter {
 
     /// Where the next row written will land.
     pub fn position(&self) -> RowLocation {
-        let (shard, row_offset) = match (&self.current, self.shard_rows) {
+        let limit = self.limit(self.next_index.saturating_sub(1));
+        let (shard, row_offset) = match (&self.current, limit) {
             (Some(s), Some(limit)) if s.rows == limit => (self.next_index, 0),
             (Some(s), _) => (self.next_index - 1, s.rows),
             (None, _) => (self.next_index, 0),
@@ -286,15 +379,25 @@ impl ShardWriter {
             ))
             .into());
         }
-        let name = shard_file_name(self.shard_rows, self.next_index);
+        if let Some(sizes) = &self.sizes {
+            anyhow::ensure!(
+                (self.next_index as usize) < sizes.len(),
+                "more rows than the {} files of {} hold",
+                sizes.len(),
+                self.layout.prefix
+            );
+        }
+        let name = file_name(&self.layout.prefix, self.shard_rows, self.next_index);
         let path = self.dir.join(&name);
         let file = File::create(&path).with_context(|| format!("creating {}", path.display()))?;
         self.reserve(&file, &path)?;
         let mut file = BufWriter::with_capacity(BUFFER_BYTES, file);
-        file.write_all(&npy::header(0))?;
+        file.write_all(&self.layout.header(0))?;
         self.current = Some(OpenShard {
             file,
             path,
+            header_len: self.header_len,
+            row_bytes: self.layout.row_bytes as u64,
             rows: 0,
             data_crc: 0,
             flushed_to: 0,
@@ -305,6 +408,19 @@ impl ShardWriter {
 
     /// Where global row `row` lands (rows before it all written or about to be).
     pub fn location_of(&self, row: u64) -> RowLocation {
+        if let Some(sizes) = &self.sizes {
+            let mut start = 0;
+            for (i, &n) in sizes.iter().enumerate() {
+                if row < start + n || i + 1 == sizes.len() {
+                    return RowLocation {
+                        shard: i as u32,
+                        row_offset: row - start,
+                        global_row: row,
+                    };
+                }
+                start += n;
+            }
+        }
         match self.shard_rows {
             Some(limit) => RowLocation {
                 shard: (row / limit) as u32,
@@ -332,22 +448,24 @@ impl ShardWriter {
     }
 
     fn append(&mut self, mut bytes: &[u8], crc_of_all: Option<u32>) -> Result<()> {
-        debug_assert_eq!(bytes.len() % ROW_BYTES, 0);
-        fault_injection::check(self.total_rows + (bytes.len() / ROW_BYTES) as u64)?;
+        let row_bytes = self.layout.row_bytes;
+        debug_assert_eq!(bytes.len() % row_bytes, 0);
+        fault_injection::check(self.total_rows + (bytes.len() / row_bytes) as u64)?;
         let all_len = bytes.len();
         while !bytes.is_empty() {
-            let full =
-                matches!((&self.current, self.shard_rows), (Some(s), Some(l)) if s.rows == l);
+            let limit = self.limit(self.next_index.saturating_sub(1));
+            let full = matches!((&self.current, limit), (Some(s), Some(l)) if s.rows == l);
             if full {
                 self.close_current()?;
             }
             if self.current.is_none() {
                 self.open_next()?;
             }
+            let limit = self.limit(self.next_index - 1);
             let shard = self.current.as_mut().expect("a shard is open");
-            let room = self.shard_rows.map_or(u64::MAX, |l| l - shard.rows);
-            let rows = ((bytes.len() / ROW_BYTES) as u64).min(room);
-            let (now, rest) = bytes.split_at(rows as usize * ROW_BYTES);
+            let room = limit.map_or(u64::MAX, |l| l - shard.rows);
+            let rows = ((bytes.len() / row_bytes) as u64).min(room);
+            let (now, rest) = bytes.split_at(rows as usize * row_bytes);
             // Pieces of at most 1 MiB: see WRITE_PIECE.
             for piece in now.chunks(WRITE_PIECE) {
                 shard
@@ -374,18 +492,18 @@ impl ShardWriter {
         };
         let path = shard.path;
         let file = shard.file.into_inner().map_err(|e| e.into_error())?;
-        let header = npy::header(shard.rows);
+        let header = self.layout.header(shard.rows);
         file.write_all_at(&header, 0)
             .with_context(|| format!("writing {}", path.display()))?;
         // Space reserved for rows that never came is given back.
-        let len = (header.len() + shard.rows as usize * ROW_BYTES) as u64;
+        let data_len = shard.rows as usize * self.layout.row_bytes;
+        let len = (header.len() + data_len) as u64;
         if file.metadata()?.len() != len {
             file.set_len(len)
                 .with_context(|| format!("writing {}", path.display()))?;
         }
         file.sync_all()
             .with_context(|| format!("syncing {}", path.display()))?;
-        let data_len = shard.rows as usize * ROW_BYTES;
         self.written.push(ShardRecord {
             shard: self.next_index - 1,
             file_name: path.file_name().unwrap().to_string_lossy().into_owned(),

@@ -16,19 +16,21 @@ use serde_json::json;
 
 use crate::UsageError;
 use crate::cmd::validate;
+use crate::companions::{self, Family, Scan};
 use crate::findings::{DUPLICATE_RUN, Duplicates, RowFindings, Tally, duplicate_detail};
 use crate::fingerprints;
 use crate::format::fingerprint::Fingerprint;
 use crate::format::metadata::{
-    self, FindingRecord, MetadataWriter, PackFacts, RowLocation, RunDetails, RunRecord, RunRow,
+    self, CompanionRecord, FindingRecord, MetadataWriter, PackFacts, RowLocation, RunDetails,
+    RunRecord, RunRow,
 };
 use crate::format::row::{ROW_BYTES, StepRow, legacy_rows_to_aligned, remap_rows};
 use crate::format::valuation::ValuationTable;
-use crate::pack_dir::{OutputDir, is_pack_file, write_valuations};
+use crate::pack_dir::{OutputDir, is_pack_file, list_names, write_valuations};
 use crate::pack_reader::{self, RunSlots, Shard};
 use crate::progress::{self, thousands};
 use crate::run_index::RunStarts;
-use crate::shard_writer::ShardWriter;
+use crate::shard_writer::{FileLayout, ShardWriter};
 
 /// Rows copied per read (≈ 1 MiB: a chunk stays in cache from read to write).
 const COPY_ROWS: usize = 21_845;
@@ -42,7 +44,12 @@ const COPY_ROWS: usize = 21_845;
 
 Runs are renumbered in input order. A run with the same content (fingerprint) as an earlier
 one is a duplicate: reported as a duplicate_run finding, or left out with --dedupe. Inputs must
-be in run order: merge the unshuffled packs, then shuffle the result.")]
+be in run order: merge the unshuffled packs, then shuffle the result.
+
+Companion arrays (NAME-NNNNN.npy aligned with the shards, e.g. embeddings) present in every
+input with one dtype and shape are carried, their rows in the output's row order.
+--delete-inputs deletes an input's companion files with its shards, once they are in the
+verified output; it refuses an input holding a *.npy file it cannot account for.")]
 pub struct MergeArgs {
     /// First input pack (with --right).
     #[arg(
@@ -74,6 +81,10 @@ pub struct MergeArgs {
     /// packs merge into what a pack of their union would be; they are listed in skipped_runs.
     #[arg(long)]
     pub dedupe: bool,
+    /// Leave the companion array family NAME out of the output (repeatable); without it a
+    /// family missing from some input, or of another dtype or shape there, is an error.
+    #[arg(long = "drop-companion", value_name = "NAME")]
+    pub drop_companion: Vec<String>,
     /// Threads for validating inputs [default: all cores].
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..=1024))]
     pub workers: Option<u64>,
@@ -113,6 +124,9 @@ struct Source {
     conn: std::sync::Mutex<rusqlite::Connection>,
     /// Each run's fingerprint, in `runs` order (recorded, or computed from the rows).
     fingerprints: Vec<Fingerprint>,
+    /// Its companion arrays, and the checksums it recorded for them.
+    companions: Scan,
+    companion_records: Vec<CompanionRecord>,
     /// The shard checksums the input recorded, verified while copying.
     recorded: Option<Vec<metadata::ShardRecord>>,
 }
@@ -154,6 +168,8 @@ impl Source {
         let valuations = pack_reader::read_valuations(path)?;
         let (fingerprints, _) =
             fingerprints::of_pack(path, &shards, &runs, &details, &valuations, options.workers)?;
+        let companions = companions::scan(path, &shards)?;
+        let companion_records = metadata::read_companions(&conn)?;
         Ok(Source {
             path: path.to_path_buf(),
             shards,
@@ -163,6 +179,8 @@ impl Source {
             session,
             conn: std::sync::Mutex::new(conn),
             fingerprints,
+            companions,
+            companion_records,
             recorded,
         })
     }
@@ -203,22 +221,73 @@ pub fn run(args: &MergeArgs) -> Result<()> {
         .map(|p| Source::open(p, &options))
         .collect::<Result<_>>()?;
     let valuations = unify_valuations(&sources)?;
+    let carried = carried_companions(&sources, args)?;
     log::debug!("merge: inputs checked in {:?}", started.elapsed());
 
     let out = OutputDir::open(&args.output, args.overwrite)?;
     let staging = out.begin_staging()?;
-    let summary = write_merged(&sources, &valuations, &staging, args)?;
+    let summary = write_merged(&sources, &valuations, &carried, &staging, args)?;
     log::debug!("merge: staged in {:?}", started.elapsed());
     out.publish()?;
     log::debug!("merge: published in {:?}", started.elapsed());
 
     let deleted = if args.delete_inputs {
-        delete_inputs(&sources, &args.output, &options)?
+        delete_inputs(&sources, &carried, &args.output, &options)?
     } else {
         Vec::new()
     };
     summary.print(args, &deleted, started.elapsed().as_secs_f64());
     Ok(())
+}
+
+/// The companion families the output carries: those every input has, alike, unless dropped.
+/// A family that does not line up in an input is an error (unless dropped); with
+/// --delete-inputs, so is an input holding `*.npy` files this tool cannot account for, or a
+/// family dropped (its files would be orphaned).
+fn carried_companions(sources: &[Source], args: &MergeArgs) -> Result<Vec<String>> {
+    for src in sources {
+        for (name, problem) in &src.companions.problems {
+            if !args.drop_companion.contains(name) || args.delete_inputs {
+                bail!(
+                    "input {}: companion {name} does not line up with its shards: {problem}{}",
+                    src.path.display(),
+                    if args.delete_inputs {
+                        String::new()
+                    } else {
+                        format!(" (pass --drop-companion {name} to leave it out)")
+                    }
+                );
+            }
+        }
+        if args.delete_inputs {
+            if !src.companions.unaccounted.is_empty() {
+                return Err(UsageError(format!(
+                    "--delete-inputs: input {} holds {}, which is neither a shard nor a companion array; move it away first (nothing was written)",
+                    src.path.display(),
+                    list_names(&src.companions.unaccounted)
+                ))
+                .into());
+            }
+            if let Some(f) = src
+                .companions
+                .families
+                .iter()
+                .find(|f| args.drop_companion.contains(&f.name))
+            {
+                return Err(UsageError(format!(
+                    "--delete-inputs would orphan {}'s companion {} (--drop-companion leaves it out of the output); nothing was written",
+                    src.path.display(),
+                    f.name
+                ))
+                .into());
+            }
+        }
+    }
+    let scans: Vec<(&Path, &Scan)> = sources
+        .iter()
+        .map(|s| (s.path.as_path(), &s.companions))
+        .collect();
+    companions::common_families(&scans, &args.drop_companion)
 }
 
 /// Duplicate inputs, an output that is an input, and (with --delete-inputs) an output inside or
@@ -337,6 +406,8 @@ struct Summary {
     /// Duplicate runs kept (reported as findings) and left out (--dedupe).
     duplicates: u64,
     left_out: Vec<(String, String)>,
+    /// Companion families carried: name and dtype.
+    companions: Vec<(String, String)>,
 }
 
 /// One input's part of the output.
@@ -414,10 +485,17 @@ struct Plan<'a> {
     drops: bool,
     valuations: Option<[u8; 256]>,
     identity: bool,
+    /// The input's companion families the output carries, in the output's order.
+    families: Vec<&'a Family>,
 }
 
 impl<'a> Plan<'a> {
-    fn new(src: &'a Source, out_ids: &'a [Option<u32>], valuations: &ValuationTable) -> Plan<'a> {
+    fn new(
+        src: &'a Source,
+        out_ids: &'a [Option<u32>],
+        valuations: &ValuationTable,
+        carried: &[String],
+    ) -> Plan<'a> {
         let old_ids: Vec<u32> = src.runs.iter().map(|r| r.id as u32).collect();
         let vmap = valuation_map(&src.valuations, valuations);
         let identity = vmap.is_none()
@@ -433,6 +511,10 @@ impl<'a> Plan<'a> {
             drops: out_ids.iter().any(Option::is_none),
             valuations: vmap,
             identity,
+            families: carried
+                .iter()
+                .map(|name| src.companions.family(name).expect("every input has it"))
+                .collect(),
         }
     }
 
@@ -452,10 +534,17 @@ impl<'a> Plan<'a> {
     }
 }
 
+/// Output rows of the steps (48-byte) and of each carried companion family, with CRC-32Cs.
+#[derive(Default)]
+struct Chunk {
+    rows: Vec<u8>,
+    crc: u32,
+    companions: Vec<(Vec<u8>, u32)>,
+}
+
 /// What the reading thread hands the writing thread, in output order.
 enum Piece {
-    /// Output rows (48-byte) and their CRC-32C.
-    Rows { rows: Vec<u8>, crc: u32 },
+    Rows(Chunk),
     /// Every row of input `index` has been handed over; `starts` saw them go by, `dropped`
     /// counted the findings of the rows left out.
     InputDone {
@@ -474,18 +563,38 @@ const PIECES_IN_FLIGHT: usize = 3;
 fn write_merged(
     sources: &[Source],
     valuations: &ValuationTable,
+    carried: &[String],
     staging: &Path,
     args: &MergeArgs,
 ) -> Result<Summary> {
     let copy_started = Instant::now();
     let assignment = assign_runs(sources, args.dedupe)?;
+    let total_rows: u64 = sources.iter().map(Source::rows).sum();
     let mut writer = ShardWriter::new(staging, args.shard_rows);
-    writer.expect_rows(sources.iter().map(Source::rows).sum());
+    writer.expect_rows(total_rows);
+    let layouts: Vec<FileLayout> = carried
+        .iter()
+        .map(|name| {
+            sources[0]
+                .companions
+                .family(name)
+                .expect("carried")
+                .layout()
+        })
+        .collect();
+    let mut companion_writers: Vec<ShardWriter> = layouts
+        .iter()
+        .map(|layout| {
+            let mut w = ShardWriter::with_layout(staging, args.shard_rows, layout.clone());
+            w.expect_rows(total_rows);
+            w
+        })
+        .collect();
     let db = MetadataWriter::create(&staging.join(metadata::FILE_NAME))?;
     let plans: Vec<Plan> = sources
         .iter()
         .zip(&assignment.out_ids)
-        .map(|(src, ids)| Plan::new(src, ids, valuations))
+        .map(|(src, ids)| Plan::new(src, ids, valuations, carried))
         .collect();
 
     let (pieces_tx, pieces) = mpsc::sync_channel(PIECES_IN_FLIGHT);
@@ -493,7 +602,11 @@ fn write_merged(
     std::thread::scope(|scope| {
         let plans = &plans;
         let reader = scope.spawn(move || read_inputs(plans, pieces_tx, &spare));
-        let written = write_pieces(pieces, spare_tx, plans, &mut writer, &db, args.quiet);
+        let mut writers = Writers {
+            steps: &mut writer,
+            companions: &mut companion_writers,
+        };
+        let written = write_pieces(pieces, spare_tx, plans, &mut writers, &db, args.quiet);
         let read = reader.join().expect("the reading thread does not panic");
         // A reading error explains a writing one (the writer stops when the reader does).
         read.and(written)
@@ -501,6 +614,11 @@ fn write_merged(
 
     let rows_written = writer.total_rows();
     let shards = writer.finish()?;
+    for (layout, w) in layouts.iter().zip(companion_writers) {
+        for record in companions::records(layout, &w.finish()?) {
+            db.insert_companion(&record)?;
+        }
+    }
     log::debug!(
         "merge: rows copied and synced in {:?}",
         copy_started.elapsed()
@@ -549,24 +667,40 @@ fn write_merged(
         bytes: shards.iter().map(|s| s.bytes).sum(),
         duplicates: assignment.duplicates.count(DUPLICATE_RUN),
         left_out: assignment.left_out,
+        companions: layouts
+            .iter()
+            .map(|l| {
+                (
+                    l.prefix.clone(),
+                    companions::describe(&l.descr, &l.trailing),
+                )
+            })
+            .collect(),
     })
 }
 
-/// The reading side: every input's rows in order, as output rows with their CRC, and where
-/// each run starts. Stops early (with Ok) when the writing side has gone away.
+/// The reading side: every input's rows in order (and its companion rows), as output rows with
+/// their CRCs, and where each run starts. Stops early (with Ok) when the writing side has gone.
 fn read_inputs(
     plans: &[Plan],
     pieces: mpsc::SyncSender<Piece>,
-    spare: &mpsc::Receiver<Vec<u8>>,
+    spare: &mpsc::Receiver<Chunk>,
 ) -> Result<()> {
     let mut global_row = 0u64;
+    let mut keep = Vec::new();
     for (index, plan) in plans.iter().enumerate() {
         let src = plan.src;
         let mut starts = RunStarts::new(plan.carried());
         let mut dropped = RowFindings::new(src.runs.len(), true);
         for (si, shard) in src.shards.iter().enumerate() {
             let file = shard.open()?;
+            let companion_files = plan
+                .families
+                .iter()
+                .map(|f| f.open(si))
+                .collect::<Result<Vec<_>>>()?;
             let mut data_crc = 0u32;
+            let mut companion_crcs = vec![0u32; companion_files.len()];
             let mut done = 0u64;
             while done < shard.header.rows {
                 let n_rows = (shard.header.rows - done).min(COPY_ROWS as u64);
@@ -574,19 +708,42 @@ fn read_inputs(
                 if next < shard.header.rows {
                     file.prefetch(next, (shard.header.rows - next).min(COPY_ROWS as u64));
                 }
-                let mut rows = spare.try_recv().unwrap_or_default();
-                file.read_raw_into(done, n_rows, &mut rows)?;
-                let input_crc = crate::crc::crc32c(&rows);
-                data_crc = crate::crc::combine(data_crc, input_crc, rows.len());
-                let crc = rewrite(plan, shard, &mut rows, input_crc, &mut dropped)?;
-                starts.observe(&rows, global_row);
-                global_row += (rows.len() / ROW_BYTES) as u64;
-                if pieces.send(Piece::Rows { rows, crc }).is_err() {
+                let mut chunk = spare.try_recv().unwrap_or_default();
+                file.read_raw_into(done, n_rows, &mut chunk.rows)?;
+                let input_crc = crate::crc::crc32c(&chunk.rows);
+                data_crc = crate::crc::combine(data_crc, input_crc, chunk.rows.len());
+                chunk.crc = rewrite(
+                    plan,
+                    shard,
+                    &mut chunk.rows,
+                    input_crc,
+                    &mut dropped,
+                    &mut keep,
+                )?;
+                chunk
+                    .companions
+                    .resize_with(companion_files.len(), Default::default);
+                for (k, cf) in companion_files.iter().enumerate() {
+                    let (buf, crc) = &mut chunk.companions[k];
+                    cf.read_rows(done, n_rows, buf)?;
+                    *crc = crate::crc::crc32c(buf);
+                    companion_crcs[k] = crate::crc::combine(companion_crcs[k], *crc, buf.len());
+                    if plan.drops {
+                        keep_rows(buf, plan.families[k].row_bytes, &keep);
+                        *crc = crate::crc::crc32c(buf);
+                    }
+                }
+                starts.observe(&chunk.rows, global_row);
+                global_row += (chunk.rows.len() / ROW_BYTES) as u64;
+                if pieces.send(Piece::Rows(chunk)).is_err() {
                     return Ok(());
                 }
                 done = next;
             }
             verify_checksum(src, si, data_crc)?;
+            for (cf, crc) in companion_files.iter().zip(companion_crcs) {
+                verify_companion(src, cf, crc)?;
+            }
         }
         let done = Piece::InputDone {
             index,
@@ -600,16 +757,50 @@ fn read_inputs(
     Ok(())
 }
 
+/// Compares a companion file just read with the CRC its pack recorded (when it did).
+fn verify_companion(src: &Source, cf: &companions::OpenCompanion, data_crc: u32) -> Result<()> {
+    let Some(record) = src
+        .companion_records
+        .iter()
+        .find(|r| r.file_name == cf.file.file_name)
+    else {
+        return Ok(());
+    };
+    let crc = cf.file_crc(data_crc)?;
+    if crc != record.crc32c {
+        bail!(
+            "input {}: {} does not match its recorded checksum (crc32c recorded {:08x}, computed {crc:08x}); nothing was written",
+            src.path.display(),
+            cf.file.file_name,
+            record.crc32c
+        );
+    }
+    Ok(())
+}
+
+/// Keeps the rows of `buf` (`row_bytes` each) whose entry in `keep` is true, in order.
+fn keep_rows(buf: &mut Vec<u8>, row_bytes: usize, keep: &[bool]) {
+    let mut kept = 0;
+    for (i, &k) in keep.iter().enumerate() {
+        if k {
+            buf.copy_within(i * row_bytes..(i + 1) * row_bytes, kept);
+            kept += row_bytes;
+        }
+    }
+    buf.truncate(kept);
+}
+
 /// Turns one chunk of an input (as read from its file, with its CRC) into output rows in
 /// place, and returns their CRC: legacy rows converted, run and valuation ids rewritten and
-/// rows of runs left out dropped (their findings counted in `dropped`), unless the plan
-/// changes nothing (then the CRC is the input's).
+/// rows of runs left out dropped (their findings counted in `dropped`, and `keep` saying which
+/// rows stayed), unless the plan changes nothing (then the CRC is the input's).
 fn rewrite(
     plan: &Plan,
     shard: &Shard,
     rows: &mut Vec<u8>,
     input_crc: u32,
     dropped: &mut RowFindings,
+    keep: &mut Vec<bool>,
 ) -> Result<u32> {
     let legacy = shard.row_bytes() != ROW_BYTES;
     if legacy {
@@ -619,7 +810,7 @@ fn rewrite(
     if plan.identity {
         unknown = run_ids(rows).find(|&id| id >= plan.run_count());
     } else if plan.drops {
-        unknown = drop_left_out(plan, rows, dropped);
+        unknown = drop_left_out(plan, rows, dropped, keep);
     } else {
         remap_rows(
             rows,
@@ -645,8 +836,15 @@ fn rewrite(
 }
 
 /// Keeps the rows of carried runs (renumbered, valuation ids re-coded) and drops the others,
-/// counting their findings; returns a run id the input does not list, if a row has one.
-fn drop_left_out(plan: &Plan, rows: &mut Vec<u8>, dropped: &mut RowFindings) -> Option<u32> {
+/// counting their findings and noting in `keep` which rows stayed; returns a run id the input
+/// does not list, if a row has one.
+fn drop_left_out(
+    plan: &Plan,
+    rows: &mut Vec<u8>,
+    dropped: &mut RowFindings,
+    keep: &mut Vec<bool>,
+) -> Option<u32> {
+    keep.clear();
     let mut kept = 0;
     for i in 0..rows.len() / ROW_BYTES {
         let at = i * ROW_BYTES;
@@ -655,12 +853,16 @@ fn drop_left_out(plan: &Plan, rows: &mut Vec<u8>, dropped: &mut RowFindings) -> 
             return Some(old);
         };
         match plan.out_ids[slot as usize] {
-            None => dropped.observe(slot, &StepRow::from_bytes(&rows[at..at + ROW_BYTES])),
+            None => {
+                dropped.observe(slot, &StepRow::from_bytes(&rows[at..at + ROW_BYTES]));
+                keep.push(false);
+            }
             Some(new) => {
                 rows.copy_within(at..at + ROW_BYTES, kept);
                 let row = &mut rows[kept..kept + ROW_BYTES];
                 remap_rows(row, |_| new, plan.valuations.as_ref());
                 kept += ROW_BYTES;
+                keep.push(true);
             }
         }
     }
@@ -674,13 +876,19 @@ fn run_ids(rows: &[u8]) -> impl Iterator<Item = u32> + '_ {
         .map(|r| u32::from_le_bytes(r[..4].try_into().unwrap()))
 }
 
-/// The writing side: rows into the shard writer, and each input's runs and findings into the
+/// Where the writing side puts rows: the steps and each carried companion family.
+struct Writers<'a> {
+    steps: &'a mut ShardWriter,
+    companions: &'a mut [ShardWriter],
+}
+
+/// The writing side: rows into the shard writers, and each input's runs and findings into the
 /// metadata once all its rows are written (their run-index positions are known then).
 fn write_pieces(
     pieces: mpsc::Receiver<Piece>,
-    spare: mpsc::Sender<Vec<u8>>,
+    spare: mpsc::Sender<Chunk>,
     plans: &[Plan],
-    writer: &mut ShardWriter,
+    writers: &mut Writers,
     db: &MetadataWriter,
     quiet: bool,
 ) -> Result<()> {
@@ -688,16 +896,19 @@ fn write_pieces(
     let bar = progress::rows_bar(total_rows, quiet, "merge");
     for piece in pieces {
         match piece {
-            Piece::Rows { rows, crc } => {
-                writer.write_rows_with_crc(&rows, crc)?;
-                bar.inc((rows.len() / ROW_BYTES) as u64);
-                let _ = spare.send(rows);
+            Piece::Rows(chunk) => {
+                writers.steps.write_rows_with_crc(&chunk.rows, chunk.crc)?;
+                for (w, (rows, crc)) in writers.companions.iter_mut().zip(&chunk.companions) {
+                    w.write_rows_with_crc(rows, *crc)?;
+                }
+                bar.inc((chunk.rows.len() / ROW_BYTES) as u64);
+                let _ = spare.send(chunk);
             }
             Piece::InputDone {
                 index,
                 starts,
                 dropped,
-            } => record_runs(db, &plans[index], &starts.finish(writer), dropped)?,
+            } => record_runs(db, &plans[index], &starts.finish(writers.steps), dropped)?,
         }
     }
     bar.finish_and_clear();
@@ -794,6 +1005,7 @@ fn write_session(
 /// checksums. Returns (input, files deleted, bytes freed).
 fn delete_inputs(
     sources: &[Source],
+    carried: &[String],
     output: &Path,
     options: &validate::Options,
 ) -> Result<Vec<(PathBuf, usize, u64)>> {
@@ -821,6 +1033,11 @@ fn delete_inputs(
             .map(|e| e.file_name().to_string_lossy().into_owned())
             .filter(|n| is_pack_file(n))
             .collect();
+        // Its companion files went into the output with its rows (the output re-validated).
+        for name in carried {
+            let family = s.companions.family(name).expect("every input has it");
+            names.extend(family.files.iter().map(|f| f.file_name.clone()));
+        }
         names.sort();
         for name in names {
             let p = s.path.join(&name);
@@ -846,6 +1063,7 @@ impl Summary {
                 "bytes": self.bytes,
                 "inputs": self.inputs.iter().map(|i| json!({"path": i.path.display().to_string(), "runs": i.runs, "rows": i.rows, "left_out": i.left_out})).collect::<Vec<_>>(),
                 "duplicate_runs": self.duplicates,
+                "companions": self.companions.iter().map(|(n, d)| json!({"name": n, "dtype": d})).collect::<Vec<_>>(),
                 "skipped_runs": self.left_out.iter().map(|(p, r)| json!({"path": p, "reason": r})).collect::<Vec<_>>(),
                 "deleted": deleted.iter().map(|(p, files, bytes)| json!({"path": p.display().to_string(), "files": files, "bytes": bytes})).collect::<Vec<_>>(),
                 "elapsed_s": elapsed,
@@ -879,6 +1097,9 @@ impl Summary {
                 thousands(i.runs as u64),
                 thousands(i.rows)
             );
+        }
+        for (name, dtype) in &self.companions {
+            println!("  companion {name} ({dtype}) carried with its rows");
         }
         if self.duplicates > 0 {
             println!(

@@ -1,5 +1,7 @@
 //! One module per subcommand; each reads like the command's story.
 
+pub mod attach;
+pub mod detach;
 pub mod export;
 pub mod merge;
 pub mod pack;

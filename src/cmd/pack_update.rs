@@ -290,10 +290,7 @@ fn extend(
         &existing.valuations,
         workers,
     )?;
-    let db_path = staging.join(metadata::FILE_NAME);
-    std::fs::copy(existing.dir.join(metadata::FILE_NAME), &db_path)
-        .with_context(|| format!("copying {} to staging", metadata::FILE_NAME))?;
-    let db = MetadataWriter::extend(&db_path)?;
+    let db = MetadataWriter::extend_copy(&existing.dir, staging)?;
     if computed {
         for (run, fp) in existing.runs.iter().zip(&fingerprints) {
             db.set_fingerprint(run.id, fp)?;

@@ -12,6 +12,7 @@ use anyhow::Result;
 use clap::Args;
 use serde_json::json;
 
+use crate::companions;
 use crate::findings;
 use crate::fingerprints;
 use crate::format::board::{self, LineTables};
@@ -665,6 +666,7 @@ pub fn check(dir: &Path, options: &Options) -> Result<Report> {
             }
         },
     });
+    checks.push(check_companions(dir, conn.as_ref(), &shards, scan_rows)?);
     if !scan_rows {
         if conn.is_some() {
             checks.push(check_total_steps(&runs, total_rows));
@@ -703,7 +705,9 @@ pub fn check(dir: &Path, options: &Options) -> Result<Report> {
             None => Check::skipped("run index", "no run index recorded"),
             Some(index) => check_run_index(&index, &runs, &aggs, &shard_first_global, total_rows),
         });
-        let recompute = (deep && !shuffled).then_some((&shards[..], workers));
+        // Recomputing reads every run where the runs table places it: only on a sound pack.
+        let sound = checks.iter().all(|c| c.failures == 0);
+        let recompute = (deep && !shuffled && sound).then_some((&shards[..], workers));
         checks.push(check_fingerprints(dir, conn, recompute, shuffled)?);
     }
 
@@ -717,6 +721,96 @@ pub fn check(dir: &Path, options: &Options) -> Result<Report> {
         bytes: total_bytes,
         deep,
     })
+}
+
+/// Companion arrays line up with the shards (names, row counts, one dtype per family), and
+/// (with `verify`, when `metadata.db` records them) match their recorded sizes and CRC-32C.
+fn check_companions(
+    dir: &Path,
+    conn: Option<&rusqlite::Connection>,
+    shards: &[Shard],
+    verify: bool,
+) -> Result<Check> {
+    let mut check = Check::new("companion arrays");
+    let scan = companions::scan(dir, shards)?;
+    for (_, p) in &scan.problems {
+        check.fail(|| format!("does not line up with the shards: {p}"));
+    }
+    let recorded = match conn {
+        Some(c) => metadata::read_companions(c)?,
+        None => Vec::new(),
+    };
+    let mut names: Vec<&str> = recorded.iter().map(|r| r.name.as_str()).collect();
+    names.dedup();
+    for name in names {
+        let records: Vec<_> = recorded.iter().filter(|r| r.name == name).collect();
+        let Some(family) = scan.family(name) else {
+            if !scan.problems.iter().any(|(n, _)| n == name) {
+                check.fail(|| {
+                    format!("metadata.db records companion {name}, but its files are missing")
+                });
+            }
+            continue;
+        };
+        if records.len() != family.files.len() {
+            check.fail(|| {
+                format!(
+                    "{name}: metadata.db records {} files, the folder holds {}",
+                    records.len(),
+                    family.files.len()
+                )
+            });
+            continue;
+        }
+        for (r, f) in records.iter().zip(&family.files) {
+            if r.file_name != f.file_name || r.descr != family.descr {
+                check.fail(|| {
+                    format!(
+                        "{}: metadata.db records {} of {}",
+                        f.file_name, r.file_name, r.descr
+                    )
+                });
+                continue;
+            }
+            if !verify {
+                continue;
+            }
+            let crc = companions::file_crc(&f.path)?;
+            let len = std::fs::metadata(&f.path)?.len();
+            if crc != r.crc32c || len != r.bytes {
+                check.fail(|| {
+                    format!(
+                        "{}: {len} bytes, crc32c {crc:08x}; metadata.db records {} bytes, crc32c {:08x}",
+                        f.file_name, r.bytes, r.crc32c
+                    )
+                });
+            }
+        }
+    }
+    if check.failures == 0 {
+        check.note = Some(if scan.families.is_empty() {
+            "none".to_string()
+        } else {
+            scan.families
+                .iter()
+                .map(|f| {
+                    let recorded = recorded.iter().any(|r| r.name == f.name);
+                    format!(
+                        "{} {}{}",
+                        f.name,
+                        f.describe(),
+                        if recorded {
+                            ""
+                        } else {
+                            " (no checksums recorded)"
+                        }
+                    )
+                })
+                .collect::<Vec<_>>()
+                .join("; ")
+        });
+    }
+    Ok(check)
 }
 
 /// Every run has a well-formed fingerprint, the recorded `duplicate_run` count matches the
@@ -775,7 +869,13 @@ fn check_fingerprints(
         None => check.note = Some("well formed; --deep also recomputes them from the rows".into()),
         Some((shards, workers)) => {
             let valuations = pack_reader::read_valuations(dir)?;
-            let computed = fingerprints::compute(shards, &runs, &valuations, workers)?;
+            let computed = match fingerprints::compute(shards, &runs, &valuations, workers) {
+                Ok(c) => c,
+                Err(e) => {
+                    check.fail(|| format!("cannot recompute: {e:#}"));
+                    return Ok(check);
+                }
+            };
             for (run, fp) in runs.iter().zip(&computed) {
                 let stored = details.get(&run.id).and_then(|d| d.fingerprint());
                 if stored != Some(*fp) {

@@ -30,6 +30,9 @@ CREATE TABLE orphan_rows_files (path TEXT PRIMARY KEY);
 CREATE TABLE finding_counts (kind TEXT PRIMARY KEY, count INT NOT NULL);
 CREATE TABLE findings (kind TEXT NOT NULL, run_id INT, source_path TEXT NOT NULL, line INT,
                        step_index INT, detail TEXT NOT NULL);
+CREATE TABLE companions (name TEXT NOT NULL, shard INT NOT NULL, file_name TEXT NOT NULL,
+                         descr TEXT NOT NULL, shape TEXT NOT NULL, rows INT NOT NULL,
+                         bytes INT NOT NULL, crc32c TEXT NOT NULL, PRIMARY KEY (name, shard));
 ";
 
 /// One row of `runs` plus its `run_details` and `run_index` rows.
@@ -93,6 +96,20 @@ pub struct ShardRecord {
     pub crc32c: u32,
 }
 
+/// A family as `metadata.db` records it: one row per file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CompanionRecord {
+    pub name: String,
+    pub shard: u32,
+    pub file_name: String,
+    pub descr: String,
+    /// The trailing shape as JSON, e.g. `[64]`.
+    pub shape: String,
+    pub rows: u64,
+    pub bytes: u64,
+    pub crc32c: u32,
+}
+
 /// One data-quality finding worth showing as an example.
 #[derive(Debug, Clone, PartialEq)]
 pub struct FindingRecord {
@@ -133,6 +150,15 @@ impl MetadataWriter {
             conn,
             path: path.to_path_buf(),
         })
+    }
+
+    /// Copies the `metadata.db` of the pack in `pack_dir` into `staging` and opens the copy
+    /// to extend it (see [`MetadataWriter::extend`]).
+    pub fn extend_copy(pack_dir: &Path, staging: &Path) -> Result<MetadataWriter> {
+        let copy = staging.join(FILE_NAME);
+        std::fs::copy(pack_dir.join(FILE_NAME), &copy)
+            .with_context(|| format!("copying {} to {}", FILE_NAME, staging.display()))?;
+        MetadataWriter::extend(&copy)
     }
 
     /// Opens a copy of an existing pack's `metadata.db` (made by the caller in a staging
@@ -275,6 +301,37 @@ impl MetadataWriter {
             .conn
             .query_row("SELECT COUNT(*) FROM skipped_runs", [], |r| r.get(0))?;
         Ok(n as u64)
+    }
+
+    /// Records one file of a companion family.
+    pub fn insert_companion(&self, c: &CompanionRecord) -> Result<()> {
+        self.conn
+            .prepare_cached(
+                "INSERT INTO companions (name, shard, file_name, descr, shape, rows, bytes, crc32c)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)
+                 ON CONFLICT(name, shard) DO UPDATE SET file_name = excluded.file_name,
+                 descr = excluded.descr, shape = excluded.shape, rows = excluded.rows,
+                 bytes = excluded.bytes, crc32c = excluded.crc32c",
+            )?
+            .execute(params![
+                c.name,
+                c.shard,
+                c.file_name,
+                c.descr,
+                c.shape,
+                c.rows as i64,
+                c.bytes as i64,
+                format!("{:08x}", c.crc32c)
+            ])?;
+        Ok(())
+    }
+
+    /// Forgets a companion family.
+    pub fn delete_companion(&self, name: &str) -> Result<()> {
+        self.conn
+            .prepare_cached("DELETE FROM companions WHERE name = ?1")?
+            .execute(params![name])?;
+        Ok(())
     }
 
     /// Removes a run from `skipped_runs` (it was packed after all, e.g. by `pack --update`).
@@ -748,6 +805,33 @@ pub fn copy_findings(
         db.insert_orphan(&path)?;
     }
     Ok(())
+}
+
+/// The `companions` table (empty when the pack has none), by name and shard.
+pub fn read_companions(conn: &Connection) -> Result<Vec<CompanionRecord>> {
+    if !has_table(conn, "companions")? {
+        return Ok(Vec::new());
+    }
+    let mut stmt = conn.prepare(
+        "SELECT name, shard, file_name, descr, shape, rows, bytes, crc32c FROM companions
+         ORDER BY name, shard",
+    )?;
+    let rows = stmt
+        .query_map([], |r| {
+            let crc: String = r.get(7)?;
+            Ok(CompanionRecord {
+                name: r.get(0)?,
+                shard: r.get(1)?,
+                file_name: r.get(2)?,
+                descr: r.get(3)?,
+                shape: r.get(4)?,
+                rows: r.get::<_, i64>(5)?.max(0) as u64,
+                bytes: r.get::<_, i64>(6)?.max(0) as u64,
+                crc32c: u32::from_str_radix(&crc, 16).unwrap_or(!0),
+            })
+        })?
+        .collect::<rusqlite::Result<_>>()?;
+    Ok(rows)
 }
 
 /// One run looked up by id: its `runs` row, its `run_details` row and where its rows start

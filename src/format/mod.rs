@@ -1,6 +1,7 @@
 //! The pack format: the contract in the pack-format spec, with no CLI concerns.
 
 pub mod board;
+pub mod dtype;
 pub mod fingerprint;
 pub mod metadata;
 pub mod npy;

@@ -3,6 +3,7 @@
 
 use std::fmt;
 
+use super::dtype::{Dtype, Literal, parse_literal};
 use super::row::{LEGACY_ROW_BYTES, ROW_BYTES};
 
 /// `dtype.descr` of the spec's aligned 48-byte row, exactly as NumPy prints it.
@@ -25,21 +26,138 @@ pub const HEADER_LEN: usize = 384;
 
 /// The exact header `np.save` writes for a 1-d array of `rows` spec rows (format 1.0).
 pub fn header(rows: u64) -> Vec<u8> {
-    let shape = format!("({rows},)");
-    let digits = rows.to_string().len();
-    let mut dict =
-        format!("{{'descr': {STEP_ROW_DESCR}, 'fortran_order': False, 'shape': {shape}, }}");
-    dict.push_str(&" ".repeat(GROWTH_AXIS_MAX_DIGITS.saturating_sub(digits)));
+    array_header(STEP_ROW_DESCR, &[rows])
+}
+
+/// The exact header `np.save` writes for an array of dtype `descr` (its `repr`, as found in
+/// another `.npy` header) and `shape`, C order: the dict with sorted keys, room for a first
+/// axis of up to 21 digits (so the header can be patched in place as rows are appended), and
+/// padding to a multiple of 64 bytes; format 1.0 unless the header needs more than 65535 bytes.
+pub fn array_header(descr: &str, shape: &[u64]) -> Vec<u8> {
+    let shape_text = match shape {
+        [] => "()".to_string(),
+        [n] => format!("({n},)"),
+        dims => format!(
+            "({})",
+            dims.iter()
+                .map(u64::to_string)
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+    };
+    let mut dict = format!("{{'descr': {descr}, 'fortran_order': False, 'shape': {shape_text}, }}");
+    if let Some(first) = shape.first() {
+        let digits = first.to_string().len();
+        dict.push_str(&" ".repeat(GROWTH_AXIS_MAX_DIGITS.saturating_sub(digits)));
+    }
     let hlen = dict.len() + 1;
-    let padlen = ALIGN - ((MAGIC.len() + 2 + 2 + hlen) % ALIGN);
-    let mut out = Vec::with_capacity(HEADER_LEN);
+    let pad_for = |len_bytes: usize| ALIGN - ((MAGIC.len() + 2 + len_bytes + hlen) % ALIGN);
+    let (version, len_bytes) = if hlen + pad_for(2) <= u16::MAX as usize {
+        (1u8, 2usize)
+    } else {
+        (2u8, 4usize)
+    };
+    let padlen = pad_for(len_bytes);
+    let total_len = hlen + padlen;
+    let mut out = Vec::with_capacity(MAGIC.len() + 2 + len_bytes + total_len);
     out.extend_from_slice(MAGIC);
-    out.extend_from_slice(&[1, 0]);
-    out.extend_from_slice(&((hlen + padlen) as u16).to_le_bytes());
+    out.extend_from_slice(&[version, 0]);
+    if version == 1 {
+        out.extend_from_slice(&(total_len as u16).to_le_bytes());
+    } else {
+        out.extend_from_slice(&(total_len as u32).to_le_bytes());
+    }
     out.extend_from_slice(dict.as_bytes());
     out.extend(std::iter::repeat_n(b' ', padlen));
     out.push(b'\n');
     out
+}
+
+/// The header of any `.npy` array (a companion array next to a pack).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ArrayHeader {
+    /// The dtype's `descr` text as the file has it (written back unchanged).
+    pub descr: String,
+    pub dtype: Dtype,
+    pub shape: Vec<u64>,
+    pub fortran_order: bool,
+    /// Offset of the first data byte.
+    pub data_offset: usize,
+}
+
+impl ArrayHeader {
+    /// The first axis: the array's rows.
+    pub fn rows(&self) -> u64 {
+        self.shape.first().copied().unwrap_or(0)
+    }
+
+    /// The shape after the first axis.
+    pub fn trailing(&self) -> &[u64] {
+        self.shape.get(1..).unwrap_or(&[])
+    }
+
+    /// Bytes per row (per index of the first axis), None when that overflows.
+    pub fn row_bytes(&self) -> Option<u64> {
+        self.trailing()
+            .iter()
+            .try_fold(self.dtype.size() as u64, |acc, &n| acc.checked_mul(n))
+    }
+}
+
+/// Parses the header of any `.npy` file from its first bytes (at least the whole header).
+pub fn parse_array_header(bytes: &[u8]) -> Result<ArrayHeader, HeaderError> {
+    let (text, data_offset) = header_text(bytes)?;
+    let dict = parse_literal(text).map_err(|e| bad(format!("header is not a dict: {e}")))?;
+    let descr = dict_value(text, "descr").ok_or_else(|| bad("header has no 'descr'"))?;
+    let dtype = dict
+        .get("descr")
+        .ok_or_else(|| bad("header has no 'descr'"))
+        .and_then(|d| {
+            Dtype::from_descr(d).map_err(|e| bad(format!("dtype {}: {e}", descr.trim())))
+        })?;
+    let fortran_order = match dict.get("fortran_order") {
+        Some(Literal::Bool(b)) => *b,
+        _ => return Err(bad("header has no 'fortran_order'")),
+    };
+    let shape = dict
+        .get("shape")
+        .and_then(Literal::as_shape)
+        .ok_or_else(|| bad("header has no valid 'shape'"))?;
+    Ok(ArrayHeader {
+        descr: descr.trim().to_string(),
+        dtype,
+        shape,
+        fortran_order,
+        data_offset,
+    })
+}
+
+/// The header's dict text and the offset of the first data byte.
+fn header_text(bytes: &[u8]) -> Result<(&str, usize), HeaderError> {
+    if bytes.len() < 10 || &bytes[..6] != MAGIC {
+        return Err(bad("not a .npy file (bad magic)"));
+    }
+    let (len, start): (usize, usize) = match bytes[6] {
+        1 => (u16::from_le_bytes([bytes[8], bytes[9]]) as usize, 10),
+        2 | 3 => {
+            if bytes.len() < 12 {
+                return Err(bad("truncated .npy header"));
+            }
+            (
+                u32::from_le_bytes(bytes[8..12].try_into().unwrap()) as usize,
+                12,
+            )
+        }
+        v => return Err(bad(format!("unsupported .npy format version {v}"))),
+    };
+    let end = start
+        .checked_add(len)
+        .ok_or_else(|| bad("truncated .npy header"))?;
+    if bytes.len() < end {
+        return Err(bad("truncated .npy header"));
+    }
+    let text = std::str::from_utf8(&bytes[start..end]).map_err(|_| bad("header is not text"))?;
+    Ok((text, end))
 }
 
 /// What a shard's header says its rows are.
@@ -211,6 +329,27 @@ mod tests {
                 .all(|c| c == ' ')
         );
         assert!(text.ends_with('\n'));
+    }
+
+    #[test]
+    fn array_headers_match_np_save() {
+        // np.save(f, np.zeros((3, 64), np.float32)) and np.zeros(5, [('a', '<i2'), ('b', '<f8')]).
+        let h = array_header("'<f4'", &[3, 64]);
+        assert_eq!(h.len(), 128);
+        let text = std::str::from_utf8(&h[10..]).unwrap();
+        assert!(text.starts_with("{'descr': '<f4', 'fortran_order': False, 'shape': (3, 64), }"));
+        assert!(text.ends_with(" \n"));
+        let parsed = parse_array_header(&h).unwrap();
+        assert_eq!(parsed.shape, [3, 64]);
+        assert_eq!(parsed.row_bytes(), Some(256));
+        assert_eq!(parsed.data_offset, 128);
+        let s = array_header("[('a', '<i2'), ('b', '<f8')]", &[5]);
+        let parsed = parse_array_header(&s).unwrap();
+        assert_eq!(parsed.descr, "[('a', '<i2'), ('b', '<f8')]");
+        assert_eq!(parsed.row_bytes(), Some(10));
+        for rows in [0u64, 7, 1 << 50] {
+            assert_eq!(array_header("'<f4'", &[rows, 64]).len(), 128);
+        }
     }
 
     #[test]
