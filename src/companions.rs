@@ -74,6 +74,11 @@ impl Family {
         }
     }
 
+    /// The dtype of the family's items (its first file's).
+    pub fn header_dtype(&self) -> &crate::format::dtype::Dtype {
+        &self.files[0].header.dtype
+    }
+
     /// Bytes on disk, headers included.
     pub fn bytes(&self) -> u64 {
         self.files
@@ -345,6 +350,18 @@ pub fn read_header(path: &Path) -> Result<ArrayHeader> {
         .read_to_end(&mut head)
         .context("cannot read the header")?;
     Ok(npy::parse_array_header(&head)?)
+}
+
+/// Keeps the rows of `buf` (`row_bytes` each) whose entry in `keep` is true, in order.
+pub fn keep_rows(buf: &mut Vec<u8>, row_bytes: usize, keep: &[bool]) {
+    let mut kept = 0;
+    for (i, &k) in keep.iter().enumerate() {
+        if k {
+            buf.copy_within(i * row_bytes..(i + 1) * row_bytes, kept);
+            kept += row_bytes;
+        }
+    }
+    buf.truncate(kept);
 }
 
 /// The records of a family written with `layout`, from its writer's file records.

@@ -63,6 +63,10 @@ pub struct ExportArgs {
     /// new one is complete).
     #[arg(long)]
     pub overwrite: bool,
+    /// Leave the companion array family NAME out (repeatable). --format pack carries
+    /// companions and --format parquet makes them columns; JSONL has no place for them.
+    #[arg(long = "drop-companion", value_name = "NAME")]
+    pub drop_companion: Vec<String>,
     /// No progress bar.
     #[arg(long)]
     pub quiet: bool,
@@ -86,6 +90,21 @@ pub fn run(args: &ExportArgs) -> Result<()> {
     let started = Instant::now();
     check_usage(args)?;
     let source = SourcePack::open(&args.pack)?;
+    let companions = source.carried_companions(&args.drop_companion)?;
+    if args.format == Format::Jsonl && !companions.is_empty() {
+        let names: Vec<&str> = companions.iter().map(|f| f.name.as_str()).collect();
+        return Err(UsageError(format!(
+            "{} has companion arrays ({}) and the JSONL format has no place for them; pass {} to export the rows without them",
+            args.pack.display(),
+            names.join(", "),
+            names
+                .iter()
+                .map(|n| format!("--drop-companion {n}"))
+                .collect::<Vec<_>>()
+                .join(" ")
+        ))
+        .into());
+    }
     let selection = select::select(
         &source,
         args.runs.as_ref().map(|r| r.ranges.as_slice()),
@@ -130,6 +149,7 @@ pub fn run(args: &ExportArgs) -> Result<()> {
                 quiet: args.quiet,
                 workers,
                 file_rows: args.shard_rows,
+                companions: &companions,
             };
             let w = parquet::write(&source, &selection, &args.output, &opts)?;
             (w.runs, w.rows, files(w.files))
@@ -141,6 +161,7 @@ pub fn run(args: &ExportArgs) -> Result<()> {
                 quiet: args.quiet,
                 selection_text: &selection_text,
                 workers,
+                companions: &companions,
             };
             let w = pack::write(&source, &selection, &args.output, &opts)?;
             (

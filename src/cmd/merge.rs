@@ -729,7 +729,7 @@ fn read_inputs(
                     *crc = crate::crc::crc32c(buf);
                     companion_crcs[k] = crate::crc::combine(companion_crcs[k], *crc, buf.len());
                     if plan.drops {
-                        keep_rows(buf, plan.families[k].row_bytes, &keep);
+                        companions::keep_rows(buf, plan.families[k].row_bytes, &keep);
                         *crc = crate::crc::crc32c(buf);
                     }
                 }
@@ -776,18 +776,6 @@ fn verify_companion(src: &Source, cf: &companions::OpenCompanion, data_crc: u32)
         );
     }
     Ok(())
-}
-
-/// Keeps the rows of `buf` (`row_bytes` each) whose entry in `keep` is true, in order.
-fn keep_rows(buf: &mut Vec<u8>, row_bytes: usize, keep: &[bool]) {
-    let mut kept = 0;
-    for (i, &k) in keep.iter().enumerate() {
-        if k {
-            buf.copy_within(i * row_bytes..(i + 1) * row_bytes, kept);
-            kept += row_bytes;
-        }
-    }
-    buf.truncate(kept);
 }
 
 /// Turns one chunk of an input (as read from its file, with its CRC) into output rows in

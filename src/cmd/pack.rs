@@ -69,6 +69,10 @@ pub struct PackArgs {
     /// Leave out runs whose content equals an earlier run's (listed in skipped_runs).
     #[arg(long)]
     pub dedupe: bool,
+    /// With --update: remove the pack's companion array family NAME (its rows would not cover
+    /// the new runs); repeatable. Without it, --update refuses a pack that has companions.
+    #[arg(long = "drop-companion", value_name = "NAME", requires = "update")]
+    pub drop_companion: Vec<String>,
     /// Leave invalid runs out (listed in the summary and metadata.db) instead of stopping.
     #[arg(long)]
     pub skip_invalid: bool,

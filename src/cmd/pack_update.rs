@@ -17,6 +17,7 @@ use serde_json::json;
 use crate::cmd::pack::{
     self, PackArgs, Packer, PackerStart, discover_runs, parse_and_write, rel_string, usage,
 };
+use crate::companions::{self, Scan};
 use crate::fingerprints;
 use crate::format::fingerprint::Fingerprint;
 use crate::format::metadata::{self, MetadataWriter, RunDetails, RunRow, ShardRecord};
@@ -40,6 +41,7 @@ pub fn run(args: &PackArgs, started: Instant) -> Result<()> {
         return pack::pack_new(args, out, started);
     }
     let existing = Existing::open(&args.output, args.shard_rows)?;
+    let dropped = companions_to_drop(&existing, &args.drop_companion)?;
     let found = discover_runs(&args.input)?;
     let sorted = sort_runs(&existing, &found);
     if !sorted.changed.is_empty() && !args.skip_invalid {
@@ -63,16 +65,21 @@ pub fn run(args: &PackArgs, started: Instant) -> Result<()> {
         .changed
         .iter()
         .all(|c| existing.skipped.get(&c.path) == Some(&c.reason));
-    if sorted.new.is_empty() && orphans_same && already_skipped {
+    if sorted.new.is_empty() && orphans_same && already_skipped && dropped.is_empty() {
         let report = Report::nothing_new(&existing, &sorted);
         report.print(args, started.elapsed().as_secs_f64());
         return Ok(());
     }
 
     let staging = out.begin_staging()?;
-    let report = extend(args, &existing, &found, &sorted, &staging)?;
+    let mut report = extend(args, &existing, &found, &sorted, &dropped, &staging)?;
     if report.publish {
-        out.publish_keeping(&report.kept_shards)?;
+        let retired: Vec<String> = dropped
+            .iter()
+            .flat_map(|(_, files)| files.clone())
+            .collect();
+        out.publish_with(&report.kept_shards, &retired)?;
+        report.removed_companions = dropped.into_iter().map(|(name, _)| name).collect();
     } else {
         drop(out); // removes the staging folder: the pack stays as it was
     }
@@ -181,6 +188,37 @@ impl Existing {
     }
 }
 
+/// The pack's companion families (name, files) that the update removes: every family must be
+/// named by --drop-companion (the new rows would have no companion rows), and only those.
+fn companions_to_drop(existing: &Existing, drop: &[String]) -> Result<Vec<(String, Vec<String>)>> {
+    let mut families: Vec<(String, Vec<String>)> = Vec::new();
+    for file in Scan::all_files(&existing.dir)? {
+        let (name, _) = companions::parse_file_name(&file).expect("a companion file name");
+        match families.iter_mut().find(|(n, _)| n == name) {
+            Some((_, files)) => files.push(file),
+            None => families.push((name.to_string(), vec![file])),
+        }
+    }
+    let kept: Vec<&str> = families
+        .iter()
+        .map(|(n, _)| n.as_str())
+        .filter(|n| !drop.iter().any(|d| d == n))
+        .collect();
+    if !kept.is_empty() {
+        return Err(usage(format!(
+            "{} has companion arrays ({}) aligned with its rows, and the new rows would have none; pass {} to remove them with this update (attach them again afterwards)",
+            existing.dir.display(),
+            kept.join(", "),
+            kept.iter()
+                .map(|n| format!("--drop-companion {n}"))
+                .collect::<Vec<_>>()
+                .join(" ")
+        )));
+    }
+    // A name with no files is fine: a job run again after the family was removed.
+    Ok(families)
+}
+
 /// The shards on disk must be the ones the `shards` table records, all full but the last.
 fn check_layout(
     dir: &Path,
@@ -278,6 +316,7 @@ fn extend(
     existing: &Existing,
     found: &Discovery,
     sorted: &Sorted,
+    dropped: &[(String, Vec<String>)],
     staging: &Path,
 ) -> Result<Report> {
     let workers = args.workers();
@@ -291,6 +330,9 @@ fn extend(
         workers,
     )?;
     let db = MetadataWriter::extend_copy(&existing.dir, staging)?;
+    for (name, _) in dropped {
+        db.delete_companion(name)?;
+    }
     if computed {
         for (run, fp) in existing.runs.iter().zip(&fingerprints) {
             db.set_fingerprint(run.id, fp)?;
@@ -331,7 +373,8 @@ fn extend(
         .skipped
         .iter()
         .all(|(p, r)| existing.skipped.get(p) == Some(r));
-    if nothing_new && skips_known && !computed && existing.orphans == orphan_paths(found) {
+    let unchanged = skips_known && !computed && existing.orphans == orphan_paths(found);
+    if nothing_new && unchanged && dropped.is_empty() {
         return Ok(Report {
             already_packed: packed.already_packed,
             ..Report::nothing_new(existing, sorted)
@@ -367,6 +410,7 @@ fn extend(
     }
     Ok(Report {
         publish: true,
+        removed_companions: Vec::new(),
         kept_shards,
         rewritten: if nothing_new {
             Vec::new()
@@ -449,6 +493,8 @@ fn update_history(
 struct Report {
     /// Whether there is anything to publish.
     publish: bool,
+    /// Companion families removed (--drop-companion).
+    removed_companions: Vec<String>,
     /// Shards of the old pack that stay in place.
     kept_shards: Vec<String>,
     rewritten: Vec<String>,
@@ -464,6 +510,7 @@ impl Report {
     fn nothing_new(existing: &Existing, sorted: &Sorted) -> Report {
         Report {
             publish: false,
+            removed_companions: Vec::new(),
             kept_shards: Vec::new(),
             rewritten: Vec::new(),
             added: Vec::new(),
@@ -496,6 +543,7 @@ impl Report {
                 "already_packed_by_content": self.already_packed.iter().map(|(p, id)| json!({"path": p, "run_id": id})).collect::<Vec<_>>(),
                 "shards_rewritten": self.rewritten,
                 "shards_added": self.added,
+                "companions_removed": self.removed_companions,
             });
             if let (Some(doc), Some(extra)) = (doc.as_object_mut(), extra.as_object()) {
                 doc.remove("shards");
@@ -527,6 +575,12 @@ impl Report {
             self.added.len(),
             list(&self.added)
         );
+        if !self.removed_companions.is_empty() {
+            println!(
+                "  companions removed (--drop-companion): {}",
+                self.removed_companions.join(", ")
+            );
+        }
         s.print_details(elapsed);
     }
 }

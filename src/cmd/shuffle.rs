@@ -19,6 +19,7 @@ use serde_json::json;
 
 use crate::UsageError;
 use crate::cmd::validate;
+use crate::companions::{self, Family};
 use crate::fingerprints;
 use crate::format::metadata::{self, MetadataWriter, PackFacts, RunRecord};
 use crate::format::row::ROW_BYTES;
@@ -116,6 +117,10 @@ struct Plan {
     seed: u64,
     buckets: u64,
     shard_rows: Option<u64>,
+    /// The companion families carried (each bucket record holds a steps row and one row of
+    /// each, in this order).
+    #[serde(default)]
+    companions: Vec<String>,
 }
 
 /// Progress recorded in the work folder after each step.
@@ -127,6 +132,9 @@ struct Progress {
     bucket_crcs: Vec<u32>,
     buckets_done: u64,
     writer: Option<WriterState>,
+    /// The companion writers' states, in plan order.
+    #[serde(default)]
+    companion_writers: Vec<WriterState>,
 }
 
 impl Progress {
@@ -176,8 +184,9 @@ pub fn run(args: &ShuffleArgs) -> Result<()> {
         );
     }
     let shards = pack_reader::open_shards(&args.input, false)?;
+    let families = companions::scan(&args.input, &shards)?.families;
     let input_conn = metadata::open_read_only(&args.input.join(metadata::FILE_NAME))?;
-    let plan = make_plan(args, &shards, &input_conn)?;
+    let plan = make_plan(args, &shards, &families, &input_conn)?;
 
     let mut out = OutputDir::open_with(&args.output, args.overwrite, args.resume)?;
     out.keep_staging_on_failure();
@@ -187,14 +196,15 @@ pub fn run(args: &ShuffleArgs) -> Result<()> {
         .unwrap_or_else(|| args.output.clone())
         .join(WORK_DIR);
     let mut progress = start_or_resume(&work, &plan, args.resume)?;
-    check_space(&work, out.path(), &plan, &progress)?;
+    check_space(&work, out.path(), &plan, &families, &progress)?;
 
     if progress.bucket_rows.is_none() {
-        let (rows, crcs) = scatter(&shards, &plan, &work, args)?;
+        let (rows, crcs) = scatter(&shards, &families, &plan, &work, args)?;
         progress.bucket_rows = Some(rows);
         progress.bucket_crcs = crcs;
         progress.buckets_done = 0;
         progress.writer = None;
+        progress.companion_writers.clear();
         progress.save(&work)?;
     }
     let staging = if progress.buckets_done > 0 {
@@ -202,7 +212,7 @@ pub fn run(args: &ShuffleArgs) -> Result<()> {
     } else {
         out.begin_staging()?
     };
-    let rows = gather(&plan, &mut progress, &work, &staging, args)?;
+    let rows = gather(&plan, &families, &mut progress, &work, &staging, args)?;
     let quality = measure_dispersion(&staging, &input_conn)?;
     write_metadata(&staging, &input_conn, &shards, args, &plan, &quality, rows)?;
     write_valuations(&staging, &pack_reader::read_valuations(&args.input)?)?;
@@ -212,9 +222,14 @@ pub fn run(args: &ShuffleArgs) -> Result<()> {
     Ok(())
 }
 
-fn make_plan(args: &ShuffleArgs, shards: &[Shard], conn: &rusqlite::Connection) -> Result<Plan> {
+fn make_plan(
+    args: &ShuffleArgs,
+    shards: &[Shard],
+    families: &[Family],
+    conn: &rusqlite::Connection,
+) -> Result<Plan> {
     let rows: u64 = shards.iter().map(|s| s.header.rows).sum();
-    let bytes = rows * ROW_BYTES as u64;
+    let bytes = rows * record_bytes(families) as u64;
     // A bucket gets at most ~40% of --memory (room for variation in bucket sizes and buffers),
     // and no more than TARGET_BUCKET_BYTES so it shuffles in cache.
     let per_bucket = (args.memory * 2 / 5)
@@ -234,22 +249,38 @@ fn make_plan(args: &ShuffleArgs, shards: &[Shard], conn: &rusqlite::Connection) 
         input_rows: rows,
         input_fingerprint: shards
             .iter()
-            .map(|s| (s.name.clone(), s.file_len, fingerprint(s)))
+            .map(|s| (s.name.clone(), s.path.clone()))
+            .chain(families.iter().flat_map(|f| {
+                f.files
+                    .iter()
+                    .map(|c| (c.file_name.clone(), c.path.clone()))
+            }))
+            .map(|(name, path)| {
+                let (len, crc) = identity(&path);
+                (name, len, crc)
+            })
             .collect(),
         seed: args.seed,
         buckets,
         shard_rows: args.shard_rows.or(recorded),
+        companions: families.iter().map(|f| f.name.clone()).collect(),
     })
 }
 
-/// A cheap identity of a shard for resume checks: CRC of its header and last rows.
-fn fingerprint(s: &Shard) -> u32 {
-    let tail = s.file_len.saturating_sub(4096);
-    let mut buf = vec![0u8; (s.file_len - tail) as usize];
-    let ok = File::open(&s.path)
+/// Bytes of one bucket record: a steps row and a row of each companion family.
+fn record_bytes(families: &[Family]) -> usize {
+    ROW_BYTES + families.iter().map(|f| f.row_bytes).sum::<usize>()
+}
+
+/// A cheap identity of an input file for resume checks: its size and the CRC of its last 4 KiB.
+fn identity(path: &Path) -> (u64, u32) {
+    let len = std::fs::metadata(path).map_or(0, |m| m.len());
+    let tail = len.saturating_sub(4096);
+    let mut buf = vec![0u8; (len - tail) as usize];
+    let ok = File::open(path)
         .and_then(|f| f.read_exact_at(&mut buf, tail))
         .is_ok();
-    if ok { crate::crc::crc32c(&buf) } else { 0 }
+    (len, if ok { crate::crc::crc32c(&buf) } else { 0 })
 }
 
 fn start_or_resume(work: &Path, plan: &Plan, resume: bool) -> Result<Progress> {
@@ -284,6 +315,7 @@ fn start_or_resume(work: &Path, plan: &Plan, resume: bool) -> Result<Progress> {
         bucket_crcs: Vec::new(),
         buckets_done: 0,
         writer: None,
+        companion_writers: Vec::new(),
     };
     p.save(work)?;
     Ok(p)
@@ -302,8 +334,14 @@ fn free_bytes(path: &Path) -> Result<(u64, u64)> {
 }
 
 /// Refuses to start when the bucket files and the output cannot both fit.
-fn check_space(work: &Path, output: &Path, plan: &Plan, progress: &Progress) -> Result<()> {
-    let pack_bytes = plan.input_rows * ROW_BYTES as u64;
+fn check_space(
+    work: &Path,
+    output: &Path,
+    plan: &Plan,
+    families: &[Family],
+    progress: &Progress,
+) -> Result<()> {
+    let pack_bytes = plan.input_rows * record_bytes(families) as u64;
     let temp_need = if progress.bucket_rows.is_some() {
         0
     } else {
@@ -371,16 +409,19 @@ impl BucketFile {
 }
 
 /// Phase 1: every row goes to bucket `below(splitmix(seed, global row), buckets)`, appended in
-/// row order. Returns the rows and the CRC-32C of each bucket file.
+/// row order, together with its row of each companion family. Returns the rows and the
+/// CRC-32C of each bucket file.
 fn scatter(
     shards: &[Shard],
+    families: &[Family],
     plan: &Plan,
     work: &Path,
     args: &ShuffleArgs,
 ) -> Result<(Vec<u64>, Vec<u32>)> {
     let k = plan.buckets as usize;
+    let record = record_bytes(families);
     let buffer_bytes =
-        ((args.memory / 4 / k as u64) / ROW_BYTES as u64).clamp(16, 8192) as usize * ROW_BYTES;
+        ((args.memory / 4 / k as u64) / record as u64).clamp(16, 8192) as usize * record;
     let mut buckets: Vec<BucketFile> = (0..plan.buckets)
         .map(|b| {
             let path = bucket_path(work, b);
@@ -397,24 +438,38 @@ fn scatter(
         .collect::<Result<_>>()?;
     let key = splitmix_at(plan.seed, u64::MAX);
     let bar = progress::rows_bar(plan.input_rows, args.quiet, "shuffle 1/2 scatter");
-    let mut buf = vec![0u8; READ_ROWS * ROW_BYTES];
+    let read_rows = (READ_ROWS * ROW_BYTES / record).max(1);
+    let mut buf = vec![0u8; read_rows * ROW_BYTES];
+    let mut companion_bufs: Vec<Vec<u8>> = vec![Vec::new(); families.len()];
     let mut global = 0u64;
-    for shard in shards {
+    for (si, shard) in shards.iter().enumerate() {
         let file =
             File::open(&shard.path).with_context(|| format!("opening {}", shard.path.display()))?;
+        let companion_files = families
+            .iter()
+            .map(|f| f.open(si))
+            .collect::<Result<Vec<_>>>()?;
         let mut done = 0u64;
         while done < shard.header.rows {
-            let n = (shard.header.rows - done).min(READ_ROWS as u64) as usize;
+            let n = (shard.header.rows - done).min(read_rows as u64) as usize;
             let chunk = &mut buf[..n * ROW_BYTES];
             file.read_exact_at(
                 chunk,
                 shard.header.data_offset as u64 + done * ROW_BYTES as u64,
             )
             .with_context(|| format!("reading {}", shard.path.display()))?;
-            for row in chunk.chunks_exact(ROW_BYTES) {
+            for (cf, cbuf) in companion_files.iter().zip(&mut companion_bufs) {
+                cf.read_rows(done, n as u64, cbuf)?;
+            }
+            for (i, row) in chunk.chunks_exact(ROW_BYTES).enumerate() {
                 let bucket =
                     &mut buckets[below_fast(splitmix_at(key, global), plan.buckets) as usize];
                 bucket.buf.extend_from_slice(row);
+                for (f, cbuf) in families.iter().zip(&companion_bufs) {
+                    bucket
+                        .buf
+                        .extend_from_slice(&cbuf[i * f.row_bytes..(i + 1) * f.row_bytes]);
+                }
                 bucket.rows += 1;
                 if bucket.buf.len() >= buffer_bytes {
                     bucket.flush()?;
@@ -435,28 +490,48 @@ fn scatter(
     ))
 }
 
-/// Phase 2: buckets in order, each shuffled in memory and appended to the output; progress is
-/// saved after every bucket. Returns the rows written.
+/// Phase 2: buckets in order, each shuffled in memory and appended to the output (the steps
+/// rows, and each companion row with its steps row); progress is saved after every bucket.
+/// Returns the rows written.
 fn gather(
     plan: &Plan,
+    families: &[Family],
     progress: &mut Progress,
     work: &Path,
     staging: &Path,
     args: &ShuffleArgs,
 ) -> Result<u64> {
     let bucket_rows = progress.bucket_rows.clone().expect("phase 1 is done");
-    let mut writer = match (&progress.writer, progress.buckets_done) {
-        (Some(state), done) if done > 0 => ShardWriter::resume(staging, plan.shard_rows, state)?,
+    let resuming = progress.buckets_done > 0;
+    let mut writer = match &progress.writer {
+        Some(state) if resuming => ShardWriter::resume(staging, plan.shard_rows, state)?,
         _ => ShardWriter::new(staging, plan.shard_rows),
     };
     writer.expect_rows(plan.input_rows);
+    let mut companion_writers = families
+        .iter()
+        .enumerate()
+        .map(|(k, f)| {
+            let mut w = match progress.companion_writers.get(k) {
+                Some(state) if resuming => {
+                    ShardWriter::resume_with_layout(staging, plan.shard_rows, f.layout(), state)?
+                }
+                _ => ShardWriter::with_layout(staging, plan.shard_rows, f.layout()),
+            };
+            w.expect_rows(plan.input_rows);
+            Ok(w)
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let record = record_bytes(families);
     let bar = progress::rows_bar(plan.input_rows, args.quiet, "shuffle 2/2 buckets");
     bar.inc(bucket_rows[..progress.buckets_done as usize].iter().sum());
     let mut buf: Vec<u8> = Vec::new();
+    let mut order: Vec<u32> = Vec::new();
+    let mut out: Vec<u8> = Vec::new();
     for b in progress.buckets_done..plan.buckets {
         let n = bucket_rows[b as usize] as usize;
         buf.clear();
-        buf.resize(n * ROW_BYTES, 0);
+        buf.resize(n * record, 0);
         let path = bucket_path(work, b);
         File::open(&path)
             .and_then(|f| f.read_exact_at(&mut buf, 0))
@@ -467,12 +542,40 @@ fn gather(
                 path.display()
             );
         }
-        let (rows, rest) = buf.as_chunks_mut::<ROW_BYTES>();
-        debug_assert!(rest.is_empty());
-        Xoshiro::new(splitmix_at(plan.seed, b)).shuffle(rows);
-        writer.write_rows(&buf)?;
+        let mut rng = Xoshiro::new(splitmix_at(plan.seed, b));
+        if families.is_empty() {
+            let (rows, rest) = buf.as_chunks_mut::<ROW_BYTES>();
+            debug_assert!(rest.is_empty());
+            rng.shuffle(rows);
+            writer.write_rows(&buf)?;
+        } else {
+            // The same swaps on the record numbers give the same permutation of the rows.
+            order.clear();
+            order.extend(0..n as u32);
+            rng.shuffle(&mut order);
+            let mut at = 0;
+            for (k, size) in std::iter::once(ROW_BYTES)
+                .chain(families.iter().map(|f| f.row_bytes))
+                .enumerate()
+            {
+                out.clear();
+                for &i in &order {
+                    let start = i as usize * record + at;
+                    out.extend_from_slice(&buf[start..start + size]);
+                }
+                match k {
+                    0 => writer.write_rows(&out)?,
+                    _ => companion_writers[k - 1].write_rows(&out)?,
+                }
+                at += size;
+            }
+        }
         progress.buckets_done = b + 1;
         progress.writer = Some(writer.snapshot()?);
+        progress.companion_writers = companion_writers
+            .iter_mut()
+            .map(ShardWriter::snapshot)
+            .collect::<Result<_>>()?;
         progress.save(work)?;
         std::fs::remove_file(&path).with_context(|| format!("removing {}", path.display()))?;
         bar.inc(n as u64);
@@ -481,6 +584,14 @@ fn gather(
     let rows = writer.total_rows();
     let records = writer.finish()?;
     std::fs::write(staging.join(".shards.json"), serde_json::to_vec(&records)?)?;
+    let mut companion_records = Vec::new();
+    for (f, w) in families.iter().zip(companion_writers) {
+        companion_records.extend(companions::records(&f.layout(), &w.finish()?));
+    }
+    std::fs::write(
+        staging.join(".companions.json"),
+        serde_json::to_vec(&companion_records)?,
+    )?;
     Ok(rows)
 }
 
@@ -561,6 +672,9 @@ fn write_metadata(
     let records: Vec<metadata::ShardRecord> =
         serde_json::from_slice(&std::fs::read(staging.join(".shards.json"))?)?;
     std::fs::remove_file(staging.join(".shards.json"))?;
+    let companion_records: Vec<metadata::CompanionRecord> =
+        serde_json::from_slice(&std::fs::read(staging.join(".companions.json"))?)?;
+    std::fs::remove_file(staging.join(".companions.json"))?;
     let db_path = staging.join(metadata::FILE_NAME);
     if db_path.exists() {
         std::fs::remove_file(&db_path)?; // left by an interrupted finish; rebuilt from scratch
@@ -593,6 +707,9 @@ fn write_metadata(
     metadata::copy_findings(&db, input, &|id| Some(id), &[])?;
     for shard in &records {
         db.insert_shard(shard)?;
+    }
+    for record in &companion_records {
+        db.insert_companion(record)?;
     }
     for (k, v) in metadata::read_session(input)? {
         db.set_session(&format!("input.{k}"), &v)?;

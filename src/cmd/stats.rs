@@ -11,6 +11,7 @@ use anyhow::Result;
 use clap::Args;
 use serde_json::{Value, json};
 
+use crate::companions;
 use crate::format::board::MOVE_NAMES;
 use crate::format::metadata::{self, RunRow};
 use crate::format::row::offset;
@@ -312,6 +313,9 @@ struct Stats {
     moves: [u64; 5],
     /// None when the pack records no findings table.
     findings: Option<Vec<(String, i64)>>,
+    /// Companion arrays: name, dtype and trailing shape, bytes; and families that do not line up.
+    companions: Vec<(String, String, u64)>,
+    companion_problems: Vec<String>,
     workers: usize,
     elapsed: f64,
 }
@@ -320,6 +324,7 @@ fn gather(dir: &Path, workers: usize) -> Result<Stats> {
     let started = Instant::now();
     let conn = pack_reader::open_metadata(dir)?;
     let shards = pack_reader::open_shards(dir, true)?;
+    let scan = companions::scan(dir, &shards)?;
     let table = pack_reader::read_valuations(dir)?;
     let runs = metadata::read_runs(&conn)?;
     let shuffled = metadata::session_value(&conn, "shuffled")?.as_deref() == Some("true");
@@ -347,6 +352,12 @@ fn gather(dir: &Path, workers: usize) -> Result<Stats> {
         types,
         moves: counts.moves,
         findings,
+        companions: scan
+            .families
+            .iter()
+            .map(|f| (f.name.clone(), f.describe(), f.bytes()))
+            .collect(),
+        companion_problems: scan.problems.into_iter().map(|(_, p)| p).collect(),
         workers,
         elapsed: started.elapsed().as_secs_f64(),
     })
@@ -411,6 +422,10 @@ fn to_json(s: &Stats) -> Value {
             .map(|(k, v)| (k.to_string(), json!(v))).collect::<serde_json::Map<_, _>>(),
         "findings": s.findings.as_ref().map(|f| f.iter()
             .map(|(k, v)| (k.clone(), json!(v))).collect::<serde_json::Map<_, _>>()),
+        "companions": s.companions.iter().map(|(name, dtype, bytes)| json!({
+            "name": name, "dtype": dtype, "bytes": bytes,
+        })).collect::<Vec<_>>(),
+        "companion_problems": s.companion_problems,
         "workers": s.workers,
         "elapsed_s": s.elapsed,
     })
@@ -508,6 +523,16 @@ fn print_overview(s: &Stats) {
         if s.shuffled { " (shuffled)" } else { "" }
     );
     println!("shards    {shards}");
+    for (name, dtype, bytes) in &s.companions {
+        println!(
+            "companion {name}: {dtype}, {} bytes ({:.1} MB)",
+            thousands(*bytes),
+            *bytes as f64 / 1e6
+        );
+    }
+    for problem in &s.companion_problems {
+        println!("companion not lined up with the shards: {problem}");
+    }
     println!(
         "bytes     {} in shards ({:.1} MB), {} in metadata.db",
         thousands(s.shard_bytes),

@@ -5,6 +5,7 @@
 //! holding a subset). [`select`] turns `--runs`/`--where` into a run selection; [`output`] makes
 //! file and folder outputs appear atomically.
 
+pub mod companion_columns;
 pub mod jsonl;
 pub mod output;
 pub mod pack;
@@ -17,6 +18,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result, bail};
 use rusqlite::Connection;
 
+use crate::companions::{self, Family, Scan};
 use crate::format::metadata::{self, RunDetails, RunRow};
 use crate::format::row::{ROW_BYTES, offset};
 use crate::format::valuation::ValuationTable;
@@ -40,6 +42,8 @@ pub struct SourcePack {
     run_first_row: Vec<u64>,
     /// Rows are not grouped by run (a shuffled pack): runs cannot be read as row ranges.
     pub shuffled: bool,
+    /// Its companion arrays.
+    pub companions: Scan,
 }
 
 impl SourcePack {
@@ -75,9 +79,29 @@ impl SourcePack {
             details: metadata::read_run_details(&conn)?,
             valuations: pack_reader::read_valuations(dir)?,
             shuffled: metadata::session_value(&conn, "shuffled")?.as_deref() == Some("true"),
+            companions: companions::scan(dir, &shards)?,
             shards,
             runs,
         })
+    }
+
+    /// The companion families an export carries: every one that lines up, except `dropped`;
+    /// one that does not line up is an error naming it, unless dropped.
+    pub fn carried_companions(&self, dropped: &[String]) -> Result<Vec<&Family>> {
+        for (name, problem) in &self.companions.problems {
+            if !dropped.contains(name) {
+                bail!(
+                    "{}: companion {name} does not line up with the shards: {problem} (pass --drop-companion {name} to export without it)",
+                    self.dir.display()
+                );
+            }
+        }
+        Ok(self
+            .companions
+            .families
+            .iter()
+            .filter(|f| !dropped.contains(&f.name))
+            .collect())
     }
 
     /// A read-only connection to the pack's `metadata.db` (not kept open: a connection cannot

@@ -17,13 +17,14 @@ use std::path::Path;
 use anyhow::Result;
 
 use super::{RowCounts, Selection, SourcePack, tally};
+use crate::companions::{self, Family};
 use crate::findings::{
     DUPLICATE_RUN, Duplicates, RECOUNTABLE, RowFindings, Tally, duplicate_detail,
 };
 use crate::fingerprints;
 use crate::format::fingerprint::Fingerprint;
 use crate::format::metadata::{self, FindingRecord, MetadataWriter, PackFacts, RunRecord};
-use crate::format::row::{ROW_BYTES, StepRow, remap_rows};
+use crate::format::row::{ROW_BYTES, StepRow};
 use crate::pack_dir::{OutputDir, write_valuations};
 use crate::progress;
 use crate::run_index::RunStarts;
@@ -45,6 +46,8 @@ pub struct PackOptions<'a> {
     pub selection_text: &'a str,
     /// Threads for computing fingerprints a source did not record.
     pub workers: usize,
+    /// The source's companion families to carry.
+    pub companions: &'a [&'a Family],
 }
 
 pub fn write(
@@ -76,32 +79,58 @@ fn build(
     let plan = source.plan(selection);
     let total_rows = plan.iter().map(|p| p.count).sum();
     writer.expect_rows(total_rows);
+    let mut companion_writers: Vec<ShardWriter> = opts
+        .companions
+        .iter()
+        .map(|f| {
+            let mut w = ShardWriter::with_layout(staging, opts.shard_rows, f.layout());
+            w.expect_rows(total_rows);
+            w
+        })
+        .collect();
     let bar = progress::rows_bar(total_rows, opts.quiet, "export");
     let mut rows = Vec::with_capacity(super::PIECE_ROWS as usize * ROW_BYTES);
+    let mut keep = Vec::new();
+    let mut companion_rows = Vec::new();
     for piece in &plan {
         let src = source.read(piece)?;
         rows.clear();
+        keep.clear();
         let mut piece_tally = Vec::new();
-        selection.for_each_row(&src, |pos, row| {
+        for row in src.chunks_exact(ROW_BYTES) {
+            let id = u32::from_le_bytes(row[..4].try_into().unwrap());
+            let Some(pos) = selection.position(id)? else {
+                keep.push(false);
+                continue;
+            };
+            keep.push(true);
             tally(&mut piece_tally, pos);
             findings.observe(pos, &StepRow::from_bytes(row));
+            let at = rows.len();
             rows.extend_from_slice(row);
-            Ok(())
-        })?;
+            rows[at..at + 4].copy_from_slice(&pos.to_le_bytes());
+        }
         counts.add(&piece_tally);
-        remap_rows(
-            &mut rows,
-            |old| selection.position(old).ok().flatten().expect("selected"),
-            None,
-        );
         if !source.shuffled {
             starts.observe(&rows, writer.total_rows());
         }
         writer.write_rows(&rows)?;
+        for (family, w) in opts.companions.iter().zip(&mut companion_writers) {
+            family
+                .open(piece.shard)?
+                .read_rows(piece.start, piece.count, &mut companion_rows)?;
+            companions::keep_rows(&mut companion_rows, family.row_bytes, &keep);
+            w.write_rows(&companion_rows)?;
+        }
         bar.inc(piece.count);
     }
     bar.finish_and_clear();
     counts.verify(source, selection)?;
+    for (family, w) in opts.companions.iter().zip(companion_writers) {
+        for record in companions::records(&family.layout(), &w.finish()?) {
+            db.insert_companion(&record)?;
+        }
+    }
 
     let locations = (!source.shuffled).then(|| starts.finish(&writer));
     let rows_written = writer.total_rows();

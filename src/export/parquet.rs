@@ -12,7 +12,7 @@ use std::fs::File;
 use std::path::Path;
 use std::sync::Arc;
 
-use anyhow::{Context, Result};
+use anyhow::{Context, Result, bail};
 use arrow_array::types::UInt8Type;
 use arrow_array::{
     ArrayRef, DictionaryArray, FixedSizeListArray, Float32Array, Int32Array, StringArray,
@@ -28,8 +28,10 @@ use parquet::file::writer::SerializedFileWriter;
 use parquet::schema::types::ColumnPath;
 
 use super::output::{StagedDir, StagedFile};
-use super::{PIECE_ROWS, Piece, RowCounts, Selection, SourcePack, tally};
+use super::{PIECE_ROWS, Piece, RowCounts, Selection, SourcePack, companion_columns, tally};
+use crate::companions::Family;
 use crate::format::board;
+use crate::format::row::ROW_BYTES;
 use crate::format::row::StepRow;
 use crate::ordered::ordered_try_map;
 use crate::progress;
@@ -62,11 +64,37 @@ fn part_name(index: usize) -> String {
     format!("part-{index:05}.parquet")
 }
 
-/// The Arrow schema of the exported rows.
-pub fn schema() -> SchemaRef {
+/// The Arrow schema of the exported rows: the pack's columns, then one column per companion
+/// family carried (named after it).
+pub fn schema(companions: &[&Family]) -> Result<SchemaRef> {
+    let mut fields = row_fields();
+    for f in companions {
+        if fields.iter().any(|c| c.name() == &f.name) {
+            bail!(
+                "companion {} has the name of a row column; pass --drop-companion {} (or attach it under another name)",
+                f.name,
+                f.name
+            );
+        }
+        let dtype = f.header_dtype();
+        let column = companion_columns::arrow_type(dtype, &f.trailing).map_err(|e| {
+            anyhow::anyhow!(
+                "companion {} ({}): {e}; pass --drop-companion {} to export without it",
+                f.name,
+                f.describe(),
+                f.name
+            )
+        })?;
+        fields.push(Field::new(&f.name, column, false));
+    }
+    Ok(Arc::new(Schema::new(fields)))
+}
+
+/// The columns of the pack's rows.
+fn row_fields() -> Vec<Field> {
     let list =
         |item: DataType, n| DataType::FixedSizeList(Arc::new(Field::new("item", item, false)), n);
-    Arc::new(Schema::new(vec![
+    vec![
         Field::new("run_id", DataType::UInt32, false),
         Field::new("step_index", DataType::UInt32, false),
         Field::new("board", list(DataType::UInt8, 16), false),
@@ -81,7 +109,7 @@ pub fn schema() -> SchemaRef {
         Field::new("max_rank", DataType::UInt8, false),
         Field::new("seed", DataType::UInt32, false),
         Field::new("branch_evs", list(DataType::Float32, 4), false),
-    ]))
+    ]
 }
 
 fn properties(source: &SourcePack) -> Result<WriterProperties> {
@@ -191,6 +219,7 @@ struct Group {
 struct Encoder<'a> {
     source: &'a SourcePack,
     selection: &'a Selection,
+    companions: &'a [&'a Family],
     schema: SchemaRef,
     names: ArrayRef,
     factory: ArrowRowGroupWriterFactory,
@@ -201,19 +230,41 @@ impl Encoder<'_> {
         let mut writers = self.factory.create_column_writers(0)?;
         let mut rows = 0u64;
         let mut counts = Vec::new();
+        let mut keep = Vec::new();
+        let mut companion_rows = Vec::new();
         for piece in pieces {
             let src = self.source.read(piece)?;
             let mut cols = Columns::with_capacity(piece.count as usize);
-            self.selection.for_each_row(&src, |pos, row| {
-                tally(&mut counts, pos);
-                cols.push(&StepRow::from_bytes(row));
-                Ok(())
-            })?;
+            keep.clear();
+            for row in src.chunks_exact(ROW_BYTES) {
+                let id = u32::from_le_bytes(row[..4].try_into().unwrap());
+                let selected = self.selection.position(id)?;
+                keep.push(selected.is_some());
+                if let Some(pos) = selected {
+                    tally(&mut counts, pos);
+                    cols.push(&StepRow::from_bytes(row));
+                }
+            }
             if cols.len() == 0 {
                 continue;
             }
-            rows += cols.len() as u64;
-            let arrays = cols.into_arrays(&self.schema, &self.names)?;
+            let n = cols.len();
+            rows += n as u64;
+            let mut arrays = cols.into_arrays(&self.schema, &self.names)?;
+            for family in self.companions {
+                family.open(piece.shard)?.read_rows(
+                    piece.start,
+                    piece.count,
+                    &mut companion_rows,
+                )?;
+                crate::companions::keep_rows(&mut companion_rows, family.row_bytes, &keep);
+                arrays.push(companion_columns::rows_to_array(
+                    family.header_dtype(),
+                    &family.trailing,
+                    &companion_rows,
+                    n,
+                )?);
+            }
             let mut leaf_writers = writers.iter_mut();
             for (array, field) in arrays.iter().zip(self.schema.fields()) {
                 for leaf in compute_leaves(field, array)? {
@@ -273,7 +324,7 @@ pub fn write(
     target: &Path,
     opts: &ParquetOptions,
 ) -> Result<Written> {
-    let schema = schema();
+    let schema = schema(opts.companions)?;
     let props = properties(source)?;
     let names: ArrayRef = Arc::new(StringArray::from(
         source
@@ -308,6 +359,7 @@ pub fn write(
     let encoder = Encoder {
         source,
         selection,
+        companions: opts.companions,
         schema: schema.clone(),
         names,
         factory,
@@ -365,12 +417,14 @@ pub fn write(
 }
 
 /// Options of a Parquet export.
-pub struct ParquetOptions {
+pub struct ParquetOptions<'a> {
     pub overwrite: bool,
     pub quiet: bool,
     pub workers: usize,
     /// Rows per part file of a folder export.
     pub file_rows: Option<u64>,
+    /// Companion families to export as columns.
+    pub companions: &'a [&'a Family],
 }
 
 fn append(f: &mut OpenFile, g: Group) -> Result<()> {

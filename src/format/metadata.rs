@@ -97,7 +97,7 @@ pub struct ShardRecord {
 }
 
 /// A family as `metadata.db` records it: one row per file.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct CompanionRecord {
     pub name: String,
     pub shard: u32,
