@@ -178,6 +178,57 @@ bench_validate() {
   CMD_SECTIONS+=("$sec")
 }
 
+# alternate_cat_and_merge NAME CATOUT OUT P0 P1 -- FILES...
+#   `cat FILES > CATOUT` and `merge --left P0 --right P1 --output OUT` alternate (cat #1, merge
+#   #1, cat #2, ...) so both see the same machine state; the outputs are removed and the inputs
+#   warmed before each run (untimed), dirty pages flushed by sync. Sets CAT_WALL, CAT_RSS (MiB or
+#   n/a), CAT_RC, CAT_CMD and MERGE_WALL, MERGE_RSS, MERGE_RC, MERGE_CMD (fastest walls, largest
+#   RSS).
+alternate_cat_and_merge() {
+  local name=$1 catout=$2 out=$3 p0=$4 p1=$5 i
+  shift 6
+  local in_files=("$@")
+  prep_cat() { rm -f "$catout"; sync; warm_pack "$p0" "$p1"; cat "${in_files[@]}" >/dev/null; }
+  prep_merge() { rm -rf "$out"; sync; warm_pack "$p0" "$p1"; cat "${in_files[@]}" >/dev/null; }
+  CAT_WALL="" MERGE_WALL="" MERGE_RC=0 CAT_RC=0 MERGE_RSS=0 MERGE_CMD=""
+  local cat_rss=0 repeat=$BENCH_REPEAT
+  CAT_CMD="cat ${in_files[*]} > $catout"
+  BENCH_REPEAT=1
+  for ((i = 1; i <= repeat; i++)); do
+    prep_cat
+    wait_idle "$name-cat #$i"
+    log "$name-cat #$i: $CAT_CMD"
+    local start end t="$BENCH_DIR/logs/$name-cat-$STAMP-$i.time" rc=0
+    start=$EPOCHREALTIME
+    if [[ $have_time == 1 ]]; then
+      /usr/bin/time -v -o "$t" cat "${in_files[@]}" >"$catout" || rc=$?
+    else
+      cat "${in_files[@]}" >"$catout" || rc=$?
+    fi
+    end=$EPOCHREALTIME
+    if [[ $rc != 0 ]]; then CAT_RC=$rc; break; fi
+    local w
+    w=$(calc %.4f "$end - $start")
+    log "$name-cat #$i: wall ${w}s"
+    if [[ -z "$CAT_WALL" ]] || awk "BEGIN { exit !($w < $CAT_WALL) }"; then CAT_WALL=$w; fi
+    if [[ $have_time == 1 ]]; then
+      local r
+      r=$(sed -nE 's/.*Maximum resident set size \(kbytes\): ([0-9]+).*/\1/p' "$t")
+      if ((r > cat_rss)); then cat_rss=$r; fi
+    fi
+
+    measure "$name-$i" prep_merge -- "$PACKER" merge --left "$p0" --right "$p1" --output "$out" --overwrite --quiet
+    MERGE_CMD=$M_CMD
+    if [[ $M_RC != 0 ]]; then MERGE_RC=$M_RC; break; fi
+    if [[ -z "$MERGE_WALL" ]] || awk "BEGIN { exit !($M_WALL < $MERGE_WALL) }"; then MERGE_WALL=$M_WALL; fi
+    if [[ $M_RSS != n/a ]] && awk "BEGIN { exit !($M_RSS > $MERGE_RSS) }"; then MERGE_RSS=$M_RSS; fi
+  done
+  BENCH_REPEAT=$repeat
+  rm -f "$catout"
+  CAT_RSS=n/a
+  if [[ $have_time == 1 ]]; then CAT_RSS=$(calc %.1f "$cat_rss / 1024"); else MERGE_RSS=n/a; fi
+}
+
 # ------------------------------------------------------------------ merge (issue 4)
 bench_merge() {
   need_cmd merge merge || return 0
@@ -197,47 +248,10 @@ bench_merge() {
   rows=$(($(pack_rows "$p0") + $(pack_rows "$p1")))
   mb=$(calc %.1f "$bytes / 1e6")
 
-  # cat and merge alternate (cat #1, merge #1, cat #2, ...) so both see the same machine state; the
-  # output is removed and the inputs warmed before each run (untimed), dirty pages flushed by sync.
-  prep_cat() { rm -f "$catout"; sync; warm_pack "$p0" "$p1"; }
-  prep_merge() { rm -rf "$out"; sync; warm_pack "$p0" "$p1"; }
-  local cat_wall="" cat_rss=0 merge_wall="" merge_rss=0 merge_rc=0 cat_rc=0 cat_cmd merge_cmd
+  alternate_cat_and_merge merge "$catout" "$out" "$p0" "$p1" -- "${in_files[@]}"
+  local cat_wall=$CAT_WALL cat_rss_mib=$CAT_RSS cat_rc=$CAT_RC cat_cmd=$CAT_CMD
+  local merge_wall=$MERGE_WALL merge_rss=$MERGE_RSS merge_rc=$MERGE_RC merge_cmd=$MERGE_CMD
   local repeat=$BENCH_REPEAT
-  BENCH_REPEAT=1
-  for ((i = 1; i <= repeat; i++)); do
-    cat_cmd="cat ${in_files[*]} > $catout"
-    prep_cat
-    wait_idle "merge-cat #$i"
-    log "merge-cat #$i: $cat_cmd"
-    local start end t="$BENCH_DIR/logs/merge-cat-$STAMP-$i.time" rc=0
-    start=$EPOCHREALTIME
-    if [[ $have_time == 1 ]]; then
-      /usr/bin/time -v -o "$t" cat "${in_files[@]}" >"$catout" || rc=$?
-    else
-      cat "${in_files[@]}" >"$catout" || rc=$?
-    fi
-    end=$EPOCHREALTIME
-    if [[ $rc != 0 ]]; then cat_rc=$rc; break; fi
-    local w
-    w=$(calc %.4f "$end - $start")
-    log "merge-cat #$i: wall ${w}s"
-    if [[ -z "$cat_wall" ]] || awk "BEGIN { exit !($w < $cat_wall) }"; then cat_wall=$w; fi
-    if [[ $have_time == 1 ]]; then
-      local r
-      r=$(sed -nE 's/.*Maximum resident set size \(kbytes\): ([0-9]+).*/\1/p' "$t")
-      if ((r > cat_rss)); then cat_rss=$r; fi
-    fi
-
-    measure "merge-$i" prep_merge -- "$PACKER" merge --left "$p0" --right "$p1" --output "$out" --overwrite --quiet
-    merge_cmd=$M_CMD
-    if [[ $M_RC != 0 ]]; then merge_rc=$M_RC; break; fi
-    if [[ -z "$merge_wall" ]] || awk "BEGIN { exit !($M_WALL < $merge_wall) }"; then merge_wall=$M_WALL; fi
-    if [[ $M_RSS != n/a ]] && awk "BEGIN { exit !($M_RSS > $merge_rss) }"; then merge_rss=$M_RSS; fi
-  done
-  BENCH_REPEAT=$repeat
-  rm -f "$catout"
-  local cat_rss_mib=n/a
-  if [[ $have_time == 1 ]]; then cat_rss_mib=$(calc %.1f "$cat_rss / 1024"); else merge_rss=n/a; fi
 
   local sec="" fmt="%-8s %10s %9s %9s %9s %9s %9s\n" cat_mbs=n/a merge_mbs=n/a
   sec+="== merge (issue 4): 2 x 2M-row packs (pack --partition 0/2, 1/2 of $(corpus_dir 4m)), $mb MB of shards, page cache warm, best of $repeat"$'\n'
@@ -484,6 +498,82 @@ bench_update() {
     sec+="goal update of a base twice as large takes no longer: $upd8 s vs $upd4 s -> $(verdict "$upd8 <= 1.15 * $upd4") (15% allowed for noise)"$'\n'
     sec+="goal second update (nothing new) <= 2% of a full pack: $(calc %.1f "100 * $again4 / $full4")% -> $(verdict "$again4 <= 0.02 * $full4")"$'\n'
     [[ $rss_upd == n/a ]] || sec+="peak RSS: update $rss_upd MiB, full pack $rss_full MiB"$'\n'
+  fi
+  CMD_SECTIONS+=("$sec")
+}
+
+# ------------------------------------------------------------------ companions (issue 12)
+# The two 2M-row partition packs of the merge benchmark, each with an `embeddings` companion of
+# shape [rows, 64] float32 (256 bytes a row, 5x the steps bytes; random values, attached with
+# `attach` so their checksums are recorded and merge verifies them): merge against a cat of
+# all their shard and companion files, then a shuffle of the merged pack.
+COMPANION_DIM=64
+bench_companions() {
+  need_cmd companions attach || return 0
+  local corpus part c0="$BENCH_DIR/comp-4m-p0" c1="$BENCH_DIR/comp-4m-p1" out="$BENCH_DIR/comp-merge-4m"
+  local catout="$BENCH_DIR/comp-merge-4m-cat.npy" shuffled="$BENCH_DIR/comp-shuffle-4m"
+  corpus=$(corpus_dir 4m)
+  warm "$corpus"
+  for part in 0 1; do
+    local c="$BENCH_DIR/comp-4m-p$part" array="$BENCH_DIR/comp-embeddings-p$part.npy"
+    if [[ ! -f "$c/metadata.db" || "$PACKER" -nt "$c/metadata.db" ]]; then
+      rm -rf "$c"
+      # shellcheck disable=SC2086 # EXTRA_PACK_ARGS is meant to be word-split
+      prepare "comp-p$part" "$PACKER" pack --input "$corpus" --output "$c" --partition "$part/2" \
+        --workers "$BENCH_THREADS" --quiet $EXTRA_PACK_ARGS ||
+        { mode_failed companions "pack --partition $part/2 failed"; return 0; }
+      prepare "comp-array-p$part" python3 bench/make_array.py "$array" "$(pack_rows "$c")" "$COMPANION_DIM" ||
+        { mode_failed companions "writing the embeddings failed"; return 0; }
+      prepare "comp-attach-p$part" "$PACKER" attach "$c" --name embeddings --from "$array" --quiet ||
+        { mode_failed companions "attach failed"; return 0; }
+      rm -f "$array"
+    fi
+  done
+  local in_files=() bytes mb rows
+  mapfile -t in_files < <(find "$c0" "$c1" -maxdepth 1 -name '*.npy' -type f | sort)
+  bytes=0
+  local f
+  for f in "${in_files[@]}"; do bytes=$((bytes + $(stat -c %s "$f"))); done
+  rows=$(($(pack_rows "$c0") + $(pack_rows "$c1")))
+  mb=$(calc %.1f "$bytes / 1e6")
+  alternate_cat_and_merge comp-merge "$catout" "$out" "$c0" "$c1" -- "${in_files[@]}"
+  local sec="" fmt="%-8s %10s %9s %9s %9s %9s %5s\n" cat_mbs merge_mbs=n/a
+  sec+="== companions (issue 12): 2 x 2M-row packs, each with embeddings [rows, $COMPANION_DIM] float32; $mb MB of shards + companions, page cache warm, best of $BENCH_REPEAT"$'\n'
+  sec+="command: $MERGE_CMD"$'\n'
+  sec+="baseline: $CAT_CMD"$'\n'
+  [[ $CAT_RC == 0 ]] || { mode_failed companions "cat exited with status $CAT_RC"; return 0; }
+  cat_mbs=$(calc %.1f "$bytes / 1e6 / $CAT_WALL")
+  if [[ $MERGE_RC == 0 ]]; then merge_mbs=$(calc %.1f "$bytes / 1e6 / $MERGE_WALL"); fi
+  sec+=$'\n'"$(printf "$fmt" what rows MB wall_s MB/s peak_MiB exit)"$'\n'
+  # shellcheck disable=SC2059
+  sec+="$(printf "$fmt" cat "$rows" "$mb" "$CAT_WALL" "$cat_mbs" "$CAT_RSS" 0)"$'\n'
+  # shellcheck disable=SC2059
+  sec+="$(printf "$fmt" merge "$rows" "$mb" "${MERGE_WALL:-n/a}" "$merge_mbs" "$MERGE_RSS" "$MERGE_RC")"$'\n'
+
+  local memory=256MiB shuffle_mbs=n/a
+  prep_comp_shuffle() { rm -rf "$shuffled"; sync; warm_pack "$out"; find "$out" -name 'embeddings*' -exec cat {} + >/dev/null; }
+  if [[ $MERGE_RC == 0 ]]; then
+    measure comp-shuffle prep_comp_shuffle -- "$PACKER" shuffle --input "$out" --output "$shuffled" --memory "$memory" --overwrite --quiet
+    [[ $M_RC != 0 ]] || shuffle_mbs=$(calc %.1f "$bytes / 1e6 / $M_WALL")
+    # shellcheck disable=SC2059
+    sec+="$(printf "$fmt" shuffle "$rows" "$mb" "${M_WALL:-n/a}" "$shuffle_mbs" "$M_RSS" "$M_RC")"$'\n'
+    sec+="  shuffle command: $M_CMD"$'\n'
+  fi
+  sec+=$'\n'
+  if [[ $MERGE_RC != 0 ]]; then
+    sec+="goal merge with companions: exit status $MERGE_RC -> FAIL"$'\n'
+    status=1
+  else
+    local pct
+    pct=$(calc %.1f "100 * $merge_mbs / $cat_mbs")
+    sec+="goal merge >= 70% of cat (shards + companions): $merge_mbs vs $cat_mbs MB/s = $pct% -> $(verdict "$pct >= 70")"$'\n'
+  fi
+  if [[ $shuffle_mbs == n/a ]]; then
+    sec+="goal shuffle with companions: not measured or failed -> FAIL"$'\n'
+    status=1
+  else
+    sec+="goal shuffle >= 250 MB/s of total bytes: $shuffle_mbs MB/s -> $(verdict "$shuffle_mbs >= 250")"$'\n'
+    [[ $M_RSS == n/a ]] || sec+="goal shuffle peak RSS <= --memory ($memory) + 32 MiB: $M_RSS MiB -> $(verdict "$M_RSS <= 288")"$'\n'
   fi
   CMD_SECTIONS+=("$sec")
 }

@@ -13,8 +13,9 @@
 #   bench/run.sh show       show of a middle run of a 100-shard copy of it (issue 6)
 #   bench/run.sh export     export of the 4M-row pack to Parquet (issue 6)
 #   bench/run.sh update     pack --update adding 5% to a 4M-row and an 8M-row pack (issue 10)
-#   bench/run.sh commands   the seven above
-#   bench/run.sh all        floor, pack and the seven above
+#   bench/run.sh companions merge and shuffle of packs with [rows, 64] float32 embeddings (issue 12)
+#   bench/run.sh commands   the eight above
+#   bench/run.sh all        floor, pack and the eight above
 #   Several modes may be given (bench/run.sh validate stats). The commands reuse target/bench/pack-4m
 #   (packed first when missing, not 4M rows, or older than the binary).
 #
@@ -37,8 +38,8 @@ set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
-COMMAND_MODES=(validate merge shuffle stats show export update)
-usage="usage: bench/run.sh [pack|floor|corpus|validate|merge|shuffle|stats|show|export|update|commands|all]..."
+COMMAND_MODES=(validate merge shuffle stats show export update companions)
+usage="usage: bench/run.sh [pack|floor|corpus|validate|merge|shuffle|stats|show|export|update|companions|commands|all]..."
 # DO_FLOOR: floor table; DO_PACK: pack next to it; DO_CMDS: the command benchmarks, in order.
 DO_FLOOR=0 DO_PACK=0 DO_CORPUS=0
 DO_CMDS=()
@@ -49,14 +50,14 @@ for MODE in "$@"; do
     pack) DO_FLOOR=1 DO_PACK=1 ;;
     floor) DO_FLOOR=1 ;;
     corpus) DO_CORPUS=1 ;;
-    validate | merge | shuffle | stats | show | export | update) add_cmd "$MODE" ;;
+    validate | merge | shuffle | stats | show | export | update | companions) add_cmd "$MODE" ;;
     commands) for m in "${COMMAND_MODES[@]}"; do add_cmd "$m"; done ;;
     all)
       DO_FLOOR=1 DO_PACK=1
       for m in "${COMMAND_MODES[@]}"; do add_cmd "$m"; done
       ;;
     -h | --help)
-      sed -n '2,35p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
+      sed -n '2,36p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
       exit 0
       ;;
     *)
