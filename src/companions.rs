@@ -384,6 +384,32 @@ pub fn records(
         .collect()
 }
 
+/// Checks the files of `family` for shards `which` against the checksums `metadata.db`
+/// records for it (nothing to check when it records none: attached by another tool).
+pub fn verify_family(
+    dir: &Path,
+    family: &Family,
+    recorded: &[CompanionRecord],
+    which: &[usize],
+    workers: usize,
+) -> Result<()> {
+    let records: Vec<&CompanionRecord> =
+        recorded.iter().filter(|r| r.name == family.name).collect();
+    if records.is_empty() {
+        return Ok(());
+    }
+    let files: Vec<(&Path, &str, u64, u32)> = which
+        .iter()
+        .map(|&i| {
+            let f = &family.files[i];
+            let r = records.iter().find(|r| r.file_name == f.file_name);
+            let (bytes, crc) = r.map_or((u64::MAX, 0), |r| (r.bytes, r.crc32c));
+            (f.path.as_path(), f.file_name.as_str(), bytes, crc)
+        })
+        .collect();
+    crate::pack_reader::verify_files(dir, &files, workers)
+}
+
 /// The CRC-32C of a whole file, read in 1 MiB pieces.
 pub fn file_crc(path: &Path) -> Result<u32> {
     let mut file = File::open(path).with_context(|| format!("opening {}", path.display()))?;

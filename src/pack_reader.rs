@@ -376,6 +376,68 @@ impl RunSlots {
     }
 }
 
+/// Checks the shards `which` (indices into `shards`) of the pack at `dir` against the CRC-32C
+/// its `metadata.db` records, reading each whole file (in parallel on `workers` threads), so a
+/// command never hands out rows of a damaged shard; a mismatch is an error naming the shard.
+/// A pack that records no checksums (another tool's) is read with a one-line warning.
+pub fn verify_shards(
+    dir: &Path,
+    conn: &rusqlite::Connection,
+    shards: &[Shard],
+    which: &[usize],
+    workers: usize,
+) -> Result<()> {
+    let Some(records) = crate::format::metadata::read_shard_records(conn)? else {
+        log::warn!(
+            "{} records no shard checksums (a pack from another tool): its rows are read unverified",
+            dir.display()
+        );
+        return Ok(());
+    };
+    let files: Vec<(&Path, &str, u64, u32)> = which
+        .iter()
+        .map(|&i| {
+            let shard = &shards[i];
+            let record = records.iter().find(|r| r.file_name == shard.name);
+            let (bytes, crc) = record.map_or((u64::MAX, 0), |r| (r.bytes, r.crc32c));
+            (shard.path.as_path(), shard.name.as_str(), bytes, crc)
+        })
+        .collect();
+    verify_files(dir, &files, workers)
+}
+
+/// Checks whole files `(path, name, recorded bytes, recorded CRC-32C)` in parallel.
+pub fn verify_files(dir: &Path, files: &[(&Path, &str, u64, u32)], workers: usize) -> Result<()> {
+    crate::ordered::ordered_try_map(
+        files,
+        workers,
+        workers * 2,
+        || (),
+        |_, &(path, name, bytes, crc)| -> Result<()> {
+            if bytes == u64::MAX {
+                bail!(
+                    "{}: {name} has no checksum recorded in metadata.db, which lists the pack's files; run `dataset-packer validate {}`",
+                    dir.display(),
+                    dir.display()
+                );
+            }
+            let len = std::fs::metadata(path)
+                .with_context(|| format!("reading {}", path.display()))?
+                .len();
+            let computed = crate::companions::file_crc(path)?;
+            if len != bytes || computed != crc {
+                bail!(
+                    "{}: {name} does not match its recorded checksum ({len} bytes, crc32c {computed:08x}; recorded {bytes} bytes, crc32c {crc:08x}): the pack is damaged; run `dataset-packer validate {}`",
+                    dir.display(),
+                    dir.display()
+                );
+            }
+            Ok(())
+        },
+        |_, checked| checked,
+    )
+}
+
 /// Opens the `metadata.db` of the pack at `dir` read-only, with a clear error when `dir` is not
 /// a folder or holds no `metadata.db` (so is not a pack).
 pub fn open_metadata(dir: &Path) -> Result<rusqlite::Connection> {

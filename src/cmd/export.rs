@@ -119,6 +119,7 @@ pub fn run(args: &ExportArgs) -> Result<()> {
     let workers = args
         .workers
         .map_or_else(crate::default_workers, |w| w as usize);
+    source.verify(&selection, &companions, workers)?;
 
     let (runs, rows, what) = match args.format {
         Format::Jsonl => {

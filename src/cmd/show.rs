@@ -52,6 +52,8 @@ pub fn run(args: &ShowArgs) -> Result<()> {
     let names = pack_reader::read_valuations(&args.pack)?;
     let first_row = run.first_row.expect("find_run checks the run index");
     let rows = RunRows::locate(&shards, run.run.id, first_row, run.run.steps as u64)?;
+    let touched: Vec<usize> = rows.segments.iter().map(|&(si, _, _)| si).collect();
+    pack_reader::verify_shards(&args.pack, &conn, &shards, &touched, 1)?;
     let start = rows.first_at_or_after(args.from)?;
     // One row past the page tells the step the next page starts at.
     let mut page = rows.read(start, args.limit + 1)?;

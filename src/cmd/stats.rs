@@ -324,6 +324,8 @@ fn gather(dir: &Path, workers: usize) -> Result<Stats> {
     let started = Instant::now();
     let conn = pack_reader::open_metadata(dir)?;
     let shards = pack_reader::open_shards(dir, true)?;
+    let all: Vec<usize> = (0..shards.len()).collect();
+    pack_reader::verify_shards(dir, &conn, &shards, &all, workers)?;
     let scan = companions::scan(dir, &shards)?;
     let table = pack_reader::read_valuations(dir)?;
     let runs = metadata::read_runs(&conn)?;

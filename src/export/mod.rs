@@ -104,6 +104,26 @@ impl SourcePack {
             .collect())
     }
 
+    /// Checks every shard the export of `selection` reads (whole, against the CRC-32C the pack
+    /// records), and the files of the companion families it carries: a damaged pack never
+    /// leaves the tool as a clean-looking export.
+    pub fn verify(
+        &self,
+        selection: &Selection,
+        families: &[&Family],
+        workers: usize,
+    ) -> Result<()> {
+        let mut touched: Vec<usize> = self.plan(selection).iter().map(|p| p.shard).collect();
+        touched.dedup();
+        let conn = self.db()?;
+        pack_reader::verify_shards(&self.dir, &conn, &self.shards, &touched, workers)?;
+        let recorded = metadata::read_companions(&conn)?;
+        for family in families {
+            companions::verify_family(&self.dir, family, &recorded, &touched, workers)?;
+        }
+        Ok(())
+    }
+
     /// A read-only connection to the pack's `metadata.db` (not kept open: a connection cannot
     /// be shared between the worker threads that read the pack).
     pub fn db(&self) -> Result<Connection> {
