@@ -439,14 +439,7 @@ fn legacy_shards_are_converted() {
     let src = fixture_pack(t.path(), "raw", &["--shard-rows", "1000"]);
     let legacy = t.path().join("legacy");
     copy_tree(&src, &legacy);
-    for name in names(&legacy).iter().filter(|n| n.starts_with("steps-")) {
-        make_legacy_shard(&legacy.join(name));
-    }
-    // The older tool that wrote legacy shards recorded no checksums.
-    rusqlite::Connection::open(legacy.join("metadata.db"))
-        .unwrap()
-        .execute_batch("DROP TABLE shards")
-        .unwrap();
+    make_legacy_pack(&legacy);
     let file = t.path().join("legacy.parquet");
     let out = run(&[
         "export",

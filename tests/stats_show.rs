@@ -469,9 +469,7 @@ fn show_and_stats_read_legacy_packed_shards() {
     let t = tempfile::tempdir().unwrap();
     let spec = fixture_pack(t.path(), "spec", &["--shard-rows", "1000"]);
     let legacy = fixture_pack(t.path(), "legacy", &["--shard-rows", "1000"]);
-    for name in ["steps-00000.npy", "steps-00001.npy", "steps-00002.npy"] {
-        make_legacy_shard(&legacy.join(name));
-    }
+    make_legacy_pack(&legacy);
     let args = ["--run", "3", "--from", "210", "--limit", "30"];
     assert_eq!(
         show_json(&spec, &args)["steps"],

@@ -187,6 +187,18 @@ pub fn npy_header(descr: &str, rows: usize) -> Vec<u8> {
     out
 }
 
+/// Rewrites every shard of a pack of this tool into the legacy packed 46-byte layout, and drops
+/// the `shards` table: the older tool that wrote such packs recorded no checksums.
+pub fn make_legacy_pack(pack: &Path) {
+    for name in names(pack).iter().filter(|n| n.starts_with("steps")) {
+        make_legacy_shard(&pack.join(name));
+    }
+    rusqlite::Connection::open(pack.join("metadata.db"))
+        .unwrap()
+        .execute_batch("DROP TABLE shards")
+        .unwrap();
+}
+
 /// Rewrites a shard of this tool into the legacy packed 46-byte layout an older tool wrote.
 pub fn make_legacy_shard(path: &Path) {
     let b = std::fs::read(path).unwrap();
