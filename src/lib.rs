@@ -11,6 +11,7 @@ pub mod export;
 pub mod findings;
 pub mod fingerprints;
 pub mod format;
+pub mod interrupt;
 pub mod ordered;
 pub mod pack_dir;
 pub mod pack_reader;

@@ -46,6 +46,8 @@ fn main() -> ExitCode {
     unsafe {
         libc::signal(libc::SIGPIPE, libc::SIG_DFL);
     }
+    // Ctrl-C and SIGTERM remove what a writer staged (before any other thread starts).
+    dataset_packer::interrupt::install();
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn")).init();
     let cli = Cli::parse();
     let result = match &cli.command {

@@ -16,8 +16,11 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result, bail};
 
 use crate::format::{metadata, valuation};
+use crate::interrupt::{self, OnInterrupt};
 
 const STAGING: &str = ".dataset-packer-staging";
+/// The work folder of a shuffle writing into this folder (bucket files, progress).
+pub const SHUFFLE_WORK: &str = ".dataset-packer-shuffle";
 const COMPLETE: &str = ".complete";
 const OLD: &str = ".old";
 /// Manifest lines naming a file the publish removes start with this.
@@ -81,6 +84,47 @@ fn pack_files_in(dir: &Path) -> Result<Vec<String>> {
     Ok(names)
 }
 
+/// What interrupted runs left in a pack folder: a staging folder of a writer killed before it
+/// published, or a shuffle's work folder; each with its size in bytes, and a sentence saying
+/// what happens to it. Empty when there is none.
+pub fn leftovers(dir: &Path) -> Vec<String> {
+    let mut out = Vec::new();
+    for (name, what) in [
+        (
+            STAGING,
+            "an unfinished write (killed before it published); the next pack, merge, shuffle or export into this folder removes it, or finishes its publish if it was complete",
+        ),
+        (
+            SHUFFLE_WORK,
+            "an interrupted shuffle's bucket files; `shuffle --resume` continues it, a shuffle without --resume removes it",
+        ),
+    ] {
+        let path = dir.join(name);
+        if path.is_dir() {
+            out.push(format!(
+                "{} ({:.1} MB): {what}",
+                path.display(),
+                tree_bytes(&path) as f64 / 1e6
+            ));
+        }
+    }
+    out
+}
+
+/// Bytes of the files under `dir`.
+fn tree_bytes(dir: &Path) -> u64 {
+    let Ok(entries) = fs::read_dir(dir) else {
+        return 0;
+    };
+    entries
+        .filter_map(|e| e.ok())
+        .map(|e| match e.file_type() {
+            Ok(t) if t.is_dir() => tree_bytes(&e.path()),
+            _ => e.metadata().map_or(0, |m| m.len()),
+        })
+        .sum()
+}
+
 /// The output directory, locked (flock on the folder itself) for this process until dropped.
 /// A folder this process created is removed again if nothing was published into it.
 pub struct OutputDir {
@@ -89,6 +133,9 @@ pub struct OutputDir {
     created: bool,
     published: bool,
     keep_staging: bool,
+    /// What an interrupt (Ctrl-C, SIGTERM) removes: the staging folder, then the output
+    /// folder if this run created it and it is empty.
+    _on_interrupt: Vec<interrupt::Registered>,
 }
 
 impl Drop for OutputDir {
@@ -130,6 +177,9 @@ impl OutputDir {
                 existing.join(", ")
             );
         }
+        if !existing.is_empty() {
+            interrupt::replacing();
+        }
         Ok(out)
     }
 
@@ -146,12 +196,18 @@ impl OutputDir {
                 dir.display()
             );
         }
+        let mut on_interrupt = Vec::new();
+        if created {
+            on_interrupt.push(interrupt::register(dir, OnInterrupt::RemoveIfEmpty));
+        }
+        on_interrupt.push(interrupt::register(&dir.join(STAGING), OnInterrupt::Remove));
         let out = OutputDir {
             dir: dir.to_path_buf(),
             _lock: lock,
             created,
             published: false,
             keep_staging: false,
+            _on_interrupt: on_interrupt,
         };
         out.recover(resume)?;
         let stray = stray_step_files(dir)?;
@@ -178,6 +234,7 @@ impl OutputDir {
                 metadata::FILE_NAME
             );
         }
+        interrupt::replacing();
         Ok(out)
     }
 
@@ -193,6 +250,9 @@ impl OutputDir {
         let out = OutputDir::lock_and_recover(dir, false)?;
         let existing = pack_files_in(dir)?;
         let has_pack = existing.iter().any(|n| n == metadata::FILE_NAME);
+        if has_pack {
+            interrupt::replacing();
+        }
         if !has_pack && !existing.is_empty() {
             bail!(
                 "{} holds pack files ({}) but no metadata.db, so no pack to update; replace them with `dataset-packer pack --overwrite`",
@@ -236,6 +296,11 @@ impl OutputDir {
     /// run can continue from it.
     pub fn keep_staging_on_failure(&mut self) {
         self.keep_staging = true;
+        self._on_interrupt.pop();
+        self._on_interrupt.push(interrupt::register(
+            &self.staging_path(),
+            OnInterrupt::Keep("the output written so far; `--resume` continues from it".into()),
+        ));
     }
 
     /// The staging folder as a previous, interrupted run left it (created empty if missing).
@@ -280,12 +345,16 @@ impl OutputDir {
         names.extend(kept.iter().cloned());
         names.push(metadata::FILE_NAME.to_string());
         names.extend(retired.iter().map(|r| format!("{RETIRED}{r}")));
+        // From the manifest on, an interrupt waits for the publish to finish.
+        let publishing = interrupt::publishing();
         let manifest = staging.join(COMPLETE);
         fs::write(&manifest, names.join("\n") + "\n")?;
         File::open(&manifest)?.sync_all()?;
         File::open(&staging)?.sync_all()?;
         self.complete_publish(&staging)?;
         self.published = true;
+        interrupt::published();
+        drop(publishing);
         Ok(())
     }
 

@@ -90,6 +90,15 @@ pub fn run(args: &ExportArgs) -> Result<()> {
     let started = Instant::now();
     check_usage(args)?;
     let source = SourcePack::open(&args.pack)?;
+    if args.format == Format::Jsonl && source.shuffled {
+        let from = source.session_value("source_pack")?;
+        return Err(UsageError(format!(
+            "{} is shuffled: its runs' rows are scattered, not in step order, so they cannot be written as raw logs; export them from the unshuffled pack{}",
+            args.pack.display(),
+            from.map_or(String::new(), |p| format!(" it was made from ({p})"))
+        ))
+        .into());
+    }
     let companions = source.carried_companions(&args.drop_companion)?;
     if args.format == Format::Jsonl && !companions.is_empty() {
         let names: Vec<&str> = companions.iter().map(|f| f.name.as_str()).collect();

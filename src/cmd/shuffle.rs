@@ -23,6 +23,7 @@ use crate::companions::{self, Family};
 use crate::fingerprints;
 use crate::format::metadata::{self, MetadataWriter, PackFacts, RunRecord};
 use crate::format::row::ROW_BYTES;
+use crate::interrupt::{self, OnInterrupt};
 use crate::pack_dir::{OutputDir, write_valuations};
 use crate::pack_reader::{self, RunSlots, Shard};
 use crate::progress::{self, thousands};
@@ -37,7 +38,7 @@ const MAX_BUCKETS: u64 = 100_000;
 /// Rows per dispersion window.
 const WINDOW: usize = 4096;
 const PROGRESS_FILE: &str = "progress.json";
-const WORK_DIR: &str = ".dataset-packer-shuffle";
+const WORK_DIR: &str = crate::pack_dir::SHUFFLE_WORK;
 
 #[derive(Args, Debug)]
 #[command(after_help = "Examples:
@@ -166,6 +167,20 @@ struct Quality {
 
 pub fn run(args: &ShuffleArgs) -> Result<()> {
     let started = Instant::now();
+    if let Some(temp) = &args.temp
+        && !temp.is_dir()
+    {
+        return Err(UsageError(format!(
+            "--temp {}: {}; give an existing folder for the bucket files",
+            temp.display(),
+            if temp.exists() {
+                "not a folder"
+            } else {
+                "no such folder"
+            }
+        ))
+        .into());
+    }
     let options = validate::Options {
         deep: false,
         workers: args
@@ -196,6 +211,12 @@ pub fn run(args: &ShuffleArgs) -> Result<()> {
         .unwrap_or_else(|| args.output.clone())
         .join(WORK_DIR);
     let mut progress = start_or_resume(&work, &plan, args.resume)?;
+    let _resumable = interrupt::register(
+        &work,
+        OnInterrupt::Keep(
+            "the shuffle's bucket files: `shuffle --resume` with the same options continues, a shuffle without --resume removes them".into(),
+        ),
+    );
     check_space(&work, out.path(), &plan, &families, &progress)?;
 
     if progress.bucket_rows.is_none() {

@@ -316,6 +316,8 @@ struct Stats {
     /// Companion arrays: name, dtype and trailing shape, bytes; and families that do not line up.
     companions: Vec<(String, String, u64)>,
     companion_problems: Vec<String>,
+    /// Staging or work folders interrupted runs left in the pack folder.
+    leftovers: Vec<String>,
     workers: usize,
     elapsed: f64,
 }
@@ -360,6 +362,7 @@ fn gather(dir: &Path, workers: usize) -> Result<Stats> {
             .map(|f| (f.name.clone(), f.describe(), f.bytes()))
             .collect(),
         companion_problems: scan.problems.into_iter().map(|(_, p)| p).collect(),
+        leftovers: crate::pack_dir::leftovers(dir),
         workers,
         elapsed: started.elapsed().as_secs_f64(),
     })
@@ -428,6 +431,7 @@ fn to_json(s: &Stats) -> Value {
             "name": name, "dtype": dtype, "bytes": bytes,
         })).collect::<Vec<_>>(),
         "companion_problems": s.companion_problems,
+        "leftovers": s.leftovers,
         "workers": s.workers,
         "elapsed_s": s.elapsed,
     })
@@ -534,6 +538,9 @@ fn print_overview(s: &Stats) {
     }
     for problem in &s.companion_problems {
         println!("companion not lined up with the shards: {problem}");
+    }
+    for leftover in &s.leftovers {
+        println!("leftover  {leftover}");
     }
     println!(
         "bytes     {} in shards ({:.1} MB), {} in metadata.db",

@@ -667,6 +667,15 @@ pub fn check(dir: &Path, options: &Options) -> Result<Report> {
         },
     });
     checks.push(check_companions(dir, conn.as_ref(), &shards, scan_rows)?);
+    // Not a fault of the pack (loaders ignore hidden folders): said, not failed.
+    let mut leftovers = Check::new("leftovers of interrupted runs");
+    let found = crate::pack_dir::leftovers(dir);
+    leftovers.note = Some(if found.is_empty() {
+        "none".into()
+    } else {
+        found.join("; ")
+    });
+    checks.push(leftovers);
     if !scan_rows {
         if conn.is_some() {
             checks.push(check_total_steps(&runs, total_rows));

@@ -124,6 +124,11 @@ impl SourcePack {
         Ok(())
     }
 
+    /// A `session` value of the pack.
+    pub fn session_value(&self, key: &str) -> Result<Option<String>> {
+        metadata::session_value(&self.db()?, key)
+    }
+
     /// A read-only connection to the pack's `metadata.db` (not kept open: a connection cannot
     /// be shared between the worker threads that read the pack).
     pub fn db(&self) -> Result<Connection> {

@@ -12,11 +12,14 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, bail};
 
+use crate::interrupt::{self, OnInterrupt};
+
 /// A file being written under a temporary name next to its target.
 pub struct StagedFile {
     tmp: PathBuf,
     target: PathBuf,
     published: bool,
+    _on_interrupt: interrupt::Registered,
 }
 
 impl Drop for StagedFile {
@@ -41,13 +44,25 @@ impl StagedFile {
         }
         let parent = parent_of(target);
         fs::create_dir_all(&parent).with_context(|| format!("creating {}", parent.display()))?;
-        let tmp = parent.join(format!(
-            ".{}.dataset-packer-tmp-{}",
-            file_name(target)?,
-            std::process::id()
-        ));
-        let file = File::create(&tmp).with_context(|| format!("creating {}", tmp.display()))?;
+        // One temporary name per target, locked while written: a second export to the same
+        // target is refused, and one left by a killed run is reused (so none accumulate).
+        let tmp = parent.join(format!(".{}.dataset-packer-tmp", file_name(target)?));
+        let file = File::options()
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(&tmp)
+            .with_context(|| format!("creating {}", tmp.display()))?;
+        if file.try_lock().is_err() {
+            bail!(
+                "another dataset-packer process is exporting to {}",
+                target.display()
+            );
+        }
+        file.set_len(0)
+            .with_context(|| format!("creating {}", tmp.display()))?;
         let staged = StagedFile {
+            _on_interrupt: interrupt::register(&tmp, OnInterrupt::Remove),
             tmp,
             target: target.to_path_buf(),
             published: false,
@@ -60,9 +75,12 @@ impl StagedFile {
         file.sync_all()
             .with_context(|| format!("syncing {}", self.tmp.display()))?;
         drop(file);
+        let publishing = interrupt::publishing();
         fs::rename(&self.tmp, &self.target)
             .with_context(|| format!("moving the export into {}", self.target.display()))?;
         self.published = true;
+        interrupt::published();
+        drop(publishing);
         sync_dir(&parent_of(&self.target))
     }
 }
@@ -73,6 +91,7 @@ pub struct StagedDir {
     target: PathBuf,
     _lock: File,
     published: bool,
+    _on_interrupt: interrupt::Registered,
 }
 
 impl Drop for StagedDir {
@@ -112,6 +131,7 @@ impl StagedDir {
             );
         }
         Ok(StagedDir {
+            _on_interrupt: interrupt::register(&staging, OnInterrupt::Remove),
             staging,
             target: target.to_path_buf(),
             _lock: lock,
@@ -127,6 +147,7 @@ impl StagedDir {
     /// Swaps the finished folder (every file in it already synced) in for the target.
     pub fn publish(mut self) -> Result<()> {
         sync_dir(&self.staging)?;
+        let publishing = interrupt::publishing();
         let parent = parent_of(&self.target);
         if !self.target.exists() {
             fs::rename(&self.staging, &self.target)
@@ -145,6 +166,8 @@ impl StagedDir {
             fs::remove_dir_all(&old).with_context(|| format!("removing {}", old.display()))?;
         }
         self.published = true;
+        interrupt::published();
+        drop(publishing);
         sync_dir(&parent)
     }
 }
