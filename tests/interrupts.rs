@@ -23,13 +23,6 @@ fn state(path: &Path) -> Vec<(String, Vec<u8>)> {
     files(path, |n| !n.starts_with('.'))
 }
 
-/// What a pack is to a loader: shards, valuation table and companion files byte for byte, and
-/// the runs table (SQLite's pages are not byte-reproducible).
-fn pack_view(path: &Path) -> (Vec<(String, Vec<u8>)>, Vec<(i64, i64, i64, i64, i64)>) {
-    let files = files(path, |n| n.ends_with(".npy") || n == "valuation_types.json");
-    (files, runs_table(path))
-}
-
 /// A drop big enough for writers to take a while: the fixture drop 60 times over.
 fn big_pack(t: &Path, name: &str, shard_rows: &str) -> PathBuf {
     let drop = t.join("drop");

@@ -94,14 +94,6 @@ fn update(input: &Path, pack: &Path, extra: &[&str]) -> Value {
     serde_json::from_str(&run_ok(&args)).unwrap()
 }
 
-/// Shards and valuation_types.json byte for byte, and the runs table.
-type Contract = (Vec<(String, Vec<u8>)>, Vec<(i64, i64, i64, i64, i64)>);
-
-/// What the update contract compares.
-fn contract(pack: &Path) -> Contract {
-    (pack_bytes(pack), runs_table(pack))
-}
-
 /// Every file of a pack folder, byte for byte (a hidden staging folder aside).
 fn all_bytes(pack: &Path) -> Vec<(String, Vec<u8>)> {
     files(pack, |n| !n.starts_with('.'))
@@ -158,8 +150,8 @@ fn update_equals_merge_of_the_parts_whichever_way_the_new_folder_sorts() {
         assert_eq!(summary["new_runs"], 6, "{summary}");
         assert_eq!(summary["already_packed_by_path"], 5, "{summary}");
         assert_eq!(
-            contract(&grown),
-            contract(&merged),
+            pack_view(&grown),
+            pack_view(&merged),
             "{b_name} {shard_rows:?}"
         );
         let names: Value =
@@ -343,7 +335,7 @@ fn refusals_and_a_missing_pack() {
     assert_eq!(summary["runs"], 5);
     let reference = t.path().join("reference");
     pack(&drop, &reference, &["--shard-rows", "300"]);
-    assert_eq!(contract(&grown), contract(&reference));
+    assert_eq!(pack_view(&grown), pack_view(&reference));
 
     // Another --shard-rows is a usage error.
     let out = run(&[
@@ -526,7 +518,7 @@ fn killed_at_any_moment_leaves_the_old_pack_or_the_new_one() {
     let timer = std::time::Instant::now();
     update(&drop, &new_ref, &["--workers", "1"]);
     let took = timer.elapsed().as_millis() as u64;
-    let new_contract = contract(&new_ref);
+    let new_contract = pack_view(&new_ref);
     assert_eq!(runs_table(&new_ref).len(), 1200);
 
     // Kills spread over the whole run (it takes `took` ms undisturbed), and past its end.
@@ -548,14 +540,14 @@ fn killed_at_any_moment_leaves_the_old_pack_or_the_new_one() {
         if all_bytes(&out) == old_state {
             outcomes[0] += 1;
         } else if out.join("metadata.db").exists() {
-            assert_eq!(contract(&out), new_contract, "delay {delay_ms} ms: a mix");
+            assert_eq!(pack_view(&out), new_contract, "delay {delay_ms} ms: a mix");
             outcomes[1] += 1;
         } else {
             outcomes[2] += 1; // mid-publish: no metadata.db, so no pack a loader would take
         }
         // The next run recovers and ends with the updated pack.
         update(&drop, &out, &[]);
-        assert_eq!(contract(&out), new_contract);
+        assert_eq!(pack_view(&out), new_contract);
         assert!(!out.join(".dataset-packer-staging").exists());
         run_ok(&["validate", s(&out)]);
     }

@@ -223,3 +223,15 @@ pub fn read_gz(path: &Path) -> String {
         .unwrap();
     text
 }
+
+/// Files of a folder with their bytes.
+pub type Files = Vec<(String, Vec<u8>)>;
+/// The `runs` table as tuples.
+pub type RunsTable = Vec<(i64, i64, i64, i64, i64)>;
+
+/// What a pack is to a loader: its arrays (shards and companions) and valuation table byte for
+/// byte, and its runs table (SQLite's pages are not byte-reproducible).
+pub fn pack_view(pack: &Path) -> (Files, RunsTable) {
+    let files = files(pack, |n| n.ends_with(".npy") || n == "valuation_types.json");
+    (files, runs_table(pack))
+}
