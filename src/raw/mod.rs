@@ -6,3 +6,14 @@ pub mod gzip;
 pub mod row;
 pub mod run;
 pub mod sidecar;
+
+/// The UTF-8 byte-order mark some editors put at the start of a text file.
+const BOM: &[u8] = b"\xEF\xBB\xBF";
+
+/// Says so when a file's text starts with a UTF-8 byte-order mark (the logger never writes
+/// one, and a JSON line or object must start with '{').
+pub fn bom_problem(text: &[u8]) -> Option<String> {
+    text.starts_with(BOM).then(|| {
+        "starts with a UTF-8 byte-order mark (bytes EF BB BF), which the logger never writes; save the file without it".to_string()
+    })
+}

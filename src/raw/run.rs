@@ -140,6 +140,9 @@ impl<'t> RunParser<'t> {
         }
         let sidecar_bytes = read_maybe_gzipped(&src.sidecar, &mut self.gunzip)
             .map_err(|e| file_error(&src.sidecar, e.0))?;
+        if let Some(problem) = crate::raw::bom_problem(&sidecar_bytes) {
+            return Err(file_error(&src.sidecar, problem));
+        }
         let sidecar = parse_sidecar(&sidecar_bytes).map_err(|e| file_error(&src.sidecar, e))?;
         let compressed = std::fs::read(&src.rows)
             .map_err(|e| file_error(&src.rows, format!("cannot read: {e}")))?;
@@ -147,6 +150,13 @@ impl<'t> RunParser<'t> {
             .decompress_all(&compressed, &mut self.text)
             .map_err(|e| file_error(&src.rows, e.0))?;
         drop(compressed);
+        if let Some(problem) = crate::raw::bom_problem(&self.text) {
+            return Err(RunError {
+                file: src.rows.clone(),
+                line: Some(1),
+                message: problem,
+            });
+        }
         rows_of(&self.text, sidecar, run_id, self.tables).map_err(|(line, message)| RunError {
             file: src.rows.clone(),
             line: Some(line),

@@ -1,0 +1,585 @@
+//! The row parser against an independent reference of the spec's row rules, written here with
+//! `serde_json` (keeping duplicate keys and each value's raw text): random rows (any key order,
+//! whitespace, number spellings, escapes, extra fields, nulls) and mutations of them
+//! (truncation, wrong types, out-of-range numbers, duplicate keys, bad UTF-8, flipped or
+//! inserted bytes). Both the byte-exact fast path and the general scanner must accept exactly
+//! the rows the reference accepts, with identical values (EVs bit for bit), and never panic.
+//!
+//! `DATASET_PACKER_FUZZ_CASES=N` runs N cases per property instead of the default (see
+//! docs/testing.md); failures are kept in `tests/row_oracle.proptest-regressions`.
+
+use std::fmt;
+
+use dataset_packer::raw::row::{RawRow, parse_row, parse_row_fast, parse_row_general};
+use proptest::prelude::*;
+use serde::de::{Deserialize, Deserializer, MapAccess, Visitor};
+use serde_json::value::RawValue;
+
+// ---------------------------------------------------------------------------------------------
+// The reference
+
+/// What a valid row holds, as the spec defines it.
+#[derive(Debug, Clone, PartialEq)]
+struct RefRow {
+    seed: Option<u32>,
+    step_index: Option<u32>,
+    max_rank: Option<u8>,
+    move_dir: u8,
+    valuation_type: Option<String>,
+    board: [u8; 16],
+    /// The EVs' f32 bits, so -0.0 and 0.0 differ.
+    evs: [u32; 4],
+}
+
+fn from_parser(r: &RawRow) -> RefRow {
+    RefRow {
+        seed: r.seed,
+        step_index: r.step_index,
+        max_rank: r.max_rank,
+        move_dir: r.move_dir,
+        valuation_type: r.valuation_type.as_ref().map(|v| v.to_string()),
+        board: r.board,
+        evs: r.branch_evs.map(f32::to_bits),
+    }
+}
+
+/// An object's members in order, duplicates kept, each value as its raw JSON text.
+struct Members(Vec<(String, Box<RawValue>)>);
+
+impl<'de> Deserialize<'de> for Members {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = Members;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("an object")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut m: A) -> Result<Members, A::Error> {
+                let mut out = Vec::new();
+                while let Some((k, v)) = m.next_entry::<String, Box<RawValue>>()? {
+                    out.push((k, v));
+                }
+                Ok(Members(out))
+            }
+        }
+        d.deserialize_map(V)
+    }
+}
+
+const MOVES: [&str; 4] = ["up", "down", "left", "right"];
+const KNOWN: [&str; 8] = [
+    "seed",
+    "step_index",
+    "max_rank",
+    "move",
+    "valuation_type",
+    "valuation",
+    "board",
+    "branch_evs",
+];
+
+/// An integer field: `null` (absent) or a JSON integer (no sign, fraction or exponent) ≤ max.
+fn int(raw: &str, max: u64) -> Result<Option<u64>, String> {
+    if raw == "null" {
+        return Ok(None);
+    }
+    let digits_only = !raw.is_empty() && raw.bytes().all(|b| b.is_ascii_digit());
+    if !digits_only {
+        return Err(format!("not a non-negative integer: {raw}"));
+    }
+    match raw.parse::<u64>() {
+        Ok(v) if v <= max => Ok(Some(v)),
+        _ => Err(format!("out of range: {raw}")),
+    }
+}
+
+/// A float field: `null` or a JSON number whose value is finite as a float32.
+fn float(raw: &str) -> Result<Option<f32>, String> {
+    if raw == "null" {
+        return Ok(None);
+    }
+    if !raw.starts_with(|c: char| c == '-' || c.is_ascii_digit()) {
+        return Err(format!("not a number: {raw}"));
+    }
+    let v = raw.parse::<f64>().map_err(|e| e.to_string())? as f32;
+    if v.is_finite() {
+        Ok(Some(v))
+    } else {
+        Err(format!("not finite as f32: {raw}"))
+    }
+}
+
+fn string(raw: &str) -> Result<Option<String>, String> {
+    if raw == "null" {
+        return Ok(None);
+    }
+    serde_json::from_str::<String>(raw)
+        .map(Some)
+        .map_err(|e| e.to_string())
+}
+
+/// Nesting depth of a JSON value: 0 for a scalar or an empty container at the top.
+fn depth(v: &serde_json::Value) -> usize {
+    match v {
+        serde_json::Value::Array(a) => a.iter().map(|x| 1 + depth(x)).max().unwrap_or(0),
+        serde_json::Value::Object(o) => o.values().map(|x| 1 + depth(x)).max().unwrap_or(0),
+        _ => 0,
+    }
+}
+
+/// The spec's row rules, independently of the parser.
+fn reference(line: &[u8]) -> Result<RefRow, String> {
+    let Members(members) = serde_json::from_slice(line).map_err(|e| e.to_string())?;
+    let mut row = RefRow {
+        seed: None,
+        step_index: None,
+        max_rank: None,
+        move_dir: 0,
+        valuation_type: None,
+        board: [0; 16],
+        evs: [0f32.to_bits(); 4],
+    };
+    let mut seen = Vec::new();
+    for (key, value) in &members {
+        let raw = value.get();
+        if KNOWN.contains(&key.as_str()) {
+            if seen.contains(key) {
+                return Err(format!("duplicate {key}"));
+            }
+            seen.push(key.clone());
+        }
+        match key.as_str() {
+            "seed" => row.seed = int(raw, u32::MAX as u64)?.map(|v| v as u32),
+            "step_index" => row.step_index = int(raw, u32::MAX as u64)?.map(|v| v as u32),
+            "max_rank" => row.max_rank = int(raw, 255)?.map(|v| v as u8),
+            "move" => {
+                let name = string(raw)?.ok_or("move is null")?;
+                row.move_dir = MOVES
+                    .iter()
+                    .position(|m| *m == name)
+                    .ok_or("unknown move")? as u8;
+            }
+            "valuation_type" => row.valuation_type = string(raw)?,
+            "valuation" => {
+                float(raw)?;
+            }
+            "board" => {
+                let cells: Vec<Box<RawValue>> =
+                    serde_json::from_str(raw).map_err(|e| e.to_string())?;
+                if cells.len() != 16 {
+                    return Err("board is not 16 cells".into());
+                }
+                for (i, c) in cells.iter().enumerate() {
+                    row.board[i] = int(c.get(), 16)?.ok_or("null cell")? as u8;
+                }
+            }
+            "branch_evs" => {
+                if raw == "null" {
+                    continue;
+                }
+                let Members(evs) = serde_json::from_str(raw).map_err(|e| e.to_string())?;
+                let mut got = Vec::new();
+                for (k, v) in evs {
+                    let i = MOVES.iter().position(|m| *m == k).ok_or("unknown EV key")?;
+                    if got.contains(&i) {
+                        return Err("duplicate EV key".into());
+                    }
+                    got.push(i);
+                    row.evs[i] = float(v.get())?.unwrap_or(0.0).to_bits();
+                }
+            }
+            _ => {
+                let v: serde_json::Value =
+                    serde_json::from_str(raw).map_err(|e| e.to_string())?;
+                if depth(&v) > 64 {
+                    return Err("nested too deeply".into());
+                }
+            }
+        }
+    }
+    for required in ["move", "board"] {
+        if !seen.iter().any(|k| k == required) {
+            return Err(format!("missing {required}"));
+        }
+    }
+    Ok(row)
+}
+
+/// The property every row must have.
+fn agree(line: &[u8]) -> Result<(), TestCaseError> {
+    let want = reference(line);
+    let general = parse_row_general(line).map(|r| from_parser(&r));
+    let full = parse_row(line).map(|r| from_parser(&r));
+    let shown = String::from_utf8_lossy(line);
+    match (&want, &general) {
+        (Ok(w), Ok(g)) => prop_assert_eq!(w, g, "values differ: {}", shown),
+        (Err(_), Err(_)) => {}
+        (Ok(_), Err(e)) => prop_assert!(false, "parser refuses a valid row ({}): {}", e, shown),
+        (Err(e), Ok(_)) => prop_assert!(false, "parser accepts an invalid row ({}): {}", e, shown),
+    }
+    prop_assert_eq!(
+        full.as_ref().ok(),
+        general.as_ref().ok(),
+        "parse_row and the general path differ: {}",
+        shown
+    );
+    if let Some(fast) = parse_row_fast(line) {
+        prop_assert_eq!(
+            Some(from_parser(&fast)),
+            want.ok(),
+            "the fast path takes a row the reference does not read that way: {}",
+            shown
+        );
+    }
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------------
+// Generators
+
+fn cases(default: u32) -> ProptestConfig {
+    let n = std::env::var("DATASET_PACKER_FUZZ_CASES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default);
+    ProptestConfig {
+        cases: n,
+        ..ProptestConfig::default()
+    }
+}
+
+/// JSON whitespace, usually none.
+fn ws() -> impl Strategy<Value = String> {
+    prop_oneof![
+        6 => Just(String::new()),
+        1 => Just(" ".to_string()),
+        1 => "[ \t\r]{1,3}",
+    ]
+}
+
+/// A JSON string literal for `text`, with some characters written as \u escapes.
+fn quoted(text: String) -> impl Strategy<Value = String> {
+    let n = text.chars().count();
+    proptest::collection::vec(any::<bool>(), n).prop_map(move |escape| {
+        let mut out = String::from("\"");
+        for (c, e) in text.chars().zip(escape) {
+            match c {
+                '"' => out.push_str("\\\""),
+                '\\' => out.push_str("\\\\"),
+                '\t' => out.push_str("\\t"),
+                c if e && (c as u32) < 0x10000 => out.push_str(&format!("\\u{:04x}", c as u32)),
+                c => out.push(c),
+            }
+        }
+        out.push('"');
+        out
+    })
+}
+
+/// An integer spelled as JSON.
+fn int_text(max: u64) -> impl Strategy<Value = String> {
+    prop_oneof![
+        (0..=max.min(20)).prop_map(|v| v.to_string()),
+        (0..=max).prop_map(|v| v.to_string()),
+    ]
+}
+
+/// A float32 value spelled in one of the ways JSON writers spell numbers.
+fn float_text() -> impl Strategy<Value = String> {
+    let value = prop_oneof![
+        (-20_000i32..20_000).prop_map(|v| f64::from(v) / 1000.0),
+        any::<f32>()
+            .prop_filter("finite", |v| v.is_finite())
+            .prop_map(f64::from),
+        Just(0.0),
+        Just(-0.0),
+        (0u32..8).prop_map(f64::from),
+    ];
+    (value, 0u8..6).prop_map(|(v, style)| match style {
+        0 => format!("{v:.6}"),
+        1 => format!("{v}"),
+        2 => format!("{v:e}"),
+        3 => format!("{v:E}"),
+        4 => format!("{:.3}", v),
+        _ => format!("{}", v as f32),
+    })
+}
+
+/// Any JSON value, for fields the row does not know.
+fn json_value() -> impl Strategy<Value = String> {
+    let leaf = prop_oneof![
+        Just("null".to_string()),
+        Just("true".to_string()),
+        Just("false".to_string()),
+        float_text(),
+        "[a-z\u{e9}\u{1F600} ]{0,6}".prop_flat_map(quoted),
+    ];
+    leaf.prop_recursive(4, 16, 4, |inner| {
+        prop_oneof![
+            proptest::collection::vec(inner.clone(), 0..4).prop_map(|v| format!("[{}]", v.join(","))),
+            proptest::collection::vec(("[a-z]{1,4}", inner), 0..4).prop_map(|v| {
+                let members: Vec<String> = v.into_iter().map(|(k, x)| format!("\"{k}\":{x}")).collect();
+                format!("{{{}}}", members.join(","))
+            }),
+        ]
+    })
+}
+
+/// A valid value for a known field.
+fn valid_value(key: &'static str) -> BoxedStrategy<String> {
+    match key {
+        "seed" | "step_index" => prop_oneof![
+            9 => int_text(u32::MAX as u64),
+            1 => Just("null".to_string()),
+        ]
+        .boxed(),
+        "max_rank" => prop_oneof![9 => int_text(255), 1 => Just("null".to_string())].boxed(),
+        "move" => prop::sample::select(&MOVES[..])
+            .prop_flat_map(|m| quoted(m.to_string()))
+            .boxed(),
+        "valuation_type" => prop_oneof![
+            8 => prop::sample::select(vec!["search", "tuple11", "tuple10", "mcts", "nn\u{e9}", "a\"b"])
+                .prop_flat_map(|v| quoted(v.to_string())),
+            1 => Just("null".to_string()),
+        ]
+        .boxed(),
+        "valuation" => prop_oneof![9 => float_text(), 1 => Just("null".to_string())].boxed(),
+        "board" => (proptest::collection::vec(0u8..=16, 16), ws())
+            .prop_map(|(cells, w)| {
+                let cells: Vec<String> = cells.iter().map(u8::to_string).collect();
+                format!("[{}]", cells.join(&format!(",{w}")))
+            })
+            .boxed(),
+        _ => {
+            let ev = prop_oneof![8 => float_text(), 2 => Just("null".to_string())];
+            (
+                proptest::sample::subsequence(MOVES.to_vec(), 0..=4).prop_shuffle(),
+                proptest::collection::vec(ev, 4),
+                0u8..10,
+            )
+                .prop_map(|(keys, values, null)| {
+                    if null == 0 {
+                        return "null".to_string();
+                    }
+                    let members: Vec<String> = keys
+                        .iter()
+                        .zip(values)
+                        .map(|(m, v)| format!("\"{m}\":{v}"))
+                        .collect();
+                    format!("{{{}}}", members.join(","))
+                })
+                .boxed()
+        }
+    }
+}
+
+/// A value for a known field that is wrong: another type, out of range, malformed.
+fn wrong_value(key: &'static str) -> BoxedStrategy<String> {
+    let any_wrong = prop::sample::select(vec![
+        "true", "\"5\"", "[]", "{}", "5.5", "-1", "-0", "1e2", "NaN", "1e39", "null",
+    ])
+    .prop_map(str::to_string);
+    let specific: BoxedStrategy<String> = match key {
+        "seed" | "step_index" => Just("4294967296".to_string()).boxed(),
+        "max_rank" => Just("256".to_string()).boxed(),
+        "move" => prop::sample::select(vec!["\"Up\"", "\"north\"", "\"\""])
+            .prop_map(str::to_string)
+            .boxed(),
+        "board" => (proptest::collection::vec(0u8..=17, 14..=17), any::<bool>())
+            .prop_map(|(cells, big)| {
+                let mut cells: Vec<String> = cells.iter().map(u8::to_string).collect();
+                if big && !cells.is_empty() {
+                    cells[0] = "17".into();
+                }
+                format!("[{}]", cells.join(","))
+            })
+            .boxed(),
+        "branch_evs" => prop::sample::select(vec![
+            "{\"up\":1,\"up\":2}",
+            "{\"north\":1}",
+            "{\"up\":1e39}",
+            "{\"up\":\"1\"}",
+            "[1,2,3,4]",
+        ])
+        .prop_map(str::to_string)
+        .boxed(),
+        _ => any_wrong.clone().boxed(),
+    };
+    prop_oneof![any_wrong, specific].boxed()
+}
+
+/// A row: each known field usually present (sometimes with an escaped key), extra fields, any
+/// order, whitespace anywhere between tokens. With `noisy`, fields are also missing, doubled
+/// or given wrong values now and then; without, the row is valid.
+fn row(noisy: bool) -> impl Strategy<Value = String> {
+    let fields: Vec<BoxedStrategy<Vec<(String, String)>>> = KNOWN
+        .iter()
+        .map(|&k| {
+            let key = prop_oneof![
+                9 => Just(format!("\"{k}\"")),
+                1 => quoted(k.to_string()),
+            ];
+            let required = k == "move" || k == "board";
+            let one = (key.clone(), valid_value(k)).prop_map(|kv| vec![kv]);
+            if !noisy {
+                return if required {
+                    one.boxed()
+                } else {
+                    prop_oneof![3 => one, 1 => Just(vec![])].boxed()
+                };
+            }
+            prop_oneof![
+                20 => one,
+                1 => Just(vec![]),
+                1 => (key.clone(), wrong_value(k)).prop_map(|kv| vec![kv]),
+                1 => ((key.clone(), valid_value(k)), (key, valid_value(k))).prop_map(|(a, b)| vec![a, b]),
+            ]
+            .boxed()
+        })
+        .collect();
+    let extra = proptest::collection::vec(
+        ("[a-z_]{1,8}".prop_map(|k| format!("\"{k}\"")), json_value()),
+        0..3,
+    );
+    (fields, extra)
+        .prop_flat_map(|(fields, extra)| {
+            let mut all: Vec<(String, String)> = fields.into_iter().flatten().collect();
+            all.extend(extra);
+            let n = all.len();
+            (
+                Just(all).prop_shuffle(),
+                proptest::collection::vec(ws(), 4 * n + 2),
+            )
+        })
+        .prop_map(|(all, gaps)| {
+            let mut g = gaps.into_iter();
+            let mut out = g.next().unwrap_or_default();
+            out.push('{');
+            for (i, (key, value)) in all.iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                out.push_str(&g.next().unwrap_or_default());
+                out.push_str(key);
+                out.push_str(&g.next().unwrap_or_default());
+                out.push(':');
+                out.push_str(&g.next().unwrap_or_default());
+                out.push_str(value);
+                out.push_str(&g.next().unwrap_or_default());
+            }
+            out.push('}');
+            out.push_str(&g.next().unwrap_or_default());
+            out
+        })
+}
+
+/// A row exactly as the Macroxue logger writes it (the fast path's layout).
+fn logger_row() -> impl Strategy<Value = String> {
+    (
+        any::<u32>(),
+        0u32..100_000,
+        0u8..=16,
+        prop::sample::select(&MOVES[..]),
+        prop::sample::select(vec!["search", "tuple11", "tuple10", "mcts"]),
+        -100.0f64..100.0,
+        proptest::collection::vec(0u8..=16, 16),
+        proptest::collection::vec(prop_oneof![Just(None), (-50.0f64..50.0).prop_map(Some)], 4),
+    )
+        .prop_map(|(seed, step, rank, mv, vt, val, board, evs)| {
+            let ev = |e: &Option<f64>| e.map_or("null".to_string(), |v| format!("{v:.6}"));
+            let cells: Vec<String> = board.iter().map(u8::to_string).collect();
+            format!(
+                "{{\"seed\":{seed},\"step_index\":{step},\"max_rank\":{rank},\"move\":\"{mv}\",\"valuation_type\":\"{vt}\",\"valuation\":{val:.6},\"board\":[{}],\"branch_evs\":{{\"up\":{},\"left\":{},\"right\":{},\"down\":{}}}}}",
+                cells.join(","),
+                ev(&evs[0]),
+                ev(&evs[2]),
+                ev(&evs[3]),
+                ev(&evs[1])
+            )
+        })
+}
+
+/// A line with bytes damaged: truncated, a byte flipped, inserted or removed, invalid UTF-8.
+fn mutated(line: impl Strategy<Value = String>) -> impl Strategy<Value = Vec<u8>> {
+    (line, 0u8..6, any::<prop::sample::Index>(), any::<u8>()).prop_map(|(line, how, at, byte)| {
+        let mut b = line.into_bytes();
+        let i = at.index(b.len().max(1));
+        match how {
+            0 => b.truncate(i),
+            1 if !b.is_empty() => b[i] ^= 1 << (byte % 8),
+            2 => b.insert(i.min(b.len()), byte),
+            3 if !b.is_empty() => {
+                b.remove(i);
+            }
+            4 => b.splice(i.min(b.len())..i.min(b.len()), [0xC3, 0x28]).for_each(drop),
+            _ => b.insert(i.min(b.len()), b"\",{}[]:0-e.".get(byte as usize % 11).copied().unwrap_or(b'x')),
+        }
+        b
+    })
+}
+
+proptest! {
+    #![proptest_config(cases(512))]
+
+    #[test]
+    fn valid_rows_are_read_as_the_reference_reads_them(line in row(false)) {
+        prop_assert!(reference(line.as_bytes()).is_ok(), "the generator made an invalid row: {}", line);
+        agree(line.as_bytes())?;
+    }
+
+    #[test]
+    fn noisy_rows_agree_with_the_reference(line in row(true)) {
+        agree(line.as_bytes())?;
+    }
+
+    #[test]
+    fn logger_rows_take_the_fast_path_and_agree(line in logger_row()) {
+        prop_assert!(parse_row_fast(line.as_bytes()).is_some(), "fast path gave up on {}", line);
+        agree(line.as_bytes())?;
+    }
+
+    #[test]
+    fn damaged_rows_agree_with_the_reference(line in mutated(prop_oneof![row(false), logger_row()])) {
+        agree(&line)?;
+    }
+}
+
+/// Cases found by the properties above, kept as named regressions.
+#[test]
+fn known_edge_cases_agree() {
+    let lines: &[&[u8]] = &[
+        br#"{"move":"up","board":[0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0]}"#,
+        br#"{"move":"up","board":[0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,-0]}"#,
+        br#"{"move":"up","board":[0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,16.0]}"#,
+        br#"{"move":"up","board":[0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0],"x":1,"x":2}"#,
+        br#"{"move":"up","move":"up","board":[0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0]}"#,
+        br#"{"\u006dove":"\u0075p","board":[0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0]}"#,
+        br#"{"move":"up","board":[0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0],"branch_evs":{"up":-0.0}}"#,
+        br#"{"move":"up","board":[0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0],"branch_evs":{"up":3.4028235e38}}"#,
+        br#"{"move":"up","board":[0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0],"branch_evs":{"up":3.4028236e38}}"#,
+        br#"{"move":"up","board":[0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0],"valuation":1e-50}"#,
+        b"\xEF\xBB\xBF{\"move\":\"up\",\"board\":[0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0]}",
+        br#"{"move":"up","board":[0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0],"s":"\ud800"}"#,
+        // Found by the properties: from_str_radix took the '+' of "\u+061" as a sign.
+        br#"{"move":"up","board":[0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0],"valuation_type":"se\u+061rch"}"#,
+        br#"{"move":"up","board":[0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0],"x":"\u-001"}"#,
+        br#"{"move":"up","board":[0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0],"seed":4294967295}"#,
+        br#"{"move":"up","board":[0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0],"seed":4294967296}"#,
+    ];
+    for line in lines {
+        agree(line).unwrap_or_else(|e| panic!("{e}"));
+    }
+    let deep = format!(
+        "{{\"move\":\"up\",\"board\":[0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0],\"x\":{}1{}}}",
+        "[".repeat(64),
+        "]".repeat(64)
+    );
+    agree(deep.as_bytes()).unwrap();
+    let deeper = format!(
+        "{{\"move\":\"up\",\"board\":[0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0],\"x\":{}1{}}}",
+        "[".repeat(65),
+        "]".repeat(65)
+    );
+    agree(deeper.as_bytes()).unwrap();
+}
+
