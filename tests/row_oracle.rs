@@ -189,8 +189,7 @@ fn reference(line: &[u8]) -> Result<RefRow, String> {
                 }
             }
             _ => {
-                let v: serde_json::Value =
-                    serde_json::from_str(raw).map_err(|e| e.to_string())?;
+                let v: serde_json::Value = serde_json::from_str(raw).map_err(|e| e.to_string())?;
                 if depth(&v) > 64 {
                     return Err("nested too deeply".into());
                 }
@@ -316,9 +315,11 @@ fn json_value() -> impl Strategy<Value = String> {
     ];
     leaf.prop_recursive(4, 16, 4, |inner| {
         prop_oneof![
-            proptest::collection::vec(inner.clone(), 0..4).prop_map(|v| format!("[{}]", v.join(","))),
+            proptest::collection::vec(inner.clone(), 0..4)
+                .prop_map(|v| format!("[{}]", v.join(","))),
             proptest::collection::vec(("[a-z]{1,4}", inner), 0..4).prop_map(|v| {
-                let members: Vec<String> = v.into_iter().map(|(k, x)| format!("\"{k}\":{x}")).collect();
+                let members: Vec<String> =
+                    v.into_iter().map(|(k, x)| format!("\"{k}\":{x}")).collect();
                 format!("{{{}}}", members.join(","))
             }),
         ]
@@ -511,8 +512,16 @@ fn mutated(line: impl Strategy<Value = String>) -> impl Strategy<Value = Vec<u8>
             3 if !b.is_empty() => {
                 b.remove(i);
             }
-            4 => b.splice(i.min(b.len())..i.min(b.len()), [0xC3, 0x28]).for_each(drop),
-            _ => b.insert(i.min(b.len()), b"\",{}[]:0-e.".get(byte as usize % 11).copied().unwrap_or(b'x')),
+            4 => b
+                .splice(i.min(b.len())..i.min(b.len()), [0xC3, 0x28])
+                .for_each(drop),
+            _ => b.insert(
+                i.min(b.len()),
+                b"\",{}[]:0-e."
+                    .get(byte as usize % 11)
+                    .copied()
+                    .unwrap_or(b'x'),
+            ),
         }
         b
     })
@@ -582,4 +591,3 @@ fn known_edge_cases_agree() {
     );
     agree(deeper.as_bytes()).unwrap();
 }
-

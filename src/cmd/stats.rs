@@ -243,7 +243,11 @@ fn tile_rows(runs: &[RunRow]) -> Vec<TileRow> {
             reached: runs.iter().filter(|r| r.highest_tile >= tile).count() as u64,
             highest: runs.iter().filter(|r| r.highest_tile == tile).count() as u64,
         });
-        tile *= 2;
+        // 2^62 is the last power of two an i64 holds (a damaged runs table can get there).
+        let Some(next) = tile.checked_mul(2) else {
+            break;
+        };
+        tile = next;
     }
     out
 }

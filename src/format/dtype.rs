@@ -228,13 +228,13 @@ pub struct Field {
 }
 
 impl Dtype {
-    /// Bytes per item.
+    /// Bytes per item (`usize::MAX` for a dtype too large to exist, which callers refuse).
     pub fn size(&self) -> usize {
         match self {
             Dtype::Scalar { size, .. } => *size,
-            Dtype::Array(inner, shape) => {
-                inner.size() * shape.iter().map(|&n| n as usize).product::<usize>()
-            }
+            Dtype::Array(inner, shape) => shape
+                .iter()
+                .fold(inner.size(), |acc, &n| acc.saturating_mul(n as usize)),
             Dtype::Struct { size, .. } => *size,
         }
     }

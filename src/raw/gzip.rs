@@ -101,12 +101,15 @@ impl Gunzipper {
                 });
             }
             // The trailer's ISIZE is exact for a single-member file; grow on demand otherwise.
+            // A damaged trailer cannot make us reserve more than deflate can expand to
+            // (1032:1 at most).
+            let most = rest.len().saturating_mul(1032).saturating_add(4096);
             let mut want = if pos == 0 && data.len() >= 18 {
                 u32::from_le_bytes(data[data.len() - 4..].try_into().unwrap()) as usize + 1
             } else {
-                rest.len() * 4
+                rest.len().saturating_mul(4)
             }
-            .max(4096);
+            .clamp(4096, most);
             loop {
                 out.reserve(want);
                 match self.member(rest, out.spare_capacity_mut()) {
