@@ -192,6 +192,7 @@ fn format_piece(
             }
             tally(&mut counts, pos);
             fmt.write_row(&mut text, &StepRow::from_bytes(bytes))
+                .with_context(|| source.describe(piece, i - 1))
         })
         .with_context(|| format!("exporting {}", source.dir.display()))?;
     Ok((text, counts))

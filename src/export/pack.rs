@@ -164,8 +164,14 @@ fn build(
         }
         db.insert_run(&RunRecord {
             run_id: pos as u32,
-            seed: u32::try_from(run.seed)
-                .map_err(|_| anyhow::anyhow!("run {}: seed {} is not a u32", run.id, run.seed))?,
+            seed: u32::try_from(run.seed).map_err(|_| {
+                anyhow::anyhow!(
+                    "{}: run {} has seed {}, which is not a u32 (run `dataset-packer validate`)",
+                    source.dir.display(),
+                    run.id,
+                    run.seed
+                )
+            })?,
             steps: run.steps as u64,
             max_score: run.max_score,
             highest_tile: run.highest_tile,
