@@ -49,14 +49,14 @@ fn within(limit: Duration, what: &str, body: impl FnOnce() + Send + 'static) {
 }
 
 /// Runs a property over `strategy` with `n` cases (each case must not panic).
-fn property<S: Strategy + 'static>(
+fn property<S>(
     what: &'static str,
     n: u32,
     strategy: S,
     check: impl Fn(S::Value) + Send + Sync + 'static,
 ) where
+    S: Strategy + Send + 'static,
     S::Value: Send,
-    S: Send,
 {
     within(Duration::from_secs(600), what, move || {
         let mut runner = TestRunner::new(Config {
