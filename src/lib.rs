@@ -4,6 +4,7 @@
 //! table); `raw` is the input side (discovery, gzip, row and sidecar parsing); `cmd` holds one
 //! module per subcommand; the rest is machinery shared between commands.
 
+pub mod cli;
 pub mod cmd;
 pub mod companions;
 pub mod crc;

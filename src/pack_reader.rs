@@ -441,16 +441,42 @@ pub fn verify_files(dir: &Path, files: &[(&Path, &str, u64, u32)], workers: usiz
 /// Opens the `metadata.db` of the pack at `dir` read-only, with a clear error when `dir` is not
 /// a folder or holds no `metadata.db` (so is not a pack).
 pub fn open_metadata(dir: &Path) -> Result<rusqlite::Connection> {
+    check_is_pack(dir)?;
+    crate::format::metadata::open_read_only(&dir.join(crate::format::metadata::FILE_NAME))
+}
+
+/// Fails, saying what `dir` is instead, unless it is a folder holding a `metadata.db`: does not
+/// exist, is a file, or is not a pack (with a hint when it holds raw self-play logs).
+pub fn check_is_pack(dir: &Path) -> Result<()> {
+    if !dir.exists() {
+        bail!("{} does not exist", dir.display());
+    }
     if !dir.is_dir() {
-        bail!("{} is not a folder", dir.display());
+        bail!("{} is not a folder (a pack is a folder)", dir.display());
     }
-    let path = dir.join(crate::format::metadata::FILE_NAME);
-    if !path.is_file() {
-        bail!(
-            "{} is not a pack: it has no {}",
-            dir.display(),
-            crate::format::metadata::FILE_NAME
-        );
+    if dir.join(crate::format::metadata::FILE_NAME).is_file() {
+        return Ok(());
     }
-    crate::format::metadata::open_read_only(&path)
+    let raw = std::fs::read_dir(dir)
+        .map(|entries| {
+            entries.filter_map(|e| e.ok()).any(|e| {
+                let name = e.file_name().to_string_lossy().into_owned();
+                name.ends_with(".meta.json")
+                    || name.ends_with(".meta.json.gz")
+                    || name.ends_with(".jsonl.gz")
+                    || e.path().is_dir()
+            })
+        })
+        .unwrap_or(false);
+    bail!(
+        "{} is not a pack (no {}){}; to pack raw logs: `dataset-packer pack --input {} --output PACK`",
+        dir.display(),
+        crate::format::metadata::FILE_NAME,
+        if raw {
+            ": it looks like raw self-play logs"
+        } else {
+            ""
+        },
+        dir.display()
+    )
 }

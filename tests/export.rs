@@ -325,11 +325,35 @@ fn bad_selections_fail_clearly() {
     let out = t.path().join("out.parquet");
     let (code, err) = export_err(&src, "parquet", &out, &["--where", "no_such_column > 1"]);
     assert_eq!(code, 1);
-    assert!(err.contains("no such column: no_such_column"), "{err}");
+    assert!(err.contains("no column no_such_column"), "{err}");
     assert!(err.contains("max_score") && err.contains("depth"), "{err}");
+    let (code, err) = export_err(&src, "parquet", &out, &["--where", "max_scor > 1"]);
+    assert_eq!(code, 1);
+    assert!(
+        err.contains("no column max_scor; did you mean max_score?"),
+        "{err}"
+    );
     let (code, err) = export_err(&src, "parquet", &out, &["--where", "max_score >"]);
     assert_eq!(code, 1);
-    assert!(err.contains("syntax error"), "{err}");
+    assert!(
+        err.contains("the expression is incomplete: it ends after \"max_score >\""),
+        "{err}"
+    );
+    let (code, err) = export_err(&src, "parquet", &out, &["--where", "depth = 7)"]);
+    assert_eq!(code, 1);
+    assert!(err.contains("the ')' at column 10 closes nothing"), "{err}");
+    let (code, err) = export_err(
+        &src,
+        "parquet",
+        &out,
+        &["--where", "max_score > AND depth = 7"],
+    );
+    assert_eq!(code, 1);
+    assert!(
+        err.contains("syntax error at \"AND depth = \" (column 13)")
+            && err.contains("\n  max_score > AND depth = 7\n              ^"),
+        "{err}"
+    );
     let (code, err) = export_err(&src, "parquet", &out, &["--runs", "3,42"]);
     assert_eq!(code, 1);
     assert!(err.contains("42") && err.contains("10 runs"), "{err}");

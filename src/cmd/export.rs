@@ -53,8 +53,9 @@ pub struct ExportArgs {
     /// SQL expression selecting runs, e.g. "max_score > 600000 AND depth = 7".
     #[arg(long = "where", value_name = "SQL")]
     pub where_sql: Option<String>,
-    /// Rows per shard (--format pack) or per part file (--format parquet into a folder).
-    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    /// Rows per shard (--format pack) or per part file (--format parquet into a folder), e.g.
+    /// 1M (k, M, G = 10^3, 10^6, 10^9) [default for --format pack: the source pack's].
+    #[arg(long, value_name = "N", value_parser = crate::cli::parse_rows)]
     pub shard_rows: Option<u64>,
     /// Threads [default: all cores].
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..=1024))]
@@ -166,7 +167,7 @@ pub fn run(args: &ExportArgs) -> Result<()> {
         }
         Format::Pack => {
             let opts = pack::PackOptions {
-                shard_rows: args.shard_rows,
+                shard_rows: args.shard_rows.or(source.shard_rows()),
                 overwrite: args.overwrite,
                 quiet: args.quiet,
                 selection_text: &selection_text,

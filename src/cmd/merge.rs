@@ -68,8 +68,10 @@ pub struct MergeArgs {
     /// Folder to write the merged pack into.
     #[arg(long, value_name = "PACK_DIR")]
     pub output: PathBuf,
-    /// Rows per output shard; without it, one steps.npy.
-    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    /// Rows per output shard, e.g. 10M (k, M, G = 10^3, 10^6, 10^9) [default: the inputs'
+    /// shard size when every input has shards (the largest if they differ), else one
+    /// steps.npy].
+    #[arg(long, value_name = "N", value_parser = crate::cli::parse_rows)]
     pub shard_rows: Option<u64>,
     /// Replace a pack already in the output folder.
     #[arg(long)]
@@ -224,9 +226,10 @@ pub fn run(args: &MergeArgs) -> Result<()> {
     let carried = carried_companions(&sources, args)?;
     log::debug!("merge: inputs checked in {:?}", started.elapsed());
 
+    let shard_rows = args.shard_rows.or_else(|| inputs_shard_rows(&sources));
     let out = OutputDir::open(&args.output, args.overwrite)?;
     let staging = out.begin_staging()?;
-    let summary = write_merged(&sources, &valuations, &carried, &staging, args)?;
+    let summary = write_merged(&sources, &valuations, &carried, shard_rows, &staging, args)?;
     log::debug!("merge: staged in {:?}", started.elapsed());
     out.publish()?;
     log::debug!("merge: published in {:?}", started.elapsed());
@@ -238,6 +241,24 @@ pub fn run(args: &MergeArgs) -> Result<()> {
     };
     summary.print(args, &deleted, started.elapsed().as_secs_f64());
     Ok(())
+}
+
+/// The output's shard size when --shard-rows is not given: the inputs' when every input has
+/// shards (the largest, if they differ), so a merge of sharded packs stays sharded.
+fn inputs_shard_rows(sources: &[Source]) -> Option<u64> {
+    let sizes: Option<Vec<u64>> = sources
+        .iter()
+        .map(|s| {
+            s.session
+                .iter()
+                .find(|(k, _)| k == "shard_rows")
+                .and_then(|(_, v)| v.parse::<u64>().ok())
+                .filter(|&n| n > 0)
+        })
+        .collect();
+    let largest = sizes?.into_iter().max()?;
+    log::info!("shards of {largest} rows, as the inputs' (--shard-rows sets another size)");
+    Some(largest)
 }
 
 /// The companion families the output carries: those every input has, alike, unless dropped.
@@ -293,8 +314,10 @@ fn carried_companions(sources: &[Source], args: &MergeArgs) -> Result<Vec<String
 /// Duplicate inputs, an output that is an input, and (with --delete-inputs) an output inside or
 /// around an input are refused before anything is read.
 fn refuse_unsafe(inputs: &[PathBuf], output: &Path, delete: bool) -> Result<()> {
-    let canon =
-        |p: &Path| std::fs::canonicalize(p).with_context(|| format!("input {}", p.display()));
+    let canon = |p: &Path| {
+        pack_reader::check_is_pack(p).with_context(|| format!("input {}", p.display()))?;
+        std::fs::canonicalize(p).with_context(|| format!("input {}", p.display()))
+    };
     let canon_inputs: Vec<PathBuf> = inputs.iter().map(|p| canon(p)).collect::<Result<_>>()?;
     for (i, a) in canon_inputs.iter().enumerate() {
         if canon_inputs[..i].contains(a) {
@@ -564,13 +587,14 @@ fn write_merged(
     sources: &[Source],
     valuations: &ValuationTable,
     carried: &[String],
+    shard_rows: Option<u64>,
     staging: &Path,
     args: &MergeArgs,
 ) -> Result<Summary> {
     let copy_started = Instant::now();
     let assignment = assign_runs(sources, args.dedupe)?;
     let total_rows: u64 = sources.iter().map(Source::rows).sum();
-    let mut writer = ShardWriter::new(staging, args.shard_rows);
+    let mut writer = ShardWriter::new(staging, shard_rows);
     writer.expect_rows(total_rows);
     let layouts: Vec<FileLayout> = carried
         .iter()
@@ -585,7 +609,7 @@ fn write_merged(
     let mut companion_writers: Vec<ShardWriter> = layouts
         .iter()
         .map(|layout| {
-            let mut w = ShardWriter::with_layout(staging, args.shard_rows, layout.clone());
+            let mut w = ShardWriter::with_layout(staging, shard_rows, layout.clone());
             w.expect_rows(total_rows);
             w
         })
@@ -639,7 +663,7 @@ fn write_merged(
     write_session(
         &db,
         sources,
-        args,
+        shard_rows,
         rows_written,
         assignment.runs,
         shards.len(),
@@ -955,7 +979,7 @@ fn record_runs(
 fn write_session(
     db: &MetadataWriter,
     sources: &[Source],
-    args: &MergeArgs,
+    shard_rows: Option<u64>,
     rows: u64,
     runs: u64,
     shards: usize,
@@ -970,8 +994,9 @@ fn write_session(
         })
         .collect();
     db.set_pack_facts(&PackFacts {
+        command_line: crate::cli::command_line(),
         command: "merge",
-        shard_rows: args.shard_rows,
+        shard_rows,
         total_rows: rows,
         total_runs: runs,
         shard_count: shards,

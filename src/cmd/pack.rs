@@ -53,9 +53,10 @@ pub struct PackArgs {
     /// Folder to write the pack into (created if missing).
     #[arg(long, value_name = "PACK_DIR")]
     pub output: PathBuf,
-    /// Rows per shard (steps-00000.npy, …); without it, one steps.npy. With --update it must
-    /// match the pack's (it is taken from the pack when not given).
-    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    /// Rows per shard (steps-00000.npy, …), e.g. 1000000 or 1M (k, M, G = 10^3, 10^6, 10^9);
+    /// without it, one steps.npy. With --update it must match the pack's (taken from it when
+    /// not given).
+    #[arg(long, value_name = "N", value_parser = crate::cli::parse_rows)]
     pub shard_rows: Option<u64>,
     /// Parser threads [default: all cores].
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..=1024))]
@@ -189,6 +190,7 @@ pub(crate) fn pack_new(args: &PackArgs, out: OutputDir, started: Instant) -> Res
     let packed = packer.finish(&found.orphans)?;
     let input = std::fs::canonicalize(&args.input).unwrap_or_else(|_| args.input.clone());
     packed.db.set_pack_facts(&PackFacts {
+        command_line: crate::cli::command_line(),
         command: "pack",
         shard_rows: args.shard_rows,
         total_rows: packed.total_rows,

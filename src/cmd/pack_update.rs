@@ -479,6 +479,7 @@ fn update_history(
     history.push(json!({
         "utc": crate::format::metadata::utc_now(),
         "tool": format!("dataset-packer {}", env!("CARGO_PKG_VERSION")),
+        "command_line": crate::cli::command_line(),
         "input": input.display().to_string(),
         "runs_added": packed.next_run_id - packed.first_run_id,
         "rows_added": packed.rows_added,

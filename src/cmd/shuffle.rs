@@ -55,11 +55,11 @@ pub struct ShuffleArgs {
     /// Random seed: the same seed gives the same bytes.
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
-    /// Rows per output shard [default: the input's].
-    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    /// Rows per output shard, e.g. 1M (k, M, G = 10^3, 10^6, 10^9) [default: the input's].
+    #[arg(long, value_name = "N", value_parser = crate::cli::parse_rows)]
     pub shard_rows: Option<u64>,
     /// Memory for one bucket and the write buffers (e.g. 512MiB, 4GiB).
-    #[arg(long, default_value = "1GiB", value_parser = parse_size)]
+    #[arg(long, default_value = "1GiB", value_parser = crate::cli::parse_size)]
     pub memory: u64,
     /// Folder for the bucket files (≈ the pack's size) [default: the output folder].
     #[arg(long, value_name = "DIR")]
@@ -79,34 +79,6 @@ pub struct ShuffleArgs {
     /// Print the summary and quality report as JSON on stdout.
     #[arg(long)]
     pub json: bool,
-}
-
-/// `512MiB`, `4GiB`, `64M`, `1000000` → bytes.
-pub fn parse_size(text: &str) -> Result<u64, String> {
-    let t = text.trim();
-    let split = t
-        .find(|c: char| !c.is_ascii_digit() && c != '.')
-        .unwrap_or(t.len());
-    let (num, unit) = t.split_at(split);
-    let value: f64 = num
-        .parse()
-        .map_err(|_| format!("{text:?} is not a size like 512MiB"))?;
-    let scale: u64 = match unit.trim().to_ascii_lowercase().as_str() {
-        "" | "b" => 1,
-        "k" | "kib" => 1 << 10,
-        "m" | "mib" => 1 << 20,
-        "g" | "gib" => 1 << 30,
-        "t" | "tib" => 1 << 40,
-        "kb" => 1_000,
-        "mb" => 1_000_000,
-        "gb" => 1_000_000_000,
-        _ => return Err(format!("unknown unit in {text:?} (use KiB, MiB, GiB)")),
-    };
-    let bytes = (value * scale as f64) as u64;
-    if bytes < 4096 {
-        return Err(format!("{text:?} is too little memory (at least 4KiB)"));
-    }
-    Ok(bytes)
 }
 
 /// What a shuffle is: the same plan (and input) is required to resume.
@@ -190,6 +162,7 @@ pub fn run(args: &ShuffleArgs) -> Result<()> {
         legacy_ok: false,
         scan_rows: true,
     };
+    pack_reader::check_is_pack(&args.input)?;
     let report = validate::check(&args.input, &options)?;
     if !report.valid() {
         bail!(
@@ -741,6 +714,7 @@ fn write_metadata(
         .copied()
         .fold(0.0, f64::max);
     db.set_pack_facts(&PackFacts {
+        command_line: crate::cli::command_line(),
         command: "shuffle",
         shard_rows: plan.shard_rows,
         total_rows: rows,

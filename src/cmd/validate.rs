@@ -455,11 +455,10 @@ pub struct Options {
 
 pub fn run(args: &ValidateArgs) -> Result<bool> {
     let started = Instant::now();
-    anyhow::ensure!(
-        args.pack.is_dir(),
-        "{} is not a folder",
-        args.pack.display()
-    );
+    // A folder with shards but no metadata.db is a damaged pack: its checks say what is wrong.
+    if !args.pack.join("steps.npy").exists() && !args.pack.join("steps-00000.npy").exists() {
+        pack_reader::check_is_pack(&args.pack)?;
+    }
     let options = Options {
         deep: args.deep,
         workers: args

@@ -49,15 +49,7 @@ pub struct SourcePack {
 impl SourcePack {
     /// Opens a pack for reading (spec or legacy packed shards); fails on structural problems.
     pub fn open(dir: &Path) -> Result<SourcePack> {
-        let db_path = dir.join(metadata::FILE_NAME);
-        if !db_path.is_file() {
-            bail!(
-                "{} is not a pack: it has no {}",
-                dir.display(),
-                metadata::FILE_NAME
-            );
-        }
-        let conn = metadata::open_read_only(&db_path)?;
+        let conn = pack_reader::open_metadata(dir)?;
         let shards = pack_reader::open_shards(dir, true)?;
         let shard_starts = pack_reader::shard_starts(&shards);
         let runs = metadata::read_runs(&conn)?;
@@ -122,6 +114,15 @@ impl SourcePack {
             companions::verify_family(&self.dir, family, &recorded, &touched, workers)?;
         }
         Ok(())
+    }
+
+    /// The pack's shard size (`session.shard_rows`), None for a single `steps.npy`.
+    pub fn shard_rows(&self) -> Option<u64> {
+        self.session_value("shard_rows")
+            .ok()
+            .flatten()
+            .and_then(|v| v.parse().ok())
+            .filter(|&n| n > 0)
     }
 
     /// A `session` value of the pack.

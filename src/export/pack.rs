@@ -184,6 +184,7 @@ fn build(
     }
     write_findings(findings, duplicate_findings, &db, source, selection)?;
     db.set_pack_facts(&PackFacts {
+        command_line: crate::cli::command_line(),
         command: "export",
         shard_rows: opts.shard_rows,
         total_rows: rows_written,

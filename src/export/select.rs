@@ -126,14 +126,11 @@ pub fn where_ids(conn: &Connection, expr: &str) -> Result<Vec<i64>> {
         "runs"
     };
     // The expression on lines of its own, so a trailing `-- comment` cannot swallow the rest.
-    let sql = format!("SELECT runs.id FROM {from} WHERE (\n{expr}\n) ORDER BY runs.id");
+    let prefix = format!("SELECT runs.id FROM {from} WHERE (\n");
+    let sql = format!("{prefix}{expr}\n) ORDER BY runs.id");
     let explain = |e: rusqlite::Error| {
         let columns = columns(conn, details).unwrap_or_default();
-        anyhow::anyhow!(
-            "--where {expr:?}: {}\n(the expression can use these columns: {})",
-            sqlite_message(&e),
-            columns.join(", ")
-        )
+        anyhow::anyhow!("{}", explain_where_error(expr, prefix.len(), &e, &columns))
     };
     let mut stmt = conn.prepare(&sql).map_err(explain)?;
     let ids = stmt
@@ -141,6 +138,108 @@ pub fn where_ids(conn: &Connection, expr: &str) -> Result<Vec<i64>> {
         .and_then(|rows| rows.collect::<rusqlite::Result<Vec<i64>>>())
         .map_err(explain)?;
     Ok(ids)
+}
+
+/// Says what is wrong with a `--where` expression in terms of the user's own text: where a
+/// syntax error is (a caret under it, or "incomplete" when SQLite only noticed past its end),
+/// and for an unknown column the nearest known one.
+fn explain_where_error(
+    expr: &str,
+    prefix_len: usize,
+    e: &rusqlite::Error,
+    columns: &[String],
+) -> String {
+    let message = sqlite_message(e);
+    let mut out = format!("--where {expr:?}: ");
+    let offset = match e {
+        rusqlite::Error::SqlInputError { offset, .. } if *offset >= 0 => Some(*offset as usize),
+        _ => None,
+    };
+    if let Some(name) = message.strip_prefix("no such column: ") {
+        out.push_str(&format!("no column {name}"));
+        if let Some(near) = nearest(name, columns) {
+            out.push_str(&format!("; did you mean {near}?"));
+        }
+    } else if let Some(problem) = unbalanced(expr) {
+        out.push_str(&problem);
+    } else if message.contains("syntax error") || message.contains("incomplete input") {
+        match offset.map(|o| o.checked_sub(prefix_len)) {
+            Some(Some(at)) if at < expr.len() => {
+                let near: String = expr[at..].chars().take(12).collect();
+                out.push_str(&format!(
+                    "syntax error at {near:?} (column {})\n  {expr}\n  {}^",
+                    at + 1,
+                    " ".repeat(expr[..at].chars().count())
+                ));
+            }
+            _ => out.push_str(&format!(
+                "the expression is incomplete: it ends after {:?}",
+                expr.trim_end()
+            )),
+        }
+    } else {
+        out.push_str(&message);
+    }
+    out.push_str(&format!(
+        "\n(the expression can use these columns: {})",
+        columns.join(", ")
+    ));
+    out
+}
+
+/// Parentheses that do not pair up in `expr` (outside quoted strings and identifiers).
+fn unbalanced(expr: &str) -> Option<String> {
+    let mut open: Vec<usize> = Vec::new();
+    let mut quote: Option<char> = None;
+    for (col, c) in expr.chars().enumerate() {
+        match (quote, c) {
+            (Some(q), c) if c == q => quote = None,
+            (Some(_), _) => {}
+            (None, '\'' | '"' | '`') => quote = Some(c),
+            (None, '(') => open.push(col),
+            (None, ')') if open.pop().is_none() => {
+                return Some(format!(
+                    "the ')' at column {} closes nothing\n  {expr}\n  {}^",
+                    col + 1,
+                    " ".repeat(col)
+                ));
+            }
+            _ => {}
+        }
+    }
+    open.first().map(|&col| {
+        format!(
+            "the '(' at column {} is never closed\n  {expr}\n  {}^",
+            col + 1,
+            " ".repeat(col)
+        )
+    })
+}
+
+/// The known column nearest to `name` by edit distance, when it is near enough to be a typo.
+fn nearest<'a>(name: &str, columns: &'a [String]) -> Option<&'a str> {
+    let name = name.to_ascii_lowercase();
+    columns
+        .iter()
+        .map(|c| (edit_distance(&name, &c.to_ascii_lowercase()), c))
+        .filter(|(d, c)| *d <= (c.len() / 3).max(1) && *d < name.len())
+        .min_by_key(|(d, _)| *d)
+        .map(|(_, c)| c.as_str())
+}
+
+/// Levenshtein distance (insertions, deletions and substitutions cost 1).
+fn edit_distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut prev: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut cur = vec![i + 1; b.len() + 1];
+        for (j, cb) in b.iter().enumerate() {
+            let substitute = prev[j] + usize::from(ca != *cb);
+            cur[j + 1] = substitute.min(prev[j + 1] + 1).min(cur[j] + 1);
+        }
+        prev = cur;
+    }
+    prev[b.len()]
 }
 
 /// SQLite's own words for an error (rusqlite wraps them in several shapes).
@@ -241,9 +340,37 @@ mod tests {
         assert_eq!(where_ids(&conn, "max_score > 600").unwrap(), [1]);
         assert_eq!(where_ids(&conn, "depth = 6").unwrap(), [0]);
         let e = where_ids(&conn, "nope > 1").unwrap_err().to_string();
-        assert!(e.contains("no such column: nope"), "{e}");
+        assert!(e.contains("no column nope"), "{e}");
         assert!(e.contains("max_score"), "{e}");
+        let e = where_ids(&conn, "max_scor > 1").unwrap_err().to_string();
+        assert!(e.contains("did you mean max_score?"), "{e}");
         let e = where_ids(&conn, "max_score >").unwrap_err().to_string();
-        assert!(e.contains("syntax error"), "{e}");
+        assert!(
+            e.contains("incomplete: it ends after \"max_score >\""),
+            "{e}"
+        );
+        let e = where_ids(&conn, "max_score > AND depth = 6")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("syntax error at \"AND depth = \" (column 13)"),
+            "{e}"
+        );
+        let e = where_ids(&conn, "depth = 6)").unwrap_err().to_string();
+        assert!(e.contains("the ')' at column 10 closes nothing"), "{e}");
+    }
+
+    #[test]
+    fn near_misses() {
+        let cols: Vec<String> = ["id", "max_score", "depth", "highest_tile"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        assert_eq!(nearest("max_scor", &cols), Some("max_score"));
+        assert_eq!(nearest("maxscore", &cols), Some("max_score"));
+        assert_eq!(nearest("dept", &cols), Some("depth"));
+        assert_eq!(nearest("banana", &cols), None);
+        assert_eq!(nearest("x", &cols), None);
+        assert_eq!(edit_distance("kitten", "sitting"), 3);
     }
 }

@@ -124,6 +124,8 @@ pub struct FindingRecord {
 /// What every pack's `session` says about it (see [`MetadataWriter::set_pack_facts`]).
 pub struct PackFacts<'a> {
     pub command: &'a str,
+    /// The full command line that wrote the pack, as a shell would take it back.
+    pub command_line: String,
     pub shard_rows: Option<u64>,
     pub total_rows: u64,
     pub total_runs: u64,
@@ -434,6 +436,8 @@ impl MetadataWriter {
             ("shard_count", f.shard_count.to_string()),
             ("checksum", "crc32c".to_string()),
             ("shuffled", f.shuffled.to_string()),
+            ("created_utc", utc_now()),
+            ("command_line", f.command_line.clone()),
         ];
         for (k, v) in facts {
             self.set_session(k, &v)?;

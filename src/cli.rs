@@ -1,0 +1,120 @@
+//! What the commands share in reading their command line: row counts with units (`--shard-rows
+//! 1M`), memory sizes (`--memory 512MiB`), and the command line itself as a pack's `session`
+//! records it.
+
+/// `250000`, `250k`, `1M`, `1.5M`, `10M`, `2G` → rows (decimal units: k = 10^3, M = 10^6,
+/// G = 10^9); at least 1.
+pub fn parse_rows(text: &str) -> Result<u64, String> {
+    let t = text.trim();
+    let split = t
+        .find(|c: char| !c.is_ascii_digit() && c != '.')
+        .unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let scale: u64 = match unit.trim() {
+        "" => 1,
+        "k" | "K" => 1_000,
+        "M" | "m" => 1_000_000,
+        "G" | "g" => 1_000_000_000,
+        _ => {
+            return Err(format!(
+                "{text:?} is not a row count like 250000, 250k, 1M or 10M"
+            ));
+        }
+    };
+    let rows = if num.contains('.') {
+        let value: f64 = num
+            .parse()
+            .map_err(|_| format!("{text:?} is not a row count like 250000, 250k, 1M or 10M"))?;
+        let rows = value * scale as f64;
+        if rows.fract() != 0.0 {
+            return Err(format!("{text:?} is not a whole number of rows"));
+        }
+        rows as u64
+    } else {
+        num.parse::<u64>()
+            .ok()
+            .and_then(|n| n.checked_mul(scale))
+            .ok_or_else(|| format!("{text:?} is not a row count like 250000, 250k, 1M or 10M"))?
+    };
+    if rows == 0 {
+        return Err("a row count must be at least 1".into());
+    }
+    Ok(rows)
+}
+
+/// `512MiB`, `4GiB`, `64M`, `1000000` → bytes (binary units: K/KiB, M/MiB, G/GiB, T/TiB;
+/// decimal: KB, MB, GB); at least 4 KiB.
+pub fn parse_size(text: &str) -> Result<u64, String> {
+    let t = text.trim();
+    let split = t
+        .find(|c: char| !c.is_ascii_digit() && c != '.')
+        .unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let value: f64 = num
+        .parse()
+        .map_err(|_| format!("{text:?} is not a size like 512MiB"))?;
+    let scale: u64 = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 1,
+        "k" | "kib" => 1 << 10,
+        "m" | "mib" => 1 << 20,
+        "g" | "gib" => 1 << 30,
+        "t" | "tib" => 1 << 40,
+        "kb" => 1_000,
+        "mb" => 1_000_000,
+        "gb" => 1_000_000_000,
+        _ => return Err(format!("unknown unit in {text:?} (use KiB, MiB, GiB)")),
+    };
+    let bytes = (value * scale as f64) as u64;
+    if bytes < 4096 {
+        return Err(format!("{text:?} is too little memory (at least 4KiB)"));
+    }
+    Ok(bytes)
+}
+
+/// The command line this process was started with, each argument quoted for a POSIX shell
+/// where it needs it, so it can be pasted back.
+pub fn command_line() -> String {
+    std::env::args_os()
+        .map(|a| shell_quote(&a.to_string_lossy()))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+fn shell_quote(arg: &str) -> String {
+    let plain = !arg.is_empty()
+        && arg
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"-_./=:,+@%".contains(&b));
+    if plain {
+        arg.to_string()
+    } else {
+        format!("'{}'", arg.replace('\'', "'\\''"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn row_counts_with_units() {
+        assert_eq!(parse_rows("250000"), Ok(250_000));
+        assert_eq!(parse_rows("250k"), Ok(250_000));
+        assert_eq!(parse_rows("1M"), Ok(1_000_000));
+        assert_eq!(parse_rows("1.5M"), Ok(1_500_000));
+        assert_eq!(parse_rows("10M"), Ok(10_000_000));
+        assert_eq!(parse_rows("2G"), Ok(2_000_000_000));
+        assert!(parse_rows("0").is_err());
+        assert!(parse_rows("1.5").is_err());
+        assert!(parse_rows("1MiB").is_err());
+        assert!(parse_rows("99999999999999999999").is_err());
+    }
+
+    #[test]
+    fn quotes_what_a_shell_would_split() {
+        assert_eq!(shell_quote("--where"), "--where");
+        assert_eq!(shell_quote("depth = 7"), "'depth = 7'");
+        assert_eq!(shell_quote("it's"), "'it'\\''s'");
+        assert_eq!(shell_quote(""), "''");
+    }
+}
