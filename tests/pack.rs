@@ -141,7 +141,7 @@ fn human_summary_lists_findings_and_rate() {
         text.contains("packed 6 runs, 66 rows into 1 shard"),
         "{text}"
     );
-    assert!(text.contains("1 rows files without a sidecar"), "{text}");
+    assert!(text.contains("1 rows file without a sidecar"), "{text}");
     assert!(text.contains("step_index_gap: 1"), "{text}");
     assert!(text.contains("f1_illegal_move_played.jsonl.gz:7"), "{text}");
     assert!(text.contains("rows/s"), "{text}");

@@ -12,7 +12,7 @@ use clap::{Args, ValueEnum};
 
 use crate::UsageError;
 use crate::export::{SourcePack, jsonl, pack, parquet, select};
-use crate::progress::thousands;
+use crate::progress::{count, thousands};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum Format {
@@ -152,7 +152,7 @@ pub fn run(args: &ExportArgs) -> Result<()> {
                     args.quiet,
                 )?
             };
-            (w.runs, w.rows, files(w.files))
+            (w.runs, w.rows, files(w.files, &args.output))
         }
         Format::Parquet => {
             let opts = parquet::ParquetOptions {
@@ -163,7 +163,7 @@ pub fn run(args: &ExportArgs) -> Result<()> {
                 companions: &companions,
             };
             let w = parquet::write(&source, &selection, &args.output, &opts)?;
-            (w.runs, w.rows, files(w.files))
+            (w.runs, w.rows, files(w.files, &args.output))
         }
         Format::Pack => {
             let opts = pack::PackOptions {
@@ -178,15 +178,18 @@ pub fn run(args: &ExportArgs) -> Result<()> {
             (
                 w.runs,
                 w.rows,
-                format!("a pack of {} shard{}", w.shards, plural(w.shards)),
+                format!(
+                    "a pack (a folder) of {}",
+                    count(w.shards as u64, "shard", "shards")
+                ),
             )
         }
     };
     let elapsed = started.elapsed().as_secs_f64();
     println!(
-        "exported {} runs, {} rows ({selection_text}) from {} into {what} at {} in {elapsed:.2} s ({} rows/s)",
-        thousands(runs as u64),
-        thousands(rows),
+        "exported {}, {} ({selection_text}) from {} into {what} at {} in {elapsed:.2} s ({} rows/s)",
+        count(runs as u64, "run", "runs"),
+        count(rows, "row", "rows"),
         args.pack.display(),
         args.output.display(),
         thousands((rows as f64 / elapsed.max(1e-9)) as u64)
@@ -194,12 +197,14 @@ pub fn run(args: &ExportArgs) -> Result<()> {
     Ok(())
 }
 
-fn files(n: usize) -> String {
-    format!("{n} file{}", plural(n))
-}
-
-fn plural(n: usize) -> &'static str {
-    if n == 1 { "" } else { "s" }
+/// `1 file`, or `a folder of 12 files` when the export wrote a folder.
+fn files(n: usize, output: &Path) -> String {
+    let listed = count(n as u64, "file", "files");
+    if output.is_dir() {
+        format!("a folder of {listed}")
+    } else {
+        listed
+    }
 }
 
 /// Option combinations that make no sense (exit 2).

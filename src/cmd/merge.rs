@@ -28,7 +28,7 @@ use crate::format::row::{ROW_BYTES, StepRow, legacy_rows_to_aligned, remap_rows}
 use crate::format::valuation::ValuationTable;
 use crate::pack_dir::{OutputDir, is_pack_file, list_names, write_valuations};
 use crate::pack_reader::{self, RunSlots, Shard};
-use crate::progress::{self, thousands};
+use crate::progress::{self, count, thousands};
 use crate::run_index::RunStarts;
 use crate::shard_writer::{FileLayout, ShardWriter};
 
@@ -1086,12 +1086,11 @@ impl Summary {
             return;
         }
         println!(
-            "merged {} inputs: {} runs, {} rows into {} shard{} in {}",
-            self.inputs.len(),
-            thousands(self.runs),
-            thousands(self.rows),
-            self.shards,
-            if self.shards == 1 { "" } else { "s" },
+            "merged {}: {}, {} into {} in {}",
+            count(self.inputs.len() as u64, "input", "inputs"),
+            count(self.runs, "run", "runs"),
+            count(self.rows, "row", "rows"),
+            count(self.shards as u64, "shard", "shards"),
             args.output.display()
         );
         for i in &self.inputs {
@@ -1105,10 +1104,10 @@ impl Summary {
                 String::new()
             };
             println!(
-                "  {}: {} runs ({now}{left}), {} rows",
+                "  {}: {} ({now}{left}), {}",
                 i.path.display(),
-                thousands(i.runs as u64),
-                thousands(i.rows)
+                count(i.runs as u64, "run", "runs"),
+                count(i.rows, "row", "rows")
             );
         }
         for (name, dtype) in &self.companions {
@@ -1125,8 +1124,9 @@ impl Summary {
         }
         for (p, files, bytes) in deleted {
             println!(
-                "  deleted {}: {files} files, {:.1} MB",
+                "  deleted {}: {}, {:.1} MB",
                 p.display(),
+                count(*files as u64, "file", "files"),
                 *bytes as f64 / 1e6
             );
         }

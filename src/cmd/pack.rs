@@ -23,7 +23,7 @@ use crate::format::row::remap_rows;
 use crate::format::valuation::{MAX_NAMES, ValuationTable};
 use crate::ordered::ordered_try_map;
 use crate::pack_dir::{OutputDir, write_valuations};
-use crate::progress::{self, thousands};
+use crate::progress::{self, count, thousands};
 use crate::raw::discover::{Discovery, RunSource, discover};
 use crate::raw::run::{FindingKind, ParsedRun, RunError, RunParser};
 use crate::shard_writer::ShardWriter;
@@ -417,7 +417,7 @@ impl Packer {
                 "invalid run: {e}\n(nothing was written; pass --skip-invalid to leave invalid runs out)"
             );
         }
-        log::warn!("skipping invalid run: {e}");
+        log::info!("skipping invalid run: {e}"); // the summary lists it
         self.skip(rel_string(&src.rel_sidecar), e.to_string())
     }
 
@@ -702,16 +702,11 @@ impl Summary {
             println!("{}", self.to_json(output, elapsed));
             return;
         }
-        let shard_word = if self.shards.len() == 1 {
-            "shard"
-        } else {
-            "shards"
-        };
         println!(
-            "packed {} runs, {} rows into {} {shard_word} in {}",
-            thousands(u64::from(self.runs)),
-            thousands(self.rows),
-            self.shards.len(),
+            "packed {}, {} into {} in {}",
+            count(u64::from(self.runs), "run", "runs"),
+            count(self.rows, "row", "rows"),
+            count(self.shards.len() as u64, "shard", "shards"),
             output.display()
         );
         self.print_details(elapsed);
@@ -721,9 +716,9 @@ impl Summary {
     pub fn print_details(&self, elapsed: f64) {
         let orphans = self.findings.count("orphan_rows_file");
         println!(
-            "  skipped: {} runs (invalid or duplicate), {} rows files without a sidecar",
-            self.skipped.len(),
-            orphans
+            "  skipped: {} (invalid or duplicate), {} without a sidecar",
+            count(self.skipped.len() as u64, "run", "runs"),
+            count(orphans, "rows file", "rows files")
         );
         for (path, reason) in &self.skipped {
             println!("    {path}: {reason}");

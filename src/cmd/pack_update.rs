@@ -24,7 +24,7 @@ use crate::format::metadata::{self, MetadataWriter, RunDetails, RunRow, ShardRec
 use crate::format::valuation::ValuationTable;
 use crate::pack_dir::OutputDir;
 use crate::pack_reader::{self, Shard};
-use crate::progress::thousands;
+use crate::progress::{count, thousands};
 use crate::raw::discover::{Discovery, RunSource};
 use crate::shard_writer::ShardWriter;
 
@@ -554,16 +554,16 @@ impl Report {
             return;
         }
         println!(
-            "updated {}: {} new runs, {} new rows (now {} runs, {} rows)",
+            "updated {}: {} new, {} new (now {}, {})",
             args.output.display(),
-            thousands(u64::from(s.runs)),
-            thousands(s.rows),
-            thousands(self.total_runs),
-            thousands(self.total_rows)
+            count(u64::from(s.runs), "run", "runs"),
+            count(s.rows, "row", "rows"),
+            count(self.total_runs, "run", "runs"),
+            count(self.total_rows, "row", "rows")
         );
         println!(
-            "  already packed: {} runs by path, {} by content (moved or copied)",
-            thousands(self.packed_by_path as u64),
+            "  already packed: {} by path, {} by content (moved or copied)",
+            count(self.packed_by_path as u64, "run", "runs"),
             thousands(self.already_packed.len() as u64)
         );
         for (path, id) in self.already_packed.iter().take(10) {

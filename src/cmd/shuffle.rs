@@ -94,6 +94,45 @@ struct Plan {
     /// each, in this order).
     #[serde(default)]
     companions: Vec<String>,
+    /// --memory, which decides the buckets.
+    #[serde(default)]
+    memory: u64,
+}
+
+impl Plan {
+    /// How an interrupted shuffle's plan differs from this one, in the user's terms.
+    fn differences(&self, old: &Plan) -> Vec<String> {
+        let mut out = Vec::new();
+        if self.input != old.input {
+            out.push(format!("--input was {}", old.input));
+        } else if self.input_rows != old.input_rows
+            || self.input_fingerprint != old.input_fingerprint
+        {
+            out.push("the input pack's files changed since".into());
+        }
+        if self.seed != old.seed {
+            out.push(format!("--seed was {}", old.seed));
+        }
+        if self.memory != old.memory {
+            out.push(format!("--memory was {}", mib(old.memory)));
+        } else if self.buckets != old.buckets {
+            out.push(format!("it used {} buckets", old.buckets));
+        }
+        if self.shard_rows != old.shard_rows {
+            out.push(format!(
+                "--shard-rows was {}",
+                old.shard_rows
+                    .map_or("none (one steps.npy)".into(), |n| n.to_string())
+            ));
+        }
+        if self.companions != old.companions {
+            out.push(format!(
+                "its companion arrays were [{}]",
+                old.companions.join(", ")
+            ));
+        }
+        out
+    }
 }
 
 /// Progress recorded in the work folder after each step.
@@ -231,9 +270,21 @@ fn make_plan(
         .max(ROW_BYTES as u64);
     let buckets = bytes.div_ceil(per_bucket).max(1);
     if buckets > MAX_BUCKETS {
+        // per_bucket = memory·2/5 must reach bytes / MAX_BUCKETS.
+        let least = bytes.div_ceil(MAX_BUCKETS).div_ceil(2) * 5;
         return Err(UsageError(format!(
-            "--memory {} would need {buckets} buckets for {} of rows; give it more memory",
-            args.memory, bytes
+            "--memory {} is too little for {} rows ({} of rows{}): it would take {} buckets, and at most {} fit; the smallest --memory that works is {}",
+            mib(args.memory),
+            thousands(rows),
+            mib(bytes),
+            if families.is_empty() {
+                ""
+            } else {
+                " and companion rows"
+            },
+            thousands(buckets),
+            thousands(MAX_BUCKETS),
+            mib(least.next_multiple_of(1 << 20))
         ))
         .into());
     }
@@ -258,7 +309,21 @@ fn make_plan(
         buckets,
         shard_rows: args.shard_rows.or(recorded),
         companions: families.iter().map(|f| f.name.clone()).collect(),
+        memory: args.memory,
     })
+}
+
+/// `67108864` → `64 MiB`, `1536000` → `1.5 MiB`, `4096` → `4 KiB`.
+fn mib(bytes: u64) -> String {
+    if bytes < 1 << 20 {
+        return format!("{} KiB", bytes.div_ceil(1 << 10));
+    }
+    let m = bytes as f64 / (1 << 20) as f64;
+    if m.fract() == 0.0 {
+        format!("{m:.0} MiB")
+    } else {
+        format!("{m:.1} MiB")
+    }
 }
 
 /// Bytes of one bucket record: a steps row and a row of each companion family.
@@ -278,8 +343,9 @@ fn identity(path: &Path) -> (u64, u32) {
 }
 
 fn start_or_resume(work: &Path, plan: &Plan, resume: bool) -> Result<Progress> {
+    let interrupted = Progress::load(work);
     if resume {
-        match Progress::load(work) {
+        match interrupted {
             Some(p) if p.plan == *plan => {
                 log::info!(
                     "resuming: {} of {} buckets done",
@@ -288,15 +354,30 @@ fn start_or_resume(work: &Path, plan: &Plan, resume: bool) -> Result<Progress> {
                 );
                 return Ok(p);
             }
-            Some(_) => bail!(
-                "--resume: the interrupted shuffle in {} used another input or other options; run without --resume to start over",
-                work.display()
-            ),
+            Some(p) => {
+                let mut why = plan.differences(&p.plan);
+                if why.is_empty() {
+                    why.push("its plan differs".into());
+                }
+                return Err(UsageError(format!(
+                    "--resume: the interrupted shuffle in {} was run with other options: {}; give the same options to continue it, or run without --resume to start over",
+                    work.display(),
+                    why.join("; ")
+                ))
+                .into());
+            }
             None => log::warn!(
                 "--resume: no interrupted shuffle in {}; starting from the beginning",
                 work.display()
             ),
         }
+    } else if let Some(p) = interrupted {
+        eprintln!(
+            "found an interrupted shuffle in {} ({} of {} buckets done); starting over (`--resume` with the same options would continue it)",
+            work.display(),
+            p.buckets_done,
+            p.plan.buckets
+        );
     }
     if work.exists() {
         std::fs::remove_dir_all(work)

@@ -22,7 +22,7 @@ use crate::format::row::{ROW_BYTES, StepRow, padding_is_zero};
 use crate::format::valuation;
 use crate::ordered::ordered_try_map;
 use crate::pack_reader::{self, RunSlots, Shard};
-use crate::progress::{self, thousands};
+use crate::progress::{self, count, thousands};
 
 /// Rows per memory-mapped chunk (6 MiB): small enough that resident memory stays bounded.
 const CHUNK_ROWS: u64 = 128 * 1024;
@@ -1145,14 +1145,17 @@ fn print_human(r: &Report, elapsed: f64) {
     let gbps = r.bytes as f64 / 1e9 / elapsed.max(1e-9);
     if failed == 0 {
         println!(
-            "VALID: {} rows, {} runs, {} shards ({:.1} MB) checked in {elapsed:.2} s ({gbps:.2} GB/s)",
-            thousands(r.rows),
-            thousands(r.runs as u64),
-            r.shards,
+            "VALID: {}, {}, {} ({:.1} MB) checked in {elapsed:.2} s ({gbps:.2} GB/s)",
+            count(r.rows, "row", "rows"),
+            count(r.runs as u64, "run", "runs"),
+            count(r.shards as u64, "shard", "shards"),
             r.bytes as f64 / 1e6
         );
     } else {
-        println!("INVALID: {failed} of {} checks failed", r.checks.len());
+        println!(
+            "INVALID: {failed} of {} failed",
+            count(r.checks.len() as u64, "check", "checks")
+        );
     }
 }
 
