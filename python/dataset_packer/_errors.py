@@ -1,0 +1,24 @@
+"""The errors this package raises. All derive from `PackError`."""
+
+from __future__ import annotations
+
+
+class PackError(Exception):
+    """A pack that cannot be read as asked (the message says which file and why)."""
+
+
+class NotAPackError(PackError, FileNotFoundError):
+    """The folder is not a pack (no shards, no metadata.db or no valuation_types.json)."""
+
+
+class RunIndexError(PackError):
+    """A feature needs runs as contiguous row ranges (`run_index`), which this pack lacks:
+    a shuffled pack, or a legacy pack written before the run index existed."""
+
+
+class SelectionError(PackError, ValueError):
+    """A `select` expression that SQLite refuses (unknown column, bad syntax)."""
+
+
+class EmptySelectionError(PackError, ValueError):
+    """A selection that matches no runs, or whose runs hold no rows."""

@@ -1,0 +1,153 @@
+"""Epoch order: which rows go into which batch, for which rank and worker.
+
+Everything here is a pure function of its arguments, computed per batch, so an epoch over a
+billion rows needs no billion-entry permutation in memory:
+
+- `Permutation(n, seed, epoch)` is a keyed bijection of `range(n)`: a 4-round Feistel network
+  on the smallest power of two ≥ n, with cycle-walking back into range. `perm(positions)`
+  gives the items at those positions of the epoch's order.
+- `EpochPlan` cuts the epoch into batches. Global step j takes the `world_size × batch_size`
+  positions starting at `j × world_size × batch_size`; rank r gets the r-th `batch_size` of
+  them. Every rank gets the same number of batches and rows. With `drop_last`, an incomplete
+  last step is left out; without it, the remaining positions are split evenly between the
+  ranks as one shorter batch each (the fewer than `world_size` positions that do not divide
+  evenly are left out, and they are different rows every epoch).
+- A rank's batches k, k+1, … (k = `start_batch`) go round-robin to its data-loader workers,
+  worker w taking batches k+w, k+w+num_workers, …, which is the order in which PyTorch's
+  DataLoader collects them; so resuming at k yields exactly the uninterrupted epoch's batches.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+_MASK64 = (1 << 64) - 1
+_ROUNDS = 4
+_MUL1 = np.uint64(0xBF58476D1CE4E5B9)
+_MUL2 = np.uint64(0x94D049BB133111EB)
+_S32 = np.uint64(32)
+
+
+def mix64(x: int) -> int:
+    """SplitMix64's finaliser on a Python int (a well-spread 64-bit hash)."""
+    x &= _MASK64
+    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & _MASK64
+    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & _MASK64
+    return x ^ (x >> 31)
+
+
+def derive_key(seed: int, epoch: int, purpose: int) -> int:
+    """A 64-bit key for one use (shuffle round, augmentation) of one (seed, epoch)."""
+    return mix64(mix64(mix64(int(seed) ^ 0x5EED) ^ int(epoch)) + purpose)
+
+
+def mix64_array(x: np.ndarray) -> np.ndarray:
+    """SplitMix64's finaliser on a uint64 array (wrapping arithmetic)."""
+    x = x ^ (x >> np.uint64(30))
+    x *= _MUL1
+    x ^= x >> np.uint64(27)
+    x *= _MUL2
+    x ^= x >> np.uint64(31)
+    return x
+
+
+class Permutation:
+    """A keyed pseudo-random bijection of range(n), evaluated at any positions."""
+
+    def __init__(self, n: int, seed: int, epoch: int):
+        self.n = int(n)
+        bits = max(2, (self.n - 1).bit_length())
+        self._left_bits = bits // 2
+        self._right_bits = bits - self._left_bits
+        self._keys = [np.uint64(derive_key(seed, epoch, 1 + r)) for r in range(_ROUNDS)]
+
+    def _round_function(self, half: np.ndarray, key: np.uint64, bits: int) -> np.ndarray:
+        t = (half ^ key) * _MUL1
+        t ^= t >> _S32
+        t *= _MUL2
+        return t >> np.uint64(64 - bits)
+
+    def _encrypt(self, x: np.ndarray) -> np.ndarray:
+        """One pass of the Feistel network over [0, 2^bits): unbalanced halves whose widths
+        swap every round, so after an even number of rounds the layout is back."""
+        wl, wr = self._left_bits, self._right_bits
+        left = x >> np.uint64(wr)
+        right = x & np.uint64((1 << wr) - 1)
+        for key in self._keys:
+            left, right = right, left ^ self._round_function(right, key, wl)
+            wl, wr = wr, wl
+        return (left << np.uint64(wr)) | right
+
+    def __call__(self, positions: np.ndarray) -> np.ndarray:
+        """The items at these positions (int64 in, int64 out)."""
+        if self.n <= 1:
+            return np.asarray(positions, dtype=np.int64).copy()
+        out = self._encrypt(np.asarray(positions, dtype=np.uint64))
+        limit = np.uint64(self.n)
+        todo = np.flatnonzero(out >= limit)
+        while todo.size:  # cycle-walk: re-encrypt until back in range (a bijection of [0, n))
+            again = self._encrypt(out[todo])
+            out[todo] = again
+            todo = todo[again >= limit]
+        return out.astype(np.int64)
+
+
+def symmetries_for(rows: np.ndarray, seed: int, epoch: int) -> np.ndarray:
+    """One of the 8 symmetries per global row index, fixed by (seed, epoch, row)."""
+    key = np.uint64(derive_key(seed, epoch, 0xA46))
+    h = mix64_array(np.asarray(rows, dtype=np.uint64) ^ key)
+    return (h >> np.uint64(61)).astype(np.uint8)
+
+
+def _positive_int(name: str, value, minimum: int = 1) -> int:
+    if isinstance(value, bool) or int(value) != value or value < minimum:
+        raise ValueError(f"{name} must be an integer ≥ {minimum}, not {value!r}")
+    return int(value)
+
+
+@dataclass(frozen=True)
+class Part:
+    """Which share of an epoch a caller reads: its rank among `world_size` training processes
+    and its worker among `num_workers` data-loader workers of that rank."""
+
+    rank: int = 0
+    world_size: int = 1
+    worker: int = 0
+    num_workers: int = 1
+
+    def __post_init__(self):
+        _positive_int("world_size", self.world_size)
+        _positive_int("num_workers", self.num_workers)
+        if not 0 <= int(self.rank) < self.world_size:
+            raise ValueError(f"rank must be in 0..{self.world_size - 1}, not {self.rank!r}")
+        if not 0 <= int(self.worker) < self.num_workers:
+            raise ValueError(f"worker must be in 0..{self.num_workers - 1}, not {self.worker!r}")
+
+
+class EpochPlan:
+    """The batches of one epoch over `items` positions, per rank (see the module docstring)."""
+
+    def __init__(self, items: int, batch_size: int, world_size: int = 1, drop_last: bool = False):
+        self.items = int(items)
+        self.batch_size = _positive_int("batch_size", batch_size)
+        self.world_size = _positive_int("world_size", world_size)
+        step = self.batch_size * self.world_size
+        self.full_steps = self.items // step
+        tail = self.items - self.full_steps * step
+        self.tail_per_rank = 0 if drop_last else tail // self.world_size
+        self.batches_per_rank = self.full_steps + (1 if self.tail_per_rank else 0)
+        self.rows_per_rank = self.full_steps * self.batch_size + self.tail_per_rank
+
+    def span(self, rank: int, batch: int) -> tuple[int, int]:
+        """(first position, count) of a rank's batch."""
+        if batch < self.full_steps:
+            return (batch * self.world_size + rank) * self.batch_size, self.batch_size
+        start = self.full_steps * self.world_size * self.batch_size
+        return start + rank * self.tail_per_rank, self.tail_per_rank
+
+    def batches_of(self, part: Part, start_batch: int = 0) -> range:
+        """The rank's batch numbers this worker reads, from `start_batch` on."""
+        start_batch = _positive_int("start_batch", start_batch, minimum=0)
+        return range(start_batch + part.worker, self.batches_per_rank, part.num_workers)

@@ -1,0 +1,486 @@
+"""`Pack`: a read-only view of one pack folder, and `Selection`: some of its runs.
+
+Opening a pack checks every shard header and memory-maps the shards once; `metadata.db` is
+opened read-only (`file:…?mode=ro`). Nothing else is loaded until used: the run table (ids,
+row counts, first rows) is read on the first call that needs it, so memory stays
+proportional to shards and runs, never to rows.
+
+Rows are read by global index: the shard is found with `np.searchsorted` over the shard
+offsets, indices are grouped by shard (one stable radix sort of small shard numbers), and
+each shard's rows are gathered with one `np.take` on its `(rows, 48)` byte view. A batch of
+consecutive rows inside one shard is decoded straight from the memory map, without a copy.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+from pathlib import Path
+from typing import Iterator
+
+import numpy as np
+
+from ._codec import apply_symmetries, as_records, decode_rows, zero_padding
+from ._errors import EmptySelectionError, NotAPackError, PackError, RunIndexError
+from ._format import (METADATA_NAME, ROW_BYTES, STEP_ROW_DTYPE, VALUATION_NAME,
+                      find_shard_paths, map_shard, read_shard_header, read_valuation_names,
+                      widen_legacy)
+from ._order import EpochPlan, Part, Permutation, symmetries_for
+from ._ranges import RowRanges, WindowStarts
+from ._select import has_table, where_run_ids
+
+NAN = float("nan")
+
+
+def _open_readonly(path: Path) -> sqlite3.Connection:
+    uri = f"{path.resolve().as_uri()}?mode=ro"
+    return sqlite3.connect(uri, uri=True, check_same_thread=False)
+
+
+class Pack:
+    """A pack folder, read-only.
+
+    >>> pack = Pack("packs/d6")
+    >>> len(pack), pack.num_runs, pack.valuation_names, pack.shards
+    """
+
+    def __init__(self, path):
+        self.path = Path(path)
+        if not self.path.is_dir():
+            raise NotAPackError(f"{self.path} is not a pack: no such folder")
+        if not (self.path / METADATA_NAME).is_file():
+            raise NotAPackError(f"{self.path} is not a pack: it has no {METADATA_NAME}")
+        self._shards = [read_shard_header(p) for p in find_shard_paths(self.path)]
+        self._maps = [map_shard(s) for s in self._shards]
+        counts = np.array([s.rows for s in self._shards], dtype=np.int64)
+        self._offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+        self._boundaries = self._offsets[1:-1]
+        self._rows = int(self._offsets[-1])
+        self.valuation_names = read_valuation_names(self.path / VALUATION_NAME)
+        self._conn = None
+        self._conn_pid = None
+        self.session = self._read_session()
+        self.num_runs = self._check_runs()
+        self._check_recorded_shards()
+        self._run_table = None
+        self._run_rows = None
+
+    # ------------------------------------------------------------------ basics
+
+    def __len__(self) -> int:
+        return self._rows
+
+    def __repr__(self) -> str:
+        return (f"Pack({str(self.path)!r}: {self._rows} rows, {self.num_runs} runs, "
+                f"{len(self._shards)} shard{'s' if len(self._shards) != 1 else ''})")
+
+    @property
+    def shards(self) -> list[Path]:
+        """The shard files, in shard order."""
+        return [s.path for s in self._shards]
+
+    @property
+    def legacy(self) -> bool:
+        """Whether the shards use the legacy packed 46-byte layout (rows come back as 48)."""
+        return any(s.legacy for s in self._shards)
+
+    @property
+    def shuffled(self) -> bool:
+        return self.session.get("shuffled") == "true"
+
+    def close(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+        self._maps = []
+
+    def __enter__(self) -> "Pack":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __getstate__(self):
+        return {"path": str(self.path)}
+
+    def __setstate__(self, state):
+        self.__init__(state["path"])
+
+    # ------------------------------------------------------------------ metadata.db
+
+    def db(self) -> sqlite3.Connection:
+        """The read-only connection to metadata.db (re-opened in a forked process)."""
+        if self._conn is None or self._conn_pid != os.getpid():
+            try:
+                self._conn = _open_readonly(self.path / METADATA_NAME)
+                self._conn.execute("SELECT 1 FROM sqlite_master").fetchall()
+            except sqlite3.DatabaseError as e:
+                raise NotAPackError(f"{self.path / METADATA_NAME}: not an SQLite database "
+                                    f"({e})") from None
+            self._conn_pid = os.getpid()
+        return self._conn
+
+    def _read_session(self) -> dict:
+        if not has_table(self.db(), "session"):
+            return {}
+        return dict(self.db().execute("SELECT meta_key, meta_value FROM session"))
+
+    def _check_runs(self) -> int:
+        if not has_table(self.db(), "runs"):
+            raise NotAPackError(f"{self.path / METADATA_NAME} has no runs table: not a pack")
+        runs, steps = self.db().execute("SELECT COUNT(*), COALESCE(SUM(steps), 0) FROM runs"
+                                        ).fetchone()
+        if steps != self._rows:
+            raise PackError(f"{self.path}: metadata.db counts {steps} rows in runs.steps, "
+                            f"the shards hold {self._rows}")
+        return int(runs)
+
+    def _check_recorded_shards(self) -> None:
+        if not has_table(self.db(), "shards"):
+            return
+        recorded = self.db().execute("SELECT file_name, rows FROM shards ORDER BY shard").fetchall()
+        found = [(s.path.name, s.rows) for s in self._shards]
+        if recorded != found:
+            raise PackError(f"{self.path}: the shards on disk {found[:4]}… do not match those "
+                            f"metadata.db records {recorded[:4]}…")
+
+    # ------------------------------------------------------------------ runs
+
+    def _runs(self) -> tuple[np.ndarray, np.ndarray]:
+        """(ids, steps) of every run, ascending id (loaded once)."""
+        if self._run_table is None:
+            table = np.array(self.db().execute("SELECT id, steps FROM runs ORDER BY id").fetchall(),
+                             dtype=np.int64).reshape(-1, 2)
+            self._run_table = (table[:, 0].copy(), table[:, 1].copy())
+        return self._run_table
+
+    def _require_run_index(self, feature: str) -> None:
+        if self.shuffled:
+            raise RunIndexError(
+                f"{self.path} is a shuffled pack: a run's rows are spread over it, so "
+                f"{feature} cannot find them; use the unshuffled pack it was made from")
+        if not has_table(self.db(), "run_index"):
+            raise RunIndexError(
+                f"{self.path} has no run_index table (a legacy pack from before run indexes), "
+                f"which {feature} needs; rewrite it with the current tool, e.g. "
+                f"`dataset-packer export {self.path} --format pack --output NEW`")
+
+    def _first_rows(self, feature: str) -> np.ndarray:
+        """Each run's first global row, aligned with `_runs()` (needs run_index)."""
+        self._require_run_index(feature)
+        if self._run_rows is None:
+            found = np.array(self.db().execute(
+                "SELECT runs.id, run_index.global_row FROM runs LEFT JOIN run_index "
+                "ON run_index.run_id = runs.id ORDER BY runs.id").fetchall(), dtype=object
+            ).reshape(-1, 2)
+            if (found[:, 1] == None).any():  # noqa: E711 (elementwise on an object array)
+                missing = found[found[:, 1] == None][0, 0]  # noqa: E711
+                raise RunIndexError(f"{self.path}: run_index has no entry for run {missing}")
+            self._run_rows = found[:, 1].astype(np.int64)
+        return self._run_rows
+
+    def run(self, run_id: int, decode: bool = False, illegal_ev: float | None = NAN):
+        """One run's rows (STEP_ROW_DTYPE, in step order) found through `run_index`, or with
+        `decode=True` its decoded columns. Raises KeyError for an unknown run id."""
+        self._require_run_index("run()")
+        row = self.db().execute(
+            "SELECT runs.steps, run_index.global_row FROM runs LEFT JOIN run_index "
+            "ON run_index.run_id = runs.id WHERE runs.id = ?", (int(run_id),)).fetchone()
+        if row is None:
+            raise KeyError(f"no run {run_id} in {self.path} ({self.num_runs} runs)")
+        steps, first = row
+        if first is None:
+            raise RunIndexError(f"{self.path}: run_index has no entry for run {run_id}")
+        if decode:
+            return decode_rows(self._read_span(first, first + steps), illegal_ev)
+        return self.rows(slice(first, first + steps))
+
+    # ------------------------------------------------------------------ reading rows
+
+    def _take(self, shard: int, local: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+        source = self._maps[shard]
+        if self._shards[shard].legacy:
+            rows = widen_legacy(np.take(source, local, axis=0, mode="clip"))
+            if out is None:
+                return rows
+            out[...] = rows
+            return out
+        return np.take(source, local, axis=0, out=out, mode="clip")
+
+    def _gather(self, rows: np.ndarray) -> np.ndarray:
+        """(n, 48) uint8 copies of the rows at these global indices (int64, in range)."""
+        if len(self._maps) == 1:
+            return self._take(0, rows)
+        shard = np.searchsorted(self._boundaries, rows, side="right")
+        if rows.size and shard.min() == shard.max():
+            s = int(shard[0])
+            return self._take(s, rows - self._offsets[s])
+        small = shard.astype(np.uint16 if len(self._maps) <= 0xFFFF else np.uint32)
+        order = np.argsort(small, kind="stable")
+        ordered_rows = rows[order]
+        ends = np.cumsum(np.bincount(shard, minlength=len(self._maps)))
+        grouped = np.empty((rows.size, ROW_BYTES), dtype=np.uint8)
+        start = 0
+        for s in range(len(self._maps)):
+            end = int(ends[s])
+            if end > start:
+                self._take(s, ordered_rows[start:end] - self._offsets[s], out=grouped[start:end])
+            start = end
+        out = np.empty_like(grouped)
+        out[order] = grouped
+        return out
+
+    def _read_span(self, start: int, stop: int) -> np.ndarray:
+        """(n, 48) uint8 rows start..stop-1: a view of the memory map when they lie in one
+        48-byte shard, else a copy."""
+        pieces = []
+        s = int(np.searchsorted(self._boundaries, start, side="right"))
+        while start < stop:
+            end = min(stop, int(self._offsets[s + 1]))
+            local = slice(start - int(self._offsets[s]), end - int(self._offsets[s]))
+            raw = self._maps[s][local]
+            pieces.append(widen_legacy(raw) if self._shards[s].legacy else raw)
+            start = end
+            s += 1
+        if len(pieces) == 1:
+            return pieces[0]
+        if not pieces:
+            return np.zeros((0, ROW_BYTES), dtype=np.uint8)
+        return np.concatenate(pieces)
+
+    def _read_spans(self, spans: list[tuple[int, int]]) -> np.ndarray:
+        if len(spans) == 1:
+            return self._read_span(*spans[0])
+        return np.concatenate([self._read_span(a, b) for a, b in spans])
+
+    def _indices(self, key) -> np.ndarray:
+        """Global row indices (int64, in range) for an int array-like; negatives count from
+        the end."""
+        idx = np.asarray(key)
+        if idx.dtype == np.bool_:
+            raise TypeError("rows() takes row indices, not a boolean mask (use np.flatnonzero)")
+        if idx.size == 0:
+            return idx.astype(np.int64)
+        if not np.issubdtype(idx.dtype, np.integer):
+            raise TypeError(f"row indices must be integers, not {idx.dtype}")
+        idx = idx.astype(np.int64)
+        idx = np.where(idx < 0, idx + self._rows, idx)
+        if idx.min() < 0 or idx.max() >= self._rows:
+            bad = idx[(idx < 0) | (idx >= self._rows)][0]
+            raise IndexError(f"row {bad} is out of range for a pack of {self._rows} rows")
+        return idx
+
+    def rows(self, key):
+        """Rows as the exact aligned STEP_ROW_DTYPE (a copy, padding bytes zero).
+
+        `key` is an int (one record), a slice, or an integer array of any shape (rows in
+        that order and shape)."""
+        if isinstance(key, (int, np.integer)) and not isinstance(key, bool):
+            return self.rows(np.array([key]))[0]
+        if isinstance(key, slice):
+            start, stop, step = key.indices(self._rows)
+            if step == 1:
+                raw = np.array(self._read_span(start, max(start, stop)), copy=True)
+                return as_records(zero_padding(raw))
+            key = np.arange(start, stop, step)
+        idx = self._indices(key)
+        raw = zero_padding(self._gather(idx.reshape(-1)))
+        return as_records(raw).reshape(idx.shape)
+
+    @staticmethod
+    def decode(records: np.ndarray, illegal_ev: float | None = NAN) -> dict:
+        """Decodes STEP_ROW_DTYPE records (e.g. from `rows`) into a batch dict."""
+        records = np.ascontiguousarray(records, dtype=STEP_ROW_DTYPE).reshape(-1)
+        return decode_rows(records.view(np.uint8).reshape(-1, ROW_BYTES), illegal_ev)
+
+    # ------------------------------------------------------------------ selection
+
+    def select(self, where: str | None = None, *, runs=None) -> "Selection":
+        """The runs for which the SQL expression `where` holds, over the columns of `runs`
+        and `run_details` (as `dataset-packer export --where`), and/or those listed in
+        `runs`; both given: runs that satisfy both. Nothing matched: EmptySelectionError."""
+        ids, _ = self._runs()
+        chosen = ids
+        if runs is not None:
+            wanted = np.unique(np.asarray(list(runs) if not isinstance(runs, np.ndarray)
+                                          else runs, dtype=np.int64))
+            unknown = np.setdiff1d(wanted, ids)
+            if unknown.size:
+                raise KeyError(f"no run {', '.join(map(str, unknown[:10]))} in {self.path} "
+                               f"({self.num_runs} runs)")
+            chosen = wanted
+        if where is not None:
+            chosen = np.intersect1d(chosen, where_run_ids(self.db(), where))
+        if chosen.size == 0:
+            what = f"select({where!r})" if where is not None else "select(runs=[])"
+            raise EmptySelectionError(f"{what} matches no runs of {self.path}")
+        return Selection(self, chosen, where)
+
+    def _selection(self, select) -> "Selection | None":
+        if select is None or isinstance(select, Selection):
+            return select
+        if isinstance(select, str):
+            return self.select(select)
+        return self.select(runs=select)
+
+    def _row_ranges(self, select, feature: str) -> RowRanges:
+        selection = self._selection(select)
+        if selection is None:
+            ranges = RowRanges.everything(self._rows)
+        else:
+            ids, steps = self._runs()
+            first = self._first_rows(feature)
+            slot = np.searchsorted(ids, selection.run_ids)
+            ranges = RowRanges(first[slot], steps[slot])
+        if ranges.total == 0:
+            raise EmptySelectionError(f"{feature}: the selection holds no rows")
+        return ranges
+
+    def _windows(self, select, length: int, stride: int, feature: str) -> WindowStarts:
+        ids, steps = self._runs()
+        first = self._first_rows(feature)
+        selection = self._selection(select)
+        if selection is not None:
+            slot = np.searchsorted(ids, selection.run_ids)
+            first, steps = first[slot], steps[slot]
+        windows = WindowStarts(first, steps, length, stride)
+        if windows.total == 0:
+            raise EmptySelectionError(f"{feature}: no run of the selection has {length} rows")
+        return windows
+
+    # ------------------------------------------------------------------ batches
+
+    def num_batches(self, batch_size: int, *, select=None, world_size: int = 1,
+                    drop_last: bool = False, window: int | None = None,
+                    stride: int | None = None) -> int:
+        """How many batches each rank gets per epoch (`window`: of `windows`)."""
+        if window is None:
+            items = self._row_ranges(select, "num_batches()").total
+        else:
+            items = self._windows(select, window, stride or window, "num_batches()").total
+        return EpochPlan(items, batch_size, world_size, drop_last).batches_per_rank
+
+    def batches(self, batch_size: int, *, shuffle: bool = True, seed: int = 0, epoch: int = 0,
+                select=None, rank: int = 0, world_size: int = 1, worker: int = 0,
+                num_workers: int = 1, drop_last: bool = False, start_batch: int = 0,
+                augment: bool = False, illegal_ev: float | None = NAN) -> Iterator[dict]:
+        """Decoded batches of one epoch: a pure function of (pack, selection, seed, epoch).
+
+        Each epoch is one permutation of the selected rows (`shuffle=False`: pack order).
+        (rank, world_size) split it between training processes, every rank getting the same
+        number of batches; (worker, num_workers) split a rank's batches round-robin between
+        its data-loader workers. `start_batch=k` resumes at the rank's batch k without
+        reading batches 0..k-1. `augment=True` applies one of the 8 symmetries of the square
+        per row, fixed by (seed, epoch, row). Illegal moves' EVs are `illegal_ev` (NaN;
+        None keeps the stored values). See README "Python" for the keys and dtypes."""
+        ranges = self._row_ranges(select, "batches()")
+        part = Part(rank, world_size, worker, num_workers)
+        plan = EpochPlan(ranges.total, batch_size, world_size, drop_last)
+        numbers = plan.batches_of(part, start_batch)
+        perm = Permutation(ranges.total, seed, epoch) if shuffle else None
+        return self._row_batches(ranges, plan, part.rank, numbers, perm,
+                                 (seed, epoch) if augment else None, illegal_ev)
+
+    def _row_batches(self, ranges, plan, rank, numbers, perm, augment, illegal_ev):
+        for b in numbers:
+            start, count = plan.span(rank, b)
+            if perm is None:
+                spans = ranges.spans(start, start + count)
+                raw = self._read_spans(spans)
+                rows = np.concatenate([np.arange(a, z, dtype=np.int64) for a, z in spans])
+            else:
+                rows = ranges.rows_at(perm(np.arange(start, start + count, dtype=np.int64)))
+                raw = self._gather(rows)
+            batch = decode_rows(raw, illegal_ev)
+            batch["row"] = rows
+            if augment is not None:
+                symmetry = symmetries_for(rows, *augment)
+                apply_symmetries(batch, symmetry)
+                batch["symmetry"] = symmetry
+            yield batch
+
+    def windows(self, length: int, batch_size: int, *, stride: int | None = None,
+                shuffle: bool = True, seed: int = 0, epoch: int = 0, select=None,
+                rank: int = 0, world_size: int = 1, worker: int = 0, num_workers: int = 1,
+                drop_last: bool = False, start_batch: int = 0, augment: bool = False,
+                illegal_ev: float | None = NAN) -> Iterator[dict]:
+        """Batches of windows of `length` consecutive steps of one run (never across runs):
+        every key of `batches` shaped (B, length, …). Windows start every `stride` rows of a
+        run (default `length`: disjoint windows; a run's last rows that do not fill one are
+        left out). Order, partition, resume and augmentation (one symmetry per window) work
+        as in `batches`, over windows instead of rows. Needs the run index."""
+        length = int(length)
+        if length < 1:
+            raise ValueError(f"length must be ≥ 1, not {length}")
+        stride = length if stride is None else int(stride)
+        if stride < 1:
+            raise ValueError(f"stride must be ≥ 1, not {stride}")
+        windows = self._windows(select, length, stride, "windows()")
+        part = Part(rank, world_size, worker, num_workers)
+        plan = EpochPlan(windows.total, batch_size, world_size, drop_last)
+        numbers = plan.batches_of(part, start_batch)
+        perm = Permutation(windows.total, seed, epoch) if shuffle else None
+        return self._window_batches(windows, plan, part.rank, numbers, perm,
+                                    (seed, epoch) if augment else None, illegal_ev)
+
+    def _window_batches(self, windows, plan, rank, numbers, perm, augment, illegal_ev):
+        steps = np.arange(windows.length, dtype=np.int64)
+        for b in numbers:
+            start, count = plan.span(rank, b)
+            items = np.arange(start, start + count, dtype=np.int64)
+            first = windows.first_rows(items if perm is None else perm(items))
+            rows = (first[:, None] + steps).reshape(-1)
+            batch = decode_rows(self._gather(rows), illegal_ev)
+            batch["row"] = rows
+            batch = {k: v.reshape((count, windows.length) + v.shape[1:]) for k, v in batch.items()}
+            if augment is not None:
+                symmetry = symmetries_for(first, *augment)
+                apply_symmetries(batch, symmetry)
+                batch["symmetry"] = symmetry
+            yield batch
+
+    def sample(self, n: int, rng=None, *, select=None, augment: bool = False,
+               illegal_ev: float | None = NAN) -> dict:
+        """`n` random rows of the selection (with replacement), decoded. `rng` is a
+        `np.random.Generator` or a seed; with `augment`, each row gets a random symmetry."""
+        rng = np.random.default_rng(rng)
+        ranges = self._row_ranges(select, "sample()")
+        rows = ranges.rows_at(rng.integers(0, ranges.total, int(n)))
+        batch = decode_rows(self._gather(rows), illegal_ev)
+        batch["row"] = rows
+        if augment:
+            symmetry = rng.integers(0, 8, int(n)).astype(np.uint8)
+            apply_symmetries(batch, symmetry)
+            batch["symmetry"] = symmetry
+        return batch
+
+
+class Selection:
+    """Some runs of a pack (ascending ids), as `Pack.select` returns them."""
+
+    def __init__(self, pack: Pack, run_ids: np.ndarray, where: str | None = None):
+        self.pack = pack
+        self.run_ids = np.asarray(run_ids, dtype=np.int64)
+        self.where = where
+        ids, steps = pack._runs()
+        self.num_rows = int(steps[np.searchsorted(ids, self.run_ids)].sum())
+
+    @property
+    def num_runs(self) -> int:
+        return int(self.run_ids.size)
+
+    def __len__(self) -> int:
+        return self.num_rows
+
+    def __repr__(self) -> str:
+        what = f" where {self.where!r}" if self.where is not None else ""
+        return f"Selection({self.num_runs} runs, {self.num_rows} rows{what})"
+
+    def batches(self, batch_size: int, **options) -> Iterator[dict]:
+        return self.pack.batches(batch_size, select=self, **options)
+
+    def windows(self, length: int, batch_size: int, **options) -> Iterator[dict]:
+        return self.pack.windows(length, batch_size, select=self, **options)
+
+    def sample(self, n: int, rng=None, **options) -> dict:
+        return self.pack.sample(n, rng, select=self, **options)
