@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Runs the whole test suite: creates the Python venv with NumPy for the interop tests when it
-# is missing (target/test-venv), then runs every Rust unit and integration test in release mode.
+# is missing (target/test-venv), runs every Rust unit and integration test in release mode,
+# then installs the Python package (python/) into that venv and runs its pytest tests against
+# the release binary.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -16,3 +18,16 @@ fi
 export DATASET_PACKER_PYTHON="$PWD/$venv/bin/python"
 
 cargo test --release --all-targets "$@"
+
+# The Python package: re-installed (offline, no build isolation: setuptools is in the venv)
+# only when its files change, then tested with the binary cargo just built.
+py_stamp="$venv/.python-package"
+py_digest=$(cat python/pyproject.toml python/dataset_packer/*.py | sha256sum)
+if [ "$py_digest" != "$(cat "$py_stamp" 2>/dev/null)" ]; then
+    echo "installing ./python into $venv…" >&2
+    "$venv/bin/python" -m pip install --quiet --disable-pip-version-check --no-deps \
+        --no-build-isolation --force-reinstall ./python
+    echo "$py_digest" > "$py_stamp"
+fi
+DATASET_PACKER_BIN="$PWD/target/release/dataset-packer" \
+    "$venv/bin/python" -m pytest python/tests -q -p no:cacheprovider

@@ -1,0 +1,97 @@
+"""The data-loader logic (`dataset_packer._loader`) without PyTorch, then
+`dataset_packer.torch` itself when torch is importable (skipped otherwise)."""
+
+from __future__ import annotations
+
+import importlib.util
+import itertools
+import sys
+
+import numpy as np
+import pytest
+
+from dataset_packer._loader import EpochStream, WorkerInfo, partition
+
+HAVE_TORCH = importlib.util.find_spec("torch") is not None
+needs_torch = pytest.mark.skipif(not HAVE_TORCH, reason="torch is not installed")
+
+
+def round_robin(streams):
+    """What a DataLoader does with its workers' iterators: one batch from each in turn."""
+    return [b for group in itertools.zip_longest(*streams) for b in group if b is not None]
+
+
+def test_importing_the_package_does_not_import_torch():
+    import dataset_packer  # noqa: F401
+
+    assert "dataset_packer.torch" not in sys.modules or HAVE_TORCH
+
+
+def test_partition_reads_workers_and_distributed_state():
+    assert partition(None, None, None) == partition(None, 0, 1)
+    p = partition(WorkerInfo(2, 4), 3, 8)
+    assert (p.rank, p.world_size, p.worker, p.num_workers) == (3, 8, 2, 4)
+    p = partition(WorkerInfo(1, 2), 3, 8, rank=0, world_size=2)
+    assert (p.rank, p.world_size, p.worker, p.num_workers) == (0, 2, 1, 2)
+
+
+@pytest.mark.parametrize("workers", [1, 2, 3])
+def test_workers_in_round_robin_give_the_ranks_batches_in_order(sharded, workers):
+    stream = EpochStream(sharded, 128, shuffle=True, seed=5, augment=True)
+    stream.set_epoch(4)
+    for world in (1, 2):
+        for rank in range(world):
+            want = list(sharded.batches(128, seed=5, epoch=4, augment=True, rank=rank,
+                                        world_size=world))
+            got = round_robin([stream.batches(partition(WorkerInfo(w, workers), rank, world))
+                               for w in range(workers)])
+            assert [b["row"].tolist() for b in got] == [b["row"].tolist() for b in want]
+            assert stream.num_batches(world) == len(want)
+    stream.set_epoch(4, start_batch=5)
+    got = round_robin([stream.batches(partition(WorkerInfo(w, workers), None, None))
+                       for w in range(workers)])
+    want = list(sharded.batches(128, seed=5, epoch=4, augment=True))[5:]
+    assert [b["row"].tolist() for b in got] == [b["row"].tolist() for b in want]
+    assert stream.num_batches() == len(want)
+
+
+def test_windows_stream(sharded):
+    stream = EpochStream(sharded.path, 8, window=16, seed=1)
+    batch = next(iter(stream.batches(partition(None, None, None))))
+    assert batch["exps"].shape == (8, 16, 16)
+    with pytest.raises(TypeError, match="set_epoch"):
+        EpochStream(sharded, 8, epoch=3)
+
+
+@needs_torch
+def test_torch_dataset_yields_tensors_without_copying(sharded):
+    import torch
+
+    from dataset_packer.torch import PackDataset
+
+    data = PackDataset(sharded.path, 256, seed=2)
+    data.set_epoch(1)
+    batches = list(data)
+    assert len(batches) == len(data) == 9
+    first = batches[0]
+    assert isinstance(first["exps"], torch.Tensor) and first["exps"].shape == (256, 16)
+    want = next(sharded.batches(256, seed=2, epoch=1))
+    for key, value in want.items():
+        np.testing.assert_array_equal(first[key].numpy(), value)
+
+
+@needs_torch
+@pytest.mark.parametrize("workers", [0, 2])
+def test_torch_dataloader_with_workers_keeps_the_order(sharded, workers):
+    import torch
+
+    from dataset_packer.torch import PackDataset
+
+    data = PackDataset(sharded.path, 100, seed=3, augment=True)
+    data.set_epoch(2, start_batch=3)
+    loader = torch.utils.data.DataLoader(data, batch_size=None, num_workers=workers)
+    got = [b["row"].numpy() for b in loader]
+    want = [b["row"] for b in sharded.batches(100, seed=3, epoch=2, augment=True)][3:]
+    assert len(got) == len(want)
+    for a, b in zip(got, want):
+        np.testing.assert_array_equal(a, b)

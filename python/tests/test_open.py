@@ -1,0 +1,133 @@
+"""Opening packs: facts, the valuation_types.json forms, legacy/shuffled packs, and clear
+errors (not a pack, broken shards, a feature that needs the run index, bad SQL)."""
+
+from __future__ import annotations
+
+import json
+import pickle
+import shutil
+import sqlite3
+
+import numpy as np
+import pytest
+
+from dataset_packer import (NotAPackError, Pack, PackError, RunIndexError, SelectionError,
+                            STEP_ROW_DTYPE)
+
+
+def copy_pack(packs, name, tmp_path):
+    dest = tmp_path / name
+    shutil.copytree(packs[name], dest)
+    return dest
+
+
+def test_pack_facts(packs):
+    pack = Pack(packs["sharded"])
+    assert len(pack) == 2240 and pack.num_runs == 10
+    assert pack.valuation_names == ["search", "tuple11", "tuple10", "tuple12"]
+    assert [p.name for p in pack.shards] == [f"steps-{i:05d}.npy" for i in range(4)]
+    assert pack.session["total_rows"] == "2240" and pack.session["shard_rows"] == "700"
+    assert not pack.legacy and not pack.shuffled
+    assert Pack(packs["legacy"]).legacy
+    assert "2240 rows" in repr(pack)
+
+
+def test_metadata_is_opened_read_only(packs):
+    pack = Pack(packs["plain"])
+    with pytest.raises(sqlite3.OperationalError, match="readonly"):
+        pack.db().execute("DELETE FROM runs")
+    with pytest.raises(SelectionError):
+        pack.select("1); DELETE FROM runs; SELECT (1")
+    assert Pack(packs["plain"]).num_runs == 10
+
+
+@pytest.mark.parametrize("form", ["array", "id_to_name", "name_to_id"])
+def test_all_three_valuation_forms(packs, tmp_path, form):
+    dest = copy_pack(packs, "plain", tmp_path)
+    names = ["search", "tuple11", "tuple10", "tuple12"]
+    text = {"array": names, "id_to_name": {str(i): n for i, n in enumerate(names)},
+            "name_to_id": {n: i for i, n in reversed(list(enumerate(names)))}}[form]
+    (dest / "valuation_types.json").write_text(json.dumps(text))
+    assert Pack(dest).valuation_names == names
+
+
+def test_not_a_pack(tmp_path, packs):
+    with pytest.raises(NotAPackError, match="no such folder"):
+        Pack(tmp_path / "nothing")
+    with pytest.raises(NotAPackError, match="no metadata.db"):
+        Pack(tmp_path)
+    dest = copy_pack(packs, "plain", tmp_path)
+    (dest / "steps.npy").unlink()
+    with pytest.raises(NotAPackError, match="no steps.npy"):
+        Pack(dest)
+
+
+def test_broken_shards_are_named(packs, tmp_path):
+    dest = copy_pack(packs, "sharded", tmp_path)
+    (dest / "steps-old.npy").write_bytes(b"")
+    with pytest.raises(PackError, match="steps-old.npy is named like a shard"):
+        Pack(dest)
+    (dest / "steps-old.npy").unlink()
+    shard = dest / "steps-00001.npy"
+    shard.write_bytes(shard.read_bytes()[:-5])
+    with pytest.raises(PackError, match="steps-00001.npy: .* truncated"):
+        Pack(dest)
+    np.save(shard, np.zeros(700, dtype=np.float64))
+    with pytest.raises(PackError, match="not the pack's row dtype"):
+        Pack(dest)
+    shard.unlink()
+    with pytest.raises(PackError, match="missing steps-00001.npy"):
+        Pack(dest)
+
+
+def test_a_feature_that_needs_the_run_index(packs):
+    no_index = Pack(packs["no_index"])
+    assert len(list(no_index.batches(500))) == 5  # whole-pack batches need no run index
+    for call in (lambda: no_index.run(0), lambda: no_index.batches(10, select="depth = 6"),
+                 lambda: no_index.windows(8, 4)):
+        with pytest.raises(RunIndexError, match="no run_index table"):
+            call()
+    shuffled = Pack(packs["shuffled"])
+    assert shuffled.shuffled
+    with pytest.raises(RunIndexError, match="shuffled pack"):
+        shuffled.run(0)
+    rows = np.concatenate([b["row"] for b in shuffled.batches(1000, seed=1)])
+    assert sorted(rows.tolist()) == list(range(len(shuffled)))
+
+
+def test_bad_sql_names_the_column(sharded):
+    with pytest.raises(SelectionError, match="no column max_scor; did you mean max_score") as e:
+        sharded.select("max_scor > 10")
+    assert "highest_tile" in str(e.value) and "depth" in str(e.value)
+    with pytest.raises(SelectionError, match="is never closed"):
+        sharded.select("(depth = 6")
+    with pytest.raises(SelectionError, match="syntax error"):
+        sharded.select("depth = = 6")
+    with pytest.raises(KeyError, match="no run 99"):
+        sharded.select(runs=[1, 99])
+
+
+def test_rows_index_errors(sharded):
+    with pytest.raises(IndexError, match="row 2240 is out of range"):
+        sharded.rows(2240)
+    with pytest.raises(IndexError):
+        sharded.rows(np.array([0, -2241]))
+    with pytest.raises(TypeError):
+        sharded.rows(np.array([0.5]))
+    assert sharded.rows(np.array([], dtype=np.int64)).dtype == STEP_ROW_DTYPE
+    assert len(sharded.rows(slice(10, 5))) == 0
+
+
+def test_a_pack_pickles_by_path(sharded):
+    again = pickle.loads(pickle.dumps(sharded))
+    assert again.path == sharded.path and len(again) == len(sharded)
+    sel = pickle.loads(pickle.dumps(sharded.select("depth = 7")))
+    assert sel.num_rows == sharded.select("depth = 7").num_rows
+
+
+def test_legacy_rows_come_back_aligned(packs):
+    legacy, sharded = Pack(packs["legacy"]), Pack(packs["sharded"])
+    idx = np.random.default_rng(3).integers(0, len(legacy), 300)
+    got = legacy.rows(idx)
+    assert got.dtype == STEP_ROW_DTYPE and got.dtype.itemsize == 48
+    assert got.tobytes() == sharded.rows(idx).tobytes()
