@@ -287,6 +287,14 @@ class Pack:
         raw = zero_padding(self._gather(idx.reshape(-1)))
         return as_records(raw).reshape(idx.shape)
 
+    def gather(self, indices, illegal_ev: float | None = NAN) -> dict:
+        """The rows at these global indices (1-d, in this order), decoded into a batch dict
+        (with `row`): what `batches` yields, for indices of your own."""
+        rows = self._indices(indices).reshape(-1)
+        batch = decode_rows(self._gather(rows), illegal_ev)
+        batch["row"] = rows
+        return batch
+
     @staticmethod
     def decode(records: np.ndarray, illegal_ev: float | None = NAN) -> dict:
         """Decodes STEP_ROW_DTYPE records (e.g. from `rows`) into a batch dict."""
