@@ -99,19 +99,39 @@ fn jsonl_folder_round_trips_byte_for_byte() {
     }
 }
 
-/// The single-file forms hold the folder's rows files concatenated in run order; `null`
-/// stands for 0.0 on illegal moves and keys come in the raw order.
+/// The single-file forms hold the folder's rows files concatenated in run order, each line
+/// starting with its run's id (several runs share the file); `null` stands for 0.0 on illegal
+/// moves and keys come in the raw order.
 #[test]
 fn jsonl_single_files_hold_the_same_lines() {
     let t = tempfile::tempdir().unwrap();
     let src = fixture_pack(t.path(), "raw", &[]);
     let folder = t.path().join("folder");
     export(&src, "jsonl", &folder, &["--runs", "2-4,7"]);
-    let expected: String = names(&folder)
+    let per_run: Vec<(u32, String)> = names(&folder)
         .iter()
         .filter(|n| n.ends_with(".jsonl.gz"))
-        .map(|n| gunzip(&folder.join(n)))
+        .map(|n| {
+            let id: u32 = n["run-".len()..n.len() - ".jsonl.gz".len()]
+                .parse()
+                .unwrap();
+            (id, gunzip(&folder.join(n)))
+        })
         .collect();
+    let expected: String = per_run
+        .iter()
+        .flat_map(|(id, text)| {
+            text.lines()
+                .map(move |l| format!("{{\"run_id\":{id},{}\n", &l[1..]))
+        })
+        .collect();
+    // One run alone: its lines exactly as the raw format has them.
+    let one = t.path().join("run3.jsonl");
+    export(&src, "jsonl", &one, &["--runs", "3"]);
+    assert_eq!(
+        std::fs::read_to_string(&one).unwrap(),
+        per_run.iter().find(|(id, _)| *id == 3).unwrap().1
+    );
     let gz = t.path().join("rows.jsonl.gz");
     export(&src, "jsonl", &gz, &["--runs", "2-4,7", "--workers", "2"]);
     assert_eq!(gunzip(&gz), expected);
@@ -121,7 +141,7 @@ fn jsonl_single_files_hold_the_same_lines() {
 
     // Keys in the raw order (checked on the text: serde_json would sort them), EVs keyed
     // up, left, right, down, and `null` for 0.0 on an illegal move.
-    let line = expected.lines().next().unwrap();
+    let line = per_run[0].1.lines().next().unwrap();
     let fields: Vec<&str> = line
         .split("\":")
         .map(|p| p.rsplit('"').next().unwrap())
@@ -194,6 +214,70 @@ fn parquet_reads_back_equal_in_pyarrow() {
     let file = t.path().join("findings.parquet");
     export(&findings, "parquet", &file, &[]);
     python_ok("check_parquet.py", &[s(&file), s(&findings)]);
+}
+
+/// Run facts reach Parquet users who cannot read metadata.db: `--run-columns` puts each run's
+/// `runs` and `run_details` values on its rows, and a folder export writes `runs.parquet`; both
+/// equal what sqlite3 reads from metadata.db.
+#[test]
+fn parquet_run_columns_equal_metadata_db() {
+    let t = tempfile::tempdir().unwrap();
+    let src = fixture_pack(t.path(), "raw", &["--shard-rows", "700"]);
+
+    let file = t.path().join("with.parquet");
+    export(
+        &src,
+        "parquet",
+        &file,
+        &["--run-columns", "--runs", "0,2-6"],
+    );
+    let ok = python_ok(
+        "check_run_columns.py",
+        &[s(&file), s(&src), "--row-columns"],
+    );
+    assert!(ok.starts_with("OK: "), "{ok}");
+    // The step columns are unchanged beside them.
+    python_ok(
+        "check_parquet.py",
+        &[s(&file), s(&src), "--runs", "0,2,3,4,5,6"],
+    );
+
+    let parts = t.path().join("parts");
+    export(
+        &src,
+        "parquet",
+        &parts,
+        &[
+            "--run-columns",
+            "--shard-rows",
+            "500",
+            "--where",
+            "depth = 7",
+        ],
+    );
+    assert!(
+        names(&parts).contains(&"runs.parquet".to_string()),
+        "{:?}",
+        names(&parts)
+    );
+    let ok = python_ok(
+        "check_run_columns.py",
+        &[s(&parts), s(&src), "--row-columns"],
+    );
+    assert!(ok.contains("of 5 runs"), "{ok}");
+
+    // Without --run-columns: rows as before, runs.parquet still beside the parts.
+    let plain = t.path().join("plain");
+    export(&src, "parquet", &plain, &["--shard-rows", "1000"]);
+    let ok = python_ok("check_run_columns.py", &[s(&plain), s(&src)]);
+    assert!(ok.contains("of 10 runs"), "{ok}");
+
+    let (code, err) = export_err(&src, "jsonl", &t.path().join("x.jsonl"), &["--run-columns"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("--run-columns applies to --format parquet"),
+        "{err}"
+    );
 }
 
 /// The subset chosen by `--where` is what sqlite3 + NumPy select, row for row; ids are

@@ -264,7 +264,12 @@ fn an_interrupted_shuffle_resumes_to_the_same_bytes() {
         "16KiB",
         "--resume",
     ]);
-    assert_eq!(res.status.code(), Some(2), "a usage error: {}", stderr(&res));
+    assert_eq!(
+        res.status.code(),
+        Some(2),
+        "a usage error: {}",
+        stderr(&res)
+    );
     assert!(stderr(&res).contains("other options"), "{}", stderr(&res));
     assert!(stderr(&res).contains("--seed was 5"), "{}", stderr(&res));
 

@@ -243,6 +243,175 @@ fn stats_row_pass_matches_the_shard_bytes() {
     assert_eq!(got[&16].values().sum::<u64>(), 239);
 }
 
+/// Runs the binary, asserting it fails; its stderr.
+fn run_fails(args: &[&str]) -> String {
+    let out = run(args);
+    assert!(!out.status.success(), "{args:?} succeeded");
+    stderr(&out)
+}
+
+/// `--where` restricts every figure to the runs it selects (checked against sqlite3 and the
+/// shard bytes); runs are broken down by depth; the EVs of legal moves are described per
+/// valuation type, exactly in count, min, max and mean, and the quartiles within 1%.
+#[test]
+fn stats_where_depths_and_legal_evs_match_the_rows() {
+    let t = tempfile::tempdir().unwrap();
+    let pack = fixture_pack(t.path(), "p", &["--shard-rows", "300"]);
+    let names: Vec<String> =
+        serde_json::from_str(&std::fs::read_to_string(pack.join("valuation_types.json")).unwrap())
+            .unwrap();
+    let conn = db(&pack);
+    let depth_of: BTreeMap<u32, i64> = conn
+        .prepare("SELECT run_id, depth FROM run_details")
+        .unwrap()
+        .query_map([], |r| Ok((r.get::<_, u32>(0)?, r.get::<_, i64>(1)?)))
+        .unwrap()
+        .map(Result::unwrap)
+        .collect();
+    let rows = read_rows(&pack);
+    let run_of = |r: &[u8; 48]| u32::from_le_bytes(r[..4].try_into().unwrap());
+
+    for (expr, depth) in [
+        (None, None),
+        (Some("depth = 7"), Some(7)),
+        (Some("depth = 6 AND max_score > 5000"), None),
+    ] {
+        let st = match expr {
+            Some(e) => stats_json(&pack, &["--where", e]),
+            None => stats_json(&pack, &[]),
+        };
+        let ids: Vec<u32> = match expr {
+            Some(e) => conn
+                .prepare(&format!(
+                    "SELECT id FROM runs JOIN run_details ON run_id = id WHERE {e} ORDER BY id"
+                ))
+                .unwrap()
+                .query_map([], |r| r.get(0))
+                .unwrap()
+                .map(Result::unwrap)
+                .collect(),
+            None => depth_of.keys().copied().collect(),
+        };
+        let mine: Vec<&[u8; 48]> = rows.iter().filter(|r| ids.contains(&run_of(r))).collect();
+        assert_eq!(st["runs"], ids.len(), "{expr:?}");
+        assert_eq!(st["rows"], mine.len(), "{expr:?}");
+        assert_eq!(st["where"].as_str(), expr);
+        let mut moves = [0u64; 4];
+        for r in &mine {
+            moves[r[22] as usize] += 1;
+        }
+        assert_eq!(st["moves"]["up"], moves[0], "{expr:?}");
+        assert_eq!(st["moves"]["right"], moves[3], "{expr:?}");
+
+        // Runs by depth: every depth of the selected runs, with its runs and rows.
+        let mut by_depth: BTreeMap<i64, (u64, u64)> = BTreeMap::new();
+        for id in &ids {
+            by_depth.entry(depth_of[id]).or_default().0 += 1;
+        }
+        for r in &mine {
+            by_depth.get_mut(&depth_of[&run_of(r)]).unwrap().1 += 1;
+        }
+        let got: BTreeMap<i64, (u64, u64)> = st["depths"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|d| {
+                let key = d["depth"].as_i64().unwrap();
+                (
+                    key,
+                    (d["runs"].as_u64().unwrap(), d["rows"].as_u64().unwrap()),
+                )
+            })
+            .collect();
+        assert_eq!(got, by_depth, "{expr:?}");
+        if let Some(d) = depth {
+            assert_eq!(got.keys().copied().collect::<Vec<_>>(), vec![d]);
+        }
+
+        // EVs of legal moves per valuation type.
+        let mut evs: BTreeMap<String, Vec<f64>> = BTreeMap::new();
+        for r in &mine {
+            for k in 0..4 {
+                if r[24] & (1 << k) != 0 {
+                    let at = 32 + 4 * k;
+                    let v = f32::from_le_bytes(r[at..at + 4].try_into().unwrap());
+                    evs.entry(names[r[23] as usize].clone())
+                        .or_default()
+                        .push(f64::from(v));
+                }
+            }
+        }
+        let got = st["ev_legal_moves"].as_object().unwrap();
+        assert_eq!(
+            got.keys().collect::<Vec<_>>(),
+            evs.keys().collect::<Vec<_>>(),
+            "{expr:?}"
+        );
+        for (name, mut values) in evs {
+            values.sort_by(f64::total_cmp);
+            let g = &got[&name];
+            assert_eq!(g["evs"], values.len(), "{name}");
+            // EVs are float32: compared as such (JSON's f64 text may be an ulp off in f64).
+            let as_f32 = |v: &Value| v.as_f64().unwrap() as f32;
+            assert_eq!(as_f32(&g["min"]), values[0] as f32, "{name}");
+            assert_eq!(as_f32(&g["max"]), *values.last().unwrap() as f32, "{name}");
+            let mean = values.iter().sum::<f64>() / values.len() as f64;
+            assert!(
+                (g["mean"].as_f64().unwrap() - mean).abs() <= 1e-9 * mean.abs().max(1.0),
+                "{name}"
+            );
+            for (key, q) in [("p25", 0.25), ("median", 0.5), ("p75", 0.75)] {
+                // Within 1% of a value between the two order statistics around the quantile.
+                let pos = q * (values.len() - 1) as f64;
+                let (lo, hi) = (values[pos.floor() as usize], values[pos.ceil() as usize]);
+                let v = g[key].as_f64().unwrap();
+                let slack = 0.01 * lo.abs().max(hi.abs());
+                assert!(
+                    v >= lo - slack && v <= hi + slack,
+                    "{name} {key}: {v} not in [{lo}, {hi}]"
+                );
+            }
+        }
+    }
+
+    // A selection of nothing, or a bad column, is an error that says so.
+    let err = run_fails(&["stats", s(&pack), "--where", "depth = 99"]);
+    assert!(err.contains("selects no runs"), "{err}");
+    let human = run_ok(&["stats", s(&pack), "--where", "depth = 7"]);
+    assert!(human.contains("where     depth = 7"), "{human}");
+    assert!(human.contains("Runs by depth"), "{human}");
+    assert!(human.contains("EVs of legal moves"), "{human}");
+}
+
+/// `show --last N` shows the end of a game without knowing its length.
+#[test]
+fn show_last_shows_the_end_of_the_run() {
+    let t = tempfile::tempdir().unwrap();
+    let pack = fixture_pack(t.path(), "p", &["--shard-rows", "800"]);
+    let rows = read_rows(&pack);
+    let steps: Vec<u64> = rows
+        .iter()
+        .filter(|r| u32::from_le_bytes(r[..4].try_into().unwrap()) == 3)
+        .map(|r| u64::from(u32::from_le_bytes(r[4..8].try_into().unwrap())))
+        .collect();
+    let v = show_json(&pack, &["--run", "3", "--last", "5"]);
+    let got: Vec<u64> = v["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["step_index"].as_u64().unwrap())
+        .collect();
+    assert_eq!(got, steps[steps.len() - 5..]);
+    assert!(v["next_from"].is_null());
+    let page = show(&pack, &["--run", "3", "--last", "2"]);
+    assert!(page.contains("end of run 3"), "{page}");
+    // More than the run holds: the whole run.
+    let v = show_json(&pack, &["--run", "3", "--last", "100000"]);
+    assert_eq!(v["steps"].as_array().unwrap().len(), steps.len());
+    let err = run_fails(&["show", s(&pack), "--run", "3", "--last", "5", "--from", "2"]);
+    assert!(err.contains("--last"), "{err}");
+}
+
 #[test]
 fn stats_is_the_same_for_any_sharding_and_worker_count() {
     let t = tempfile::tempdir().unwrap();

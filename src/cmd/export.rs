@@ -64,6 +64,11 @@ pub struct ExportArgs {
     /// new one is complete).
     #[arg(long)]
     pub overwrite: bool,
+    /// --format parquet: add the run's columns (`runs` and `run_details`: depth, max_score,
+    /// highest_tile, …) to every row, for engines that cannot read metadata.db. (A folder
+    /// export also writes runs.parquet, one row per run, either way.)
+    #[arg(long)]
+    pub run_columns: bool,
     /// Leave the companion array family NAME out (repeatable). --format pack carries
     /// companions and --format parquet makes them columns; JSONL has no place for them.
     #[arg(long = "drop-companion", value_name = "NAME")]
@@ -161,6 +166,7 @@ pub fn run(args: &ExportArgs) -> Result<()> {
                 workers,
                 file_rows: args.shard_rows,
                 companions: &companions,
+                run_columns: args.run_columns,
             };
             let w = parquet::write(&source, &selection, &args.output, &opts)?;
             (w.runs, w.rows, files(w.files, &args.output))
@@ -209,6 +215,9 @@ fn files(n: usize, output: &Path) -> String {
 
 /// Option combinations that make no sense (exit 2).
 fn check_usage(args: &ExportArgs) -> Result<()> {
+    if args.run_columns && args.format != Format::Parquet {
+        return Err(UsageError("--run-columns applies to --format parquet".into()).into());
+    }
     let folder_parquet = args.format == Format::Parquet && !parquet::is_single_file(&args.output);
     if args.shard_rows.is_some() && args.format != Format::Pack && !folder_parquet {
         return Err(UsageError(

@@ -24,6 +24,7 @@ use crate::progress::thousands;
   dataset-packer show packs/d6 --run 3
   dataset-packer show packs/d6 --run 3 --from 200 --limit 50
   dataset-packer show packs/d6 --run 3 --limit 1000 --json > run3.json
+  dataset-packer show packs/d6 --run 3 --last 5             # how the game ended
 
 The pack must be unshuffled (show seeks through metadata.db's run_index).")]
 pub struct ShowArgs {
@@ -40,6 +41,10 @@ pub struct ShowArgs {
     #[arg(long, value_name = "N", default_value_t = 20,
           value_parser = clap::value_parser!(u64).range(1..))]
     pub limit: u64,
+    /// Show the last N steps of the run (the end of the game), without knowing its length.
+    #[arg(long, value_name = "N", conflicts_with_all = ["from", "limit"],
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub last: Option<u64>,
     /// Print the run and its steps as one JSON document.
     #[arg(long)]
     pub json: bool,
@@ -54,10 +59,13 @@ pub fn run(args: &ShowArgs) -> Result<()> {
     let rows = RunRows::locate(&shards, run.run.id, first_row, run.run.steps as u64)?;
     let touched: Vec<usize> = rows.segments.iter().map(|&(si, _, _)| si).collect();
     pack_reader::verify_shards(&args.pack, &conn, &shards, &touched, 1)?;
-    let start = rows.first_at_or_after(args.from)?;
+    let (start, limit) = match args.last {
+        Some(n) => (rows.len.saturating_sub(n), n),
+        None => (rows.first_at_or_after(args.from)?, args.limit),
+    };
     // One row past the page tells the step the next page starts at.
-    let mut page = rows.read(start, args.limit + 1)?;
-    let next = (page.len() as u64 > args.limit).then(|| page.pop().expect("a row past the page"));
+    let mut page = rows.read(start, limit + 1)?;
+    let next = (page.len() as u64 > limit).then(|| page.pop().expect("a row past the page"));
     let last_step = match (page.is_empty(), rows.len) {
         (true, n) if n > 0 => Some(rows.read(n - 1, 1)?[0].step_index),
         _ => None,

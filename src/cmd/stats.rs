@@ -1,23 +1,26 @@
-//! `stats`: what is in a pack, at a glance. The story: read the run table, session and
-//! findings from metadata.db; make one parallel pass over every row (memory-mapped chunks)
-//! counting rows per (max_rank, valuation type) and per move; turn both into figures (steps and
-//! scores per run, tiles reached, valuation types overall and by phase of game, moves) and
-//! print them as aligned tables with small histograms, or as one JSON document.
+//! `stats`: what is in a pack, or in the runs an SQL expression picks, at a glance. The story:
+//! read the run table, session and findings from metadata.db (with `--where`, only the runs it
+//! selects); make one parallel pass over the rows (memory-mapped chunks, checked against their
+//! recorded checksums) counting rows per (max_rank, valuation type) and per move, and the EVs
+//! of legal moves per valuation type; turn these into figures (steps and scores per run, runs by
+//! depth, tiles reached, valuation types overall and by phase of game, EV distributions, moves)
+//! and print them as aligned tables with small histograms, or as one JSON document.
 
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use anyhow::Result;
+use anyhow::{Result, bail};
 use clap::Args;
 use serde_json::{Value, json};
 
 use crate::companions;
+use crate::export::select;
 use crate::format::board::MOVE_NAMES;
-use crate::format::metadata::{self, RunRow};
-use crate::format::row::offset;
+use crate::format::metadata::{self, RunDetails, RunRow};
+use crate::format::row::{ROW_BYTES, offset};
 use crate::format::valuation::ValuationTable;
 use crate::ordered::ordered_try_map;
-use crate::pack_reader::{self, Shard};
+use crate::pack_reader::{self, RunSlots, Shard};
 use crate::progress::thousands;
 
 /// Rows per memory-mapped chunk (6 MiB), as in validate.
@@ -33,11 +36,18 @@ const LANDMARK_TILES: (i64, i64) = (2048, 65536);
 #[command(after_help = "Examples:
   dataset-packer stats packs/d6
   dataset-packer stats packs/d6 --json | jq '.highest_tile'
-  dataset-packer stats packs/d6 --workers 2")]
+  dataset-packer stats packs/d6 --workers 2
+  dataset-packer stats packs/d6 --where \"depth = 7 AND max_score > 600000\"
+
+--where takes the same SQL expression as export --where, over the columns of runs and
+run_details; the figures then describe only those runs and their rows.")]
 pub struct StatsArgs {
     /// The pack folder to describe.
     #[arg(value_name = "PACK_DIR")]
     pub pack: PathBuf,
+    /// Describe only the runs this SQL expression selects, e.g. "depth = 7".
+    #[arg(long = "where", value_name = "SQL")]
+    pub where_sql: Option<String>,
     /// Print the figures as one JSON document.
     #[arg(long)]
     pub json: bool,
@@ -50,7 +60,7 @@ pub fn run(args: &StatsArgs) -> Result<()> {
     let workers = args
         .workers
         .map_or_else(crate::default_workers, |w| w as usize);
-    let stats = gather(&args.pack, workers)?;
+    let stats = gather(&args.pack, workers, args.where_sql.as_deref())?;
     if args.json {
         println!("{}", to_json(&stats));
     } else {
@@ -62,13 +72,16 @@ pub fn run(args: &StatsArgs) -> Result<()> {
 // ---------------------------------------------------------------------------------------------
 // The row pass
 
-/// What the pass over the rows counts. Only bytes 22, 23 and 25 of a row are read, which sit at
-/// the same offsets in the legacy packed 46-byte layout, so legacy shards need no conversion.
+/// What the pass over the rows counts: rows per (max_rank, valuation type) and per move, and
+/// the EVs of legal moves per valuation type. The columns it reads sit at the same offsets in
+/// the legacy packed 46-byte layout up to byte 26; the EVs start 2 bytes earlier there.
 struct RowCounts {
     /// Rows per (max_rank, valuation_type), indexed `max_rank * 256 + valuation_type`.
     by_rank_type: Vec<u64>,
     /// Rows per move_dir: up, down, left, right, then any value above 3.
     moves: [u64; 5],
+    /// EVs of legal moves, per valuation type id.
+    evs: Vec<Option<EvHistogram>>,
 }
 
 impl RowCounts {
@@ -76,15 +89,36 @@ impl RowCounts {
         RowCounts {
             by_rank_type: vec![0; 256 * 256],
             moves: [0; 5],
+            evs: (0..256).map(|_| None).collect(),
         }
     }
 
-    fn count(&mut self, rows: &[u8], row_bytes: usize) {
+    /// Counts `rows`, or (with `only`) just the rows of the runs it holds.
+    fn count(&mut self, rows: &[u8], row_bytes: usize, only: Option<&RunSlots>) {
+        let ev_at = if row_bytes == ROW_BYTES {
+            offset::BRANCH_EVS
+        } else {
+            offset::BRANCH_EVS - 2
+        };
         for row in rows.chunks_exact(row_bytes) {
+            if let Some(only) = only {
+                let id = u32::from_le_bytes(row[..4].try_into().unwrap());
+                if only.get(id).is_none() {
+                    continue;
+                }
+            }
             let rank = row[offset::MAX_RANK] as usize;
             let kind = row[offset::VALUATION_TYPE] as usize;
             self.by_rank_type[rank << 8 | kind] += 1;
             self.moves[(row[offset::MOVE_DIR] as usize).min(4)] += 1;
+            let legal = row[offset::EV_LEGAL];
+            let hist = self.evs[kind].get_or_insert_with(EvHistogram::new);
+            for k in 0..4 {
+                if legal & (1 << k) != 0 {
+                    let at = ev_at + 4 * k;
+                    hist.add(f32::from_le_bytes(row[at..at + 4].try_into().unwrap()));
+                }
+            }
         }
     }
 
@@ -95,6 +129,11 @@ impl RowCounts {
         for (a, b) in self.moves.iter_mut().zip(other.moves) {
             *a += b;
         }
+        for (a, b) in self.evs.iter_mut().zip(&other.evs) {
+            if let Some(b) = b {
+                a.get_or_insert_with(EvHistogram::new).merge(b);
+            }
+        }
     }
 
     /// Rows of one (max_rank, valuation_type) cell.
@@ -103,15 +142,114 @@ impl RowCounts {
     }
 }
 
-fn count_chunk(shard: &Shard, start: u64, count: u64) -> Result<RowCounts> {
+/// A distribution of float32 values in bounded memory: exact count, sum, min and max, and a
+/// histogram over the top 16 bits of each value's order-preserving key (sign, exponent and
+/// 7 bits of mantissa), from which quartiles are read to within 1% of their value.
+struct EvHistogram {
+    counts: Vec<u64>,
+    n: u64,
+    sum: f64,
+    min: f32,
+    max: f32,
+}
+
+impl EvHistogram {
+    fn new() -> EvHistogram {
+        EvHistogram {
+            counts: vec![0; 1 << 16],
+            n: 0,
+            sum: 0.0,
+            min: f32::INFINITY,
+            max: f32::NEG_INFINITY,
+        }
+    }
+
+    /// The key that orders floats as their values: negative ones bit-inverted.
+    fn key(v: f32) -> u32 {
+        let bits = v.to_bits();
+        if bits & 0x8000_0000 != 0 {
+            !bits
+        } else {
+            bits | 0x8000_0000
+        }
+    }
+
+    fn value(key: u32) -> f32 {
+        if key & 0x8000_0000 != 0 {
+            f32::from_bits(key & 0x7fff_ffff)
+        } else {
+            f32::from_bits(!key)
+        }
+    }
+
+    fn add(&mut self, v: f32) {
+        if !v.is_finite() {
+            return; // validate reports those; a pack this tool wrote has none
+        }
+        self.counts[(Self::key(v) >> 16) as usize] += 1;
+        self.n += 1;
+        self.sum += f64::from(v);
+        self.min = self.min.min(v);
+        self.max = self.max.max(v);
+    }
+
+    fn merge(&mut self, other: &EvHistogram) {
+        for (a, b) in self.counts.iter_mut().zip(&other.counts) {
+            *a += b;
+        }
+        self.n += other.n;
+        self.sum += other.sum;
+        self.min = self.min.min(other.min);
+        self.max = self.max.max(other.max);
+    }
+
+    /// The q-quantile, interpolated inside its histogram bucket.
+    fn quantile(&self, q: f64) -> f64 {
+        let rank = q * (self.n - 1) as f64;
+        let mut before = 0u64;
+        for (bucket, &c) in self.counts.iter().enumerate() {
+            if c == 0 {
+                continue;
+            }
+            if (before + c) as f64 > rank {
+                let lo = f64::from(Self::value((bucket as u32) << 16));
+                let hi = f64::from(Self::value(((bucket as u32) << 16) | 0xffff));
+                let within = (rank - before as f64 + 0.5) / c as f64;
+                let v = lo + (hi - lo) * within.clamp(0.0, 1.0);
+                return v.clamp(f64::from(self.min), f64::from(self.max));
+            }
+            before += c;
+        }
+        f64::from(self.max)
+    }
+
+    fn spread(&self) -> Option<Spread> {
+        (self.n > 0).then(|| Spread {
+            min: f64::from(self.min),
+            p25: self.quantile(0.25),
+            median: self.quantile(0.5),
+            mean: self.sum / self.n as f64,
+            p75: self.quantile(0.75),
+            max: f64::from(self.max),
+        })
+    }
+}
+
+fn count_chunk(
+    shard: &Shard,
+    start: u64,
+    count: u64,
+    only: Option<&RunSlots>,
+) -> Result<RowCounts> {
     let map = shard.map_rows(start, count)?;
     let mut counts = RowCounts::new();
-    counts.count(&map, shard.row_bytes());
+    counts.count(&map, shard.row_bytes(), only);
     Ok(counts)
 }
 
-/// One pass over every row of `shards`, `workers` chunks at a time.
-fn count_rows(shards: &[Shard], workers: usize) -> Result<RowCounts> {
+/// One pass over every row of `shards` (or, with `only`, the rows of those runs), `workers`
+/// chunks at a time.
+fn count_rows(shards: &[Shard], workers: usize, only: Option<&RunSlots>) -> Result<RowCounts> {
     let chunks = pack_reader::chunks(shards, CHUNK_ROWS);
     let mut total = RowCounts::new();
     ordered_try_map(
@@ -119,7 +257,7 @@ fn count_rows(shards: &[Shard], workers: usize) -> Result<RowCounts> {
         workers,
         workers * 2,
         || (),
-        |_, &(si, start, count)| count_chunk(&shards[si], start, count),
+        |_, &(si, start, count)| count_chunk(&shards[si], start, count, only),
         |_, counts| {
             total.merge(&counts?);
             Ok(())
@@ -252,6 +390,40 @@ fn tile_rows(runs: &[RunRow]) -> Vec<TileRow> {
     out
 }
 
+/// The runs of one search depth (`run_details.depth`; None when not recorded).
+#[derive(Debug, Clone)]
+struct DepthRow {
+    depth: Option<i64>,
+    runs: u64,
+    rows: i64,
+    median_score: f64,
+    max_score: i64,
+    max_tile: i64,
+}
+
+fn depth_rows(
+    runs: &[RunRow],
+    details: &std::collections::HashMap<i64, RunDetails>,
+) -> Vec<DepthRow> {
+    let mut by_depth: std::collections::BTreeMap<Option<i64>, Vec<&RunRow>> = Default::default();
+    for r in runs {
+        let depth = details.get(&r.id).and_then(|d| d.depth);
+        by_depth.entry(depth).or_default().push(r);
+    }
+    by_depth
+        .into_iter()
+        .map(|(depth, rs)| DepthRow {
+            depth,
+            runs: rs.len() as u64,
+            rows: rs.iter().map(|r| r.steps).sum(),
+            median_score: Spread::of(rs.iter().map(|r| r.max_score).collect())
+                .map_or(0.0, |s| s.median),
+            max_score: rs.iter().map(|r| r.max_score).max().unwrap_or(0),
+            max_tile: rs.iter().map(|r| r.highest_tile).max().unwrap_or(0),
+        })
+        .collect()
+}
+
 /// One valuation type and its rows.
 #[derive(Debug, Clone)]
 struct TypeRows {
@@ -300,6 +472,8 @@ fn phases(counts: &RowCounts, types: &[TypeRows]) -> Vec<Phase> {
 /// Everything stats reports.
 struct Stats {
     pack: PathBuf,
+    /// The `--where` expression the figures are restricted to.
+    selection: Option<String>,
     runs: usize,
     rows: u64,
     /// Σ runs.steps: equals `rows` in a consistent pack.
@@ -312,6 +486,9 @@ struct Stats {
     score: Option<Spread>,
     score_bins: Vec<ScoreBin>,
     tiles: Vec<TileRow>,
+    depths: Vec<DepthRow>,
+    /// EVs of legal moves per valuation type: name, count, spread.
+    evs: Vec<(String, u64, Spread)>,
     types: Vec<TypeRows>,
     phases: Vec<Phase>,
     moves: [u64; 5],
@@ -326,7 +503,7 @@ struct Stats {
     elapsed: f64,
 }
 
-fn gather(dir: &Path, workers: usize) -> Result<Stats> {
+fn gather(dir: &Path, workers: usize, where_sql: Option<&str>) -> Result<Stats> {
     let started = Instant::now();
     let conn = pack_reader::open_metadata(dir)?;
     let shards = pack_reader::open_shards(dir, true)?;
@@ -334,19 +511,38 @@ fn gather(dir: &Path, workers: usize) -> Result<Stats> {
     pack_reader::verify_shards(dir, &conn, &shards, &all, workers)?;
     let scan = companions::scan(dir, &shards)?;
     let table = pack_reader::read_valuations(dir)?;
-    let runs = metadata::read_runs(&conn)?;
+    let mut runs = metadata::read_runs(&conn)?;
+    let details = metadata::read_run_details(&conn)?;
     let shuffled = metadata::session_value(&conn, "shuffled")?.as_deref() == Some("true");
     let findings = if metadata::has_table(&conn, "finding_counts")? {
         Some(metadata::read_finding_counts(&conn)?)
     } else {
         None
     };
-    let counts = count_rows(&shards, workers)?;
+    let only = match where_sql {
+        None => None,
+        Some(expr) => {
+            let ids = select::where_ids(&conn, expr)?;
+            if ids.is_empty() {
+                bail!("--where {expr:?} selects no runs of {}", dir.display());
+            }
+            runs.retain(|r| ids.binary_search(&r.id).is_ok());
+            let ids: Vec<u32> = runs.iter().map(|r| r.id as u32).collect();
+            Some(RunSlots::new(&ids))
+        }
+    };
+    let counts = count_rows(&shards, workers, only.as_ref())?;
     let types = type_rows(&counts, &table);
+    let rows = if only.is_some() {
+        counts.moves.iter().sum()
+    } else {
+        shards.iter().map(|s| s.header.rows).sum()
+    };
     Ok(Stats {
         pack: dir.to_path_buf(),
+        selection: where_sql.map(str::to_string),
         runs: runs.len(),
-        rows: shards.iter().map(|s| s.header.rows).sum(),
+        rows,
         rows_in_runs: runs.iter().map(|r| r.steps).sum(),
         shard_names: shards.iter().map(|s| s.name.clone()).collect(),
         shard_bytes: shards.iter().map(|s| s.file_len).sum(),
@@ -356,6 +552,14 @@ fn gather(dir: &Path, workers: usize) -> Result<Stats> {
         score: Spread::of(runs.iter().map(|r| r.max_score).collect()),
         score_bins: score_bins(&runs),
         tiles: tile_rows(&runs),
+        depths: depth_rows(&runs, &details),
+        evs: types
+            .iter()
+            .filter_map(|t| {
+                let spread = counts.evs[t.id].as_ref()?.spread()?;
+                Some((t.name.clone(), counts.evs[t.id].as_ref()?.n, spread))
+            })
+            .collect(),
         phases: phases(&counts, &types),
         types,
         moves: counts.moves,
@@ -431,6 +635,19 @@ fn to_json(s: &Stats) -> Value {
             .map(|(k, v)| (k.to_string(), json!(v))).collect::<serde_json::Map<_, _>>(),
         "findings": s.findings.as_ref().map(|f| f.iter()
             .map(|(k, v)| (k.clone(), json!(v))).collect::<serde_json::Map<_, _>>()),
+        "findings_scope": if s.selection.is_some() { "whole pack" } else { "pack" },
+        "where": s.selection,
+        "depths": s.depths.iter().map(|d| json!({
+            "depth": d.depth, "runs": d.runs, "rows": d.rows, "median_max_score": d.median_score,
+            "max_score": d.max_score, "highest_tile": d.max_tile,
+        })).collect::<Vec<_>>(),
+        "ev_legal_moves": s.evs.iter().map(|(name, n, spread)| {
+            let mut v = spread_json(&Some(*spread));
+            if let Value::Object(m) = &mut v {
+                m.insert("evs".into(), json!(n));
+            }
+            (name.clone(), v)
+        }).collect::<serde_json::Map<_, _>>(),
         "companions": s.companions.iter().map(|(name, dtype, bytes)| json!({
             "name": name, "dtype": dtype, "bytes": bytes,
         })).collect::<Vec<_>>(),
@@ -504,9 +721,11 @@ fn print_human(s: &Stats) {
     print_overview(s);
     print_per_run(s);
     print_score_bins(s);
+    print_depths(s);
     print_tiles(s);
     print_types(s);
     print_phases(s);
+    print_evs(s);
     print_moves(s);
     print_findings(s);
     let gbps = s.shard_bytes as f64 / 1e9 / s.elapsed.max(1e-9);
@@ -526,6 +745,9 @@ fn print_overview(s: &Stats) {
         [] => "0".into(),
     };
     println!("pack      {}", s.pack.display());
+    if let Some(expr) = &s.selection {
+        println!("where     {expr} (the figures below describe only these runs and their rows)");
+    }
     println!("runs      {}", thousands(s.runs as u64));
     println!(
         "rows      {}{}",
@@ -575,6 +797,56 @@ fn print_per_run(s: &Stats) {
             None => format!("{:>11}", "no runs"),
         };
         println!("  {label:<10}{cells}");
+    }
+}
+
+fn print_depths(s: &Stats) {
+    println!("\nRuns by depth (run_details.depth)");
+    println!(
+        "  {:>6}  {:>9}  {:>13}  {:>13}  {:>11}  {:>8}",
+        "depth", "runs", "rows", "median score", "max score", "max tile"
+    );
+    for d in &s.depths {
+        println!(
+            "  {:>6}  {:>9}  {:>13}  {:>13}  {:>11}  {:>8}",
+            d.depth.map_or("?".to_string(), |v| v.to_string()),
+            thousands(d.runs),
+            number(d.rows as f64),
+            number(d.median_score),
+            number(d.max_score as f64),
+            d.max_tile
+        );
+    }
+}
+
+fn print_evs(s: &Stats) {
+    println!("\nEVs of legal moves by valuation type (illegal moves' stored 0.0 left out)");
+    let width = s
+        .evs
+        .iter()
+        .map(|(n, _, _)| n.len())
+        .max()
+        .unwrap_or(4)
+        .max(4);
+    let head: String = Spread::NAMES.iter().map(|n| format!("{n:>10}")).collect();
+    println!("  {:<width$}  {:>9}{head}", "type", "EVs");
+    for (name, n, spread) in &s.evs {
+        let cells: String = spread
+            .values()
+            .iter()
+            .map(|v| format!("{:>10}", format_ev(*v)))
+            .collect();
+        println!("  {name:<width$}  {:>9}{cells}", thousands(*n));
+    }
+}
+
+/// An EV in a table cell: four significant digits.
+fn format_ev(v: f64) -> String {
+    if v == 0.0 || (1e-3..1e6).contains(&v.abs()) {
+        let digits = (3 - v.abs().max(1e-9).log10().floor() as i32).clamp(0, 6) as usize;
+        format!("{v:.digits$}")
+    } else {
+        format!("{v:.3e}")
     }
 }
 
@@ -699,7 +971,14 @@ fn print_moves(s: &Stats) {
 }
 
 fn print_findings(s: &Stats) {
-    println!("\nFindings recorded at pack time (finding_counts)");
+    println!(
+        "\nFindings recorded at pack time (finding_counts){}",
+        if s.selection.is_some() {
+            ", for the whole pack"
+        } else {
+            ""
+        }
+    );
     match &s.findings {
         None => println!("  not recorded (the pack has no finding_counts table)"),
         Some(f) if f.iter().all(|(_, n)| *n == 0) => println!("  none"),

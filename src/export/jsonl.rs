@@ -66,6 +66,8 @@ pub fn owns(name: &str) -> bool {
 pub struct RowFormatter {
     /// Each valuation id's name as a JSON string literal (quotes and escapes included).
     names: Vec<String>,
+    /// Start each row with its `run_id` (a single file holding several runs).
+    run_ids: bool,
 }
 
 impl RowFormatter {
@@ -75,7 +77,16 @@ impl RowFormatter {
             .iter()
             .map(|n| serde_json::to_string(n).expect("strings serialise"))
             .collect();
-        RowFormatter { names }
+        RowFormatter {
+            names,
+            run_ids: false,
+        }
+    }
+
+    /// Writes each row's pack `run_id` first (the raw format has none).
+    pub fn with_run_ids(mut self, on: bool) -> RowFormatter {
+        self.run_ids = on;
+        self
     }
 
     /// Appends one row as a JSON line (with its `\n`).
@@ -90,9 +101,14 @@ impl RowFormatter {
             .get(r.move_dir as usize)
             .with_context(|| format!("move_dir {} is not a move", r.move_dir))?;
         let cells = board::unpack(r.board, r.tile_65536_mask);
+        if self.run_ids {
+            write!(out, "{{\"run_id\":{},", r.run_id)?;
+        } else {
+            out.push(b'{');
+        }
         write!(
             out,
-            "{{\"seed\":{},\"step_index\":{},\"max_rank\":{},\"move\":\"{mv}\",\"valuation_type\":{name},\"board\":[",
+            "\"seed\":{},\"step_index\":{},\"max_rank\":{},\"move\":\"{mv}\",\"valuation_type\":{name},\"board\":[",
             r.seed, r.step_index, r.max_rank
         )?;
         for (i, c) in cells.iter().enumerate() {
@@ -219,7 +235,8 @@ pub fn write_file(
     let gz = single_file_kind(target) == Some(true);
     let (staged, file) = StagedFile::create(target, overwrite)?;
     let mut out = BufWriter::with_capacity(1 << 20, file);
-    let fmt = RowFormatter::new(&source.valuations);
+    // Several runs in one file: each row says which run it belongs to.
+    let fmt = RowFormatter::new(&source.valuations).with_run_ids(selection.len() > 1);
     let plan = source.plan(selection);
     let mut counts = RowCounts::new(selection);
     let bar = progress::rows_bar(plan.iter().map(|p| p.count).sum(), quiet, "export");

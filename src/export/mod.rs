@@ -10,6 +10,7 @@ pub mod jsonl;
 pub mod output;
 pub mod pack;
 pub mod parquet;
+pub mod run_columns;
 pub mod select;
 
 use std::collections::HashMap;

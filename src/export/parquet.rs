@@ -15,8 +15,8 @@ use std::sync::Arc;
 use anyhow::{Context, Result, bail};
 use arrow_array::types::UInt8Type;
 use arrow_array::{
-    ArrayRef, DictionaryArray, FixedSizeListArray, Float32Array, Int32Array, StringArray,
-    UInt8Array, UInt32Array,
+    ArrayRef, DictionaryArray, FixedSizeListArray, Float32Array, Int32Array, RecordBatch,
+    StringArray, UInt8Array, UInt32Array,
 };
 use arrow_schema::{DataType, Field, Schema, SchemaRef};
 use parquet::arrow::ArrowWriter;
@@ -28,6 +28,7 @@ use parquet::file::writer::SerializedFileWriter;
 use parquet::schema::types::ColumnPath;
 
 use super::output::{StagedDir, StagedFile};
+use super::run_columns::{self, RunColumn};
 use super::{PIECE_ROWS, Piece, RowCounts, Selection, SourcePack, companion_columns, tally};
 use crate::companions::Family;
 use crate::format::board;
@@ -53,21 +54,27 @@ pub fn is_single_file(path: &Path) -> bool {
     path.extension().is_some_and(|e| e == "parquet")
 }
 
+/// The table of runs a folder export writes beside its parts.
+pub const RUNS_FILE: &str = "runs.parquet";
+
 /// The files a folder export writes (and so may replace with --overwrite).
 pub fn owns(name: &str) -> bool {
-    name.strip_prefix("part-")
-        .and_then(|s| s.strip_suffix(".parquet"))
-        .is_some_and(|d| d.len() == 5 && d.bytes().all(|c| c.is_ascii_digit()))
+    name == RUNS_FILE
+        || name
+            .strip_prefix("part-")
+            .and_then(|s| s.strip_suffix(".parquet"))
+            .is_some_and(|d| d.len() == 5 && d.bytes().all(|c| c.is_ascii_digit()))
 }
 
 fn part_name(index: usize) -> String {
     format!("part-{index:05}.parquet")
 }
 
-/// The Arrow schema of the exported rows: the pack's columns, then one column per companion
-/// family carried (named after it).
-pub fn schema(companions: &[&Family]) -> Result<SchemaRef> {
+/// The Arrow schema of the exported rows: the pack's columns, the run columns (with
+/// `--run-columns`), then one column per companion family carried (named after it).
+pub fn schema(companions: &[&Family], run_cols: &[RunColumn]) -> Result<SchemaRef> {
     let mut fields = row_fields();
+    fields.extend(run_columns::row_fields(run_cols));
     for f in companions {
         if fields.iter().any(|c| c.name() == &f.name) {
             bail!(
@@ -220,6 +227,7 @@ struct Encoder<'a> {
     source: &'a SourcePack,
     selection: &'a Selection,
     companions: &'a [&'a Family],
+    run_cols: Vec<RunColumn>,
     schema: SchemaRef,
     names: ArrayRef,
     factory: ArrowRowGroupWriterFactory,
@@ -231,17 +239,20 @@ impl Encoder<'_> {
         let mut rows = 0u64;
         let mut counts = Vec::new();
         let mut keep = Vec::new();
+        let mut positions = Vec::new();
         let mut companion_rows = Vec::new();
         for piece in pieces {
             let src = self.source.read(piece)?;
             let mut cols = Columns::with_capacity(piece.count as usize);
             keep.clear();
+            positions.clear();
             for row in src.chunks_exact(ROW_BYTES) {
                 let id = u32::from_le_bytes(row[..4].try_into().unwrap());
                 let selected = self.selection.position(id)?;
                 keep.push(selected.is_some());
                 if let Some(pos) = selected {
                     tally(&mut counts, pos);
+                    positions.push(pos);
                     cols.push(&StepRow::from_bytes(row));
                 }
             }
@@ -251,6 +262,12 @@ impl Encoder<'_> {
             let n = cols.len();
             rows += n as u64;
             let mut arrays = cols.into_arrays(&self.schema, &self.names)?;
+            arrays.extend(run_columns::row_arrays(
+                &self.run_cols,
+                self.source,
+                self.selection,
+                &positions,
+            ));
             for family in self.companions {
                 family.open(piece.shard)?.read_rows(
                     piece.start,
@@ -324,7 +341,12 @@ pub fn write(
     target: &Path,
     opts: &ParquetOptions,
 ) -> Result<Written> {
-    let schema = schema(opts.companions)?;
+    let run_cols = if opts.run_columns {
+        run_columns::columns()
+    } else {
+        Vec::new()
+    };
+    let schema = schema(opts.companions, &run_cols)?;
     let props = properties(source)?;
     let names: ArrayRef = Arc::new(StringArray::from(
         source
@@ -360,6 +382,7 @@ pub fn write(
         source,
         selection,
         companions: opts.companions,
+        run_cols,
         schema: schema.clone(),
         names,
         factory,
@@ -405,6 +428,7 @@ pub fn write(
         }
         Sink::Dir { dir, parts, .. } => {
             drop(last);
+            write_runs_file(&dir.path().join(RUNS_FILE), source, selection, props)?;
             dir.publish()?;
             parts
         }
@@ -416,6 +440,23 @@ pub fn write(
     })
 }
 
+/// Writes `runs.parquet`: one row per selected run, its `runs` and `run_details` columns.
+fn write_runs_file(
+    path: &Path,
+    source: &SourcePack,
+    selection: &Selection,
+    props: WriterProperties,
+) -> Result<()> {
+    let (fields, arrays) = run_columns::runs_table(source, selection);
+    let schema = Arc::new(Schema::new(fields));
+    let batch = RecordBatch::try_new(schema.clone(), arrays)?;
+    let file = File::create(path).with_context(|| format!("creating {}", path.display()))?;
+    let mut writer = ArrowWriter::try_new(file, schema, Some(props))?;
+    writer.write(&batch)?;
+    writer.into_inner()?.sync_all()?;
+    Ok(())
+}
+
 /// Options of a Parquet export.
 pub struct ParquetOptions<'a> {
     pub overwrite: bool,
@@ -425,6 +466,8 @@ pub struct ParquetOptions<'a> {
     pub file_rows: Option<u64>,
     /// Companion families to export as columns.
     pub companions: &'a [&'a Family],
+    /// Add the run-level columns (`runs` and `run_details`) to every row.
+    pub run_columns: bool,
 }
 
 fn append(f: &mut OpenFile, g: Group) -> Result<()> {
