@@ -113,6 +113,9 @@ fn readme_pack_command_and_python_snippets_work() {
         String::from_utf8_lossy(&out.stderr)
     );
     assert!(stdout.contains("2240 rows,"), "{stdout}");
+    // The snippet masks EVs with ev_legal before its argmax, and the README says why.
+    assert!(script.contains("np.where(legal, batch[\"branch_evs\"], -np.inf)"));
+    assert!(readme().contains("**The EV trap.**"));
     assert!(stdout.contains("run 0 step 0 search"), "{stdout}");
     // Run 0's first board from the raw log, as tile values, appears in the printed grid.
     use std::io::Read;
@@ -140,4 +143,25 @@ fn readme_pack_command_and_python_snippets_work() {
             1u64 << e
         );
     }
+}
+
+/// Without a pack where the snippet looks, it says so, naming the pack and how to make one.
+#[test]
+fn readme_snippet_names_a_missing_pack() {
+    let t = tempfile::tempdir().unwrap();
+    let script = blocks(&readme(), "python").join("\n");
+    let out = Command::new(python())
+        .arg("-c")
+        .arg(&script)
+        .current_dir(t.path())
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        err.contains(
+            "packs/fixtures: not a pack (no metadata.db); to pack raw logs: dataset-packer pack"
+        ),
+        "{err}"
+    );
 }
