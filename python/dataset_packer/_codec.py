@@ -12,6 +12,8 @@ Every function works on whole arrays (no per-row Python loop).
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from ._format import LEGACY_ROW_BYTES, PADDING, ROW_BYTES, STEP_ROW_DTYPE
@@ -88,20 +90,25 @@ def legal_moves(exps: np.ndarray) -> np.ndarray:
 
 # ---------------------------------------------------------------------------- boards
 
-def decode_exps(board: np.ndarray, mask: np.ndarray) -> np.ndarray:
+def decode_exps(board: np.ndarray, mask: np.ndarray, out: np.ndarray | None = None
+                ) -> np.ndarray:
     """(n, 16) uint8 exponents from the packed `board` (u64) and `tile_65536_mask` (u16)."""
     n = board.shape[0]
-    swapped = board.astype(np.uint64).byteswap()  # memory bytes: cells (0,1), (2,3), …
-    exps = np.empty((n, 8, 2), dtype=np.uint8)
-    exps[:, :, 0] = ((swapped >> _FOUR) & _NIBBLES).view(np.uint8).reshape(n, 8)
-    exps[:, :, 1] = (swapped & _NIBBLES).view(np.uint8).reshape(n, 8)
-    exps = exps.reshape(n, 16)
+    swapped = board.byteswap()  # a contiguous copy whose memory bytes are cells (0,1), (2,3), …
+    exps = np.empty((n, 16), dtype=np.uint8) if out is None else out
+    pairs = exps.reshape(n, 8, 2)
+    pairs[:, :, 1] = (swapped & _NIBBLES).view(np.uint8).reshape(n, 8)
+    swapped >>= _FOUR
+    swapped &= _NIBBLES
+    pairs[:, :, 0] = swapped.view(np.uint8).reshape(n, 8)
     _apply_65536_mask(exps, mask)
     return exps
 
 
 def _apply_65536_mask(exps: np.ndarray, mask: np.ndarray) -> None:
     """Sets masked cells to 16 (only rows with a mask bit are touched)."""
+    if not mask.any():
+        return
     marked = np.flatnonzero(mask)
     if marked.size:
         bits = ((mask[marked, None] >> _BIT16) & 1).astype(bool)
@@ -123,21 +130,51 @@ def encode_board(exps: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 # ---------------------------------------------------------------------------- legal bits
 
-def _legal_lut() -> np.ndarray:
-    """ev_legal byte → its 4 low bits as 4 bool bytes, packed in a uint32 per byte value."""
+def _bits_lut(invert: bool) -> np.ndarray:
+    """ev_legal byte → its 4 low bits (or their negation) as 4 bool bytes, one uint32 each."""
     bits = ((np.arange(256)[:, None] >> np.arange(4)) & 1).astype(np.uint8)
-    return np.ascontiguousarray(bits).view(np.uint32).reshape(256)
+    return np.ascontiguousarray(bits ^ 1 if invert else bits).view(np.uint32).reshape(256)
 
 
-_LEGAL_LUT = _legal_lut()
+_LEGAL_LUT = _bits_lut(invert=False)
+_ILLEGAL_LUT = _bits_lut(invert=True)
+_EV_BYTES = slice(32, 48)
+_V16 = np.dtype((np.void, 16))
 
 
-def legal_mask(ev_legal: np.ndarray) -> np.ndarray:
+def _illegal_addend(value: float) -> np.ndarray:
+    """ev_legal byte → 4 float32 to add to the EVs: -0.0 (adds nothing, keeps -0.0) for a
+    legal move, `value` (NaN or ±inf, which absorb any finite EV) for an illegal one."""
+    bits = (np.arange(256)[:, None] >> np.arange(4)) & 1
+    return np.where(bits == 1, np.float32(-0.0), np.float32(value)).astype(np.float32)
+
+
+_NAN_ADDEND = _illegal_addend(float("nan"))
+
+
+def legal_mask(ev_legal: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
     """(n,) ev_legal bytes → (n, 4) bool [up, down, left, right]."""
-    return np.take(_LEGAL_LUT, ev_legal).view(np.bool_).reshape(-1, 4)
+    if out is None:
+        return np.take(_LEGAL_LUT, ev_legal).view(np.bool_).reshape(-1, 4)
+    np.take(_LEGAL_LUT, ev_legal, out=out.view(np.uint32).reshape(-1))
+    return out
 
 
 # ---------------------------------------------------------------------------- rows
+
+#: Rows decoded at a time: every column pass then reads rows that are still in cache.
+DECODE_CHUNK = 8192
+_COLUMNS = {  # batch key: (dtype, trailing shape)
+    "exps": (np.uint8, (16,)), "move": (np.int64, ()), "evs": (np.float32, (4,)),
+    "legal": (np.bool_, (4,)), "valuation": (np.uint8, ()), "board_eval": (np.int32, ()),
+    "run_id": (np.int64, ()), "step_index": (np.int64, ()), "max_rank": (np.uint8, ()),
+    "seed": (np.int64, ()),
+}
+#: Columns copied as they are stored: batch key → record field.
+_PLAIN = {"move": "move_dir", "valuation": "valuation_type", "board_eval": "board_eval",
+          "run_id": "run_id", "step_index": "step_index", "max_rank": "max_rank",
+          "seed": "seed"}
+
 
 def as_records(raw: np.ndarray) -> np.ndarray:
     """(n, 48) uint8 rows viewed as STEP_ROW_DTYPE records (n,), no copy."""
@@ -146,28 +183,42 @@ def as_records(raw: np.ndarray) -> np.ndarray:
 
 def decode_rows(raw: np.ndarray, illegal_ev: float | None = float("nan")) -> dict:
     """Decodes (n, 48) uint8 rows into a batch dict of new arrays (see `Pack.batches`)."""
-    if raw.shape[1] != ROW_BYTES:
+    if raw.ndim != 2 or raw.shape[1] != ROW_BYTES:
         raise ValueError(f"rows must be (n, {ROW_BYTES}) bytes (legacy {LEGACY_ROW_BYTES}-byte "
                          "rows are widened by the reader)")
+    n = raw.shape[0]
+    out = {key: np.empty((n,) + shape, dtype=dtype) for key, (dtype, shape) in _COLUMNS.items()}
+    if n <= DECODE_CHUNK:
+        _decode_into(raw, out, illegal_ev)
+        return out
+    for start in range(0, n, DECODE_CHUNK):
+        part = slice(start, min(n, start + DECODE_CHUNK))
+        _decode_into(raw[part], {k: v[part] for k, v in out.items()}, illegal_ev)
+    return out
+
+
+def _decode_into(raw: np.ndarray, out: dict, illegal_ev: float | None) -> None:
     rec = as_records(raw)
-    legal = legal_mask(rec["ev_legal"])
-    evs = rec["branch_evs"]
+    decode_exps(rec["board"], rec["tile_65536_mask"], out=out["exps"])
+    legal_mask(rec["ev_legal"], out=out["legal"])
+    for key, field in _PLAIN.items():
+        np.copyto(out[key], rec[field], casting="safe")
+    _decode_evs(raw, rec["ev_legal"], out["evs"], illegal_ev)
+
+
+def _decode_evs(raw: np.ndarray, ev_legal: np.ndarray, evs: np.ndarray,
+                illegal_ev: float | None) -> None:
+    """The EVs, bit for bit (one 16-byte copy per row), then the illegal moves' replaced."""
+    n = raw.shape[0]
+    np.copyto(evs.view(_V16).reshape(n), raw[:, _EV_BYTES].view(_V16).reshape(n))
     if illegal_ev is None:
-        evs = np.array(evs)
+        return
+    if math.isnan(illegal_ev) or math.isinf(illegal_ev):
+        table = _NAN_ADDEND if math.isnan(illegal_ev) else _illegal_addend(illegal_ev)
+        np.add(evs, np.take(table, ev_legal, axis=0), out=evs)
     else:
-        evs = np.where(legal, evs, np.float32(illegal_ev))
-    return {
-        "exps": decode_exps(rec["board"], rec["tile_65536_mask"]),
-        "move": rec["move_dir"].astype(np.int64),
-        "evs": evs,
-        "legal": legal,
-        "valuation": np.array(rec["valuation_type"]),
-        "board_eval": np.array(rec["board_eval"]),
-        "run_id": rec["run_id"].astype(np.int64),
-        "step_index": rec["step_index"].astype(np.int64),
-        "max_rank": np.array(rec["max_rank"]),
-        "seed": rec["seed"].astype(np.int64),
-    }
+        illegal = np.take(_ILLEGAL_LUT, ev_legal).view(np.bool_).reshape(-1, 4)
+        np.copyto(evs, np.float32(illegal_ev), where=illegal)
 
 
 def zero_padding(raw: np.ndarray) -> np.ndarray:

@@ -125,7 +125,9 @@ def map_shard(shard: Shard) -> np.ndarray:
         return np.zeros((0, shard.row_bytes), dtype=np.uint8)
     flat = np.memmap(shard.path, dtype=np.uint8, mode="r", offset=shard.data_offset,
                      shape=(shard.rows * shard.row_bytes,))
-    return flat.reshape(shard.rows, shard.row_bytes)
+    # A plain ndarray over the map (it keeps the map alive): np.memmap's subclass hooks
+    # would run on every slice and field access.
+    return flat.view(np.ndarray).reshape(shard.rows, shard.row_bytes)
 
 
 def widen_legacy(raw: np.ndarray) -> np.ndarray:

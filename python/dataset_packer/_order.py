@@ -63,11 +63,15 @@ class Permutation:
         self._right_bits = bits - self._left_bits
         self._keys = [np.uint64(derive_key(seed, epoch, 1 + r)) for r in range(_ROUNDS)]
 
-    def _round_function(self, half: np.ndarray, key: np.uint64, bits: int) -> np.ndarray:
-        t = (half ^ key) * _MUL1
+    @staticmethod
+    def _round_function(half: np.ndarray, key: np.uint64, shift: np.uint64) -> np.ndarray:
+        """The keyed half through SplitMix64-style mixing; its top bits (in place)."""
+        t = half ^ key
+        t *= _MUL1
         t ^= t >> _S32
         t *= _MUL2
-        return t >> np.uint64(64 - bits)
+        t >>= shift
+        return t
 
     def _encrypt(self, x: np.ndarray) -> np.ndarray:
         """One pass of the Feistel network over [0, 2^bits): unbalanced halves whose widths
@@ -76,9 +80,13 @@ class Permutation:
         left = x >> np.uint64(wr)
         right = x & np.uint64((1 << wr) - 1)
         for key in self._keys:
-            left, right = right, left ^ self._round_function(right, key, wl)
+            mixed = self._round_function(right, key, np.uint64(64 - wl))
+            mixed ^= left
+            left, right = right, mixed
             wl, wr = wr, wl
-        return (left << np.uint64(wr)) | right
+        left <<= np.uint64(wr)
+        left |= right
+        return left
 
     def __call__(self, positions: np.ndarray) -> np.ndarray:
         """The items at these positions (int64 in, int64 out)."""

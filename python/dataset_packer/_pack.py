@@ -395,7 +395,8 @@ class Pack:
             if perm is None:
                 spans = ranges.spans(start, start + count)
                 raw = self._read_spans(spans)
-                rows = np.concatenate([np.arange(a, z, dtype=np.int64) for a, z in spans])
+                rows = (np.arange(*spans[0], dtype=np.int64) if len(spans) == 1 else
+                        np.concatenate([np.arange(a, z, dtype=np.int64) for a, z in spans]))
             else:
                 rows = ranges.rows_at(perm(np.arange(start, start + count, dtype=np.int64)))
                 raw = self._gather(rows)

@@ -207,3 +207,12 @@ def test_num_batches_matches_what_batches_yield(sharded):
         n = sharded.num_batches(bs, world_size=ws, drop_last=dl)
         assert n == len(list(sharded.batches(bs, world_size=ws, drop_last=dl)))
     assert sharded.num_batches(10, window=16) == len(list(sharded.windows(16, 10)))
+
+
+@pytest.mark.parametrize("n", [10, 37])
+def test_the_permutation_looks_uniform_over_seeds(n):
+    """Which item comes first, over 4000 seeds: a chi-squared per degree of freedom near 1."""
+    firsts = np.array([Permutation(n, seed, 0)(np.arange(1))[0] for seed in range(4000)])
+    counts = np.bincount(firsts, minlength=n)
+    expected = 4000 / n
+    assert ((counts - expected) ** 2 / expected).sum() / (n - 1) < 2.0

@@ -72,10 +72,15 @@ def test_illegal_evs_are_nan_by_default_and_configurable(sharded):
     default = decoded_epoch(sharded)
     assert (~stored["legal"]).any()
     assert np.isnan(default["evs"][~default["legal"]]).all()
-    np.testing.assert_array_equal(default["evs"][default["legal"]],
-                                  stored["evs"][stored["legal"]])
+    legal = stored["legal"]
+    np.testing.assert_array_equal(default["evs"][legal].view(np.uint32),
+                                  stored["evs"][legal].view(np.uint32))
     neg = decoded_epoch(sharded, illegal_ev=-np.inf)
     assert np.isneginf(neg["evs"][~neg["legal"]]).all()
+    np.testing.assert_array_equal(neg["evs"][legal].view(np.uint32),
+                                  stored["evs"][legal].view(np.uint32))
+    big = decoded_epoch(sharded, illegal_ev=-1e9)
+    assert (big["evs"][~legal] == np.float32(-1e9)).all()
     zero = decoded_epoch(sharded, illegal_ev=0.0)
     np.testing.assert_array_equal(zero["evs"], stored["evs"])  # illegal EVs are stored as 0.0
 
@@ -145,3 +150,30 @@ def test_select_equals_the_sql_in_sqlite(pack, pack_name, packs, expr):
     everything = pack.rows(slice(None))
     np.testing.assert_array_equal(rows, np.flatnonzero(np.isin(everything["run_id"], want)))
     assert set(run_ids.tolist()) == {r for r in want if steps[r] > 0}
+
+
+def test_decoding_keeps_every_ev_bit_and_handles_65536_in_any_cell():
+    from dataset_packer import encode_board
+    from dataset_packer._codec import decode_rows
+
+    rng = np.random.default_rng(5)
+    n = 20_000  # more than one decode chunk
+    exps = rng.integers(0, 17, (n, 16)).astype(np.uint8)
+    board, mask = encode_board(exps)
+    rows = np.zeros(n, dtype=STEP_ROW_DTYPE)
+    rows["board"], rows["tile_65536_mask"] = board, mask
+    rows["ev_legal"] = rng.integers(0, 16, n)
+    evs = rng.standard_normal((n, 4)).astype(np.float32)
+    evs[::7, 1] = -0.0
+    evs[::11, 2] = np.float32(1e-40)  # subnormal
+    rows["branch_evs"] = evs
+    raw = rows.view(np.uint8).reshape(n, 48)
+    for illegal in (None, float("nan"), -np.inf, np.inf):
+        got = decode_rows(raw, illegal)
+        np.testing.assert_array_equal(got["exps"], exps)
+        legal = got["legal"]
+        np.testing.assert_array_equal(got["evs"][legal].view(np.uint32),
+                                      evs[legal].view(np.uint32))
+        if illegal is not None:
+            replaced = got["evs"][~legal]
+            assert (np.isnan(replaced) if np.isnan(illegal) else replaced == illegal).all()
