@@ -1,11 +1,13 @@
 #!/usr/bin/env python3
 """Benchmark of the Python package (`python/`, issue 13) against a vectorised baseline loader.
 
-    python bench/python_loader.py PACK [--batch 4096] [--batches 200] [--rounds 3]
+    bench/run.sh corpus                       # the 4M-row corpus, once
+    target/test-venv/bin/python bench/python_loader.py [PACK] [--batch 4096] [--batches 200]
+                                                      [--rounds 3] [--skip-baseline]
 
-PACK is the 4M-row bench pack with 1M-row shards (bench/README.md, "Python loader"). The
-shards are read once first so they are in page cache; then, in one process and on the same
-random indices:
+PACK (default target/bench/pack-4m-1m-shards) is the 4M-row bench pack with 1M-row shards; when
+missing it is packed from target/bench/corpus-4m with `--shard-rows 1M`. The shards are read
+once first so they are in page cache; then, in one process and on the same random indices:
 
 - baseline: what a careful hand-written loader does. Each shard is memory-mapped once
   (`np.load(mmap_mode="r")`); per batch: argsort the indices, fancy-index each shard with its
@@ -18,13 +20,15 @@ random indices:
 
 Each measurement is repeated `--rounds` times (baseline and package alternating) and the best
 is reported. Peak RSS is the process's high-water mark (VmHWM), which counts the shard pages
-the memory maps touched; RssAnon at the end is the private memory.
+the memory maps touched (the baseline maps the shards a second time: `--skip-baseline` gives
+the package's own figure); RssAnon at the end is the private memory.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -70,6 +74,23 @@ class BaselineLoader:
                 "run_id": np.array(rows["run_id"]), "step_index": np.array(rows["step_index"])}
 
 
+REPO = Path(__file__).resolve().parents[1]
+DEFAULT_PACK = REPO / "target/bench/pack-4m-1m-shards"
+CORPUS = REPO / "target/bench/corpus-4m"
+
+
+def ensure_pack(path: Path) -> None:
+    """Packs the bench corpus with 1M-row shards when `path` holds no pack yet."""
+    if (path / "metadata.db").exists():
+        return
+    binary = Path(os.environ.get("PACKER", REPO / "target/release/dataset-packer"))
+    if not CORPUS.is_dir():
+        sys.exit(f"no pack at {path} and no corpus at {CORPUS}: run bench/run.sh corpus")
+    print(f"packing {CORPUS} into {path} (--shard-rows 1M)…", file=sys.stderr)
+    subprocess.run([str(binary), "pack", "--input", str(CORPUS), "--output", str(path),
+                    "--shard-rows", "1M", "--quiet"], check=True, stdout=subprocess.DEVNULL)
+
+
 def warm_page_cache(paths) -> int:
     total = 0
     for p in paths:
@@ -107,11 +128,14 @@ def check_same(base: dict, ours: dict) -> None:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("pack", type=Path)
+    ap.add_argument("pack", type=Path, nargs="?", default=DEFAULT_PACK)
     ap.add_argument("--batch", type=int, default=4096)
     ap.add_argument("--batches", type=int, default=200, help="random batches per measurement")
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--skip-baseline", action="store_true",
+                    help="measure only the package (its own peak RSS)")
     args = ap.parse_args()
+    ensure_pack(args.pack)
 
     load = os.getloadavg()[0]
     open_s = time.perf_counter()
@@ -127,8 +151,9 @@ def main() -> int:
     rng = np.random.default_rng(0)
     batches = [rng.integers(0, n, args.batch) for _ in range(args.batches)]
     rows = args.batch * args.batches
-    baseline = BaselineLoader(pack.shards)
-    check_same(baseline.batch(batches[0]), pack.gather(batches[0]))
+    baseline = None if args.skip_baseline else BaselineLoader(pack.shards)
+    if baseline is not None:
+        check_same(baseline.batch(batches[0]), pack.gather(batches[0]))
 
     def run_baseline():
         for idx in batches:
@@ -148,21 +173,24 @@ def main() -> int:
         for _ in range(args.batches):
             pack.sample(args.batch, g)
 
-    best = {name: float("inf") for name in ("baseline", "gather", "batches", "sample")}
+    runs = [("baseline", run_baseline)] if baseline is not None else []
+    runs += [("gather", run_gather), ("batches", run_batches), ("sample", run_sample)]
+    best = {name: float("inf") for name, _ in runs}
     for _ in range(args.rounds):
-        for name, fn in (("baseline", run_baseline), ("gather", run_gather),
-                         ("batches", run_batches), ("sample", run_sample)):
+        for name, fn in runs:
             best[name] = min(best[name], timed(fn))
     rate = {name: rows / t for name, t in best.items()}
     print(f"random batches of {args.batch} decoded rows ({args.batches} batches, best of "
           f"{args.rounds}):")
-    print(f"  baseline (argsort, fancy index per shard, unsort, 16+16-step loops): "
-          f"{rate['baseline'] / 1e6:6.2f} M rows/s")
-    for name, label in (("gather", "Pack.gather(indices), same indices"),
+    if baseline is not None:
+        print(f"  {'baseline (argsort, per-shard fancy index, unsort, 16+16-step loops)':<68} "
+              f"{rate['baseline'] / 1e6:6.2f} M rows/s")
+    for name, label in (("gather", "Pack.gather(indices), the same indices"),
                         ("batches", "Pack.batches(shuffle=True)"),
                         ("sample", "Pack.sample(n, rng)")):
-        print(f"  {label:<52} {rate[name] / 1e6:6.2f} M rows/s  "
-              f"({rate[name] / rate['baseline']:.1f}x baseline)")
+        versus = (f"  ({rate[name] / rate['baseline']:.1f}x baseline)" if baseline is not None
+                  else "")
+        print(f"  {label:<68} {rate[name] / 1e6:6.2f} M rows/s{versus}")
 
     for seq_batch in (args.batch, 65536):
         seconds = float("inf")

@@ -25,6 +25,7 @@ import numpy as np
 
 _MASK64 = (1 << 64) - 1
 _ROUNDS = 4
+_MAX_TABLE_BITS = 22  # tabulate round functions up to 2^22 entries (n < 2^44)
 _MUL1 = np.uint64(0xBF58476D1CE4E5B9)
 _MUL2 = np.uint64(0x94D049BB133111EB)
 _S32 = np.uint64(32)
@@ -54,7 +55,11 @@ def mix64_array(x: np.ndarray) -> np.ndarray:
 
 
 class Permutation:
-    """A keyed pseudo-random bijection of range(n), evaluated at any positions."""
+    """A keyed pseudo-random bijection of range(n), evaluated at any positions.
+
+    The round functions are tabulated once (one entry per value of a half, so memory grows
+    with the square root of n: 2^15 entries per round for a billion rows); a round is then
+    one table lookup and one xor."""
 
     def __init__(self, n: int, seed: int, epoch: int):
         self.n = int(n)
@@ -62,6 +67,19 @@ class Permutation:
         self._left_bits = bits // 2
         self._right_bits = bits - self._left_bits
         self._keys = [np.uint64(derive_key(seed, epoch, 1 + r)) for r in range(_ROUNDS)]
+        self._tables = None
+        if self._right_bits <= _MAX_TABLE_BITS:
+            self._tables = [self._round_table(r) for r in range(_ROUNDS)]
+
+    def _round_widths(self, r: int) -> tuple[int, int]:
+        """(left, right) widths before round r: they swap every round."""
+        wl, wr = self._left_bits, self._right_bits
+        return (wl, wr) if r % 2 == 0 else (wr, wl)
+
+    def _round_table(self, r: int) -> np.ndarray:
+        wl, wr = self._round_widths(r)
+        halves = np.arange(1 << wr, dtype=np.uint64)
+        return self._round_function(halves, self._keys[r], np.uint64(64 - wl)).astype(np.int64)
 
     @staticmethod
     def _round_function(half: np.ndarray, key: np.uint64, shift: np.uint64) -> np.ndarray:
@@ -74,17 +92,21 @@ class Permutation:
         return t
 
     def _encrypt(self, x: np.ndarray) -> np.ndarray:
-        """One pass of the Feistel network over [0, 2^bits): unbalanced halves whose widths
-        swap every round, so after an even number of rounds the layout is back."""
-        wl, wr = self._left_bits, self._right_bits
-        left = x >> np.uint64(wr)
-        right = x & np.uint64((1 << wr) - 1)
-        for key in self._keys:
-            mixed = self._round_function(right, key, np.uint64(64 - wl))
+        """One pass of the Feistel network over [0, 2^bits) (int64 in and out): unbalanced
+        halves whose widths swap every round, so after an even number of rounds the layout
+        is back."""
+        left = x >> self._right_bits
+        right = x & ((1 << self._right_bits) - 1)
+        for r in range(_ROUNDS):
+            wl, _ = self._round_widths(r)
+            if self._tables is not None:
+                mixed = np.take(self._tables[r], right)
+            else:
+                mixed = self._round_function(right.astype(np.uint64), self._keys[r],
+                                             np.uint64(64 - wl)).astype(np.int64)
             mixed ^= left
             left, right = right, mixed
-            wl, wr = wr, wl
-        left <<= np.uint64(wr)
+        left <<= self._right_bits
         left |= right
         return left
 
@@ -92,14 +114,13 @@ class Permutation:
         """The items at these positions (int64 in, int64 out)."""
         if self.n <= 1:
             return np.asarray(positions, dtype=np.int64).copy()
-        out = self._encrypt(np.asarray(positions, dtype=np.uint64))
-        limit = np.uint64(self.n)
-        todo = np.flatnonzero(out >= limit)
+        out = self._encrypt(np.asarray(positions, dtype=np.int64))
+        todo = np.flatnonzero(out >= self.n)
         while todo.size:  # cycle-walk: re-encrypt until back in range (a bijection of [0, n))
             again = self._encrypt(out[todo])
             out[todo] = again
-            todo = todo[again >= limit]
-        return out.astype(np.int64)
+            todo = todo[again >= self.n]
+        return out
 
 
 def symmetries_for(rows: np.ndarray, seed: int, epoch: int) -> np.ndarray:

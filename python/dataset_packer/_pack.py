@@ -55,6 +55,9 @@ class Pack:
         counts = np.array([s.rows for s in self._shards], dtype=np.int64)
         self._offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
         self._boundaries = self._offsets[1:-1]
+        # Shards of one size (all but the last, which may be shorter): shard = row // size.
+        sizes = set(counts[:-1].tolist())
+        self._uniform_rows = sizes.pop() if len(sizes) == 1 and counts[0] > 0 else None
         self._rows = int(self._offsets[-1])
         self.valuation_names = read_valuation_names(self.path / VALUATION_NAME)
         self._conn = None
@@ -207,11 +210,19 @@ class Pack:
             return out
         return np.take(source, local, axis=0, out=out, mode="clip")
 
+    def _shard_of(self, rows: np.ndarray) -> np.ndarray:
+        """The shard of each global row."""
+        if self._uniform_rows is not None:
+            shard = rows // self._uniform_rows
+            np.minimum(shard, len(self._maps) - 1, out=shard)
+            return shard
+        return np.searchsorted(self._boundaries, rows, side="right")
+
     def _gather(self, rows: np.ndarray) -> np.ndarray:
         """(n, 48) uint8 copies of the rows at these global indices (int64, in range)."""
         if len(self._maps) == 1:
             return self._take(0, rows)
-        shard = np.searchsorted(self._boundaries, rows, side="right")
+        shard = self._shard_of(rows)
         if rows.size and shard.min() == shard.max():
             s = int(shard[0])
             return self._take(s, rows - self._offsets[s])
@@ -226,9 +237,11 @@ class Pack:
             if end > start:
                 self._take(s, ordered_rows[start:end] - self._offsets[s], out=grouped[start:end])
             start = end
-        out = np.empty_like(grouped)
-        out[order] = grouped
-        return out
+        # Back to the asked order: a gather by the inverse permutation (cheaper than a
+        # scatter of 48-byte rows).
+        inverse = np.empty_like(order)
+        inverse[order] = np.arange(order.size, dtype=order.dtype)
+        return np.take(grouped, inverse, axis=0)
 
     def _read_span(self, start: int, stop: int) -> np.ndarray:
         """(n, 48) uint8 rows start..stop-1: a view of the memory map when they lie in one
