@@ -11,7 +11,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from conftest import FIXTURES, all_rows
-from dataset_packer import STEP_ROW_DTYPE, board_eval, legal_moves
+from dataset_packer import STEP_ROW_DTYPE, EmptySelectionError, board_eval, legal_moves
 
 
 def decoded_epoch(pack, **options) -> dict:
@@ -141,7 +141,9 @@ def test_select_equals_the_sql_in_sqlite(pack, pack_name, packs, expr):
         f"WHERE ({expr}) ORDER BY runs.id")]
     steps = dict(db.execute("SELECT id, steps FROM runs"))
     if not want:
-        pytest.skip("matches nothing in this pack")
+        with pytest.raises(EmptySelectionError, match="matches no runs"):
+            pack.select(expr)
+        return
     sel = pack.select(expr)
     assert sel.run_ids.tolist() == want
     assert sel.num_rows == sum(steps[r] for r in want)
