@@ -173,13 +173,13 @@ class Pack:
         self._require_run_index(feature)
         if self._run_rows is None:
             found = np.array(self.db().execute(
-                "SELECT runs.id, run_index.global_row FROM runs LEFT JOIN run_index "
-                "ON run_index.run_id = runs.id ORDER BY runs.id").fetchall(), dtype=object
-            ).reshape(-1, 2)
-            if (found[:, 1] == None).any():  # noqa: E711 (elementwise on an object array)
-                missing = found[found[:, 1] == None][0, 0]  # noqa: E711
-                raise RunIndexError(f"{self.path}: run_index has no entry for run {missing}")
-            self._run_rows = found[:, 1].astype(np.int64)
+                "SELECT runs.id, COALESCE(run_index.global_row, -1) FROM runs LEFT JOIN "
+                "run_index ON run_index.run_id = runs.id ORDER BY runs.id").fetchall(),
+                dtype=np.int64).reshape(-1, 2)
+            missing = found[found[:, 1] < 0, 0]
+            if missing.size:
+                raise RunIndexError(f"{self.path}: run_index has no entry for run {missing[0]}")
+            self._run_rows = found[:, 1].copy()
         return self._run_rows
 
     def run(self, run_id: int, decode: bool = False, illegal_ev: float | None = NAN):

@@ -131,3 +131,15 @@ def test_legacy_rows_come_back_aligned(packs):
     got = legacy.rows(idx)
     assert got.dtype == STEP_ROW_DTYPE and got.dtype.itemsize == 48
     assert got.tobytes() == sharded.rows(idx).tobytes()
+
+
+def test_a_run_missing_from_the_run_index_is_named(packs, tmp_path):
+    dest = copy_pack(packs, "plain", tmp_path)
+    with sqlite3.connect(dest / "metadata.db") as db:
+        db.execute("DELETE FROM run_index WHERE run_id = 4")
+    db.close()
+    pack = Pack(dest)
+    with pytest.raises(RunIndexError, match="no entry for run 4"):
+        pack.batches(10, select="depth = 6")
+    with pytest.raises(RunIndexError, match="no entry for run 4"):
+        pack.run(4)
