@@ -554,10 +554,10 @@ impl Report {
             return;
         }
         println!(
-            "updated {}: {} new, {} new (now {}, {})",
+            "updated {}: {}, {} (now {}, {})",
             args.output.display(),
-            count(u64::from(s.runs), "run", "runs"),
-            count(s.rows, "row", "rows"),
+            count(u64::from(s.runs), "new run", "new runs"),
+            count(s.rows, "new row", "new rows"),
             count(self.total_runs, "run", "runs"),
             count(self.total_rows, "row", "rows")
         );
