@@ -273,6 +273,31 @@ fn an_interrupted_shuffle_resumes_to_the_same_bytes() {
     assert!(stderr(&res).contains("other options"), "{}", stderr(&res));
     assert!(stderr(&res).contains("--seed was 5"), "{}", stderr(&res));
 
+    // A fresh run over a copy of the interrupted one says that --resume exists before it
+    // starts over.
+    let fresh = t.path().join("fresh");
+    copy_tree(&out, &fresh);
+    let res = run(&[
+        "shuffle",
+        "--input",
+        s(&src),
+        "--output",
+        s(&fresh),
+        "--seed",
+        "5",
+        "--memory",
+        "16KiB",
+        "--quiet",
+    ]);
+    assert!(res.status.success(), "{}", stderr(&res));
+    assert!(
+        stderr(&res).contains("found an interrupted shuffle")
+            && stderr(&res).contains("`--resume` with the same options would continue it"),
+        "{}",
+        stderr(&res)
+    );
+    assert_eq!(pack_bytes(&fresh), pack_bytes(&reference));
+
     shuffle(
         &src,
         &out,

@@ -263,31 +263,7 @@ fn make_plan(
 ) -> Result<Plan> {
     let rows: u64 = shards.iter().map(|s| s.header.rows).sum();
     let bytes = rows * record_bytes(families) as u64;
-    // A bucket gets at most ~40% of --memory (room for variation in bucket sizes and buffers),
-    // and no more than TARGET_BUCKET_BYTES so it shuffles in cache.
-    let per_bucket = (args.memory * 2 / 5)
-        .min(TARGET_BUCKET_BYTES)
-        .max(ROW_BYTES as u64);
-    let buckets = bytes.div_ceil(per_bucket).max(1);
-    if buckets > MAX_BUCKETS {
-        // per_bucket = memory·2/5 must reach bytes / MAX_BUCKETS.
-        let least = bytes.div_ceil(MAX_BUCKETS).div_ceil(2) * 5;
-        return Err(UsageError(format!(
-            "--memory {} is too little for {} rows ({} of rows{}): it would take {} buckets, and at most {} fit; the smallest --memory that works is {}",
-            mib(args.memory),
-            thousands(rows),
-            mib(bytes),
-            if families.is_empty() {
-                ""
-            } else {
-                " and companion rows"
-            },
-            thousands(buckets),
-            thousands(MAX_BUCKETS),
-            mib(least.next_multiple_of(1 << 20))
-        ))
-        .into());
-    }
+    let buckets = bucket_count(args.memory, rows, bytes, !families.is_empty())?;
     let recorded = metadata::session_value(conn, "shard_rows")?.and_then(|v| v.parse().ok());
     Ok(Plan {
         input: std::fs::canonicalize(&args.input)?.display().to_string(),
@@ -340,6 +316,37 @@ fn identity(path: &Path) -> (u64, u32) {
         .and_then(|f| f.read_exact_at(&mut buf, tail))
         .is_ok();
     (len, if ok { crate::crc::crc32c(&buf) } else { 0 })
+}
+
+/// How many buckets the shuffle of `rows` rows (`bytes` of rows and companion rows) takes with
+/// `memory`: a bucket gets at most ~40% of it (room for variation in bucket sizes and buffers),
+/// and no more than TARGET_BUCKET_BYTES so it shuffles in cache. Too little memory is a usage
+/// error in rows and MiB that names the smallest --memory that works.
+fn bucket_count(memory: u64, rows: u64, bytes: u64, with_companions: bool) -> Result<u64> {
+    let per_bucket = (memory * 2 / 5)
+        .min(TARGET_BUCKET_BYTES)
+        .max(ROW_BYTES as u64);
+    let buckets = bytes.div_ceil(per_bucket).max(1);
+    if buckets > MAX_BUCKETS {
+        // per_bucket = memory·2/5 must reach bytes / MAX_BUCKETS.
+        let least = bytes.div_ceil(MAX_BUCKETS).div_ceil(2) * 5;
+        return Err(UsageError(format!(
+            "--memory {} is too little for {} rows ({} of rows{}): it would take {} buckets, and at most {} fit; the smallest --memory that works is {}",
+            mib(memory),
+            thousands(rows),
+            mib(bytes),
+            if with_companions {
+                " and companion rows"
+            } else {
+                ""
+            },
+            thousands(buckets),
+            thousands(MAX_BUCKETS),
+            mib(least.next_multiple_of(1 << 20))
+        ))
+        .into());
+    }
+    Ok(buckets)
 }
 
 fn start_or_resume(work: &Path, plan: &Plan, resume: bool) -> Result<Progress> {
@@ -872,4 +879,45 @@ fn print_summary(args: &ShuffleArgs, plan: &Plan, q: &Quality, rows: u64, elapse
         q.window_mean_max_run_rows, q.window_max_run_rows, q.windows
     );
     println!("  elapsed {elapsed:.2} s, {mbps:.0} MB/s");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Too little --memory is told in rows and MiB, with the smallest --memory that works, and
+    /// that amount does work.
+    #[test]
+    fn too_little_memory_names_rows_mib_and_the_smallest_that_works() {
+        let rows = 4_012_461u64;
+        let bytes = rows * ROW_BYTES as u64;
+        let err = bucket_count(4 << 10, rows, bytes, false)
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            err,
+            "--memory 4 KiB is too little for 4,012,461 rows (183.7 MiB of rows): it would take \
+             117,582 buckets, and at most 100,000 fit; the smallest --memory that works is 1 MiB"
+        );
+        assert!(bucket_count(1 << 20, rows, bytes, false).is_ok());
+
+        // A billion rows with 256-byte companion rows.
+        let rows = 1_000_000_000u64;
+        let bytes = rows * (ROW_BYTES as u64 + 256);
+        let err = bucket_count(4 << 20, rows, bytes, true)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("1,000,000,000 rows"), "{err}");
+        assert!(err.contains("of rows and companion rows"), "{err}");
+        let least = err.rsplit("works is ").next().unwrap();
+        let least: u64 = least.strip_suffix(" MiB").unwrap().parse().unwrap();
+        assert!(
+            bucket_count(least << 20, rows, bytes, true).is_ok(),
+            "{err}"
+        );
+        assert!(
+            bucket_count((least - 1) << 20, rows, bytes, true).is_err(),
+            "{err}"
+        );
+    }
 }
