@@ -32,6 +32,18 @@ fn blocks(text: &str, lang: &str) -> Vec<String> {
     out
 }
 
+/// Runs the README's Python snippets, joined, in `dir`: the script and what it did.
+fn run_python_snippets(dir: &std::path::Path) -> (String, std::process::Output) {
+    let script = blocks(&readme(), "python").join("\n");
+    let out = Command::new(python())
+        .arg("-c")
+        .arg(&script)
+        .current_dir(dir)
+        .output()
+        .unwrap();
+    (script, out)
+}
+
 fn setup_commands() -> Vec<String> {
     let first = blocks(&readme(), "sh")
         .into_iter()
@@ -99,13 +111,7 @@ fn readme_pack_command_and_python_snippets_work() {
         &["--overwrite", "--shard-rows", "700"],
     );
 
-    let script = blocks(&readme(), "python").join("\n");
-    let out = Command::new(python())
-        .arg("-c")
-        .arg(&script)
-        .current_dir(t.path())
-        .output()
-        .unwrap();
+    let (script, out) = run_python_snippets(t.path());
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
         out.status.success(),
@@ -149,13 +155,7 @@ fn readme_pack_command_and_python_snippets_work() {
 #[test]
 fn readme_snippet_names_a_missing_pack() {
     let t = tempfile::tempdir().unwrap();
-    let script = blocks(&readme(), "python").join("\n");
-    let out = Command::new(python())
-        .arg("-c")
-        .arg(&script)
-        .current_dir(t.path())
-        .output()
-        .unwrap();
+    let (_, out) = run_python_snippets(t.path());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success());
     assert!(
