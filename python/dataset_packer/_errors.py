@@ -22,3 +22,8 @@ class SelectionError(PackError, ValueError):
 
 class EmptySelectionError(PackError, ValueError):
     """A selection that matches no runs, or whose runs hold no rows."""
+
+
+class CompanionError(PackError):
+    """A companion family (`NAME-NNNNN.npy` beside the shards) that does not line up with the
+    pack or with what metadata.db records of it; the message names the file."""

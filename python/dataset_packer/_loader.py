@@ -11,6 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterator, Optional
 
+import numpy as np
+
 from ._order import Part
 from ._pack import Pack
 
@@ -42,7 +44,7 @@ class EpochStream:
 
     `window`: yield `Pack.windows(window, batch_size, ...)` instead of `Pack.batches`.
     Other keyword options are those of `Pack.batches` (shuffle, seed, select, drop_last,
-    augment, illegal_ev; `stride` too with `window`)."""
+    augment, illegal_ev, companions; `stride` too with `window`)."""
 
     def __init__(self, pack, batch_size: int, *, window: Optional[int] = None,
                  rank: Optional[int] = None, world_size: Optional[int] = None, **options):
@@ -80,3 +82,15 @@ class EpochStream:
         if self.window is None:
             return self.pack.batches(self.batch_size, **common)
         return self.pack.windows(self.window, self.batch_size, **common)
+
+
+def split_fields(batch: dict) -> dict:
+    """The batch with each structured array (a structured-dtype companion) replaced by a dict
+    of its fields, recursively, each a contiguous array: what tensors can be made of."""
+    return {key: _fields(value) for key, value in batch.items()}
+
+
+def _fields(value):
+    if isinstance(value, np.ndarray) and value.dtype.names is not None:
+        return {name: _fields(np.ascontiguousarray(value[name])) for name in value.dtype.names}
+    return value

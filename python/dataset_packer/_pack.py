@@ -9,6 +9,8 @@ Rows are read by global index: the shard is found with `np.searchsorted` over th
 offsets, indices are grouped by shard (one stable radix sort of small shard numbers), and
 each shard's rows are gathered with one `np.take` on its `(rows, 48)` byte view. A batch of
 consecutive rows inside one shard is decoded straight from the memory map, without a copy.
+Companion arrays (`_companions.py`) are read with the same grouping, computed once per batch,
+so companion row i is always steps row i.
 """
 
 from __future__ import annotations
@@ -20,7 +22,8 @@ from typing import Iterator
 
 import numpy as np
 
-from ._codec import apply_symmetries, as_records, decode_rows, zero_padding
+from ._codec import _COLUMNS, apply_symmetries, as_records, decode_rows, zero_padding
+from ._companions import Companion, open_family, recorded, scan
 from ._errors import EmptySelectionError, NotAPackError, PackError, RunIndexError
 from ._format import (METADATA_NAME, ROW_BYTES, STEP_ROW_DTYPE, VALUATION_NAME,
                       find_shard_paths, map_shard, read_shard_header, read_valuation_names,
@@ -30,6 +33,8 @@ from ._ranges import RowRanges, WindowStarts
 from ._select import has_table, where_run_ids
 
 NAN = float("nan")
+#: The keys a batch already has: a companion added to it needs another key.
+BATCH_KEYS = frozenset(_COLUMNS) | {"row", "symmetry"}
 
 
 def _open_readonly(path: Path) -> sqlite3.Connection:
@@ -67,6 +72,7 @@ class Pack:
         self._check_recorded_shards()
         self._run_table = None
         self._run_rows = None
+        self._companions: dict[str, Companion] = {}
 
     # ------------------------------------------------------------------ basics
 
@@ -96,6 +102,7 @@ class Pack:
             self._conn.close()
             self._conn = None
         self._maps = []
+        self._companions = {}
 
     def __enter__(self) -> "Pack":
         return self
@@ -185,6 +192,13 @@ class Pack:
     def run(self, run_id: int, decode: bool = False, illegal_ev: float | None = NAN):
         """One run's rows (STEP_ROW_DTYPE, in step order) found through `run_index`, or with
         `decode=True` its decoded columns. Raises KeyError for an unknown run id."""
+        first, steps = self._run_span(run_id)
+        if decode:
+            return decode_rows(self._read_span(first, first + steps), illegal_ev)
+        return self.rows(slice(first, first + steps))
+
+    def _run_span(self, run_id: int) -> tuple[int, int]:
+        """(first global row, steps) of a run, through run_index."""
         self._require_run_index("run()")
         row = self.db().execute(
             "SELECT runs.steps, run_index.global_row FROM runs LEFT JOIN run_index "
@@ -194,9 +208,7 @@ class Pack:
         steps, first = row
         if first is None:
             raise RunIndexError(f"{self.path}: run_index has no entry for run {run_id}")
-        if decode:
-            return decode_rows(self._read_span(first, first + steps), illegal_ev)
-        return self.rows(slice(first, first + steps))
+        return int(first), int(steps)
 
     # ------------------------------------------------------------------ reading rows
 
@@ -218,30 +230,53 @@ class Pack:
             return shard
         return np.searchsorted(self._boundaries, rows, side="right")
 
-    def _gather(self, rows: np.ndarray) -> np.ndarray:
-        """(n, 48) uint8 copies of the rows at these global indices (int64, in range)."""
+    def _groups(self, rows: np.ndarray):
+        """How to read these global rows (int64, in range) shard by shard: a list of
+        (shard, local rows, start, end) in grouped order and the permutation back to the
+        asked order (None when no reordering is needed). Computed once per batch and used
+        for the steps rows and every companion alike."""
+        if rows.size == 0:
+            return [], None
         if len(self._maps) == 1:
-            return self._take(0, rows)
+            return [(0, rows, 0, rows.size)], None
         shard = self._shard_of(rows)
-        if rows.size and shard.min() == shard.max():
+        if shard.min() == shard.max():
             s = int(shard[0])
-            return self._take(s, rows - self._offsets[s])
+            return [(s, rows - self._offsets[s], 0, rows.size)], None
         small = shard.astype(np.uint16 if len(self._maps) <= 0xFFFF else np.uint32)
         order = np.argsort(small, kind="stable")
         ordered_rows = rows[order]
         ends = np.cumsum(np.bincount(shard, minlength=len(self._maps)))
-        grouped = np.empty((rows.size, ROW_BYTES), dtype=np.uint8)
-        start = 0
+        parts, start = [], 0
         for s in range(len(self._maps)):
             end = int(ends[s])
             if end > start:
-                self._take(s, ordered_rows[start:end] - self._offsets[s], out=grouped[start:end])
+                parts.append((s, ordered_rows[start:end] - self._offsets[s], start, end))
             start = end
         # Back to the asked order: a gather by the inverse permutation (cheaper than a
-        # scatter of 48-byte rows).
+        # scatter of whole rows).
         inverse = np.empty_like(order)
         inverse[order] = np.arange(order.size, dtype=order.dtype)
+        return parts, inverse
+
+    def _gather_with(self, groups, take, row_shape: tuple, dtype) -> np.ndarray:
+        """Rows read by `take(shard, local, out=None)` as `_groups` grouped them."""
+        parts, inverse = groups
+        if not parts:
+            return np.empty((0,) + tuple(row_shape), dtype=dtype)
+        if inverse is None:
+            s, local, _, _ = parts[0]
+            return take(s, local)
+        grouped = np.empty((inverse.size,) + tuple(row_shape), dtype=dtype)
+        for s, local, start, end in parts:
+            take(s, local, out=grouped[start:end])
         return np.take(grouped, inverse, axis=0)
+
+    def _gather(self, rows: np.ndarray, groups=None) -> np.ndarray:
+        """(n, 48) uint8 copies of the rows at these global indices (int64, in range)."""
+        if groups is None:
+            groups = self._groups(rows)
+        return self._gather_with(groups, self._take, (ROW_BYTES,), np.uint8)
 
     def _read_span(self, start: int, stop: int) -> np.ndarray:
         """(n, 48) uint8 rows start..stop-1: a view of the memory map when they lie in one
@@ -300,12 +335,16 @@ class Pack:
         raw = zero_padding(self._gather(idx.reshape(-1)))
         return as_records(raw).reshape(idx.shape)
 
-    def gather(self, indices, illegal_ev: float | None = NAN) -> dict:
+    def gather(self, indices, illegal_ev: float | None = NAN, *, companions=None) -> dict:
         """The rows at these global indices (1-d, in this order), decoded into a batch dict
-        (with `row`): what `batches` yields, for indices of your own."""
+        (with `row`, and the `companions`' rows): what `batches` yields, for indices of
+        your own."""
+        families = self._companion_keys(companions)
         rows = self._indices(indices).reshape(-1)
-        batch = decode_rows(self._gather(rows), illegal_ev)
+        groups = self._groups(rows)
+        batch = decode_rows(self._gather(rows, groups), illegal_ev)
         batch["row"] = rows
+        self._add_companions(batch, families, groups)
         return batch
 
     @staticmethod
@@ -313,6 +352,49 @@ class Pack:
         """Decodes STEP_ROW_DTYPE records (e.g. from `rows`) into a batch dict."""
         records = np.ascontiguousarray(records, dtype=STEP_ROW_DTYPE).reshape(-1)
         return decode_rows(records.view(np.uint8).reshape(-1, ROW_BYTES), illegal_ev)
+
+    # ------------------------------------------------------------------ companions
+
+    @property
+    def companions(self) -> list[str]:
+        """Names of the pack's companion families (files `NAME-NNNNN.npy` / `NAME.npy`, and
+        families metadata.db records), sorted. Listed by name only: a family is checked
+        when `companion(name)` (or `companions=` of a batch method) opens it."""
+        return sorted(set(scan(self.path)) | set(recorded(self.db())))
+
+    def companion(self, name: str) -> Companion:
+        """The companion family `name`, checked against the shards (and metadata.db when it
+        records it) and memory-mapped, once per Pack: rows by global index aligned with
+        `rows()` (`companion(name).rows(key)` or `[key]`) and `companion(name).run(run_id)`.
+        Raises CompanionError naming the file when it does not line up, KeyError when there
+        is no such family."""
+        found = self._companions.get(name)
+        if found is None:
+            found = self._companions[name] = open_family(self, name)
+        return found
+
+    def _companion_keys(self, companions) -> list[tuple[str, Companion]]:
+        """(batch key, family) for a batch method's `companions=`: names (or one name), or
+        a dict batch key → name."""
+        if companions is None:
+            return []
+        if isinstance(companions, str):
+            companions = [companions]
+        pairs = (list(companions.items()) if isinstance(companions, dict) else
+                 [(name, name) for name in dict.fromkeys(companions)])
+        out = []
+        for key, name in pairs:
+            if key in BATCH_KEYS:
+                raise ValueError(f"companion {name!r} would replace the batch's own {key!r}; "
+                                 f"give it another key: companions={{'{key}_': '{name}'}}")
+            out.append((key, self.companion(name)))
+        return out
+
+    @staticmethod
+    def _add_companions(batch: dict, families, groups=None, spans=None) -> None:
+        for key, family in families:
+            batch[key] = (family._read_spans(spans) if spans is not None else
+                          family._gather_groups(groups))
 
     # ------------------------------------------------------------------ selection
 
@@ -384,7 +466,8 @@ class Pack:
     def batches(self, batch_size: int, *, shuffle: bool = True, seed: int = 0, epoch: int = 0,
                 select=None, rank: int = 0, world_size: int = 1, worker: int = 0,
                 num_workers: int = 1, drop_last: bool = False, start_batch: int = 0,
-                augment: bool = False, illegal_ev: float | None = NAN) -> Iterator[dict]:
+                augment: bool = False, illegal_ev: float | None = NAN,
+                companions=None) -> Iterator[dict]:
         """Decoded batches of one epoch: a pure function of (pack, selection, seed, epoch).
 
         Each epoch is one permutation of the selected rows (`shuffle=False`: pack order).
@@ -393,16 +476,20 @@ class Pack:
         its data-loader workers. `start_batch=k` resumes at the rank's batch k without
         reading batches 0..k-1. `augment=True` applies one of the 8 symmetries of the square
         per row, fixed by (seed, epoch, row). Illegal moves' EVs are `illegal_ev` (NaN;
-        None keeps the stored values). See README "Python" for the keys and dtypes."""
+        None keeps the stored values). `companions=["embeddings", …]` adds each companion
+        family's rows of exactly the batch's rows as `batch["embeddings"]` (B, *shape); a
+        dict {key: name} picks other keys. Augmentation leaves companion rows as stored.
+        See README "Python" for the keys and dtypes."""
+        families = self._companion_keys(companions)
         ranges = self._row_ranges(select, "batches()")
         part = Part(rank, world_size, worker, num_workers)
         plan = EpochPlan(ranges.total, batch_size, world_size, drop_last)
         numbers = plan.batches_of(part, start_batch)
         perm = Permutation(ranges.total, seed, epoch) if shuffle else None
         return self._row_batches(ranges, plan, part.rank, numbers, perm,
-                                 (seed, epoch) if augment else None, illegal_ev)
+                                 (seed, epoch) if augment else None, illegal_ev, families)
 
-    def _row_batches(self, ranges, plan, rank, numbers, perm, augment, illegal_ev):
+    def _row_batches(self, ranges, plan, rank, numbers, perm, augment, illegal_ev, families):
         for b in numbers:
             start, count = plan.span(rank, b)
             if perm is None:
@@ -410,11 +497,15 @@ class Pack:
                 raw = self._read_spans(spans)
                 rows = (np.arange(*spans[0], dtype=np.int64) if len(spans) == 1 else
                         np.concatenate([np.arange(a, z, dtype=np.int64) for a, z in spans]))
+                groups = None
             else:
                 rows = ranges.rows_at(perm(np.arange(start, start + count, dtype=np.int64)))
-                raw = self._gather(rows)
+                groups = self._groups(rows)
+                raw = self._gather(rows, groups)
+                spans = None
             batch = decode_rows(raw, illegal_ev)
             batch["row"] = rows
+            self._add_companions(batch, families, groups, spans)
             if augment is not None:
                 symmetry = symmetries_for(rows, *augment)
                 apply_symmetries(batch, symmetry)
@@ -425,12 +516,14 @@ class Pack:
                 shuffle: bool = True, seed: int = 0, epoch: int = 0, select=None,
                 rank: int = 0, world_size: int = 1, worker: int = 0, num_workers: int = 1,
                 drop_last: bool = False, start_batch: int = 0, augment: bool = False,
-                illegal_ev: float | None = NAN) -> Iterator[dict]:
+                illegal_ev: float | None = NAN, companions=None) -> Iterator[dict]:
         """Batches of windows of `length` consecutive steps of one run (never across runs):
         every key of `batches` shaped (B, length, …). Windows start every `stride` rows of a
         run (default `length`: disjoint windows; a run's last rows that do not fill one are
         left out). Order, partition, resume and augmentation (one symmetry per window) work
-        as in `batches`, over windows instead of rows. Needs the run index."""
+        as in `batches`, over windows instead of rows; `companions` too, shaped
+        (B, length, *shape). Needs the run index."""
+        families = self._companion_keys(companions)
         length = int(length)
         if length < 1:
             raise ValueError(f"length must be ≥ 1, not {length}")
@@ -443,17 +536,20 @@ class Pack:
         numbers = plan.batches_of(part, start_batch)
         perm = Permutation(windows.total, seed, epoch) if shuffle else None
         return self._window_batches(windows, plan, part.rank, numbers, perm,
-                                    (seed, epoch) if augment else None, illegal_ev)
+                                    (seed, epoch) if augment else None, illegal_ev, families)
 
-    def _window_batches(self, windows, plan, rank, numbers, perm, augment, illegal_ev):
+    def _window_batches(self, windows, plan, rank, numbers, perm, augment, illegal_ev,
+                        families):
         steps = np.arange(windows.length, dtype=np.int64)
         for b in numbers:
             start, count = plan.span(rank, b)
             items = np.arange(start, start + count, dtype=np.int64)
             first = windows.first_rows(items if perm is None else perm(items))
             rows = (first[:, None] + steps).reshape(-1)
-            batch = decode_rows(self._gather(rows), illegal_ev)
+            groups = self._groups(rows)
+            batch = decode_rows(self._gather(rows, groups), illegal_ev)
             batch["row"] = rows
+            self._add_companions(batch, families, groups)
             batch = {k: v.reshape((count, windows.length) + v.shape[1:]) for k, v in batch.items()}
             if augment is not None:
                 symmetry = symmetries_for(first, *augment)
@@ -462,14 +558,18 @@ class Pack:
             yield batch
 
     def sample(self, n: int, rng=None, *, select=None, augment: bool = False,
-               illegal_ev: float | None = NAN) -> dict:
+               illegal_ev: float | None = NAN, companions=None) -> dict:
         """`n` random rows of the selection (with replacement), decoded. `rng` is a
-        `np.random.Generator` or a seed; with `augment`, each row gets a random symmetry."""
+        `np.random.Generator` or a seed; with `augment`, each row gets a random symmetry.
+        `companions` as in `batches`."""
+        families = self._companion_keys(companions)
         rng = np.random.default_rng(rng)
         ranges = self._row_ranges(select, "sample()")
         rows = ranges.rows_at(rng.integers(0, ranges.total, int(n)))
-        batch = decode_rows(self._gather(rows), illegal_ev)
+        groups = self._groups(rows)
+        batch = decode_rows(self._gather(rows, groups), illegal_ev)
         batch["row"] = rows
+        self._add_companions(batch, families, groups)
         if augment:
             symmetry = rng.integers(0, 8, int(n)).astype(np.uint8)
             apply_symmetries(batch, symmetry)

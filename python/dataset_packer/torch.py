@@ -8,6 +8,7 @@
         for batch in loader:          # dict of tensors: exps, move, evs, legal, …
             ...
 
+`companions=["embeddings"]` (an option of `Pack.batches`) adds companion rows as tensors too.
 The dataset yields whole batches, so give the DataLoader `batch_size=None`. Each worker reads
 its own batches (from `get_worker_info()`), each rank its own share (from `torch.distributed`
 when initialised, or `rank=`/`world_size=`); the DataLoader's round-robin over workers gives
@@ -23,7 +24,7 @@ from typing import Iterator, Optional
 import torch
 from torch.utils.data import IterableDataset, get_worker_info
 
-from ._loader import EpochStream, WorkerInfo, partition
+from ._loader import EpochStream, WorkerInfo, partition, split_fields
 
 
 def _distributed() -> tuple[Optional[int], Optional[int]]:
@@ -39,8 +40,19 @@ def _worker() -> Optional[WorkerInfo]:
 
 
 def to_tensors(batch: dict) -> dict:
-    """A decoded batch as tensors sharing the arrays' memory."""
-    return {key: torch.from_numpy(value) for key, value in batch.items()}
+    """A decoded batch as tensors sharing the arrays' memory. A structured-dtype companion
+    becomes a dict of its fields' tensors; an array torch has no dtype for (bytes, strings)
+    stays a NumPy array."""
+    return {key: _tensor(value) for key, value in split_fields(batch).items()}
+
+
+def _tensor(value):
+    if isinstance(value, dict):
+        return {key: _tensor(v) for key, v in value.items()}
+    try:
+        return torch.from_numpy(value)
+    except TypeError:
+        return value
 
 
 class PackDataset(IterableDataset):

@@ -118,9 +118,9 @@ def test_start_batch_reads_nothing_before_it(sharded, monkeypatch):
     gathered = []
     original = Pack._gather
 
-    def counting(self, rows):
+    def counting(self, rows, *rest):
         gathered.append(len(rows))
-        return original(self, rows)
+        return original(self, rows, *rest)
 
     monkeypatch.setattr(Pack, "_gather", counting)
     batches = sharded.batches(100, seed=1, start_batch=20)

@@ -1,0 +1,269 @@
+"""Companion arrays: `NAME-00000.npy`, `NAME-00001.npy`, … (or `NAME.npy` beside a single
+`steps.npy`) aligned row by row with the shards, as docs/format.md "Companion arrays" defines
+them: NAME matches `[a-z][a-z0-9_]*` and is not `steps`; file k pairs with shard k and holds
+exactly its rows; one dtype and trailing shape in every file; any dtype (structured too).
+
+A family is found by its file names and checked when first opened: every file's `.npy`
+header (C order, no Python objects, size), its row count against its shard's, one dtype and
+shape throughout, and, when `metadata.db` records the family (table `companions`), the files,
+dtype, trailing shape, rows and bytes recorded. Any mismatch is a `CompanionError` naming the
+file. Each file is then memory-mapped once, read-only; rows are read by global row index with
+the same shard grouping as the steps rows, so companion row i is always steps row i.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import re
+from pathlib import Path
+
+import numpy as np
+
+from ._errors import CompanionError
+from ._select import has_table
+
+FAMILY_NAME = re.compile(r"[a-z][a-z0-9_]*")
+_SHARDED_FILE = re.compile(r"([a-z][a-z0-9_]*)-(\d{5})\.npy")
+_SINGLE_FILE = re.compile(r"([a-z][a-z0-9_]*)\.npy")
+
+
+def parse_file_name(file: str) -> tuple[str, int | None] | None:
+    """`NAME-NNNNN.npy` → (NAME, N), `NAME.npy` → (NAME, None); None for other names and
+    for the pack's own shards (anything starting with `steps`)."""
+    if file.startswith("steps"):
+        return None
+    m = _SHARDED_FILE.fullmatch(file)
+    if m:
+        return m.group(1), int(m.group(2))
+    m = _SINGLE_FILE.fullmatch(file)
+    return (m.group(1), None) if m else None
+
+
+def scan(folder: Path) -> dict[str, list[tuple[int | None, str]]]:
+    """Companion-named files in the folder, by family name (files sorted)."""
+    found: dict[str, list[tuple[int | None, str]]] = {}
+    for path in folder.iterdir():
+        parsed = parse_file_name(path.name)
+        if parsed is not None and path.is_file():
+            found.setdefault(parsed[0], []).append((parsed[1], path.name))
+    return {name: sorted(files, key=lambda f: f[1]) for name, files in sorted(found.items())}
+
+
+def recorded(conn) -> dict[str, list[tuple]]:
+    """metadata.db's `companions` rows by family: (shard, file_name, descr, shape, rows,
+    bytes), in shard order; empty when the table is absent."""
+    if not has_table(conn, "companions"):
+        return {}
+    out: dict[str, list[tuple]] = {}
+    for name, *rest in conn.execute("SELECT name, shard, file_name, descr, shape, rows, bytes "
+                                    "FROM companions ORDER BY name, shard"):
+        out.setdefault(name, []).append(tuple(rest))
+    return out
+
+
+def describe(dtype: np.dtype, trailing: tuple) -> str:
+    """`'<f4' (8,)`, as the CLI prints a family's kind."""
+    descr = repr(np.lib.format.dtype_to_descr(dtype))
+    return descr if not trailing else f"{descr} {tuple(trailing)}"
+
+
+def _read_header(path: Path):
+    with open(path, "rb") as f:
+        try:
+            version = np.lib.format.read_magic(f)
+            if version == (1, 0):
+                shape, fortran, dtype = np.lib.format.read_array_header_1_0(f)
+            elif version in ((2, 0), (3, 0)):
+                shape, fortran, dtype = np.lib.format.read_array_header_2_0(f)
+            else:
+                raise ValueError(f"unsupported .npy format version {version}")
+        except ValueError as e:
+            raise CompanionError(f"{path}: not a readable .npy file ({e})") from None
+        return tuple(int(d) for d in shape), bool(fortran), dtype, f.tell()
+
+
+def _companion_file(name: str, shard: Path) -> str:
+    """The companion file that pairs with a shard: steps-00003.npy → NAME-00003.npy."""
+    if shard.name == "steps.npy":
+        return f"{name}.npy"
+    return f"{name}-{shard.name[len('steps-'):]}"
+
+
+class Companion:
+    """One companion family of a pack, opened and checked (see `Pack.companion`).
+
+    `dtype` and `shape` (the trailing shape) describe one row; `len()` is the pack's row
+    count. `rows(key)` / `companion[key]` read rows by global index exactly as `Pack.rows`
+    does (int, slice, integer array of any shape), as copies; `run(run_id)` reads one run's
+    rows in step order. `arrays` are the files themselves, memory-mapped read-only, one per
+    shard (zero-copy access), and `files` their paths."""
+
+    def __init__(self, pack, name: str, files: list[Path], arrays: list[np.ndarray],
+                 dtype: np.dtype, shape: tuple, recorded: bool):
+        self._pack = pack
+        self.name = name
+        self.files = files
+        self.arrays = arrays
+        self.dtype = dtype
+        self.shape = shape
+        self.recorded = recorded
+
+    def __len__(self) -> int:
+        return len(self._pack)
+
+    def __repr__(self) -> str:
+        return (f"Companion({self.name!r}: {describe(self.dtype, self.shape)}, "
+                f"{len(self)} rows in {len(self.files)} file{'s' if len(self.files) != 1 else ''})")
+
+    def _take(self, shard: int, local: np.ndarray, out: np.ndarray | None = None):
+        return np.take(self.arrays[shard], local, axis=0, out=out, mode="clip")
+
+    def _gather_groups(self, groups) -> np.ndarray:
+        return self._pack._gather_with(groups, self._take, self.shape, self.dtype)
+
+    def _read_span(self, start: int, stop: int) -> np.ndarray:
+        pack = self._pack
+        pieces = []
+        s = int(np.searchsorted(pack._boundaries, start, side="right"))
+        while start < stop:
+            end = min(stop, int(pack._offsets[s + 1]))
+            base = int(pack._offsets[s])
+            pieces.append(self.arrays[s][start - base:end - base])
+            start = end
+            s += 1
+        if not pieces:
+            return np.empty((0,) + self.shape, dtype=self.dtype)
+        return np.concatenate(pieces) if len(pieces) > 1 else np.array(pieces[0], copy=True)
+
+    def _read_spans(self, spans) -> np.ndarray:
+        if len(spans) == 1:
+            return self._read_span(*spans[0])
+        return np.concatenate([self._read_span(a, b) for a, b in spans])
+
+    def rows(self, key) -> np.ndarray:
+        """Companion rows by global row index, aligned with `Pack.rows(key)`: an int gives
+        one row (shape `shape`), a slice or an integer array gives `key`'s shape + `shape`."""
+        pack = self._pack
+        if isinstance(key, (int, np.integer)) and not isinstance(key, bool):
+            return self.rows(np.array([key]))[0]
+        if isinstance(key, slice):
+            start, stop, step = key.indices(len(pack))
+            if step == 1:
+                return self._read_span(start, max(start, stop))
+            key = np.arange(start, stop, step)
+        idx = pack._indices(key)
+        flat = self._gather_groups(pack._groups(idx.reshape(-1)))
+        return flat.reshape(idx.shape + self.shape)
+
+    __getitem__ = rows
+
+    def run(self, run_id: int) -> np.ndarray:
+        """One run's companion rows, in step order (aligned with `Pack.run(run_id)`)."""
+        first, steps = self._pack._run_span(run_id)
+        return self._read_span(first, first + steps)
+
+
+def open_family(pack, name: str) -> Companion:
+    """Finds, checks and memory-maps the family `name` of `pack`; CompanionError naming the
+    file when it does not line up, KeyError when the pack has no such family."""
+    folder = pack.path
+    files = scan(folder).get(name, [])
+    records = recorded(pack.db()).get(name, [])
+    if not files and not records:
+        known = pack.companions
+        raise KeyError(f"no companion {name!r} in {folder} "
+                       f"({'it has ' + ', '.join(known) if known else 'it has none'})")
+    shards = pack.shards
+    single = len(shards) == 1 and shards[0].name == "steps.npy"
+    if single:
+        wrong = [f for i, f in files if i is not None]
+        if wrong:
+            raise CompanionError(f"{folder / wrong[0]}: named for a sharded pack, but the pack is "
+                                 f"one steps.npy (its companion would be {name}.npy)")
+    else:
+        wrong = [f for i, f in files if i is None]
+        if wrong:
+            raise CompanionError(f"{folder / wrong[0]}: named for a pack of one steps.npy, but "
+                                 f"the pack has shards {shards[0].name} … (its companions "
+                                 f"would be {name}-00000.npy …)")
+    expected = [_companion_file(name, s) for s in shards]
+    extra = [f for _, f in files if f not in expected]
+    if extra:
+        raise CompanionError(f"{folder / extra[0]}: has no shard to pair with (the pack has "
+                             f"{len(shards)} shard{'s' if len(shards) != 1 else ''})")
+    present = {f for _, f in files}
+    for shard, want in zip(shards, expected):
+        if want not in present:
+            raise CompanionError(f"{folder / want}: missing; companion {name} has no file for "
+                                 f"{shard.name} ({len(present)} of {len(shards)} files)")
+    arrays, dtype, trailing, first = [], None, None, None
+    headers = []
+    for k, (shard, file) in enumerate(zip(shards, expected)):
+        path = folder / file
+        shape, fortran, file_dtype, offset = _read_header(path)
+        if not shape:
+            raise CompanionError(f"{path}: a 0-dimensional array has no rows")
+        if fortran and len(shape) > 1:
+            raise CompanionError(f"{path}: Fortran-ordered, so its rows are not contiguous; "
+                                 "save it in C order")
+        if file_dtype.hasobject:
+            raise CompanionError(f"{path}: holds Python objects (dtype {file_dtype}), which "
+                                 "are pointers, not data")
+        rows, tail = shape[0], shape[1:]
+        row_bytes = file_dtype.itemsize * int(np.prod(tail, dtype=np.int64))
+        if row_bytes <= 0:
+            raise CompanionError(f"{path}: rows of {describe(file_dtype, tail)} are empty")
+        shard_rows = int(pack._offsets[k + 1] - pack._offsets[k])
+        if rows != shard_rows:
+            raise CompanionError(f"{path}: {rows} rows, but {shard.name} has {shard_rows} "
+                                 f"(companion row i must be row i of its shard)")
+        size = path.stat().st_size
+        want = offset + rows * row_bytes
+        if size != want:
+            raise CompanionError(f"{path}: {size} bytes, but its header promises {want} "
+                                 f"({rows} rows of {row_bytes} bytes after a {offset}-byte "
+                                 "header): the file is truncated or has extra bytes")
+        if first is None:
+            first, dtype, trailing = path, file_dtype, tail
+        elif file_dtype != dtype or tail != trailing:
+            raise CompanionError(f"{path}: dtype {describe(file_dtype, tail)}, but {first.name} "
+                                 f"has {describe(dtype, trailing)} (every file of a family has "
+                                 "one dtype and shape)")
+        headers.append((path, rows, offset, size))
+    if records:
+        _check_records(folder, name, records, expected, headers, dtype, trailing)
+    for path, rows, offset, _ in headers:
+        if rows == 0:
+            arrays.append(np.empty((0,) + trailing, dtype=dtype))
+            continue
+        mapped = np.memmap(path, dtype=dtype, mode="r", offset=offset, shape=(rows,) + trailing)
+        arrays.append(mapped.view(np.ndarray))
+    return Companion(pack, name, [h[0] for h in headers], arrays, dtype, trailing, bool(records))
+
+
+def _check_records(folder: Path, name: str, records, expected, headers, dtype, trailing):
+    """The family on disk against what metadata.db records of it."""
+    where = folder / "metadata.db"
+    listed = [r[1] for r in records]
+    if listed != expected:
+        extra = [f for f in listed if f not in expected]
+        what = (f"records {extra[0]}, which pairs with no shard" if extra else
+                f"records files {listed[:3]}…, the pack's shards pair with {expected[:3]}…")
+        raise CompanionError(f"{where}: companion {name}: {what}")
+    for (shard, file, descr, shape, rows, size), (path, found_rows, _, found_size) in zip(
+            records, headers):
+        try:
+            want_dtype = np.lib.format.descr_to_dtype(ast.literal_eval(descr))
+            want_shape = tuple(int(d) for d in json.loads(shape))
+        except (ValueError, SyntaxError, TypeError) as e:
+            raise CompanionError(f"{where}: companion {name} file {file}: unreadable descr "
+                                 f"{descr!r} or shape {shape!r} ({e})") from None
+        if want_dtype != dtype or want_shape != trailing:
+            raise CompanionError(f"{path}: dtype {describe(dtype, trailing)}, but metadata.db "
+                                 f"records {describe(want_dtype, want_shape)} for it")
+        if rows != found_rows:
+            raise CompanionError(f"{path}: {found_rows} rows, but metadata.db records {rows}")
+        if size != found_size:
+            raise CompanionError(f"{path}: {found_size} bytes, but metadata.db records {size} "
+                                 "(the file was changed after it was attached)")
