@@ -76,6 +76,21 @@ pub fn parse_row_fast(line: &[u8]) -> Option<RawRow<'_>> {
     fast::parse(line)
 }
 
+/// The fast path on a line still inside its file's text: the row and the bytes it takes with its
+/// line terminator (`\n`, `\r\n`, or a final `\r` or nothing at the end of `text`), when the
+/// line has the logger's exact layout; None otherwise (then split the line off and use
+/// [`parse_row`]). Saves a separate search for the end of every line.
+pub fn parse_row_in_place(text: &[u8]) -> Option<(RawRow<'_>, usize)> {
+    let (row, end) = fast::parse_prefix(text)?;
+    let used = match &text[end..] {
+        [] => end,
+        [b'\n', ..] | [b'\r'] => end + 1,
+        [b'\r', b'\n', ..] => end + 2,
+        _ => return None,
+    };
+    Some((row, used))
+}
+
 /// The general path: any key order, spacing, escapes and unknown fields; exact error messages.
 pub fn parse_row_general(line: &[u8]) -> Res<RawRow<'_>> {
     let mut s = Scanner { b: line, i: 0 };
@@ -834,7 +849,16 @@ mod fast {
     }
 
     pub fn parse(line: &[u8]) -> Option<RawRow<'_>> {
-        let mut c = Cur { b: line, i: 0 };
+        parse_prefix(line)
+            .filter(|&(_, end)| end == line.len())
+            .map(|(row, _)| row)
+    }
+
+    /// The row at the start of `text` in the logger's layout, and where it ends (after its
+    /// closing braces); whatever follows is the caller's business.
+    #[inline]
+    pub fn parse_prefix(text: &[u8]) -> Option<(RawRow<'_>, usize)> {
+        let mut c = Cur { b: text, i: 0 };
         c.lit(b"{\"seed\":")?;
         let seed = c.opt_uint(u64::from(u32::MAX))?;
         c.lit(b",\"step_index\":")?;
@@ -875,10 +899,7 @@ mod fast {
         c.lit(b",\"down\":")?;
         let down = c.opt_float()?;
         c.lit(b"}}")?;
-        if c.i != line.len() {
-            return None;
-        }
-        Some(RawRow {
+        let row = RawRow {
             seed: seed.map(|v| v as u32),
             step_index: step_index.map(|v| v as u32),
             max_rank: max_rank.map(|v| v as u8),
@@ -886,7 +907,8 @@ mod fast {
             valuation_type,
             board,
             branch_evs: [up, down, left, right],
-        })
+        };
+        Some((row, c.i))
     }
 }
 
