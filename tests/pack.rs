@@ -482,3 +482,151 @@ fn a_pack_of_empty_runs_has_one_empty_shard() {
     );
     python_ok("check_pack.py", &["--raw", s(&input), "--pack", s(&out)]);
 }
+
+/// Runs `pack` with the whole-file decompression limit set to `limit` bytes (`None`: the
+/// default): 0 streams every rows file, a small limit makes the whole-file attempt give up.
+fn pack_with_limit(
+    input: &std::path::Path,
+    output: &std::path::Path,
+    limit: Option<usize>,
+) -> std::process::Output {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_dataset-packer"));
+    cmd.args([
+        "pack",
+        "--input",
+        s(input),
+        "--output",
+        s(output),
+        "--quiet",
+        "--workers",
+        "2",
+    ])
+    .env_remove("RUST_LOG");
+    if let Some(limit) = limit {
+        cmd.env("DATASET_PACKER_WHOLE_FILE_LIMIT", limit.to_string());
+    }
+    cmd.output().expect("the binary runs")
+}
+
+/// What a pack command left: exit code, stderr, the pack's bytes and its runs with fingerprints.
+fn outcome(
+    out: &std::process::Output,
+    pack: &std::path::Path,
+) -> (Option<i32>, String, Files, Vec<String>) {
+    let err = stderr(out).replace(s(pack), "PACK");
+    if !pack.join("metadata.db").exists() {
+        return (out.status.code(), err, Vec::new(), Vec::new());
+    }
+    let details: Vec<String> = db(pack)
+        .prepare("SELECT r.id, r.seed, r.steps, d.fingerprint, d.rows_bytes FROM runs r JOIN run_details d ON d.run_id = r.id ORDER BY r.id")
+        .unwrap()
+        .query_map([], |r| {
+            Ok(format!(
+                "{} {} {} {} {}",
+                r.get::<_, i64>(0)?,
+                r.get::<_, i64>(1)?,
+                r.get::<_, i64>(2)?,
+                r.get::<_, String>(3)?,
+                r.get::<_, i64>(4)?
+            ))
+        })
+        .unwrap()
+        .map(Result::unwrap)
+        .collect();
+    (out.status.code(), err, pack_bytes(pack), details)
+}
+
+/// Packs `input` whole-file (default), streamed, and with a whole-file attempt that gives up
+/// midway; all three must agree byte for byte, error messages included.
+fn assert_decompression_paths_agree(input: &std::path::Path, what: &str) {
+    let t = tempfile::tempdir().unwrap();
+    let results: Vec<_> = [None, Some(0), Some(300)]
+        .into_iter()
+        .map(|limit| {
+            let out = t.path().join(format!("{limit:?}"));
+            outcome(&pack_with_limit(input, &out, limit), &out)
+        })
+        .collect();
+    assert_eq!(results[0], results[1], "{what}: streamed differs");
+    assert_eq!(results[0], results[2], "{what}: fallback differs");
+}
+
+#[test]
+fn streamed_rows_files_pack_and_fail_exactly_like_whole_ones() {
+    assert_decompression_paths_agree(&fixture("raw"), "raw");
+    assert_decompression_paths_agree(&fixture("findings"), "findings");
+    for (case, _) in invalid_cases() {
+        assert_decompression_paths_agree(&fixture(&format!("invalid/{case}")), &case);
+    }
+}
+
+#[test]
+fn a_long_run_streams_in_pieces_with_lines_split_anywhere() {
+    let t = tempfile::tempdir().unwrap();
+    // 12 000 rows (≈2.8 MB of text, several stream buffers), in three gzip members that
+    // each end mid-line, and with CRLF line ends in the middle third.
+    let sidecar = std::fs::read(fixture(
+        "raw/d6_10g_v1/depth06_worker00_seed0272350805_game000000.meta.json",
+    ))
+    .unwrap();
+    let first = read_gz(&fixture(
+        "raw/d6_10g_v1/depth06_worker00_seed0272350805_game000000.jsonl.gz",
+    ));
+    let rows: Vec<&str> = first.lines().filter(|l| !l.trim().is_empty()).collect();
+    let lines: Vec<String> = (0..12_000)
+        .map(|i| {
+            let end = if (4000..8000).contains(&i) {
+                "\r\n"
+            } else {
+                "\n"
+            };
+            format!("{}{end}", rows[i % rows.len()])
+        })
+        .collect();
+    let write_drop = |name: &str, text: &[u8], damage: fn(&mut Vec<u8>)| {
+        let dir = t.path().join(name);
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("run.meta.json"), &sidecar).unwrap();
+        let mut gz = Vec::new();
+        for part in [
+            &text[..1_000_003],
+            &text[1_000_003..2_345_679],
+            &text[2_345_679..],
+        ] {
+            use std::io::Write;
+            let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+            e.write_all(part).unwrap();
+            gz.extend(e.finish().unwrap());
+        }
+        damage(&mut gz);
+        std::fs::write(dir.join("run.jsonl.gz"), gz).unwrap();
+        dir
+    };
+    let good = lines.concat();
+    let mut bad = lines.clone();
+    bad[8999] = bad[8999].replace("\"board\":[", "\"board\":[17,");
+    let bad = bad.concat();
+
+    assert_decompression_paths_agree(&write_drop("good", good.as_bytes(), |_| {}), "good");
+    let bad_line = write_drop("bad_line", bad.as_bytes(), |_| {});
+    assert_decompression_paths_agree(&bad_line, "bad line");
+    let out = pack_with_limit(&bad_line, &t.path().join("p"), Some(0));
+    assert!(
+        stderr(&out).contains("run.jsonl.gz:9000: "),
+        "{}",
+        stderr(&out)
+    );
+    // A bad line and a damaged gzip after it: the gzip error is reported, as when the whole
+    // file is decompressed first.
+    let both = write_drop("bad_line_and_crc", bad.as_bytes(), |gz| {
+        let n = gz.len();
+        gz[n - 6] ^= 1;
+    });
+    assert_decompression_paths_agree(&both, "bad line and CRC");
+    let out = pack_with_limit(&both, &t.path().join("q"), Some(0));
+    assert!(stderr(&out).contains("CRC mismatch"), "{}", stderr(&out));
+    let truncated = write_drop("truncated", good.as_bytes(), |gz| {
+        gz.truncate(gz.len() - 100)
+    });
+    assert_decompression_paths_agree(&truncated, "truncated");
+}

@@ -76,6 +76,21 @@ pub fn parse_row_fast(line: &[u8]) -> Option<RawRow<'_>> {
     fast::parse(line)
 }
 
+/// The fast path on a line still inside its file's text: the row and the bytes it takes with its
+/// line terminator (`\n`, `\r\n`, or a final `\r` or nothing at the end of `text`), when the
+/// line has the logger's exact layout; None otherwise (then split the line off and use
+/// [`parse_row`]). Saves a separate search for the end of every line.
+pub fn parse_row_in_place(text: &[u8]) -> Option<(RawRow<'_>, usize)> {
+    let (row, end) = fast::parse_prefix(text)?;
+    let used = match &text[end..] {
+        [] => end,
+        [b'\n', ..] | [b'\r'] => end + 1,
+        [b'\r', b'\n', ..] => end + 2,
+        _ => return None,
+    };
+    Some((row, used))
+}
+
 /// The general path: any key order, spacing, escapes and unknown fields; exact error messages.
 pub fn parse_row_general(line: &[u8]) -> Res<RawRow<'_>> {
     let mut s = Scanner { b: line, i: 0 };
@@ -687,7 +702,7 @@ impl<'a> Scanner<'a> {
 /// anything else, including any value the general path would refuse, so the general path
 /// decides every error and every unusual row.
 mod fast {
-    use super::{POW10, RawRow, parse_f64};
+    use super::{POW10, RawRow, parse_f64, swar};
     use std::borrow::Cow;
 
     struct Cur<'a> {
@@ -718,17 +733,40 @@ mod fast {
             self.lit(b"null").is_some()
         }
 
+        /// A run of ASCII digits: its value (modulo 2^64; exact up to 19 digits) and length.
+        /// Reads 8 bytes at a time while 8 remain (see [`swar`]).
+        #[inline(always)]
+        fn digits(&mut self) -> (u64, usize) {
+            let mut value: u64 = 0;
+            let mut len = 0;
+            while let Some(word) = swar::load(self.b, self.i) {
+                let n = swar::leading_digits(word);
+                if n > 0 {
+                    value = value
+                        .wrapping_mul(swar::POW10[n])
+                        .wrapping_add(swar::value_of_leading(word, n));
+                }
+                self.i += n;
+                len += n;
+                if n < 8 {
+                    return (value, len);
+                }
+            }
+            while let Some(d @ b'0'..=b'9') = self.peek() {
+                value = value.wrapping_mul(10).wrapping_add(u64::from(d - b'0'));
+                self.i += 1;
+                len += 1;
+            }
+            (value, len)
+        }
+
         /// Plain decimal digits (no sign, no leading zero unless alone), at most `max`.
         #[inline(always)]
         fn uint(&mut self, max: u64) -> Option<u64> {
             let start = self.i;
-            let mut v: u64 = 0;
-            while let Some(d @ b'0'..=b'9') = self.peek() {
-                v = v.checked_mul(10)?.checked_add(u64::from(d - b'0'))?;
-                self.i += 1;
-            }
-            let len = self.i - start;
-            if len == 0 || (len > 1 && self.b[start] == b'0') || v > max {
+            let (v, len) = self.digits();
+            // More than 19 digits would not fit u64: no field allows that many.
+            if len == 0 || len > 19 || (len > 1 && self.b[start] == b'0') || v > max {
                 return None;
             }
             Some(v)
@@ -754,27 +792,23 @@ mod fast {
                 self.i += 1;
             }
             let int_start = self.i;
-            let mut mantissa: u64 = 0;
-            while let Some(d @ b'0'..=b'9') = self.peek() {
-                mantissa = mantissa.wrapping_mul(10).wrapping_add(u64::from(d - b'0'));
-                self.i += 1;
-            }
-            let int_len = self.i - int_start;
+            let (int_value, int_len) = self.digits();
             if int_len == 0 || (int_len > 1 && self.b[int_start] == b'0') {
                 return None;
             }
+            let mut mantissa = int_value;
             let mut frac_len = 0;
             if self.peek() == Some(b'.') {
                 self.i += 1;
-                let frac_start = self.i;
-                while let Some(d @ b'0'..=b'9') = self.peek() {
-                    mantissa = mantissa.wrapping_mul(10).wrapping_add(u64::from(d - b'0'));
-                    self.i += 1;
-                }
-                frac_len = self.i - frac_start;
-                if frac_len == 0 {
+                let (frac_value, len) = self.digits();
+                if len == 0 {
                     return None;
                 }
+                frac_len = len;
+                // Wraps past 19 digits, but is only used with at most 15.
+                mantissa = mantissa
+                    .wrapping_mul(swar::POW10[len.min(19)])
+                    .wrapping_add(frac_value);
             }
             if matches!(self.peek(), Some(b'e' | b'E')) {
                 return None;
@@ -815,6 +849,22 @@ mod fast {
             Some(unsafe { std::str::from_utf8_unchecked(raw) })
         }
 
+        /// The valuation type's name after its opening quote: the three the logger writes are
+        /// recognised whole, anything else goes through [`Self::plain_string`].
+        #[inline(always)]
+        fn valuation_name(&mut self) -> Option<&'a str> {
+            for name in ["search", "tuple11", "tuple10"] {
+                let end = self.i + name.len();
+                if self.b.get(self.i..end) == Some(name.as_bytes())
+                    && self.b.get(end) == Some(&b'"')
+                {
+                    self.i = end + 1;
+                    return Some(name);
+                }
+            }
+            self.plain_string()
+        }
+
         #[inline(always)]
         fn cell(&mut self) -> Option<u8> {
             let d0 = self.peek()?;
@@ -834,7 +884,16 @@ mod fast {
     }
 
     pub fn parse(line: &[u8]) -> Option<RawRow<'_>> {
-        let mut c = Cur { b: line, i: 0 };
+        parse_prefix(line)
+            .filter(|&(_, end)| end == line.len())
+            .map(|(row, _)| row)
+    }
+
+    /// The row at the start of `text` in the logger's layout, and where it ends (after its
+    /// closing braces); whatever follows is the caller's business.
+    #[inline]
+    pub fn parse_prefix(text: &[u8]) -> Option<(RawRow<'_>, usize)> {
+        let mut c = Cur { b: text, i: 0 };
         c.lit(b"{\"seed\":")?;
         let seed = c.opt_uint(u64::from(u32::MAX))?;
         c.lit(b",\"step_index\":")?;
@@ -854,7 +913,7 @@ mod fast {
             None
         } else {
             c.lit(b"\"")?;
-            Some(Cow::Borrowed(c.plain_string()?))
+            Some(Cow::Borrowed(c.valuation_name()?))
         };
         c.lit(b",\"valuation\":")?;
         c.opt_float()?;
@@ -875,10 +934,7 @@ mod fast {
         c.lit(b",\"down\":")?;
         let down = c.opt_float()?;
         c.lit(b"}}")?;
-        if c.i != line.len() {
-            return None;
-        }
-        Some(RawRow {
+        let row = RawRow {
             seed: seed.map(|v| v as u32),
             step_index: step_index.map(|v| v as u32),
             max_rank: max_rank.map(|v| v as u8),
@@ -886,7 +942,54 @@ mod fast {
             valuation_type,
             board,
             branch_evs: [up, down, left, right],
-        })
+        };
+        Some((row, c.i))
+    }
+}
+
+/// Reading eight ASCII digits at a time from a little-endian u64 (the first byte in the low
+/// bits): which leading bytes are digits, and what number they spell, in a few word operations.
+mod swar {
+    /// 10^n as integers, n = 0..=19.
+    pub const POW10: [u64; 20] = {
+        let mut p = [1u64; 20];
+        let mut n = 1;
+        while n < 20 {
+            p[n] = p[n - 1] * 10;
+            n += 1;
+        }
+        p
+    };
+
+    /// The 8 bytes at `i`, when 8 remain.
+    #[inline(always)]
+    pub fn load(b: &[u8], i: usize) -> Option<u64> {
+        let bytes: [u8; 8] = b.get(i..i.checked_add(8)?)?.try_into().ok()?;
+        Some(u64::from_le_bytes(bytes))
+    }
+
+    /// How many bytes at the start of `word` are ASCII digits (0..=8).
+    #[inline(always)]
+    pub fn leading_digits(word: u64) -> usize {
+        // A digit byte XOR '0' is 0..=9: high nibble clear, and adding 6 to the low nibble
+        // does not reach 0x10 (never carries into the next byte: 0x0f + 6 < 0x100).
+        let x = word ^ 0x3030_3030_3030_3030;
+        let high = x & 0xf0f0_f0f0_f0f0_f0f0;
+        let above_nine =
+            ((x & 0x0f0f_0f0f_0f0f_0f0f) + 0x0606_0606_0606_0606) & 0x1010_1010_1010_1010;
+        ((high | above_nine).trailing_zeros() / 8) as usize
+    }
+
+    /// The number spelled by the first `n` (1..=8) bytes of `word`, all digits.
+    #[inline(always)]
+    pub fn value_of_leading(word: u64, n: usize) -> u64 {
+        debug_assert!((1..=8).contains(&n));
+        // Move the n digits to the top bytes; the zero bytes below act as leading zeros.
+        let d = (word & 0x0f0f_0f0f_0f0f_0f0f) << (8 * (8 - n));
+        // Pairs, then quads, then all eight: each step combines neighbours as hi * 10^k + lo.
+        let d = (d.wrapping_mul(10 * 256 + 1) >> 8) & 0x00ff_00ff_00ff_00ff;
+        let d = (d.wrapping_mul(100 * 65536 + 1) >> 16) & 0x0000_ffff_0000_ffff;
+        d.wrapping_mul(10000 * (1 << 32) + 1) >> 32
     }
 }
 
@@ -1016,6 +1119,44 @@ mod tests {
                 "{ev}"
             );
         }
+    }
+
+    #[test]
+    fn swar_digits_agree_with_byte_by_byte() {
+        let naive = |w: &[u8; 8]| {
+            let n = w.iter().take_while(|b| b.is_ascii_digit()).count();
+            let v = w[..n]
+                .iter()
+                .fold(0u64, |v, &d| v * 10 + u64::from(d - b'0'));
+            (n, v)
+        };
+        let check = |w: [u8; 8]| {
+            let word = u64::from_le_bytes(w);
+            let (n, v) = naive(&w);
+            assert_eq!(swar::leading_digits(word), n, "{w:?}");
+            if n > 0 {
+                assert_eq!(swar::value_of_leading(word, n), v, "{w:?}");
+            }
+        };
+        // Every byte value in every position, among digits.
+        for pos in 0..8 {
+            for b in 0..=255u8 {
+                let mut w = *b"98765432";
+                w[pos] = b;
+                check(w);
+            }
+        }
+        let mut rng = crate::rng::Xoshiro::new(0x005e_ed0f_d161_7500);
+        for _ in 0..100_000 {
+            let r = rng.next_u64();
+            let mut w = [0u8; 8];
+            for (i, b) in w.iter_mut().enumerate() {
+                let pick = (r >> (8 * i)) as u8;
+                *b = if pick < 200 { b'0' + pick % 10 } else { pick };
+            }
+            check(w);
+        }
+        assert_eq!(swar::POW10[19], 10_000_000_000_000_000_000);
     }
 
     #[test]

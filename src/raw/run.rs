@@ -8,8 +8,8 @@ use crate::format::board::{self, LineTables, MOVE_NAMES};
 use crate::format::row::{ROW_BYTES, StepRow};
 use crate::format::valuation::{MAX_NAMES, STANDARD_NAMES};
 use crate::raw::discover::RunSource;
-use crate::raw::gzip::{Gunzipper, read_maybe_gzipped};
-use crate::raw::row::parse_row;
+use crate::raw::gzip::{Fit, Gunzipper, GzipStream, read_maybe_gzipped, trailer_size};
+use crate::raw::row::{RawRow, parse_row, parse_row_in_place};
 use crate::raw::sidecar::{Sidecar, parse_sidecar};
 
 /// Examples kept per finding kind and run.
@@ -111,10 +111,40 @@ impl ParsedRun {
     }
 }
 
-/// Per-worker reusable state: the decompressor and its output buffer.
+/// Decompressed sizes up to this many bytes are decompressed whole with libdeflate (the fast
+/// way); larger files are streamed through a [`STREAM_CHUNK`] buffer, so a worker never holds
+/// more than this much decompressed text. Real games are ≈7 MB of JSON: they fit.
+pub const WHOLE_FILE_LIMIT: usize = 8 << 20;
+
+/// The decompressed bytes a streamed file is parsed in at a time (a longer line grows it).
+pub const STREAM_CHUNK: usize = 1 << 20;
+
+/// Rows reserved up front for a streamed run at most (the sidecar's `num_moves` otherwise);
+/// more grow the buffer.
+const STREAMED_ROWS_RESERVED: usize = 1 << 20;
+
+/// The shortest valid row line (`{"move":"up","board":[0,…]}`) is longer than this, so a text
+/// of N bytes holds fewer than N / this rows.
+const MIN_ROW_BYTES: usize = 40;
+
+/// The whole-file limit in use: [`WHOLE_FILE_LIMIT`], or `DATASET_PACKER_WHOLE_FILE_LIMIT`
+/// (bytes) when set, so tests and benchmarks can force either path.
+fn whole_file_limit() -> usize {
+    static LIMIT: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *LIMIT.get_or_init(|| {
+        std::env::var("DATASET_PACKER_WHOLE_FILE_LIMIT")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(WHOLE_FILE_LIMIT)
+    })
+}
+
+/// Per-worker reusable state: the decompressor and its buffers (their capacity is kept from run
+/// to run: at most the compressed file, [`WHOLE_FILE_LIMIT`] of text or a stream chunk).
 pub struct RunParser<'t> {
     tables: &'t LineTables,
     gunzip: Gunzipper,
+    compressed: Vec<u8>,
     text: Vec<u8>,
 }
 
@@ -123,6 +153,7 @@ impl<'t> RunParser<'t> {
         RunParser {
             tables,
             gunzip: Gunzipper::new(),
+            compressed: Vec::new(),
             text: Vec::new(),
         }
     }
@@ -144,54 +175,190 @@ impl<'t> RunParser<'t> {
             return Err(file_error(&src.sidecar, problem));
         }
         let sidecar = parse_sidecar(&sidecar_bytes).map_err(|e| file_error(&src.sidecar, e))?;
-        let compressed = std::fs::read(&src.rows)
+        read_into(&src.rows, &mut self.compressed)
             .map_err(|e| file_error(&src.rows, format!("cannot read: {e}")))?;
-        self.gunzip
-            .decompress_all(&compressed, &mut self.text)
-            .map_err(|e| file_error(&src.rows, e.0))?;
-        drop(compressed);
-        if let Some(problem) = crate::raw::bom_problem(&self.text) {
-            return Err(RunError {
-                file: src.rows.clone(),
-                line: Some(1),
-                message: problem,
-            });
+        let outcome = self.rows_of_file(sidecar, run_id);
+        if self.compressed.capacity() > 2 * whole_file_limit() {
+            self.compressed = Vec::new(); // an unusually large file: do not keep its buffer
         }
-        rows_of(&self.text, sidecar, run_id, self.tables).map_err(|(line, message)| RunError {
-            file: src.rows.clone(),
-            line: Some(line),
-            message,
+        outcome.map_err(|e| match e {
+            FileError::Gzip(message) => file_error(&src.rows, message),
+            FileError::Row(line, message) => RunError {
+                file: src.rows.clone(),
+                line: Some(line),
+                message,
+            },
         })
+    }
+
+    /// The rows of the compressed file in `self.compressed`: decompressed whole when it fits
+    /// the limit, streamed otherwise.
+    fn rows_of_file(&mut self, sidecar: Sidecar, run_id: u32) -> Result<ParsedRun, FileError> {
+        let limit = whole_file_limit();
+        let data = &self.compressed;
+        let small = data.len() <= limit && trailer_size(data).is_none_or(|n| n as usize <= limit);
+        if small {
+            match self.gunzip.decompress_within(data, &mut self.text, limit) {
+                Err(e) => return Err(FileError::Gzip(e.0)),
+                Ok(Fit::Whole) => {
+                    let rows_bound = self.text.len() / MIN_ROW_BYTES + 1;
+                    let mut rows = RowBuilder::new(sidecar, run_id, self.tables, rows_bound);
+                    rows.feed(&self.text, true).map_err(FileError::row)?;
+                    return Ok(rows.finish());
+                }
+                Ok(Fit::TooLarge) => {}
+            }
+        }
+        let rows = RowBuilder::new(sidecar, run_id, self.tables, STREAMED_ROWS_RESERVED);
+        stream_rows(data, &mut self.text, rows)
     }
 }
 
-/// Converts the decompressed JSONL of one run into pack rows.
-fn rows_of(
-    text: &[u8],
-    sidecar: Sidecar,
-    run_id: u32,
-    tables: &LineTables,
-) -> Result<ParsedRun, (u64, String)> {
-    let mut run = ParsedRun {
-        rows: Vec::with_capacity(text.len() / 240 * ROW_BYTES + ROW_BYTES),
-        stamped_run_id: run_id,
-        row_count: 0,
-        valuation_names: STANDARD_NAMES.iter().map(|s| s.to_string()).collect(),
-        valuation_first_lines: vec![0; STANDARD_NAMES.len()],
-        findings: RunFindings::default(),
-        sidecar,
-    };
-    let mut prev_step: Option<u64> = None;
-    for (line_no, line) in (1u64..).zip(lines(text)) {
-        let line = line.strip_suffix(b"\r").unwrap_or(line);
-        if line.iter().all(|b| b.is_ascii_whitespace()) {
+/// Why a rows file is invalid: its gzip, or a line of its text (1-based).
+enum FileError {
+    Gzip(String),
+    Row(u64, String),
+}
+
+impl FileError {
+    fn row((line, message): (u64, String)) -> FileError {
+        FileError::Row(line, message)
+    }
+}
+
+/// Reads a whole file into `buf` (cleared first; its capacity is reused).
+fn read_into(path: &Path, buf: &mut Vec<u8>) -> std::io::Result<()> {
+    use std::io::Read;
+    buf.clear();
+    let mut file = std::fs::File::open(path)?;
+    let size = file.metadata().map(|m| m.len() as usize).unwrap_or(0);
+    buf.reserve(size.saturating_add(1));
+    file.read_to_end(buf)?;
+    Ok(())
+}
+
+/// Decompresses `data` piece by piece into `buf` and feeds whole lines to `rows`. The verdict
+/// is the whole-file path's: a gzip error anywhere in the file wins over a bad line before it
+/// (after a bad line, the rest is still decompressed, only to check the gzip).
+fn stream_rows(
+    data: &[u8],
+    buf: &mut Vec<u8>,
+    mut rows: RowBuilder,
+) -> Result<ParsedRun, FileError> {
+    let mut stream = GzipStream::new(data).map_err(|e| FileError::Gzip(e.0))?;
+    buf.clear();
+    buf.resize(STREAM_CHUNK, 0);
+    let mut held = 0; // bytes at the start of `buf` that are not parsed yet (a partial line)
+    let mut bad_line = None;
+    loop {
+        if held == buf.len() {
+            buf.resize(buf.len() * 2, 0); // a line longer than the buffer
+        }
+        let n = stream
+            .read(&mut buf[held..])
+            .map_err(|e| FileError::Gzip(e.0))?;
+        if bad_line.is_some() {
+            if n == 0 {
+                break;
+            }
             continue;
         }
-        let raw = parse_row(line).map_err(|e| (line_no, e.0))?;
+        if n == 0 {
+            bad_line = rows.feed(&buf[..held], true).err();
+            break;
+        }
+        let filled = held + n;
+        let Some(last_newline) = memchr::memrchr(b'\n', &buf[held..filled]) else {
+            held = filled;
+            continue;
+        };
+        let complete = held + last_newline + 1;
+        bad_line = rows.feed(&buf[..complete], false).err();
+        buf.copy_within(complete..filled, 0);
+        held = filled - complete;
+    }
+    buf.truncate(STREAM_CHUNK);
+    buf.shrink_to(STREAM_CHUNK.max(whole_file_limit()));
+    match bad_line {
+        Some(e) => Err(FileError::row(e)),
+        None => Ok(rows.finish()),
+    }
+}
 
+/// Turns the decompressed JSONL of one run, fed in pieces of whole lines, into pack rows.
+struct RowBuilder<'t> {
+    run: ParsedRun,
+    tables: &'t LineTables,
+    /// Lines seen so far (blank ones included).
+    line_no: u64,
+    prev_step: Option<u64>,
+}
+
+impl<'t> RowBuilder<'t> {
+    /// A run with room for the sidecar's `num_moves` rows, but never more than `rows_bound`.
+    fn new(sidecar: Sidecar, run_id: u32, tables: &'t LineTables, rows_bound: usize) -> Self {
+        let expected = usize::try_from(sidecar.num_moves)
+            .unwrap_or(0)
+            .min(rows_bound);
+        RowBuilder {
+            run: ParsedRun {
+                rows: Vec::with_capacity(expected * ROW_BYTES),
+                stamped_run_id: run_id,
+                row_count: 0,
+                valuation_names: STANDARD_NAMES.iter().map(|s| s.to_string()).collect(),
+                valuation_first_lines: vec![0; STANDARD_NAMES.len()],
+                findings: RunFindings::default(),
+                sidecar,
+            },
+            tables,
+            line_no: 0,
+            prev_step: None,
+        }
+    }
+
+    fn finish(self) -> ParsedRun {
+        self.run
+    }
+
+    /// Parses the lines of `text`: whole lines ending in '\n', except that the last piece of a
+    /// file (`last`) may end without one. The first piece starts the file.
+    fn feed(&mut self, text: &[u8], last: bool) -> Result<(), (u64, String)> {
+        debug_assert!(last || text.ends_with(b"\n") || text.is_empty());
+        if self.line_no == 0
+            && let Some(problem) = crate::raw::bom_problem(text)
+        {
+            return Err((1, problem));
+        }
+        let mut pos = 0;
+        while pos < text.len() {
+            self.line_no += 1;
+            let rest = &text[pos..];
+            // The logger's exact layout, parsed in place: no separate search for the line end.
+            if let Some((raw, used)) = parse_row_in_place(rest) {
+                self.push(raw)?;
+                pos += used;
+                continue;
+            }
+            let end = memchr::memchr(b'\n', rest).unwrap_or(rest.len());
+            pos += end + 1;
+            let line = &rest[..end];
+            let line = line.strip_suffix(b"\r").unwrap_or(line);
+            if line.iter().all(|b| b.is_ascii_whitespace()) {
+                continue;
+            }
+            let raw = parse_row(line).map_err(|e| (self.line_no, e.0))?;
+            self.push(raw)?;
+        }
+        Ok(())
+    }
+
+    /// Adds one parsed row (the current line) to the run.
+    fn push(&mut self, raw: RawRow) -> Result<(), (u64, String)> {
+        let line_no = self.line_no;
+        let run = &mut self.run;
         let step = match raw.step_index {
             Some(s) => u64::from(s),
-            None => prev_step.map_or(0, |p| p + 1),
+            None => self.prev_step.map_or(0, |p| p + 1),
         };
         if step > u64::from(u32::MAX) {
             return Err((
@@ -199,7 +366,7 @@ fn rows_of(
                 format!("derived step_index {step} does not fit u32"),
             ));
         }
-        if let Some(p) = prev_step
+        if let Some(p) = self.prev_step
             && step != p + 1
         {
             run.findings
@@ -207,17 +374,17 @@ fn rows_of(
                     format!("step_index {step} follows {p}")
                 });
         }
-        prev_step = Some(step);
+        self.prev_step = Some(step);
 
         let valuation_type = match raw.valuation_type.as_deref() {
             None | Some("search") => 0,
             Some("tuple11") => 1,
             Some("tuple10") => 2,
-            Some(name) => local_valuation_id(&mut run, name, line_no)?,
+            Some(name) => local_valuation_id(run, name, line_no)?,
         };
 
         let (packed, mask) = board::pack(&raw.board);
-        let (board_eval, ev_legal) = tables.eval_and_legal(&raw.board, packed, mask);
+        let (board_eval, ev_legal) = self.tables.eval_and_legal(&raw.board, packed, mask);
         let move_dir = raw.move_dir;
         if ev_legal & (1 << move_dir) == 0 {
             run.findings
@@ -240,7 +407,7 @@ fn rows_of(
             }
         }
         let row = StepRow {
-            run_id,
+            run_id: run.stamped_run_id,
             step_index: step as u32,
             board: packed,
             board_eval,
@@ -254,30 +421,8 @@ fn rows_of(
         };
         run.rows.extend_from_slice(&row.to_bytes());
         run.row_count += 1;
+        Ok(())
     }
-    Ok(run)
-}
-
-/// The lines of a buffer split on '\n' (a final line without '\n' included, like `split`).
-fn lines(text: &[u8]) -> impl Iterator<Item = &[u8]> {
-    let mut start = 0;
-    let mut done = false;
-    std::iter::from_fn(move || {
-        if done {
-            return None;
-        }
-        match memchr::memchr(b'\n', &text[start..]) {
-            Some(n) => {
-                let line = &text[start..start + n];
-                start += n + 1;
-                Some(line)
-            }
-            None => {
-                done = true;
-                Some(&text[start..])
-            }
-        }
-    })
 }
 
 fn local_valuation_id(run: &mut ParsedRun, name: &str, line: u64) -> Result<u8, (u64, String)> {
