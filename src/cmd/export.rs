@@ -29,6 +29,7 @@ pub enum Format {
 #[command(after_help = "Examples:
   dataset-packer export packs/d6 --format parquet --output d6.parquet
   dataset-packer export packs/d6 --format parquet --output d6-parts/ --shard-rows 5000000
+  dataset-packer export packs/d6 --format parquet --output d6.parquet --run-columns   # + depth, max_score, … per row
   dataset-packer export packs/d6 --format jsonl --output run42.jsonl --runs 42
   dataset-packer export packs/d6 --format jsonl --output raw-again/          # re-packable
   dataset-packer export packs/d6 --format pack --output packs/d6-best --where \"max_score > 600000 AND depth = 7\"
