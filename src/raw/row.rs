@@ -774,6 +774,28 @@ mod fast {
 
         #[inline(always)]
         fn opt_uint(&mut self, max: u64) -> Option<Option<u64>> {
+            // The usual case with one 8-byte load: `null`, or fewer than 8 digits (the same
+            // checks as `uint`, whose digit scan would stop after this same load). Otherwise
+            // (fewer than 8 bytes left, or 8 digits or more) the general code below, from the
+            // same position.
+            if let Some(w) = swar::load(self.b, self.i) {
+                if w as u32 == u32::from_le_bytes(*b"null") {
+                    self.i += 4;
+                    return Some(None);
+                }
+                let n = swar::leading_digits(w);
+                if n < 8 {
+                    if n == 0 || (n > 1 && w as u8 == b'0') {
+                        return None;
+                    }
+                    let v = swar::value_of_leading(w, n);
+                    if v > max {
+                        return None;
+                    }
+                    self.i += n;
+                    return Some(Some(v));
+                }
+            }
             if self.is_null() {
                 Some(None)
             } else {
