@@ -774,6 +774,28 @@ mod fast {
 
         #[inline(always)]
         fn opt_uint(&mut self, max: u64) -> Option<Option<u64>> {
+            // The usual case with one 8-byte load: `null`, or fewer than 8 digits (the same
+            // checks as `uint`, whose digit scan would stop after this same load). Otherwise
+            // (fewer than 8 bytes left, or 8 digits or more) the general code below, from the
+            // same position.
+            if let Some(w) = swar::load(self.b, self.i) {
+                if w as u32 == u32::from_le_bytes(*b"null") {
+                    self.i += 4;
+                    return Some(None);
+                }
+                let n = swar::leading_digits(w);
+                if n < 8 {
+                    if n == 0 || (n > 1 && w as u8 == b'0') {
+                        return None;
+                    }
+                    let v = swar::value_of_leading(w, n);
+                    if v > max {
+                        return None;
+                    }
+                    self.i += n;
+                    return Some(Some(v));
+                }
+            }
             if self.is_null() {
                 Some(None)
             } else {
@@ -786,6 +808,62 @@ mod fast {
         /// by an exact power of ten gives the correctly rounded f64 (as `parse_f64` would).
         #[inline(always)]
         fn float(&mut self) -> Option<f32> {
+            self.float_short().unwrap_or_else(|| self.float_long())
+        }
+
+        /// [`Self::float_long`] for the usual case, without loops: integer and fraction part
+        /// each shorter than 8 digits and each read with one 8-byte load. `Some(result)` is
+        /// exactly what `float_long` would return (same checks, same arithmetic: at most
+        /// 7 + 7 digits, so always its single-division branch); `None` = not this case (a part
+        /// of 8 or more digits, or fewer than 8 bytes left to load), nothing consumed, use
+        /// `float_long`.
+        #[inline(always)]
+        fn float_short(&mut self) -> Option<Option<f32>> {
+            let negative = self.peek() == Some(b'-');
+            let int_start = self.i + usize::from(negative);
+            let w = swar::load(self.b, int_start)?;
+            let int_len = swar::leading_digits(w);
+            if int_len == 8 {
+                return None;
+            }
+            if int_len == 0 || (int_len > 1 && w & 0xff == u64::from(b'0')) {
+                return Some(None);
+            }
+            let int_value = swar::value_of_leading(w, int_len);
+            let after_int = (w >> (8 * int_len)) as u8;
+            let (mantissa, frac_len, end) = if after_int == b'.' {
+                let frac_start = int_start + int_len + 1;
+                let f = swar::load(self.b, frac_start)?;
+                let frac_len = swar::leading_digits(f);
+                if frac_len == 8 {
+                    return None;
+                }
+                if frac_len == 0 {
+                    return Some(None);
+                }
+                if matches!((f >> (8 * frac_len)) as u8, b'e' | b'E') {
+                    return Some(None);
+                }
+                let mantissa =
+                    int_value * swar::POW10[frac_len] + swar::value_of_leading(f, frac_len);
+                (mantissa, frac_len, frac_start + frac_len)
+            } else {
+                if matches!(after_int, b'e' | b'E') {
+                    return Some(None);
+                }
+                (int_value, 0, int_start + int_len)
+            };
+            self.i = end;
+            // Below 10^14, so the signed conversion is the same exact value (one instruction
+            // instead of the unsigned sequence), and the f32 is finite (below 10^7).
+            let x = mantissa as i64 as f64 / POW10[frac_len];
+            let v = (if negative { -x } else { x }) as f32;
+            Some(Some(v))
+        }
+
+        /// A JSON number in the plain `-?digits(.digits)?` form, any length.
+        #[inline(always)]
+        fn float_long(&mut self) -> Option<f32> {
             let start = self.i;
             let negative = self.peek() == Some(b'-');
             if negative {
@@ -865,21 +943,53 @@ mod fast {
             self.plain_string()
         }
 
+        /// The board's 16 cells, each `d` or `dd` (no leading zero, at most 16), separated by
+        /// commas, up to (not including) the closing bracket; the same acceptance as reading
+        /// cell by cell (a digit, a second digit unless the first is `0`, then a `,`).
+        ///
+        /// All reads come from one 64-byte window, so the cells need no bounds checks: a row in
+        /// the logger's layout always has more than 64 bytes from its first cell on (the
+        /// shortest board, 31 bytes, is followed by at least 52 more: `],"branch_evs":{"up":`,
+        /// four values of at least one byte, their three keys and `}}`), so when fewer remain
+        /// the cell-by-cell scan would give up too. Cell k starts at most at byte 3k, and the
+        /// last read is at most byte 3 * 15 + 1 = 46, so the `& 63` masks never change an index.
         #[inline(always)]
-        fn cell(&mut self) -> Option<u8> {
-            let d0 = self.peek()?;
-            if !d0.is_ascii_digit() {
-                return None;
-            }
-            self.i += 1;
-            match self.peek() {
-                Some(d1 @ b'0'..=b'9') if d0 != b'0' => {
-                    self.i += 1;
-                    let v = (d0 - b'0') * 10 + (d1 - b'0');
-                    (v <= 16).then_some(v)
+        fn board(&mut self) -> Option<[u8; 16]> {
+            let w: &[u8; 64] = self
+                .b
+                .get(self.i..self.i.checked_add(64)?)?
+                .try_into()
+                .ok()?;
+            let mut board = [0u8; 16];
+            let mut p = 0usize;
+            for (k, cell) in board.iter_mut().enumerate() {
+                let d0 = w[p & 63].wrapping_sub(b'0');
+                let d1 = w[(p + 1) & 63].wrapping_sub(b'0');
+                if d0 > 9 {
+                    return None;
                 }
-                _ => Some(d0 - b'0'),
+                if d1 <= 9 {
+                    // Two digits: a leading zero or a value above 16 is refused (cell by cell,
+                    // `0` would be read alone and the next digit would fail the comma check).
+                    let v = d0 * 10 + d1;
+                    if d0 == 0 || v > 16 {
+                        return None;
+                    }
+                    *cell = v;
+                    p += 2;
+                } else {
+                    *cell = d0;
+                    p += 1;
+                }
+                if k < 15 {
+                    if w[p & 63] != b',' {
+                        return None;
+                    }
+                    p += 1;
+                }
             }
+            self.i += p;
+            Some(board)
         }
     }
 
@@ -918,13 +1028,7 @@ mod fast {
         c.lit(b",\"valuation\":")?;
         c.opt_float()?;
         c.lit(b",\"board\":[")?;
-        let mut board = [0u8; 16];
-        for (i, cell) in board.iter_mut().enumerate() {
-            if i > 0 {
-                c.lit(b",")?;
-            }
-            *cell = c.cell()?;
-        }
+        let board = c.board()?;
         c.lit(b"],\"branch_evs\":{\"up\":")?;
         let up = c.opt_float()?;
         c.lit(b",\"left\":")?;
