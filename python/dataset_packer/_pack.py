@@ -482,11 +482,10 @@ class Pack:
         See README "Python" for the keys and dtypes."""
         families = self._companion_keys(companions)
         ranges = self._row_ranges(select, "batches()")
-        part = Part(rank, world_size, worker, num_workers)
-        plan = EpochPlan(ranges.total, batch_size, world_size, drop_last)
-        numbers = plan.batches_of(part, start_batch)
-        perm = Permutation(ranges.total, seed, epoch) if shuffle else None
-        return self._row_batches(ranges, plan, part.rank, numbers, perm,
+        plan, rank, numbers, perm = _epoch(
+            ranges.total, batch_size, shuffle, seed, epoch, rank, world_size, worker, num_workers,
+            drop_last, start_batch)
+        return self._row_batches(ranges, plan, rank, numbers, perm,
                                  (seed, epoch) if augment else None, illegal_ev, families)
 
     def _row_batches(self, ranges, plan, rank, numbers, perm, augment, illegal_ev, families):
@@ -531,11 +530,10 @@ class Pack:
         if stride < 1:
             raise ValueError(f"stride must be ≥ 1, not {stride}")
         windows = self._windows(select, length, stride, "windows()")
-        part = Part(rank, world_size, worker, num_workers)
-        plan = EpochPlan(windows.total, batch_size, world_size, drop_last)
-        numbers = plan.batches_of(part, start_batch)
-        perm = Permutation(windows.total, seed, epoch) if shuffle else None
-        return self._window_batches(windows, plan, part.rank, numbers, perm,
+        plan, rank, numbers, perm = _epoch(
+            windows.total, batch_size, shuffle, seed, epoch, rank, world_size, worker, num_workers,
+            drop_last, start_batch)
+        return self._window_batches(windows, plan, rank, numbers, perm,
                                     (seed, epoch) if augment else None, illegal_ev, families)
 
     def _window_batches(self, windows, plan, rank, numbers, perm, augment, illegal_ev,
@@ -606,3 +604,15 @@ class Selection:
 
     def sample(self, n: int, rng=None, **options) -> dict:
         return self.pack.sample(n, rng, select=self, **options)
+
+
+def _epoch(total, batch_size, shuffle, seed, epoch, rank, world_size, worker, num_workers,
+           drop_last, start_batch):
+    """One epoch over `total` items (rows or windows) for one (rank, worker): its batch plan,
+    the rank as checked, the numbers of the batches this part yields from `start_batch` on,
+    and the epoch's permutation (None without shuffle)."""
+    part = Part(rank, world_size, worker, num_workers)
+    plan = EpochPlan(total, batch_size, world_size, drop_last)
+    numbers = plan.batches_of(part, start_batch)
+    perm = Permutation(total, seed, epoch) if shuffle else None
+    return plan, part.rank, numbers, perm
