@@ -22,6 +22,8 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from check_parquet import read_export
+
 # Row columns that would clash with a step column get another name on rows.
 ROW_NAMES = {"seed": "run_seed", "max_rank": "run_max_rank"}
 
@@ -84,8 +86,7 @@ def main() -> int:
     args = [a for a in args if a != "--row-columns"]
     export, pack = Path(args[0]), Path(args[1])
     cols, facts = run_facts(pack)
-    files = sorted(export.glob("part-*.parquet")) if export.is_dir() else [export]
-    table = pa.concat_tables([pq.read_table(f) for f in files])
+    table = read_export(export)
     run_ids = sorted(set(table.column("run_id").to_pylist()))
     problems = []
     if row_columns:
