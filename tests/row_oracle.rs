@@ -10,7 +10,9 @@
 
 use std::fmt;
 
-use dataset_packer::raw::row::{RawRow, parse_row, parse_row_fast, parse_row_general};
+use dataset_packer::raw::row::{
+    RawRow, parse_row, parse_row_fast, parse_row_general, parse_row_vectorised,
+};
 use proptest::prelude::*;
 use serde::de::{Deserialize, Deserializer, MapAccess, Visitor};
 use serde_json::value::RawValue;
@@ -254,15 +256,42 @@ fn agree(line: &[u8]) -> Result<(), TestCaseError> {
         "parse_row and the general path differ: {}",
         shown
     );
-    if let Some(fast) = parse_row_fast(line) {
+    let fast = parse_row_fast(line).map(|r| from_parser(&r));
+    if let Some(fast) = &fast {
         prop_assert_eq!(
-            Some(from_parser(&fast)),
-            want.ok(),
+            Some(fast),
+            want.as_ref().ok(),
             "the fast path takes a row the reference does not read that way: {}",
             shown
         );
     }
+    // The vector path (where this CPU has it) reads past the row's end: whatever follows must
+    // not change what it reads, and it may only take rows the scalar fast path takes, alike.
+    for after in AFTER_ROW {
+        if let Some(Some(vector)) = parse_row_vectorised(line, after) {
+            prop_assert_eq!(
+                Some(from_parser(&vector)),
+                fast.clone(),
+                "the vector path reads a row (followed by {:?}) unlike the scalar fast path: {}",
+                String::from_utf8_lossy(after),
+                shown
+            );
+        }
+    }
     Ok(())
+}
+
+/// What follows a row in the vector path's checks: a next row, digits and number bytes that
+/// would lengthen a number if read as part of it, nothing.
+const AFTER_ROW: [&[u8]; 4] = [b"\n{\"seed\":1,", b"0123456789", b"-.9e+E]}", b""];
+
+/// Whether the vector path, where this CPU has it, gives up on `line` (None: no vector path).
+fn vector_gives_up(line: &[u8]) -> Option<bool> {
+    AFTER_ROW
+        .iter()
+        .map(|after| parse_row_vectorised(line, after).map(|r| r.is_none()))
+        .reduce(|a, b| a.zip(b).map(|(a, b)| a || b))
+        .flatten()
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -532,6 +561,72 @@ fn logger_row() -> impl Strategy<Value = String> {
         })
 }
 
+/// A number slot of a row in the logger's layout: a value as the logger spells it, or text the
+/// vector path must refuse or leave to the scalar path exactly as that path decides (leading
+/// zeros, lone signs and dots, exponents, numbers of up to 20 digits, nulls).
+fn logger_number() -> impl Strategy<Value = String> {
+    prop_oneof![
+        24 => (-2_000_000.0f64..2_000_000.0).prop_map(|v| format!("{v:.6}")),
+        1 => (0u8..20, 0u8..12, any::<bool>(), any::<u64>()).prop_map(|(int, frac, neg, bits)| {
+            let digits: String = format!("{bits:020}{bits:020}");
+            let mut t = String::new();
+            if neg {
+                t.push('-');
+            }
+            t.push_str(&digits[..usize::from(int)]);
+            if frac > 0 {
+                t.push('.');
+                t.push_str(&digits[20..20 + usize::from(frac)]);
+            }
+            t
+        }),
+        1 => prop::sample::select(vec![
+            "null", "nul", "0", "-0", "00", "01", "-01.5", "1.", ".5", "-", "--1", "1-2", "1.2.3",
+            "1e5", "1.5e3", "1.5E-3", "-0.000000", "0.0000001", "99999999999999", "9999999.9999999",
+            "123456789012345", "12345678901234.5", "1234567.12345678", "+1", "1 ", " 1", "4294967295",
+            "4294967296", "255", "256",
+        ])
+        .prop_map(String::from),
+    ]
+}
+
+/// An integer slot (seed, step_index, max_rank): mostly one the logger could write.
+fn logger_uint(max: u64) -> impl Strategy<Value = String> {
+    prop_oneof![
+        12 => (0..=max).prop_map(|v| v.to_string()),
+        1 => logger_number(),
+    ]
+}
+
+/// A board cell: 0..=16 as the logger writes it, or a spelling the board check must refuse.
+fn logger_cell() -> impl Strategy<Value = String> {
+    prop_oneof![
+        60 => (0u8..=16).prop_map(|v| v.to_string()),
+        1 => prop::sample::select(vec![
+            "17", "19", "20", "99", "00", "01", "06", "100", "116", "", "-1", "1.0", " 1", "a", ",",
+            "null",
+        ])
+        .prop_map(String::from),
+    ]
+}
+
+/// A row in the logger's layout whose every number and cell may be spelled oddly.
+fn logger_row_odd_numbers() -> impl Strategy<Value = String> {
+    (
+        (logger_uint(u64::from(u32::MAX)), logger_uint(100_000), logger_uint(20)),
+        proptest::collection::vec(logger_number(), 5),
+        prop::sample::select(&MOVES[..]),
+        prop::sample::select(vec!["\"search\"", "\"tuple11\"", "\"tuple10\"", "null", "\"tuple1\"", "\"searc\""]),
+        proptest::collection::vec(logger_cell(), 16),
+    )
+        .prop_map(|((seed, step, rank), n, mv, vt, cells)| {
+            format!(
+                "{{\"seed\":{},\"step_index\":{},\"max_rank\":{},\"move\":\"{mv}\",\"valuation_type\":{vt},\"valuation\":{},\"board\":[{}],\"branch_evs\":{{\"up\":{},\"left\":{},\"right\":{},\"down\":{}}}}}",
+                seed, step, rank, n[0], cells.join(","), n[1], n[2], n[3], n[4]
+            )
+        })
+}
+
 /// A line with bytes damaged: truncated, a byte flipped, inserted or removed, invalid UTF-8.
 fn mutated(line: impl Strategy<Value = String>) -> impl Strategy<Value = Vec<u8>> {
     (line, 0u8..6, any::<prop::sample::Index>(), any::<u8>()).prop_map(|(line, how, at, byte)| {
@@ -576,11 +671,22 @@ proptest! {
     #[test]
     fn logger_rows_take_the_fast_path_and_agree(line in logger_row()) {
         prop_assert!(parse_row_fast(line.as_bytes()).is_some(), "fast path gave up on {}", line);
+        // The vector path reads every row the logger writes with its three valuation types.
+        if !line.contains("\"mcts\"") {
+            prop_assert_ne!(vector_gives_up(line.as_bytes()), Some(true), "vector path gave up on {}", line);
+        }
         agree(line.as_bytes())?;
     }
 
     #[test]
-    fn damaged_rows_agree_with_the_reference(line in mutated(prop_oneof![row(false), logger_row()])) {
+    fn logger_rows_with_odd_numbers_agree(line in logger_row_odd_numbers()) {
+        agree(line.as_bytes())?;
+    }
+
+    #[test]
+    fn damaged_rows_agree_with_the_reference(
+        line in mutated(prop_oneof![row(false), logger_row(), logger_row_odd_numbers()])
+    ) {
         agree(&line)?;
     }
 }

@@ -79,9 +79,51 @@ pub fn parse_row_fast(line: &[u8]) -> Option<RawRow<'_>> {
 /// The fast path on a line still inside its file's text: the row and the bytes it takes with its
 /// line terminator (`\n`, `\r\n`, or a final `\r` or nothing at the end of `text`), when the
 /// line has the logger's exact layout; None otherwise (then split the line off and use
-/// [`parse_row`]). Saves a separate search for the end of every line.
+/// [`parse_row`]). Saves a separate search for the end of every line. Takes the vector path
+/// (`row_x86`) where the CPU has it.
 pub fn parse_row_in_place(text: &[u8]) -> Option<(RawRow<'_>, usize)> {
+    #[cfg(target_arch = "x86_64")]
+    if super::row_x86::available() {
+        // SAFETY: `available` checked the CPU features.
+        return unsafe { parse_row_in_place_x86(text) };
+    }
+    parse_row_in_place_scalar(text)
+}
+
+/// [`parse_row_in_place`] without the vector path.
+#[inline(always)]
+pub fn parse_row_in_place_scalar(text: &[u8]) -> Option<(RawRow<'_>, usize)> {
     let (row, end) = fast::parse_prefix(text)?;
+    with_terminator(text, row, end)
+}
+
+/// [`parse_row_in_place`] with the vector path first: where enough text remains, and unless it
+/// gives up. Inlined into callers compiled for the same features.
+///
+/// # Safety
+/// `row_x86::available()` must have returned true.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,bmi1,bmi2,popcnt")]
+#[inline]
+pub unsafe fn parse_row_in_place_x86(text: &[u8]) -> Option<(RawRow<'_>, usize)> {
+    use super::row_x86;
+    let vector = if text.len() >= row_x86::WINDOW {
+        // SAFETY: the caller's promise.
+        unsafe { row_x86::parse_prefix(text) }
+    } else {
+        None
+    };
+    let (row, end) = match vector {
+        Some(found) => found,
+        None => fast::parse_prefix(text)?,
+    };
+    with_terminator(text, row, end)
+}
+
+/// The row that ends at `end` with the bytes its line terminator adds, or None when something
+/// else follows it on the line.
+#[inline(always)]
+fn with_terminator<'a>(text: &[u8], row: RawRow<'a>, end: usize) -> Option<(RawRow<'a>, usize)> {
     let used = match &text[end..] {
         [] => end,
         [b'\n', ..] | [b'\r'] => end + 1,
@@ -89,6 +131,35 @@ pub fn parse_row_in_place(text: &[u8]) -> Option<(RawRow<'_>, usize)> {
         _ => return None,
     };
     Some((row, used))
+}
+
+/// The vector fast path alone on `line` followed by `after` (repeated to fill the window it
+/// reads): `None` when this CPU or build has no vector path, else what it gives for exactly
+/// `line` (`Some(None)` when it gives up or the row does not end where `line` does). For the
+/// tests that hold it to the same reference as the scalar paths.
+pub fn parse_row_vectorised(line: &[u8], after: &[u8]) -> Option<Option<RawRow<'static>>> {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use super::row_x86::{WINDOW, available, parse_prefix};
+        if !available() {
+            return None;
+        }
+        let mut text = line.to_vec();
+        while text.len() < line.len() + WINDOW {
+            text.extend_from_slice(if after.is_empty() { b" " } else { after });
+        }
+        // SAFETY: `available` checked the CPU features.
+        let found = unsafe { parse_prefix(&text) }.filter(|&(_, end)| end == line.len());
+        Some(found.map(|(row, _)| RawRow {
+            valuation_type: row.valuation_type.map(|v| Cow::Owned(v.into_owned())),
+            ..row
+        }))
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = (line, after);
+        None
+    }
 }
 
 /// The general path: any key order, spacing, escapes and unknown fields; exact error messages.

@@ -9,7 +9,9 @@ use crate::format::row::{ROW_BYTES, StepRow};
 use crate::format::valuation::{MAX_NAMES, STANDARD_NAMES};
 use crate::raw::discover::RunSource;
 use crate::raw::gzip::{Fit, Gunzipper, GzipStream, read_maybe_gzipped, trailer_size};
-use crate::raw::row::{RawRow, parse_row, parse_row_in_place};
+#[cfg(target_arch = "x86_64")]
+use crate::raw::row::parse_row_in_place_x86;
+use crate::raw::row::{RawRow, parse_row, parse_row_in_place_scalar};
 use crate::raw::sidecar::{Sidecar, parse_sidecar};
 
 /// Examples kept per finding kind and run.
@@ -329,12 +331,43 @@ impl<'t> RowBuilder<'t> {
         {
             return Err((1, problem));
         }
+        #[cfg(target_arch = "x86_64")]
+        if crate::raw::row_x86::available() {
+            // SAFETY: `available` checked the CPU features.
+            return unsafe { self.feed_lines_x86(text) };
+        }
+        self.feed_lines::<false>(text)
+    }
+
+    /// [`Self::feed_lines`] compiled for the vector row path, which it inlines.
+    ///
+    /// # Safety
+    /// `row_x86::available()` must have returned true.
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2,bmi1,bmi2,popcnt")]
+    unsafe fn feed_lines_x86(&mut self, text: &[u8]) -> Result<(), (u64, String)> {
+        self.feed_lines::<true>(text)
+    }
+
+    /// The line loop of [`Self::feed`]; `VECTOR`: try the vector row path first (only from
+    /// [`Self::feed_lines_x86`]).
+    #[inline(always)]
+    fn feed_lines<const VECTOR: bool>(&mut self, text: &[u8]) -> Result<(), (u64, String)> {
         let mut pos = 0;
         while pos < text.len() {
             self.line_no += 1;
             let rest = &text[pos..];
             // The logger's exact layout, parsed in place: no separate search for the line end.
-            if let Some((raw, used)) = parse_row_in_place(rest) {
+            #[cfg(target_arch = "x86_64")]
+            let fast = if VECTOR {
+                // SAFETY: VECTOR is only set by `feed_lines_x86`, whose caller checked.
+                unsafe { parse_row_in_place_x86(rest) }
+            } else {
+                parse_row_in_place_scalar(rest)
+            };
+            #[cfg(not(target_arch = "x86_64"))]
+            let fast = parse_row_in_place_scalar(rest);
+            if let Some((raw, used)) = fast {
                 self.push(raw)?;
                 pos += used;
                 continue;

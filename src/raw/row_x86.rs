@@ -1,0 +1,354 @@
+//! The logger's row layout read with x86-64 vector instructions: `pack`'s hot loop.
+//!
+//! [`super::row`]'s fast path reads a row token by token, and each token's length decides where
+//! the next one starts; that chain of loads, digit tests and adds costs about 1,500 instructions
+//! per row. Here a number is one 16-byte load: a compare gives the mask of its digit bytes, the
+//! mask gives its length and the place of its `.`, and one shuffle plus three multiply-adds turn
+//! up to 14 digits into an integer. The board is two 32-byte loads: masks give the shape (16
+//! runs of one or two digits between commas) and every cell's value at once. Literal text is
+//! compared in whole words, and every read comes from one fixed window, so nothing is
+//! bounds-checked byte by byte.
+//!
+//! Contract: [`parse_prefix`] accepts exactly the rows `row::fast` accepts, with the same
+//! values, or gives up (`None`) so the caller takes that path; it never accepts more.
+//! `tests/row_oracle.rs` holds both to the same reference. It gives up on anything unusual: a
+//! row longer than [`MAX_ROW`] bytes, fewer than [`WINDOW`] bytes left in the text, a number of
+//! 15 or more digits, a valuation type other than the three the logger writes.
+//!
+//! Needs AVX2, BMI1 and BMI2 (x86-64-v3: Intel since Haswell, AMD since Excavator);
+//! [`available`] checks once at run time.
+
+use std::arch::x86_64::*;
+use std::borrow::Cow;
+use std::sync::OnceLock;
+
+use super::row::RawRow;
+
+/// The longest row this path reads; longer ones go to `row::fast`.
+pub const MAX_ROW: usize = 511;
+/// Bytes that must remain in the text from the row's start: every read stays inside them
+/// (a read at a position up to [`MAX_ROW`] looks at most 64 bytes ahead).
+pub const WINDOW: usize = MAX_ROW + 1 + 64;
+
+type Window = [u8; WINDOW];
+
+/// Whether this CPU has what [`parse_prefix`] needs (checked once). Setting the environment
+/// variable `DATASET_PACKER_SCALAR=1` turns the vector path off (to compare outputs, or to rule
+/// it out when chasing a problem).
+pub fn available() -> bool {
+    static AVAILABLE: OnceLock<bool> = OnceLock::new();
+    *AVAILABLE.get_or_init(|| {
+        let off =
+            std::env::var_os("DATASET_PACKER_SCALAR").is_some_and(|v| !v.is_empty() && v != "0");
+        !off && is_x86_feature_detected!("avx2")
+            && is_x86_feature_detected!("bmi1")
+            && is_x86_feature_detected!("bmi2")
+            && is_x86_feature_detected!("popcnt")
+    })
+}
+
+/// The row at the start of `text` in the logger's layout and where it ends (after its closing
+/// braces), as `row::fast::parse_prefix` gives them; `None` when this path gives up.
+///
+/// # Safety
+/// [`available`] must have returned true.
+#[target_feature(enable = "avx2,bmi1,bmi2,popcnt")]
+#[inline]
+pub unsafe fn parse_prefix(text: &[u8]) -> Option<(RawRow<'_>, usize)> {
+    let w: &Window = text.get(..WINDOW)?.try_into().ok()?;
+    let mut i = 0;
+    lit(w, &mut i, b"{\"seed\":")?;
+    let seed = opt_uint(w, &mut i, u64::from(u32::MAX))?;
+    lit(w, &mut i, b",\"step_index\":")?;
+    let step_index = opt_uint(w, &mut i, u64::from(u32::MAX))?;
+    lit(w, &mut i, b",\"max_rank\":")?;
+    let max_rank = opt_uint(w, &mut i, u64::from(u8::MAX))?;
+    lit(w, &mut i, b",\"move\":\"")?;
+    let move_dir = move_name(w, &mut i)?;
+    lit(w, &mut i, b",\"valuation_type\":")?;
+    let valuation_type = valuation_name(w, &mut i)?;
+    lit(w, &mut i, b",\"valuation\":")?;
+    opt_float(w, &mut i)?;
+    lit(w, &mut i, b",\"board\":[")?;
+    let board = board(w, &mut i)?;
+    lit(w, &mut i, b"],\"branch_evs\":{\"up\":")?;
+    let up = opt_float(w, &mut i)?;
+    lit(w, &mut i, b",\"left\":")?;
+    let left = opt_float(w, &mut i)?;
+    lit(w, &mut i, b",\"right\":")?;
+    let right = opt_float(w, &mut i)?;
+    lit(w, &mut i, b",\"down\":")?;
+    let down = opt_float(w, &mut i)?;
+    lit(w, &mut i, b"}}")?;
+    // Reads past MAX_ROW wrapped around the window (see `at`): such a row is not read here.
+    if i > MAX_ROW {
+        return None;
+    }
+    let row = RawRow {
+        seed: seed.map(|v| v as u32),
+        step_index: step_index.map(|v| v as u32),
+        max_rank: max_rank.map(|v| v as u8),
+        move_dir,
+        valuation_type: valuation_type.map(Cow::Borrowed),
+        board,
+        branch_evs: [up, down, left, right],
+    };
+    Some((row, i))
+}
+
+/// The `N` bytes at `i`. The index wraps at 512, so the compiler sees every read inside the
+/// window; a row whose reads would wrap is longer than [`MAX_ROW`] and refused at the end.
+#[inline(always)]
+fn at<const N: usize>(w: &Window, i: usize) -> &[u8; N] {
+    let j = i & MAX_ROW;
+    w[j..j + N].try_into().unwrap()
+}
+
+#[inline(always)]
+fn byte(w: &Window, i: usize) -> u8 {
+    w[i & MAX_ROW]
+}
+
+#[inline(always)]
+fn word(w: &Window, i: usize) -> u64 {
+    u64::from_le_bytes(*at::<8>(w, i))
+}
+
+/// Consumes the literal `l`.
+#[inline(always)]
+fn lit<const N: usize>(w: &Window, i: &mut usize, l: &[u8; N]) -> Option<()> {
+    if at::<N>(w, *i) == l {
+        *i += N;
+        Some(())
+    } else {
+        None
+    }
+}
+
+/// The 16 bytes at `i` less `'0'`, with bytes that are not digits zeroed, and masks (bit k =
+/// byte k) of the digits and of the bytes a plain JSON number may hold (digits, `.`, `-`).
+#[inline(always)]
+unsafe fn classify16(w: &Window, i: usize) -> (__m128i, u32, u32) {
+    // SAFETY: `at` keeps the 16 bytes inside the window; SSE2 is part of x86-64.
+    unsafe {
+        let v = _mm_loadu_si128(at::<16>(w, i).as_ptr().cast());
+        let t = _mm_sub_epi8(v, _mm_set1_epi8(b'0' as i8));
+        // As unsigned bytes, t <= 9 exactly for the digits.
+        let is_digit = _mm_cmpeq_epi8(_mm_min_epu8(t, _mm_set1_epi8(9)), t);
+        let is_dot = _mm_cmpeq_epi8(v, _mm_set1_epi8(b'.' as i8));
+        let is_minus = _mm_cmpeq_epi8(v, _mm_set1_epi8(b'-' as i8));
+        let in_number = _mm_or_si128(is_digit, _mm_or_si128(is_dot, is_minus));
+        (
+            _mm_and_si128(t, is_digit),
+            _mm_movemask_epi8(is_digit) as u32,
+            _mm_movemask_epi8(in_number) as u32,
+        )
+    }
+}
+
+/// The integer spelled by the digit bytes of `d` (each 0..=9, other bytes 0) that end at byte
+/// `end` (exclusive), where the last `frac_len` of them follow a byte to skip (the `.`: when
+/// there is none, `frac_len` is 0 and `end` is one past the last digit plus one). At most 14
+/// digits, `end` at most 16. One shuffle moves the digits to the top of the register without
+/// the dot, zeros above them (bytes before the number are zero or skipped); three
+/// multiply-adds then make two 8-digit halves.
+#[inline(always)]
+unsafe fn digits_value(d: __m128i, end: u32, frac_len: u32) -> u64 {
+    // SAFETY: register operations only; SSSE3/SSE4.1 are implied by AVX2 (the caller's
+    // target features).
+    unsafe {
+        let iota = _mm_setr_epi8(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+        // Output byte k takes input byte k - 16 + end; bytes before the fraction one more to
+        // the left (skipping the dot). Negative indexes make zeros.
+        let base = _mm_add_epi8(iota, _mm_set1_epi8(end as i8 - 16));
+        let before_frac = _mm_cmpgt_epi8(_mm_set1_epi8(16 - frac_len as i8), iota);
+        let index = _mm_add_epi8(base, before_frac);
+        let d = _mm_shuffle_epi8(d, index);
+        let pairs = _mm_maddubs_epi16(d, _mm_set1_epi16(0x010a));
+        let quads = _mm_madd_epi16(pairs, _mm_set1_epi32(0x0001_0064));
+        let quads = _mm_packus_epi32(quads, quads);
+        let eights = _mm_madd_epi16(quads, _mm_set1_epi32(0x0001_2710));
+        let both = _mm_cvtsi128_si64(eights) as u64;
+        (both & 0xffff_ffff) * 100_000_000 + (both >> 32)
+    }
+}
+
+/// Plain decimal digits (no sign, no leading zero unless alone), at most `max`, or `null`.
+#[inline(always)]
+fn opt_uint(w: &Window, i: &mut usize, max: u64) -> Option<Option<u64>> {
+    if at::<4>(w, *i) == b"null" {
+        *i += 4;
+        return Some(None);
+    }
+    // SAFETY: the caller's target features (this module is only entered through
+    // `parse_prefix`).
+    let (d, digits, _) = unsafe { classify16(w, *i) };
+    let len = (!digits).trailing_zeros();
+    if len == 0 || len > 14 || (len > 1 && byte(w, *i) == b'0') {
+        return None;
+    }
+    let v = unsafe { digits_value(d, len + 1, 0) };
+    if v > max {
+        return None;
+    }
+    *i += len as usize;
+    Some(Some(v))
+}
+
+/// A JSON number in the plain `-?digits(.digits)?` form, as a finite f32, or `null` as 0.0.
+/// With at most 14 digits the mantissa is exact, and one division by an exact power of ten
+/// gives the correctly rounded f64, as `row::fast` computes it.
+///
+/// The number's end comes straight from the mask of number bytes, so the next token's load
+/// waits for one load, a few mask operations and a bit scan; the number's shape (a `-` only
+/// first, one `.` at most with digits on both sides, no leading zero) is checked beside that.
+#[inline(always)]
+fn opt_float(w: &Window, i: &mut usize) -> Option<f32> {
+    if at::<4>(w, *i) == b"null" {
+        *i += 4;
+        return Some(0.0);
+    }
+    // SAFETY: as in `opt_uint`.
+    let (d, digits, in_number) = unsafe { classify16(w, *i) };
+    let end = (!in_number).trailing_zeros(); // 16 or more: the number may go on
+    let span = (1u32 << (end & 15)) - 1;
+    let negative = byte(w, *i) == b'-';
+    let first = u32::from(negative);
+    // Bytes of the number that are not digits: the sign (first only) and at most one dot.
+    let marks = !digits & span & !first;
+    let dot = marks.trailing_zeros(); // 32 when there is none
+    let (int_len, frac_len, value_end) = if marks == 0 {
+        (end - first, 0, end + 1)
+    } else {
+        (dot.wrapping_sub(first), end.wrapping_sub(dot + 1), end)
+    };
+    let well_formed = end < 16
+        && marks & marks.wrapping_sub(1) == 0 // one dot at most (a `-` elsewhere counts too)
+        && (marks == 0 || byte(w, *i + dot as usize) == b'.')
+        && (1..16).contains(&int_len)
+        && (marks == 0 || (1..16).contains(&frac_len))
+        && !(int_len > 1 && byte(w, *i + first as usize) == b'0');
+    if !well_formed {
+        return None;
+    }
+    let mantissa = unsafe { digits_value(d, value_end, frac_len) };
+    *i += end as usize;
+    // Below 10^14, so the signed conversion is the same exact value, and the f32 is finite.
+    let x = mantissa as i64 as f64 / POW10[frac_len as usize];
+    Some((if negative { -x } else { x }) as f32)
+}
+
+const POW10: [f64; 16] = [
+    1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11, 1e12, 1e13, 1e14, 1e15,
+];
+
+/// `up"`, `down"`, `left"` or `right"`: 0=up 1=down 2=left 3=right.
+#[inline(always)]
+fn move_name(w: &Window, i: &mut usize) -> Option<u8> {
+    let x = word(w, *i);
+    let (dir, len) = if x & 0xff_ffff == u64::from_le_bytes(*b"up\"\0\0\0\0\0") {
+        (0, 3)
+    } else if x & 0xff_ffff_ffff == u64::from_le_bytes(*b"down\"\0\0\0") {
+        (1, 5)
+    } else if x & 0xff_ffff_ffff == u64::from_le_bytes(*b"left\"\0\0\0") {
+        (2, 5)
+    } else if x & 0xffff_ffff_ffff == u64::from_le_bytes(*b"right\"\0\0") {
+        (3, 6)
+    } else {
+        return None;
+    };
+    *i += len;
+    Some(dir)
+}
+
+/// `null`, or one of the names the logger writes in quotes; another name is left to
+/// `row::fast`.
+#[inline(always)]
+fn valuation_name(w: &Window, i: &mut usize) -> Option<Option<&'static str>> {
+    let x = word(w, *i);
+    if x == u64::from_le_bytes(*b"\"search\"") {
+        *i += 8;
+        return Some(Some("search"));
+    }
+    if x & 0xffff_ffff == u64::from_le_bytes(*b"null\0\0\0\0") {
+        *i += 4;
+        return Some(None);
+    }
+    if x == u64::from_le_bytes(*b"\"tuple11") && byte(w, *i + 8) == b'"' {
+        *i += 9;
+        return Some(Some("tuple11"));
+    }
+    if x == u64::from_le_bytes(*b"\"tuple10") && byte(w, *i + 8) == b'"' {
+        *i += 9;
+        return Some(Some("tuple10"));
+    }
+    None
+}
+
+/// The board's 16 cells, each `d` or `dd` (no leading zero, at most 16), separated by commas,
+/// up to the first byte that is neither digit nor comma (the caller's `]`).
+///
+/// Two 32-byte loads classify 64 bytes: digits, commas, and for every byte the value of a cell
+/// starting there (its digit, or 10 + the next digit when the next byte is a digit too: a
+/// two-digit cell must be `10`..`16`). The shape is checked on the masks: 15 commas, the
+/// first and last byte digits, no two commas together, no three digits together; then the 16
+/// values are picked at the run starts. The board is at most 47 bytes, so 64 hold it and the
+/// byte after it.
+#[inline(always)]
+fn board(w: &Window, i: &mut usize) -> Option<[u8; 16]> {
+    let mut values = [0u8; 64];
+    // SAFETY: `at` keeps the 65 bytes read inside the window; AVX2 is the caller's target
+    // feature; the stores are into `values`.
+    let (digits, commas, bad) = unsafe {
+        let bytes: &[u8; 65] = at::<65>(w, *i);
+        let mut digits = 0u64;
+        let mut commas = 0u64;
+        let mut bad = 0u64;
+        for half in 0..2 {
+            let v = _mm256_loadu_si256(bytes.as_ptr().add(32 * half).cast());
+            let next = _mm256_loadu_si256(bytes.as_ptr().add(32 * half + 1).cast());
+            let nine = _mm256_set1_epi8(9);
+            let t = _mm256_sub_epi8(v, _mm256_set1_epi8(b'0' as i8));
+            let u = _mm256_sub_epi8(next, _mm256_set1_epi8(b'0' as i8));
+            let is_digit = _mm256_cmpeq_epi8(_mm256_min_epu8(t, nine), t);
+            let next_digit = _mm256_cmpeq_epi8(_mm256_min_epu8(u, nine), u);
+            let is_comma = _mm256_cmpeq_epi8(v, _mm256_set1_epi8(b',' as i8));
+            // Two digits: the first must be 1 and the second at most 6.
+            let first_one = _mm256_cmpeq_epi8(t, _mm256_set1_epi8(1));
+            let second_ok = _mm256_cmpeq_epi8(_mm256_min_epu8(u, _mm256_set1_epi8(6)), u);
+            let two_ok = _mm256_and_si256(first_one, second_ok);
+            let two_bad = _mm256_andnot_si256(two_ok, next_digit);
+            let value = _mm256_blendv_epi8(t, _mm256_add_epi8(u, _mm256_set1_epi8(10)), next_digit);
+            _mm256_storeu_si256(values.as_mut_ptr().add(32 * half).cast(), value);
+            let shift = 32 * half as u32;
+            digits |= u64::from(_mm256_movemask_epi8(is_digit) as u32) << shift;
+            commas |= u64::from(_mm256_movemask_epi8(is_comma) as u32) << shift;
+            bad |= u64::from(_mm256_movemask_epi8(two_bad) as u32) << shift;
+        }
+        (digits, commas, bad)
+    };
+    let other = !(digits | commas);
+    let len = other.trailing_zeros(); // 64 when none: refused below (no last digit)
+    let region = (1u64 << (len & 63)) - 1;
+    let d = digits & region;
+    let c = commas & region;
+    let starts = d & !(d << 1);
+    let shape_ok = len < 64
+        && c.count_ones() == 15
+        && d & 1 == 1
+        && (d >> (len.max(1) - 1)) & 1 == 1
+        && c & (c >> 1) == 0
+        && d & (d >> 1) & (d >> 2) == 0
+        && bad & starts == 0;
+    if !shape_ok {
+        return None;
+    }
+    let mut board = [0u8; 16];
+    let mut s = starts;
+    for cell in board.iter_mut() {
+        *cell = values[(s.trailing_zeros() & 63) as usize];
+        s &= s.wrapping_sub(1);
+    }
+    *i += len as usize;
+    Some(board)
+}

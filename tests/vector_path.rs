@@ -1,0 +1,227 @@
+//! `pack` reads the logger's rows with a vector path where the CPU has it (src/raw/row_x86.rs)
+//! and with the scalar parser otherwise (or with DATASET_PACKER_SCALAR=1). Both must give the
+//! same pack byte for byte, and the same error for a bad row, wherever the row sits in its file.
+//! tests/row_oracle.rs holds the two parsers to one reference row by row; this drives the real
+//! binary both ways.
+
+mod common;
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+use common::*;
+
+/// `dataset-packer pack` of `input` into `output`, with the vector path on or off.
+fn pack_with(input: &Path, output: &Path, scalar: bool) -> Output {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_dataset-packer"));
+    cmd.args([
+        "pack",
+        "--input",
+        s(input),
+        "--output",
+        s(output),
+        "--quiet",
+    ])
+    .env_remove("RUST_LOG");
+    if scalar {
+        cmd.env("DATASET_PACKER_SCALAR", "1");
+    } else {
+        cmd.env_remove("DATASET_PACKER_SCALAR");
+    }
+    cmd.output().expect("the binary runs")
+}
+
+/// Every table of the pack's metadata.db except `session` (which records the time and the
+/// command line), as text.
+fn db_tables(pack: &Path) -> Vec<String> {
+    let db = db(pack);
+    let tables: Vec<String> = db
+        .prepare("SELECT name FROM sqlite_master WHERE type = 'table' AND name != 'session' ORDER BY name")
+        .unwrap()
+        .query_map([], |r| r.get(0))
+        .unwrap()
+        .map(Result::unwrap)
+        .collect();
+    assert!(
+        tables.iter().any(|t| t == "runs"),
+        "no runs table in {tables:?}"
+    );
+    tables
+        .iter()
+        .map(|t| {
+            let mut stmt = db
+                .prepare(&format!("SELECT * FROM {t} ORDER BY 1"))
+                .unwrap();
+            let n = stmt.column_count();
+            let rows: Vec<String> = stmt
+                .query_map([], |r| {
+                    Ok((0..n)
+                        .map(|i| format!("{:?}", r.get_ref(i).unwrap()))
+                        .collect::<Vec<_>>()
+                        .join("|"))
+                })
+                .unwrap()
+                .map(Result::unwrap)
+                .collect();
+            format!("{t}: {}", rows.join("\n"))
+        })
+        .collect()
+}
+
+/// Packs `input` both ways and asserts the same outcome: the same files and tables on success,
+/// the same exit code and message on failure. Returns whether it succeeded.
+fn same_both_ways(input: &Path) -> bool {
+    let tmp = tempfile::tempdir().unwrap();
+    let (vector_out, scalar_out) = (tmp.path().join("vector"), tmp.path().join("scalar"));
+    let vector = pack_with(input, &vector_out, false);
+    let scalar = pack_with(input, &scalar_out, true);
+    assert_eq!(
+        vector.status.code(),
+        scalar.status.code(),
+        "{}: exit codes differ; vector: {}; scalar: {}",
+        input.display(),
+        stderr(&vector),
+        stderr(&scalar)
+    );
+    assert_eq!(
+        stderr(&vector),
+        stderr(&scalar),
+        "{}: messages differ",
+        input.display()
+    );
+    if !vector.status.success() {
+        return false;
+    }
+    let (v, s) = (pack_bytes(&vector_out), pack_bytes(&scalar_out));
+    assert!(
+        v.iter().any(|(n, _)| n.starts_with("steps")),
+        "no shard written"
+    );
+    assert!(
+        v == s,
+        "{}: shards or valuation_types.json differ",
+        input.display()
+    );
+    assert_eq!(
+        db_tables(&vector_out),
+        db_tables(&scalar_out),
+        "{}",
+        input.display()
+    );
+    true
+}
+
+#[test]
+fn the_fixture_drops_pack_the_same_both_ways() {
+    assert!(same_both_ways(&fixture("raw")));
+    assert!(same_both_ways(&fixture("findings")));
+}
+
+/// A row in the logger's layout; `k` varies every number's length and sign, the board's
+/// two-digit cells, the nulls and the valuation type.
+fn logger_line(k: u64, seed: u64) -> String {
+    let mix = |salt: u64| {
+        (k.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ salt).wrapping_mul(0xBF58_476D_1CE4_E5B9) >> 20
+    };
+    let ev = |salt: u64| {
+        let r = mix(salt);
+        match r % 7 {
+            0 => "null".to_string(),
+            1 => format!("-{}.{:06}", r % 1000, r % 1_000_000),
+            2 => format!("{}.{:06}", r % 100_000, (r >> 7) % 1_000_000),
+            3 => format!("{}.{:03}", r % 10, r % 1000),
+            4 => format!("-0.{:06}", r % 1_000_000),
+            5 => format!("{}", r % 50),
+            _ => format!("{}.{:06}", r % 10, r % 1_000_000),
+        }
+    };
+    let cells: Vec<String> = (0..16u64)
+        .map(|c| (mix(100 + c) % 17).to_string())
+        .collect();
+    let vtype = ["\"search\"", "\"tuple11\"", "\"tuple10\"", "null"][(mix(7) % 4) as usize];
+    let mv = ["up", "down", "left", "right"][(mix(8) % 4) as usize];
+    format!(
+        "{{\"seed\":{seed},\"step_index\":{k},\"max_rank\":{},\"move\":\"{mv}\",\"valuation_type\":{vtype},\"valuation\":{},\"board\":[{}],\"branch_evs\":{{\"up\":{},\"left\":{},\"right\":{},\"down\":{}}}}}",
+        mix(9) % 17,
+        ev(10),
+        cells.join(","),
+        ev(11),
+        ev(12),
+        ev(13),
+        ev(14)
+    )
+}
+
+/// A drop of one run of `lines` (joined with `\n`, plus a final `\n`).
+fn write_run(dir: &Path, seed: u64, lines: &[String]) {
+    std::fs::create_dir_all(dir).unwrap();
+    let stem = format!("depth06_worker00_seed{seed:010}_game000000");
+    let mut text = lines.join("\n");
+    text.push('\n');
+    write_gz(&dir.join(format!("{stem}.jsonl.gz")), text.as_bytes());
+    let sidecar = format!(
+        "{{\"seed\":{seed},\"depth\":6,\"game_index\":0,\"num_moves\":{},\"score\":100,\"max_tile\":1024,\"max_rank\":10,\"sum_tile\":2000,\"seconds\":1.5}}",
+        lines.len()
+    );
+    std::fs::write(dir.join(format!("{stem}.meta.json")), sidecar).unwrap();
+}
+
+#[test]
+fn varied_rows_pack_the_same_both_ways() {
+    let tmp = tempfile::tempdir().unwrap();
+    let seed = 4_294_967_295;
+    let mut lines: Vec<String> = (0..3000).map(|k| logger_line(k, seed)).collect();
+    // Rows the vector path leaves to the scalar paths, in the middle of the file: another
+    // valuation name, a long number, spaces, keys in another order, a CRLF line end, a blank
+    // line.
+    lines[500] = lines[500].replace(
+        "\"valuation_type\":\"search\"",
+        "\"valuation_type\":\"mcts\"",
+    );
+    lines[501] = lines[501].replace("\"valuation_type\":null", "\"valuation_type\":\"mcts\"");
+    lines[900] = lines[900].replace(
+        "\"valuation\":",
+        "\"valuation\":1234567890123456789.5,\"x\":",
+    );
+    lines[1200] = lines[1200].replace(",\"move\":", ", \"move\": ");
+    lines[1500] = lines[1500]
+        .replacen("{\"seed\":4294967295,", "{", 1)
+        .replace("}}", "},\"seed\":4294967295}");
+    lines[2000].push('\r');
+    lines[2500] = String::new();
+    write_run(&tmp.path().join("drop"), seed, &lines);
+    assert!(same_both_ways(&tmp.path().join("drop")));
+}
+
+#[test]
+fn a_bad_row_mid_file_gives_the_same_error_both_ways() {
+    // Each damage is put on line 41 of 80, so the vector path sees it with its whole window
+    // of text after it.
+    let damages: &[(&str, &str)] = &[
+        (",\"board\":[", ",\"board\":[17,"),
+        (",\"board\":[", ",\"board\":[01,"),
+        (",\"board\":[", ",\"board\":[-1,"),
+        ("\"valuation\":", "\"valuation\":01"),
+        ("\"valuation\":", "\"valuation\":-"),
+        ("\"valuation\":", "\"valuation\":1e999,\"y\":"),
+        ("\"up\":", "\"up\":1.2.3,\"q\":"),
+        ("\"max_rank\":", "\"max_rank\":256"),
+        ("\"step_index\":40", "\"step_index\":40.5"),
+        ("\"move\":\"", "\"move\":\"x"),
+        ("}}", "}"),
+        ("\"seed\":4294967295", "\"seed\":4294967296"),
+    ];
+    let seed = 4_294_967_295;
+    let tmp = tempfile::tempdir().unwrap();
+    for (n, (from, to)) in damages.iter().enumerate() {
+        let mut lines: Vec<String> = (0..80).map(|k| logger_line(k, seed)).collect();
+        assert!(lines[40].contains(from), "{from} not in {}", lines[40]);
+        lines[40] = lines[40].replacen(from, to, 1);
+        let dir = tmp.path().join(format!("bad{n}"));
+        write_run(&dir, seed, &lines);
+        assert!(
+            !same_both_ways(&dir),
+            "a row damaged by {from:?} -> {to:?} was packed"
+        );
+    }
+}
