@@ -85,9 +85,17 @@ pub fn parse_row_in_place(text: &[u8]) -> Option<(RawRow<'_>, usize)> {
     #[cfg(target_arch = "x86_64")]
     if super::row_x86::available() {
         // SAFETY: `available` checked the CPU features.
-        return unsafe { parse_row_in_place_x86(text) };
+        return unsafe { parse_row_in_place_avx2(text) };
     }
     parse_row_in_place_scalar(text)
+}
+
+/// [`parse_row_in_place_x86`] compiled for its CPU features.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,bmi1,bmi2,popcnt")]
+unsafe fn parse_row_in_place_avx2(text: &[u8]) -> Option<(RawRow<'_>, usize)> {
+    // SAFETY: the caller's promise.
+    unsafe { parse_row_in_place_x86(text) }
 }
 
 /// [`parse_row_in_place`] without the vector path.
@@ -98,13 +106,13 @@ pub fn parse_row_in_place_scalar(text: &[u8]) -> Option<(RawRow<'_>, usize)> {
 }
 
 /// [`parse_row_in_place`] with the vector path first: where enough text remains, and unless it
-/// gives up. Inlined into callers compiled for the same features.
+/// gives up. Inlined: the caller must be compiled for the vector path's features
+/// (`#[target_feature(enable = "avx2,bmi1,bmi2,popcnt")]`) for its instructions to be inlined.
 ///
 /// # Safety
 /// `row_x86::available()` must have returned true.
 #[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,bmi1,bmi2,popcnt")]
-#[inline]
+#[inline(always)]
 pub unsafe fn parse_row_in_place_x86(text: &[u8]) -> Option<(RawRow<'_>, usize)> {
     use super::row_x86;
     let vector = if text.len() >= row_x86::WINDOW {

@@ -50,10 +50,12 @@ pub fn available() -> bool {
 /// The row at the start of `text` in the logger's layout and where it ends (after its closing
 /// braces), as `row::fast::parse_prefix` gives them; `None` when this path gives up.
 ///
+/// Inlined, so the caller must be compiled for the features (`#[target_feature(enable =
+/// "avx2,bmi1,bmi2,popcnt")]`) for the vector instructions to be inlined too.
+///
 /// # Safety
 /// [`available`] must have returned true.
-#[target_feature(enable = "avx2,bmi1,bmi2,popcnt")]
-#[inline]
+#[inline(always)]
 pub unsafe fn parse_prefix(text: &[u8]) -> Option<(RawRow<'_>, usize)> {
     let w: &Window = text.get(..WINDOW)?.try_into().ok()?;
     let mut i = 0;

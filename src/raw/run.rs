@@ -386,6 +386,7 @@ impl<'t> RowBuilder<'t> {
     }
 
     /// Adds one parsed row (the current line) to the run.
+    #[inline(always)]
     fn push(&mut self, raw: RawRow) -> Result<(), (u64, String)> {
         let line_no = self.line_no;
         let run = &mut self.run;
