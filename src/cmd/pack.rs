@@ -45,7 +45,10 @@ and one whose content is already in the pack (a moved or copied folder) is skipp
 the next ids; existing runs, rows and shards never change. A sharded pack gets its last, partial
 shard rewritten (as a staged copy) and new shards after it; a single-file pack (steps.npy) is
 copied whole to be extended, so pack growing datasets with --shard-rows. If PACK_DIR holds no
-pack yet, --update is a plain pack.")]
+pack yet, --update is a plain pack.
+
+Speed: on x86-64 CPUs with AVX2 (2015 on) rows in the logger's layout are read with vector
+instructions; DATASET_PACKER_SCALAR=1 turns that off (same output, slower).")]
 pub struct PackArgs {
     /// Folder of raw self-play logs (BASE.meta.json[.gz] + BASE.jsonl.gz), walked recursively.
     #[arg(long, value_name = "RAW_DIR")]
