@@ -368,7 +368,7 @@ impl<'t> RowBuilder<'t> {
             #[cfg(not(target_arch = "x86_64"))]
             let fast = parse_row_in_place_scalar(rest);
             if let Some((raw, used)) = fast {
-                self.push(raw)?;
+                self.push::<VECTOR>(raw)?;
                 pos += used;
                 continue;
             }
@@ -380,14 +380,14 @@ impl<'t> RowBuilder<'t> {
                 continue;
             }
             let raw = parse_row(line).map_err(|e| (self.line_no, e.0))?;
-            self.push(raw)?;
+            self.push::<VECTOR>(raw)?;
         }
         Ok(())
     }
 
     /// Adds one parsed row (the current line) to the run.
     #[inline(always)]
-    fn push(&mut self, raw: RawRow) -> Result<(), (u64, String)> {
+    fn push<const VECTOR: bool>(&mut self, raw: RawRow) -> Result<(), (u64, String)> {
         let line_no = self.line_no;
         let run = &mut self.run;
         let step = match raw.step_index {
@@ -417,6 +417,14 @@ impl<'t> RowBuilder<'t> {
             Some(name) => local_valuation_id(run, name, line_no)?,
         };
 
+        #[cfg(target_arch = "x86_64")]
+        let (packed, mask) = if VECTOR {
+            // SAFETY: VECTOR is only set under `feed_lines_x86`, whose caller checked.
+            unsafe { crate::raw::row_x86::pack_board(&raw.board) }
+        } else {
+            board::pack(&raw.board)
+        };
+        #[cfg(not(target_arch = "x86_64"))]
         let (packed, mask) = board::pack(&raw.board);
         let (board_eval, ev_legal) = self.tables.eval_and_legal(&raw.board, packed, mask);
         let move_dir = raw.move_dir;
