@@ -174,6 +174,7 @@ have_time=1
 }
 
 # ------------------------------------------------------------------ measurements
+declare -A R_PAIR_MED R_PAIR_RANGE R_PAIR_N
 declare -A R_ROWS R_CMB R_FLOOR R_FLOOR_MB R_FLOOR_MED R_LD R_LD_MB R_LD_MED R_WALL R_WALL_MED R_PRPS R_PRPS_MED R_PMBPS R_RSS R_RATIO R_LD_RATIO
 status=0
 
@@ -303,6 +304,28 @@ for spec in "${corpora[@]}"; do
   if [[ $have_time == 1 ]]; then R_RSS[$name]=$(calc %.1f "$max_rss / 1024"); fi
   R_RATIO[$name]=$(calc %.1f "100 * ${R_PRPS[$name]} / ${R_FLOOR[$name]}")
   R_LD_RATIO[$name]=$(calc %.1f "100 * ${R_PRPS[$name]} / ${R_LD[$name]}")
+
+  # Paired: this machine's speed drifts over minutes (a shared VM), so best-of-N floor and
+  # best-of-N pack taken minutes apart can be compared at different speeds. Here each pack run
+  # comes right after a libdeflate floor run, and the ratio is taken pair by pair.
+  ratios=()
+  for ((i = 1; i <= BENCH_REPEAT; i++)); do
+    rm -rf "$outdir"
+    warm "$dir"
+    wait_idle "pair $name #$i"
+    out=$("$FLOOR" "$dir" --threads "$BENCH_THREADS" --engine libdeflate) || out=""
+    [[ -n "$out" ]] || continue
+    start=$(date +%s.%N)
+    "${cmd[@]}" >"$BENCH_DIR/logs/pair-$name-$STAMP-$i.log" 2>&1 || continue
+    wall=$(calc %.3f "$(date +%s.%N) - $start")
+    ratios+=("$(calc %.1f "100 * ${R_ROWS[$name]} / $wall / $(json_num "$out" rows_per_s)")")
+    log "pair $name #$i: floor $(json_num "$out" rows_per_s) rows/s, pack ${wall}s -> ${ratios[-1]}%"
+  done
+  if ((${#ratios[@]} > 0)); then
+    R_PAIR_MED[$name]=$(median "${ratios[@]}")
+    R_PAIR_RANGE[$name]="$(printf '%s\n' "${ratios[@]}" | sort -g | head -1)-$(printf '%s\n' "${ratios[@]}" | sort -g | tail -1)"
+    R_PAIR_N[$name]=${#ratios[@]}
+  fi
 done
 
 # ------------------------------------------------------------------ long games (issue 15)
@@ -407,7 +430,10 @@ report="$BENCH_DIR/results-$STAMP.txt"
       echo
       verdict() { if awk "BEGIN { exit !($1) }"; then echo PASS; else echo FAIL; fi; }
       echo "goal pack >= 80% of floor rows/s (4M): ${R_RATIO[4m]}% -> $(verdict "${R_RATIO[4m]} >= 80")"
-      echo "goal pack >= 50% of libdeflate floor rows/s (4M, issue 15): ${R_LD_RATIO[4m]}% -> $(verdict "${R_LD_RATIO[4m]} >= 50")"
+      echo "goal pack >= 50% of libdeflate floor rows/s (4M, issue 15), best vs best: ${R_LD_RATIO[4m]}% -> $(verdict "${R_LD_RATIO[4m]} >= 50")"
+      if [[ -n "${R_PAIR_MED[4m]:-}" ]]; then
+        echo "goal pack >= 50% of libdeflate floor rows/s (4M, issue 15), median of ${R_PAIR_N[4m]} back-to-back pairs: ${R_PAIR_MED[4m]}% (range ${R_PAIR_RANGE[4m]}%) -> $(verdict "${R_PAIR_MED[4m]} >= 50")"
+      fi
       if [[ ${R_RSS[4m]} != n/a ]]; then
         echo "goal peak RSS <= 64 MiB (4M): ${R_RSS[4m]} MiB -> $(verdict "${R_RSS[4m]} <= 64")"
       fi

@@ -490,22 +490,20 @@ fn pack_with_limit(
     output: &std::path::Path,
     limit: Option<usize>,
 ) -> std::process::Output {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_dataset-packer"));
-    cmd.args([
-        "pack",
-        "--input",
-        s(input),
-        "--output",
-        s(output),
-        "--quiet",
-        "--workers",
-        "2",
-    ])
-    .env_remove("RUST_LOG");
-    if let Some(limit) = limit {
-        cmd.env("DATASET_PACKER_WHOLE_FILE_LIMIT", limit.to_string());
-    }
-    cmd.output().expect("the binary runs")
+    let limit = limit.map(|l| l.to_string());
+    run_env(
+        &[
+            "pack",
+            "--input",
+            s(input),
+            "--output",
+            s(output),
+            "--quiet",
+            "--workers",
+            "2",
+        ],
+        &[("DATASET_PACKER_WHOLE_FILE_LIMIT", limit.as_deref())],
+    )
 }
 
 /// What a pack command left: exit code, stderr, the pack's bytes and its runs with fingerprints.

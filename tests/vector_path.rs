@@ -7,28 +7,23 @@
 mod common;
 
 use std::path::Path;
-use std::process::{Command, Output};
+use std::process::Output;
 
 use common::*;
 
 /// `dataset-packer pack` of `input` into `output`, with the vector path on or off.
 fn pack_with(input: &Path, output: &Path, scalar: bool) -> Output {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_dataset-packer"));
-    cmd.args([
-        "pack",
-        "--input",
-        s(input),
-        "--output",
-        s(output),
-        "--quiet",
-    ])
-    .env_remove("RUST_LOG");
-    if scalar {
-        cmd.env("DATASET_PACKER_SCALAR", "1");
-    } else {
-        cmd.env_remove("DATASET_PACKER_SCALAR");
-    }
-    cmd.output().expect("the binary runs")
+    run_env(
+        &[
+            "pack",
+            "--input",
+            s(input),
+            "--output",
+            s(output),
+            "--quiet",
+        ],
+        &[("DATASET_PACKER_SCALAR", scalar.then_some("1"))],
+    )
 }
 
 /// Every table of the pack's metadata.db except `session` (which records the time and the

@@ -15,11 +15,20 @@ pub fn fixture(rel: &str) -> PathBuf {
 
 /// Runs `dataset-packer ARGS…` and returns its output.
 pub fn run(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_dataset-packer"))
-        .args(args)
-        .env_remove("RUST_LOG")
-        .output()
-        .expect("the binary runs")
+    run_env(args, &[])
+}
+
+/// [`run`] with environment variables set (`Some`) or removed (`None`).
+pub fn run_env(args: &[&str], env: &[(&str, Option<&str>)]) -> Output {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_dataset-packer"));
+    cmd.args(args).env_remove("RUST_LOG");
+    for (name, value) in env {
+        match value {
+            Some(value) => cmd.env(name, value),
+            None => cmd.env_remove(name),
+        };
+    }
+    cmd.output().expect("the binary runs")
 }
 
 /// Runs the binary and asserts success, returning stdout.
