@@ -87,40 +87,38 @@ pub fn parse_row_in_place(text: &[u8]) -> Option<(RawRow<'_>, usize)> {
         // SAFETY: `available` checked the CPU features.
         return unsafe { parse_row_in_place_avx2(text) };
     }
-    parse_row_in_place_scalar(text)
+    // SAFETY: without the vector path there is nothing to promise.
+    unsafe { parse_row_in_place_with::<false>(text) }
 }
 
-/// [`parse_row_in_place_x86`] compiled for its CPU features.
+/// [`parse_row_in_place_with`] with the vector path, compiled for its CPU features.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,bmi1,bmi2,popcnt")]
 unsafe fn parse_row_in_place_avx2(text: &[u8]) -> Option<(RawRow<'_>, usize)> {
     // SAFETY: the caller's promise.
-    unsafe { parse_row_in_place_x86(text) }
+    unsafe { parse_row_in_place_with::<true>(text) }
 }
 
-/// [`parse_row_in_place`] without the vector path.
-#[inline(always)]
-pub fn parse_row_in_place_scalar(text: &[u8]) -> Option<(RawRow<'_>, usize)> {
-    let (row, end) = fast::parse_prefix(text)?;
-    with_terminator(text, row, end)
-}
-
-/// [`parse_row_in_place`] with the vector path first: where enough text remains, and unless it
-/// gives up. Inlined: the caller must be compiled for the vector path's features
-/// (`#[target_feature(enable = "avx2,bmi1,bmi2,popcnt")]`) for its instructions to be inlined.
+/// [`parse_row_in_place`], with the vector path first when `VECTOR` (and the build is for
+/// x86-64): where enough text remains, and unless it gives up. Inlined: with `VECTOR` the
+/// caller must be compiled for the vector path's features (`#[target_feature(enable =
+/// "avx2,bmi1,bmi2,popcnt")]`) for its instructions to be inlined.
 ///
 /// # Safety
-/// `row_x86::available()` must have returned true.
-#[cfg(target_arch = "x86_64")]
+/// With `VECTOR`, `row_x86::available()` must have returned true.
 #[inline(always)]
-pub unsafe fn parse_row_in_place_x86(text: &[u8]) -> Option<(RawRow<'_>, usize)> {
-    use super::row_x86;
-    let vector = if text.len() >= row_x86::WINDOW {
+pub unsafe fn parse_row_in_place_with<const VECTOR: bool>(
+    text: &[u8],
+) -> Option<(RawRow<'_>, usize)> {
+    #[cfg(target_arch = "x86_64")]
+    let vector = if VECTOR && text.len() >= super::row_x86::WINDOW {
         // SAFETY: the caller's promise.
-        unsafe { row_x86::parse_prefix(text) }
+        unsafe { super::row_x86::parse_prefix(text) }
     } else {
         None
     };
+    #[cfg(not(target_arch = "x86_64"))]
+    let vector = None;
     let (row, end) = match vector {
         Some(found) => found,
         None => fast::parse_prefix(text)?,
@@ -1176,7 +1174,8 @@ mod swar {
     }
 }
 
-const POW10: [f64; 23] = [
+/// 10^n as f64, exact for every n here (shared with the vector path, `row_x86`).
+pub(super) const POW10: [f64; 23] = [
     1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11, 1e12, 1e13, 1e14, 1e15, 1e16,
     1e17, 1e18, 1e19, 1e20, 1e21, 1e22,
 ];

@@ -22,7 +22,7 @@ use std::arch::x86_64::*;
 use std::borrow::Cow;
 use std::sync::OnceLock;
 
-use super::row::RawRow;
+use super::row::{POW10, RawRow};
 
 /// The longest row this path reads; longer ones go to `row::fast`.
 pub const MAX_ROW: usize = 511;
@@ -239,10 +239,6 @@ fn opt_float(w: &Window, i: &mut usize) -> Option<f32> {
     let x = mantissa as i64 as f64 / POW10[frac_len as usize];
     Some((if negative { -x } else { x }) as f32)
 }
-
-const POW10: [f64; 16] = [
-    1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11, 1e12, 1e13, 1e14, 1e15,
-];
 
 /// `up"`, `down"`, `left"` or `right"`: 0=up 1=down 2=left 3=right.
 #[inline(always)]

@@ -9,9 +9,7 @@ use crate::format::row::{ROW_BYTES, StepRow};
 use crate::format::valuation::{MAX_NAMES, STANDARD_NAMES};
 use crate::raw::discover::RunSource;
 use crate::raw::gzip::{Fit, Gunzipper, GzipStream, read_maybe_gzipped, trailer_size};
-#[cfg(target_arch = "x86_64")]
-use crate::raw::row::parse_row_in_place_x86;
-use crate::raw::row::{RawRow, parse_row, parse_row_in_place_scalar};
+use crate::raw::row::{RawRow, parse_row, parse_row_in_place_with};
 use crate::raw::sidecar::{Sidecar, parse_sidecar};
 
 /// Examples kept per finding kind and run.
@@ -358,16 +356,8 @@ impl<'t> RowBuilder<'t> {
             self.line_no += 1;
             let rest = &text[pos..];
             // The logger's exact layout, parsed in place: no separate search for the line end.
-            #[cfg(target_arch = "x86_64")]
-            let fast = if VECTOR {
-                // SAFETY: VECTOR is only set by `feed_lines_x86`, whose caller checked.
-                unsafe { parse_row_in_place_x86(rest) }
-            } else {
-                parse_row_in_place_scalar(rest)
-            };
-            #[cfg(not(target_arch = "x86_64"))]
-            let fast = parse_row_in_place_scalar(rest);
-            if let Some((raw, used)) = fast {
+            // SAFETY: VECTOR is only set by `feed_lines_x86`, whose caller checked.
+            if let Some((raw, used)) = unsafe { parse_row_in_place_with::<VECTOR>(rest) } {
                 self.push::<VECTOR>(raw)?;
                 pos += used;
                 continue;
