@@ -491,17 +491,10 @@ fn pack_with_limit(
     limit: Option<usize>,
 ) -> std::process::Output {
     let limit = limit.map(|l| l.to_string());
-    run_env(
-        &[
-            "pack",
-            "--input",
-            s(input),
-            "--output",
-            s(output),
-            "--quiet",
-            "--workers",
-            "2",
-        ],
+    pack_env(
+        input,
+        output,
+        &["--workers", "2"],
         &[("DATASET_PACKER_WHOLE_FILE_LIMIT", limit.as_deref())],
     )
 }

@@ -13,15 +13,10 @@ use common::*;
 
 /// `dataset-packer pack` of `input` into `output`, with the vector path on or off.
 fn pack_with(input: &Path, output: &Path, scalar: bool) -> Output {
-    run_env(
-        &[
-            "pack",
-            "--input",
-            s(input),
-            "--output",
-            s(output),
-            "--quiet",
-        ],
+    pack_env(
+        input,
+        output,
+        &[],
         &[("DATASET_PACKER_SCALAR", scalar.then_some("1"))],
     )
 }

@@ -33,7 +33,11 @@ pub fn run_env(args: &[&str], env: &[(&str, Option<&str>)]) -> Output {
 
 /// Runs the binary and asserts success, returning stdout.
 pub fn run_ok(args: &[&str]) -> String {
-    let out = run(args);
+    succeeded(args, run(args))
+}
+
+/// The stdout of a run of `dataset-packer ARGS…` that must have succeeded.
+fn succeeded(args: &[&str], out: Output) -> String {
     assert!(
         out.status.success(),
         "dataset-packer {args:?} failed ({}):\n{}",
@@ -82,6 +86,22 @@ pub fn python_ok(script: &str, args: &[&str]) -> String {
 
 /// Packs `input` into `output` with extra args, asserting success.
 pub fn pack(input: &Path, output: &Path, extra: &[&str]) -> String {
+    let args = pack_args(input, output, extra);
+    succeeded(&args, run(&args))
+}
+
+/// `pack --input INPUT --output OUTPUT --quiet EXTRA…` with environment variables set (`Some`)
+/// or removed (`None`), whatever its outcome.
+pub fn pack_env(
+    input: &Path,
+    output: &Path,
+    extra: &[&str],
+    env: &[(&str, Option<&str>)],
+) -> Output {
+    run_env(&pack_args(input, output, extra), env)
+}
+
+fn pack_args<'a>(input: &'a Path, output: &'a Path, extra: &[&'a str]) -> Vec<&'a str> {
     let mut args = vec![
         "pack",
         "--input",
@@ -91,7 +111,7 @@ pub fn pack(input: &Path, output: &Path, extra: &[&str]) -> String {
         "--quiet",
     ];
     args.extend_from_slice(extra);
-    run_ok(&args)
+    args
 }
 
 /// Sorted names of the files in a folder.
