@@ -12,7 +12,7 @@
 use std::time::Instant;
 
 use dataset_packer::raw::gzip::Gunzipper;
-use dataset_packer::raw::row::parse_row_in_place;
+use dataset_packer::raw::row::{RowMemo, parse_row_in_place};
 
 fn main() {
     let mut args = std::env::args().skip(1);
@@ -33,8 +33,9 @@ fn main() {
     let start = Instant::now();
     for _ in 0..repeat {
         let mut pos = 0;
+        let mut memo = RowMemo::default();
         while pos < text.len() {
-            let Some((row, used)) = parse_row_in_place(&text[pos..]) else {
+            let Some((row, used)) = parse_row_in_place(&text[pos..], &mut memo) else {
                 eprintln!("the fast path gave up at byte {pos}");
                 std::process::exit(1);
             };

@@ -99,39 +99,32 @@ impl<'n> RunHasher<'n> {
     }
 
     /// Feeds the next rows of the run (48-byte rows, a whole number of them).
-    pub fn update(&mut self, rows: &[u8]) -> Result<()> {
+    pub fn update(&mut self, mut rows: &[u8]) -> Result<()> {
         debug_assert_eq!(rows.len() % ROW_BYTES, 0);
-        for row in rows.chunks_exact(ROW_BYTES) {
-            let id = self.canonical_id(row[offset::VALUATION_TYPE])?;
+        let count = (rows.len() / ROW_BYTES) as u64;
+        while !rows.is_empty() {
+            // As many rows as the buffer has room for, copied at once, then the two fields
+            // that do not count rewritten in place.
+            let room = self.buffer.capacity() - self.buffer.len();
+            let (block, rest) = rows.split_at(room.min(rows.len()));
             let at = self.buffer.len();
-            self.buffer.extend_from_slice(row);
-            self.buffer[at + offset::RUN_ID..at + offset::RUN_ID + 4].fill(0);
-            self.buffer[at + offset::VALUATION_TYPE] = id;
+            self.buffer.extend_from_slice(block);
+            for row in self.buffer[at..].chunks_exact_mut(ROW_BYTES) {
+                row[offset::RUN_ID..offset::RUN_ID + 4].fill(0);
+                let id = row[offset::VALUATION_TYPE];
+                row[offset::VALUATION_TYPE] = match self.canonical[id as usize] {
+                    Some(c) => c,
+                    None => canonical_id(&mut self.canonical, &mut self.extra, self.names, id)?,
+                };
+            }
             if self.buffer.len() == self.buffer.capacity() {
                 self.hasher.update(&self.buffer);
                 self.buffer.clear();
             }
+            rows = rest;
         }
-        self.rows += (rows.len() / ROW_BYTES) as u64;
+        self.rows += count;
         Ok(())
-    }
-
-    fn canonical_id(&mut self, id: u8) -> Result<u8> {
-        if let Some(c) = self.canonical[id as usize] {
-            return Ok(c);
-        }
-        let Some(name) = self.names.get(id as usize) else {
-            bail!("valuation_type id {id} is not in the valuation table");
-        };
-        let c = match STANDARD_NAMES.iter().position(|s| s == name) {
-            Some(standard) => standard as u8,
-            None => {
-                self.extra.push(name);
-                (STANDARD_NAMES.len() + self.extra.len() - 1) as u8
-            }
-        };
-        self.canonical[id as usize] = Some(c);
-        Ok(c)
     }
 
     /// The fingerprint; fails when the rows fed differ in number from the run's `steps`.
@@ -151,6 +144,28 @@ impl<'n> RunHasher<'n> {
         self.hasher.update(&(self.extra.len() as u32).to_le_bytes());
         Ok(Fingerprint(self.hasher.digest128()))
     }
+}
+
+/// The canonical id of the row id `id`, the first time it is seen: standard names keep their
+/// ids, other names are numbered in order of first appearance.
+fn canonical_id<'n>(
+    canonical: &mut [Option<u8>; 256],
+    extra: &mut Vec<&'n str>,
+    names: &'n [String],
+    id: u8,
+) -> Result<u8> {
+    let Some(name) = names.get(id as usize) else {
+        bail!("valuation_type id {id} is not in the valuation table");
+    };
+    let c = match STANDARD_NAMES.iter().position(|s| s == name) {
+        Some(standard) => standard as u8,
+        None => {
+            extra.push(name);
+            (STANDARD_NAMES.len() + extra.len() - 1) as u8
+        }
+    };
+    canonical[id as usize] = Some(c);
+    Ok(c)
 }
 
 /// The fingerprint of a run whose rows are all in one buffer.

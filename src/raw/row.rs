@@ -76,27 +76,42 @@ pub fn parse_row_fast(line: &[u8]) -> Option<RawRow<'_>> {
     fast::parse(line)
 }
 
+/// What the row parser carries from one row of a file to the next: on x86-64, the vector
+/// path's [`super::row_x86::Memo`]; nothing elsewhere. Start each file with a fresh one (a
+/// stale one is only slower, never wrong).
+#[derive(Clone, Copy, Default)]
+pub struct RowMemo {
+    #[cfg(target_arch = "x86_64")]
+    vector: super::row_x86::Memo,
+}
+
 /// The fast path on a line still inside its file's text: the row and the bytes it takes with its
 /// line terminator (`\n`, `\r\n`, or a final `\r` or nothing at the end of `text`), when the
 /// line has the logger's exact layout; None otherwise (then split the line off and use
 /// [`parse_row`]). Saves a separate search for the end of every line. Takes the vector path
-/// (`row_x86`) where the CPU has it.
-pub fn parse_row_in_place(text: &[u8]) -> Option<(RawRow<'_>, usize)> {
+/// (`row_x86`) where the CPU has it. `memo` carries what the previous row of the file left.
+pub fn parse_row_in_place<'a>(
+    text: &'a [u8],
+    memo: &mut RowMemo,
+) -> Option<(RawRow<'a>, usize)> {
     #[cfg(target_arch = "x86_64")]
     if super::row_x86::available() {
         // SAFETY: `available` checked the CPU features.
-        return unsafe { parse_row_in_place_avx2(text) };
+        return unsafe { parse_row_in_place_avx2(text, memo) };
     }
     // SAFETY: without the vector path there is nothing to promise.
-    unsafe { parse_row_in_place_with::<false>(text) }
+    unsafe { parse_row_in_place_with::<false>(text, memo) }
 }
 
 /// [`parse_row_in_place_with`] with the vector path, compiled for its CPU features.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,bmi1,bmi2,popcnt")]
-unsafe fn parse_row_in_place_avx2(text: &[u8]) -> Option<(RawRow<'_>, usize)> {
+unsafe fn parse_row_in_place_avx2<'a>(
+    text: &'a [u8],
+    memo: &mut RowMemo,
+) -> Option<(RawRow<'a>, usize)> {
     // SAFETY: the caller's promise.
-    unsafe { parse_row_in_place_with::<true>(text) }
+    unsafe { parse_row_in_place_with::<true>(text, memo) }
 }
 
 /// [`parse_row_in_place`], with the vector path first when `VECTOR` (and the build is for
@@ -107,18 +122,22 @@ unsafe fn parse_row_in_place_avx2(text: &[u8]) -> Option<(RawRow<'_>, usize)> {
 /// # Safety
 /// With `VECTOR`, `row_x86::available()` must have returned true.
 #[inline(always)]
-pub unsafe fn parse_row_in_place_with<const VECTOR: bool>(
-    text: &[u8],
-) -> Option<(RawRow<'_>, usize)> {
+pub unsafe fn parse_row_in_place_with<'a, const VECTOR: bool>(
+    text: &'a [u8],
+    memo: &mut RowMemo,
+) -> Option<(RawRow<'a>, usize)> {
     #[cfg(target_arch = "x86_64")]
     let vector = if VECTOR && text.len() >= super::row_x86::WINDOW {
         // SAFETY: the caller's promise.
-        unsafe { super::row_x86::parse_prefix(text) }
+        unsafe { super::row_x86::parse_prefix(text, &mut memo.vector) }
     } else {
         None
     };
     #[cfg(not(target_arch = "x86_64"))]
-    let vector = None;
+    let vector = {
+        let _ = memo;
+        None
+    };
     let (row, end) = match vector {
         Some(found) => found,
         None => fast::parse_prefix(text)?,
@@ -155,7 +174,7 @@ pub fn parse_row_vectorised(line: &[u8], after: &[u8]) -> Option<Option<RawRow<'
             text.extend_from_slice(if after.is_empty() { b" " } else { after });
         }
         // SAFETY: `available` checked the CPU features.
-        let found = unsafe { parse_prefix(&text) }.filter(|&(_, end)| end == line.len());
+        let found = unsafe { parse_prefix(&text, &mut Default::default()) }.filter(|&(_, end)| end == line.len());
         Some(found.map(|(row, _)| RawRow {
             valuation_type: row.valuation_type.map(|v| Cow::Owned(v.into_owned())),
             ..row

@@ -47,8 +47,29 @@ pub fn available() -> bool {
     })
 }
 
+/// The start of the last row read, `{"seed":…,"step_index":`, and its seed. Every row of a
+/// run starts with the same text, so one 32-byte compare replaces reading it again.
+#[derive(Clone, Copy)]
+pub struct Memo {
+    /// The row's first 32 bytes; the first `len` of them are the remembered text.
+    head: [u8; 32],
+    len: usize,
+    seed: Option<u64>,
+}
+
+impl Default for Memo {
+    fn default() -> Memo {
+        Memo {
+            head: [0; 32],
+            len: 0, // nothing remembered
+            seed: None,
+        }
+    }
+}
+
 /// The row at the start of `text` in the logger's layout and where it ends (after its closing
-/// braces), as `row::fast::parse_prefix` gives them; `None` when this path gives up.
+/// braces), as `row::fast::parse_prefix` gives them; `None` when this path gives up. `memo`
+/// carries the start of the previous row (any row, or a fresh [`Memo`]).
 ///
 /// Inlined, so the caller must be compiled for the features (`#[target_feature(enable =
 /// "avx2,bmi1,bmi2,popcnt")]`) for the vector instructions to be inlined too.
@@ -56,12 +77,9 @@ pub fn available() -> bool {
 /// # Safety
 /// [`available`] must have returned true.
 #[inline(always)]
-pub unsafe fn parse_prefix(text: &[u8]) -> Option<(RawRow<'_>, usize)> {
+pub unsafe fn parse_prefix<'a>(text: &'a [u8], memo: &mut Memo) -> Option<(RawRow<'a>, usize)> {
     let w: &Window = text.get(..WINDOW)?.try_into().ok()?;
-    let mut i = 0;
-    lit(w, &mut i, b"{\"seed\":")?;
-    let seed = opt_uint(w, &mut i, u64::from(u32::MAX))?;
-    lit(w, &mut i, b",\"step_index\":")?;
+    let (seed, mut i) = seed_and_step_key(w, memo)?;
     let step_index = opt_uint(w, &mut i, u64::from(u32::MAX))?;
     lit(w, &mut i, b",\"max_rank\":")?;
     let max_rank = opt_uint(w, &mut i, u64::from(u8::MAX))?;
@@ -98,6 +116,34 @@ pub unsafe fn parse_prefix(text: &[u8]) -> Option<(RawRow<'_>, usize)> {
     Some((row, i))
 }
 
+/// `{"seed":…,"step_index":` at the row's start: its seed and length. Taken from `memo` when
+/// the row starts with the same bytes as the row it remembers (the parse of those bytes can
+/// only give the same); read, and remembered when it fits 32 bytes, otherwise.
+#[inline(always)]
+fn seed_and_step_key(w: &Window, memo: &mut Memo) -> Option<(Option<u64>, usize)> {
+    // SAFETY: 32-byte loads from the window and the memo; AVX2 is the caller's target feature.
+    let (head, same) = unsafe {
+        let head = _mm256_loadu_si256(w.as_ptr().cast());
+        let before = _mm256_loadu_si256(memo.head.as_ptr().cast());
+        (head, _mm256_movemask_epi8(_mm256_cmpeq_epi8(head, before)) as u32)
+    };
+    let want = (u64::from(u32::MAX) >> (32 - memo.len)) as u32;
+    if memo.len != 0 && same & want == want {
+        return Some((memo.seed, memo.len));
+    }
+    let mut i = 0;
+    lit(w, &mut i, b"{\"seed\":")?;
+    let seed = opt_uint(w, &mut i, u64::from(u32::MAX))?;
+    lit(w, &mut i, b",\"step_index\":")?;
+    if i <= 32 {
+        // SAFETY: a 32-byte store into the memo.
+        unsafe { _mm256_storeu_si256(memo.head.as_mut_ptr().cast(), head) };
+        memo.len = i;
+        memo.seed = seed;
+    }
+    Some((seed, i))
+}
+
 /// The `N` bytes at `i`. The index wraps at 512, so the compiler sees every read inside the
 /// window; a row whose reads would wrap is longer than [`MAX_ROW`] and refused at the end.
 #[inline(always)]
@@ -116,10 +162,37 @@ fn word(w: &Window, i: usize) -> u64 {
     u64::from_le_bytes(*at::<8>(w, i))
 }
 
-/// Consumes the literal `l`.
+/// Consumes the literal `l` (at most 32 bytes): one load, one compare with the literal padded
+/// to the register's width, and a test of the mask's low `N` bits.
 #[inline(always)]
 fn lit<const N: usize>(w: &Window, i: &mut usize, l: &[u8; N]) -> Option<()> {
-    if at::<N>(w, *i) == l {
+    const { assert!(N <= 32) };
+    let mut padded = [0u8; 32];
+    padded[..N].copy_from_slice(l);
+    let equal = if N <= 8 {
+        let want = u64::from_le_bytes(padded[..8].try_into().unwrap());
+        (word(w, *i) ^ want) << (64 - 8 * N) == 0
+    } else if N <= 16 {
+        // SAFETY: `at` keeps the 16 bytes inside the window; SSE2 is part of x86-64.
+        let same = unsafe {
+            let v = _mm_loadu_si128(at::<16>(w, *i).as_ptr().cast());
+            let p = _mm_loadu_si128(padded.as_ptr().cast());
+            _mm_movemask_epi8(_mm_cmpeq_epi8(v, p)) as u32
+        };
+        let want = (1u32 << N) - 1;
+        same & want == want
+    } else {
+        // SAFETY: `at` keeps the 32 bytes inside the window; AVX2 is the caller's target
+        // feature (this module is only entered through `parse_prefix`).
+        let same = unsafe {
+            let v = _mm256_loadu_si256(at::<32>(w, *i).as_ptr().cast());
+            let p = _mm256_loadu_si256(padded.as_ptr().cast());
+            _mm256_movemask_epi8(_mm256_cmpeq_epi8(v, p)) as u32
+        };
+        let want = (u64::from(u32::MAX) >> (32 - N)) as u32;
+        same & want == want
+    };
+    if equal {
         *i += N;
         Some(())
     } else {
@@ -151,21 +224,16 @@ unsafe fn classify16(w: &Window, i: usize) -> (__m128i, u32, u32) {
 /// The integer spelled by the digit bytes of `d` (each 0..=9, other bytes 0) that end at byte
 /// `end` (exclusive), where the last `frac_len` of them follow a byte to skip (the `.`: when
 /// there is none, `frac_len` is 0 and `end` is one past the last digit plus one). At most 14
-/// digits, `end` at most 16. One shuffle moves the digits to the top of the register without
-/// the dot, zeros above them (bytes before the number are zero or skipped); three
-/// multiply-adds then make two 8-digit halves.
+/// digits, `end` at most 16. One shuffle (its control from [`GATHER_DIGITS`]) moves the digits
+/// to the top of the register without the dot, zeros above them (bytes before the number are
+/// zero or skipped); three multiply-adds then make two 8-digit halves.
 #[inline(always)]
 unsafe fn digits_value(d: __m128i, end: u32, frac_len: u32) -> u64 {
-    // SAFETY: register operations only; SSSE3/SSE4.1 are implied by AVX2 (the caller's
+    let control = &GATHER_DIGITS[(end as usize & 31) * 16 + (frac_len as usize & 15)];
+    // SAFETY: a 16-byte load from the table; SSSE3/SSE4.1 are implied by AVX2 (the caller's
     // target features).
     unsafe {
-        let iota = _mm_setr_epi8(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
-        // Output byte k takes input byte k - 16 + end; bytes before the fraction one more to
-        // the left (skipping the dot). Negative indexes make zeros.
-        let base = _mm_add_epi8(iota, _mm_set1_epi8(end as i8 - 16));
-        let before_frac = _mm_cmpgt_epi8(_mm_set1_epi8(16 - frac_len as i8), iota);
-        let index = _mm_add_epi8(base, before_frac);
-        let d = _mm_shuffle_epi8(d, index);
+        let d = _mm_shuffle_epi8(d, _mm_loadu_si128(control.as_ptr().cast()));
         let pairs = _mm_maddubs_epi16(d, _mm_set1_epi16(0x010a));
         let quads = _mm_madd_epi16(pairs, _mm_set1_epi32(0x0001_0064));
         let quads = _mm_packus_epi32(quads, quads);
@@ -173,6 +241,32 @@ unsafe fn digits_value(d: __m128i, end: u32, frac_len: u32) -> u64 {
         let both = _mm_cvtsi128_si64(eights) as u64;
         (both & 0xffff_ffff) * 100_000_000 + (both >> 32)
     }
+}
+
+/// Shuffle controls for [`digits_value`], at `end * 16 + frac_len` (`end` 0..=16 and beyond,
+/// up to 31, are all there so the index needs no bounds check): output byte k takes input byte
+/// k - 16 + end, and bytes before the fraction one more to the left (skipping the dot);
+/// negative indexes make zeros.
+static GATHER_DIGITS: [[i8; 16]; 32 * 16] = gather_digits();
+
+const fn gather_digits() -> [[i8; 16]; 32 * 16] {
+    let mut table = [[-1i8; 16]; 32 * 16];
+    let mut end = 0;
+    while end <= 16 {
+        let mut frac_len = 0;
+        while frac_len < 16 {
+            let mut k = 0;
+            while k < 16 {
+                let before_frac = (k < 16 - frac_len) as i32;
+                let index = k as i32 + end as i32 - 16 - before_frac;
+                table[end * 16 + frac_len][k] = if index < 0 { -1 } else { index as i8 };
+                k += 1;
+            }
+            frac_len += 1;
+        }
+        end += 1;
+    }
+    table
 }
 
 /// Plain decimal digits (no sign, no leading zero unless alone), at most `max`, or `null`.

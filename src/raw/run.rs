@@ -9,7 +9,7 @@ use crate::format::row::{ROW_BYTES, StepRow};
 use crate::format::valuation::{MAX_NAMES, STANDARD_NAMES};
 use crate::raw::discover::RunSource;
 use crate::raw::gzip::{Fit, Gunzipper, GzipStream, read_maybe_gzipped, trailer_size};
-use crate::raw::row::{RawRow, parse_row, parse_row_in_place_with};
+use crate::raw::row::{RawRow, RowMemo, parse_row, parse_row_in_place_with};
 use crate::raw::sidecar::{Sidecar, parse_sidecar};
 
 /// Examples kept per finding kind and run.
@@ -292,6 +292,7 @@ struct RowBuilder<'t> {
     /// Lines seen so far (blank ones included).
     line_no: u64,
     prev_step: Option<u64>,
+    memo: RowMemo,
 }
 
 impl<'t> RowBuilder<'t> {
@@ -313,6 +314,7 @@ impl<'t> RowBuilder<'t> {
             tables,
             line_no: 0,
             prev_step: None,
+            memo: RowMemo::default(),
         }
     }
 
@@ -357,7 +359,7 @@ impl<'t> RowBuilder<'t> {
             let rest = &text[pos..];
             // The logger's exact layout, parsed in place: no separate search for the line end.
             // SAFETY: VECTOR is only set by `feed_lines_x86`, whose caller checked.
-            if let Some((raw, used)) = unsafe { parse_row_in_place_with::<VECTOR>(rest) } {
+            if let Some((raw, used)) = unsafe { parse_row_in_place_with::<VECTOR>(rest, &mut self.memo) } {
                 self.push::<VECTOR>(raw)?;
                 pos += used;
                 continue;
