@@ -147,16 +147,18 @@ pub fn board_eval(cells: &[u8; 16]) -> i32 {
 /// nibbles of a line. Nearly every row hits this table; boards with a 65536 tile take the
 /// direct path.
 pub struct LineTables {
-    /// Indexed by a u16 key, so a lookup needs no bounds check.
-    eval: Box<[i32; 1 << 16]>,
-    /// bit0: sliding toward index 0 changes the line; bit1: sliding toward index 3 does.
-    slides: Box<[u8; 1 << 16]>,
+    /// Indexed by a u16 key, so a lookup needs no bounds check: the line's eval times 4, plus
+    /// in the low two bits, bit0: sliding toward index 0 changes the line; bit1: sliding toward
+    /// index 3 does. One load per line gives both.
+    lines: Box<[i32; 1 << 16]>,
 }
+
+/// A line's eval is within ±2^28 (four 15s: about ±2^25), so four times it fits an i32.
+const EVAL_LIMIT: i32 = 1 << 28;
 
 impl LineTables {
     pub fn new() -> LineTables {
-        let mut eval = Vec::with_capacity(1 << 16);
-        let mut slides = Vec::with_capacity(1 << 16);
+        let mut lines = Vec::with_capacity(1 << 16);
         for key in 0..=u16::MAX {
             let l = [
                 (key >> 12) as u8 & 0xf,
@@ -164,15 +166,13 @@ impl LineTables {
                 (key >> 4) as u8 & 0xf,
                 key as u8 & 0xf,
             ];
-            eval.push(line_eval(l));
-            slides.push(u8::from(slide_changes(l)) | (u8::from(slide_changes(reversed(l))) << 1));
+            let eval = line_eval(l);
+            assert!(eval.abs() < EVAL_LIMIT, "line {l:?} evaluates to {eval}");
+            let slides = i32::from(slide_changes(l)) | i32::from(slide_changes(reversed(l))) << 1;
+            lines.push(eval << 2 | slides);
         }
         LineTables {
-            eval: eval
-                .into_boxed_slice()
-                .try_into()
-                .expect("one entry per key"),
-            slides: slides
+            lines: lines
                 .into_boxed_slice()
                 .try_into()
                 .expect("one entry per key"),
@@ -180,6 +180,7 @@ impl LineTables {
     }
 
     /// `(board_eval, ev_legal)` of a board, via the tables when no cell is 65536.
+    #[inline]
     pub fn eval_and_legal(&self, cells: &[u8; 16], board: u64, mask: u16) -> (i32, u8) {
         if mask != 0 {
             return (board_eval(cells), legal_moves(cells));
@@ -187,17 +188,15 @@ impl LineTables {
         let mut eval = 0i32;
         let mut legal = 0u8;
         for r in 0..4 {
-            let key = (board >> (48 - 16 * r)) as u16;
-            eval += self.eval[key as usize];
-            let s = self.slides[key as usize];
-            legal |= (s & 1) << 2 | (s >> 1) << 3;
+            let line = self.lines[(board >> (48 - 16 * r)) as u16 as usize];
+            eval += line >> 2;
+            legal |= ((line & 1) << 2 | (line >> 1 & 1) << 3) as u8;
         }
         let columns = transpose(board);
         for c in 0..4 {
-            let key = (columns >> (48 - 16 * c)) as u16;
-            eval += self.eval[key as usize];
-            let s = self.slides[key as usize];
-            legal |= (s & 1) | (s >> 1) << 1;
+            let line = self.lines[(columns >> (48 - 16 * c)) as u16 as usize];
+            eval += line >> 2;
+            legal |= (line & 3) as u8;
         }
         (eval, legal)
     }

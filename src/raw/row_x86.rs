@@ -200,24 +200,34 @@ fn lit<const N: usize>(w: &Window, i: &mut usize, l: &[u8; N]) -> Option<()> {
     }
 }
 
-/// The 16 bytes at `i` less `'0'`, with bytes that are not digits zeroed, and masks (bit k =
-/// byte k) of the digits and of the bytes a plain JSON number may hold (digits, `.`, `-`).
+/// The 16 bytes at some position, classified for reading a number there.
+struct Bytes16 {
+    /// The bytes less `'0'`, with bytes that are not digits zeroed.
+    d: __m128i,
+    /// Masks, bit k for byte k: the digits, the `.`s, the `-`s, the `0`s.
+    digits: u32,
+    dots: u32,
+    minus: u32,
+    zeros: u32,
+}
+
+/// The 16 bytes at `i`, classified.
 #[inline(always)]
-unsafe fn classify16(w: &Window, i: usize) -> (__m128i, u32, u32) {
+unsafe fn classify16(w: &Window, i: usize) -> Bytes16 {
     // SAFETY: `at` keeps the 16 bytes inside the window; SSE2 is part of x86-64.
     unsafe {
         let v = _mm_loadu_si128(at::<16>(w, i).as_ptr().cast());
         let t = _mm_sub_epi8(v, _mm_set1_epi8(b'0' as i8));
         // As unsigned bytes, t <= 9 exactly for the digits.
         let is_digit = _mm_cmpeq_epi8(_mm_min_epu8(t, _mm_set1_epi8(9)), t);
-        let is_dot = _mm_cmpeq_epi8(v, _mm_set1_epi8(b'.' as i8));
-        let is_minus = _mm_cmpeq_epi8(v, _mm_set1_epi8(b'-' as i8));
-        let in_number = _mm_or_si128(is_digit, _mm_or_si128(is_dot, is_minus));
-        (
-            _mm_and_si128(t, is_digit),
-            _mm_movemask_epi8(is_digit) as u32,
-            _mm_movemask_epi8(in_number) as u32,
-        )
+        let mask_of = |c: u8| _mm_movemask_epi8(_mm_cmpeq_epi8(v, _mm_set1_epi8(c as i8))) as u32;
+        Bytes16 {
+            d: _mm_and_si128(t, is_digit),
+            digits: _mm_movemask_epi8(is_digit) as u32,
+            dots: mask_of(b'.'),
+            minus: mask_of(b'-'),
+            zeros: mask_of(b'0'),
+        }
     }
 }
 
@@ -278,12 +288,12 @@ fn opt_uint(w: &Window, i: &mut usize, max: u64) -> Option<Option<u64>> {
     }
     // SAFETY: the caller's target features (this module is only entered through
     // `parse_prefix`).
-    let (d, digits, _) = unsafe { classify16(w, *i) };
-    let len = (!digits).trailing_zeros();
-    if len == 0 || len > 14 || (len > 1 && byte(w, *i) == b'0') {
+    let b = unsafe { classify16(w, *i) };
+    let len = (!b.digits).trailing_zeros();
+    if len == 0 || len > 14 || (len > 1 && b.zeros & 1 != 0) {
         return None;
     }
-    let v = unsafe { digits_value(d, len + 1, 0) };
+    let v = unsafe { digits_value(b.d, len + 1, 0) };
     if v > max {
         return None;
     }
@@ -295,9 +305,9 @@ fn opt_uint(w: &Window, i: &mut usize, max: u64) -> Option<Option<u64>> {
 /// With at most 14 digits the mantissa is exact, and one division by an exact power of ten
 /// gives the correctly rounded f64, as `row::fast` computes it.
 ///
-/// The number's end comes straight from the mask of number bytes, so the next token's load
-/// waits for one load, a few mask operations and a bit scan; the number's shape (a `-` only
-/// first, one `.` at most with digits on both sides, no leading zero) is checked beside that.
+/// The shape (a `-` only first, at most one `.` with a digit on each side, no leading zero)
+/// is checked on the masks without branches, and `null` is chosen at the end: which numbers
+/// are null, negative or whole is data, and branches on data are mispredicted.
 #[inline(always)]
 fn opt_float(w: &Window, i: &mut usize) -> Option<f32> {
     if at::<4>(w, *i) == b"null" {
@@ -305,53 +315,87 @@ fn opt_float(w: &Window, i: &mut usize) -> Option<f32> {
         return Some(0.0);
     }
     // SAFETY: as in `opt_uint`.
-    let (d, digits, in_number) = unsafe { classify16(w, *i) };
-    let end = (!in_number).trailing_zeros(); // 16 or more: the number may go on
+    let b = unsafe { classify16(w, *i) };
+    let end = (!(b.digits | b.dots | b.minus)).trailing_zeros(); // 16 or more: may go on
     let span = (1u32 << (end & 15)) - 1;
-    let negative = byte(w, *i) == b'-';
-    let first = u32::from(negative);
-    // Bytes of the number that are not digits: the sign (first only) and at most one dot.
-    let marks = !digits & span & !first;
+    let first = b.minus & 1; // the sign
+    // Bytes of the number that are not digits, but for the sign: a single `.` or nothing.
+    let marks = !b.digits & span & !first;
     let dot = marks.trailing_zeros(); // 32 when there is none
-    let (int_len, frac_len, value_end) = if marks == 0 {
-        (end - first, 0, end + 1)
-    } else {
-        (dot.wrapping_sub(first), end.wrapping_sub(dot + 1), end)
-    };
-    let well_formed = end < 16
-        && marks & marks.wrapping_sub(1) == 0 // one dot at most (a `-` elsewhere counts too)
-        && (marks == 0 || byte(w, *i + dot as usize) == b'.')
-        && (1..16).contains(&int_len)
-        && (marks == 0 || (1..16).contains(&frac_len))
-        && !(int_len > 1 && byte(w, *i + first as usize) == b'0');
+    let misplaced = (marks & !b.dots) // a `-` after the first byte
+        | (marks & marks.wrapping_sub(1)) // two `.`
+        | ((marks >> 1 | marks << 1 | marks & 1) & !b.digits) // a `.` without digits both sides
+        | (b.zeros & (b.digits >> 1) & (first + 1)); // a leading zero
+    let well_formed = end < 16 && misplaced == 0 && b.digits & span != 0;
     if !well_formed {
         return None;
     }
-    let mantissa = unsafe { digits_value(d, value_end, frac_len) };
+    let (frac_len, value_end) = if marks != 0 {
+        (end.wrapping_sub(dot + 1) & 15, end)
+    } else {
+        (0, end + 1)
+    };
+    let mantissa = unsafe { digits_value(b.d, value_end, frac_len) };
     *i += end as usize;
-    // Below 10^14, so the signed conversion is the same exact value, and the f32 is finite.
+    // Below 10^15, so the signed conversion is the same exact value, and the f32 is finite.
+    // The sign is set on the f64 (exactly -x, -0.0 for "-0" as well).
     let x = mantissa as i64 as f64 / POW10[frac_len as usize];
-    Some((if negative { -x } else { x }) as f32)
+    let x = f64::from_bits(x.to_bits() | u64::from(first) << 63) as f32;
+    Some(x)
 }
 
-/// `up"`, `down"`, `left"` or `right"`: 0=up 1=down 2=left 3=right.
+/// `up"`, `down"`, `left"` or `right"`: 0=up 1=down 2=left 3=right. The first letter's low
+/// four bits pick the candidate in [`MOVE_NAMES`] and one masked compare confirms it: no
+/// branch on which move was played (that is data).
 #[inline(always)]
 fn move_name(w: &Window, i: &mut usize) -> Option<u8> {
     let x = word(w, *i);
-    let (dir, len) = if x & 0xff_ffff == u64::from_le_bytes(*b"up\"\0\0\0\0\0") {
-        (0, 3)
-    } else if x & 0xff_ffff_ffff == u64::from_le_bytes(*b"down\"\0\0\0") {
-        (1, 5)
-    } else if x & 0xff_ffff_ffff == u64::from_le_bytes(*b"left\"\0\0\0") {
-        (2, 5)
-    } else if x & 0xffff_ffff_ffff == u64::from_le_bytes(*b"right\"\0\0") {
-        (3, 6)
-    } else {
+    let name = &MOVE_NAMES[(x & 15) as usize];
+    if x & name.mask != name.text {
         return None;
-    };
-    *i += len;
-    Some(dir)
+    }
+    *i += name.len;
+    Some(name.dir)
 }
+
+/// A move's name with its closing quote, as little-endian word and mask.
+struct MoveName {
+    text: u64,
+    mask: u64,
+    len: usize,
+    dir: u8,
+}
+
+/// Indexed by the first letter's low four bits (`u` 5, `d` 4, `l` 12, `r` 2); the other
+/// entries match nothing (their `text` has bits outside their empty `mask`).
+static MOVE_NAMES: [MoveName; 16] = {
+    const NONE: MoveName = MoveName {
+        text: 1,
+        mask: 0,
+        len: 0,
+        dir: 0,
+    };
+    const fn name(text: &[u8], dir: u8) -> MoveName {
+        let mut word = 0u64;
+        let mut k = 0;
+        while k < text.len() {
+            word |= (text[k] as u64) << (8 * k);
+            k += 1;
+        }
+        MoveName {
+            text: word,
+            mask: u64::MAX >> (64 - 8 * text.len()),
+            len: text.len(),
+            dir,
+        }
+    }
+    let mut table = [NONE; 16];
+    table[(b'u' & 15) as usize] = name(b"up\"", 0);
+    table[(b'd' & 15) as usize] = name(b"down\"", 1);
+    table[(b'l' & 15) as usize] = name(b"left\"", 2);
+    table[(b'r' & 15) as usize] = name(b"right\"", 3);
+    table
+};
 
 /// `null`, or one of the names the logger writes in quotes; another name is left to
 /// `row::fast`.
@@ -435,15 +479,56 @@ fn board(w: &Window, i: &mut usize) -> Option<[u8; 16]> {
     if !shape_ok {
         return None;
     }
-    let mut board = [0u8; 16];
-    let mut s = starts;
-    for cell in board.iter_mut() {
-        *cell = values[(s.trailing_zeros() & 63) as usize];
-        s &= s.wrapping_sub(1);
-    }
     *i += len as usize;
-    Some(board)
+    Some(cells_at(&values, starts))
 }
+
+/// The bytes of `values` where `starts` has a bit, in order: 16 of them, within the first 48
+/// bytes (the board's shape checks promise both). Each 8 bytes are compressed with one shuffle
+/// whose control [`COMPRESS8`] gives for their 8 bits of `starts`, and stored after the ones
+/// before.
+#[inline(always)]
+fn cells_at(values: &[u8; 64], starts: u64) -> [u8; 16] {
+    // `at` stays at most 16 (16 bits in all); the mask only spares the bounds checks.
+    let mut cells = [0u8; 40];
+    let mut at = 0;
+    for group in 0..6 {
+        let bits = (starts >> (8 * group)) as u8;
+        let control = &COMPRESS8[bits as usize];
+        let bytes: &[u8; 8] = values[8 * group..8 * group + 8].try_into().unwrap();
+        let out: &mut [u8; 8] = (&mut cells[at..at + 8]).try_into().unwrap();
+        // SAFETY: 8-byte loads and a store within the arrays; SSSE3 is implied by AVX2 (the
+        // caller's target feature).
+        unsafe {
+            let picked = _mm_shuffle_epi8(
+                _mm_loadl_epi64(bytes.as_ptr().cast()),
+                _mm_loadl_epi64(control.as_ptr().cast()),
+            );
+            _mm_storel_epi64(out.as_mut_ptr().cast(), picked);
+        }
+        at = (at + bits.count_ones() as usize) & 31;
+    }
+    cells[..16].try_into().unwrap()
+}
+
+/// For each 8-bit mask, the positions of its set bits in order, then -1s (zero bytes).
+static COMPRESS8: [[i8; 8]; 256] = {
+    let mut table = [[-1i8; 8]; 256];
+    let mut mask = 0;
+    while mask < 256 {
+        let mut n = 0;
+        let mut bit = 0;
+        while bit < 8 {
+            if mask >> bit & 1 == 1 {
+                table[mask][n] = bit as i8;
+                n += 1;
+            }
+            bit += 1;
+        }
+        mask += 1;
+    }
+    table
+};
 
 /// `board::pack` with vector instructions: the 16 cells as nibbles, cell 0 in the most
 /// significant one, a 16 (the 65536 tile) written as 15 with its bit set in the mask. Cells must
