@@ -200,6 +200,10 @@ fn a_bad_row_mid_file_gives_the_same_error_both_ways() {
         ("\"move\":\"", "\"move\":\"x"),
         ("}}", "}"),
         ("\"seed\":4294967295", "\"seed\":4294967296"),
+        // The row before starts with the same seed: the damage is in the remembered start.
+        ("\"step_index\":", "\"step_index\";"),
+        ("{\"seed\":", "{\"seed\":,"),
+        ("{\"seed\":", "[\"seed\":"),
     ];
     let seed = 4_294_967_295;
     let tmp = tempfile::tempdir().unwrap();
@@ -214,4 +218,60 @@ fn a_bad_row_mid_file_gives_the_same_error_both_ways() {
             "a row damaged by {from:?} -> {to:?} was packed"
         );
     }
+}
+
+/// The vector path remembers the previous row's `{"seed":…,"step_index":` start and skips
+/// reading it when the next row starts with the same bytes. Rows whose seeds change, share
+/// leading digits, change length, turn null, or overflow a u32 must still give each row its
+/// own seed (the `seed` column, bytes 28..32) and the same pack as the scalar path.
+#[test]
+fn a_seed_that_changes_between_rows_is_read_again() {
+    let seed = 4_294_967_295u64;
+    // Each row's seed text and the seed its row must get (null: the sidecar's).
+    let seeds: &[(&str, u64)] = &[
+        ("4294967295", seed),
+        ("4294967295", seed),
+        ("429496729", 429_496_729),    // a prefix of the one before
+        ("4294967290", 4_294_967_290), // same length, last digit differs
+        ("42949672", 42_949_672),
+        ("null", seed),
+        ("null", seed),
+        ("7", 7),
+        ("70", 70),
+        ("7", 7),
+        ("0", 0),
+        ("4294967295", seed),
+    ];
+    let mut lines = Vec::new();
+    let mut expected = Vec::new();
+    for k in 0..120u64 {
+        let (text, value) = seeds[(k as usize / 3) % seeds.len()];
+        lines.push(logger_line(k, seed).replacen(
+            &format!("{{\"seed\":{seed},"),
+            &format!("{{\"seed\":{text},"),
+            1,
+        ));
+        expected.push(value as u32);
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let drop = tmp.path().join("drop");
+    write_run(&drop, seed, &lines);
+    assert!(same_both_ways(&drop));
+
+    let out = tmp.path().join("pack");
+    let packed = pack_with(&drop, &out, false);
+    assert!(packed.status.success(), "{}", stderr(&packed));
+    let got: Vec<u32> = read_rows(&out)
+        .iter()
+        .map(|r| u32::from_le_bytes(r[28..32].try_into().unwrap()))
+        .collect();
+    assert_eq!(got, expected);
+
+    // A seed just over u32 after rows that were read from the memo is still refused.
+    let mut bad = lines.clone();
+    assert!(bad[60].starts_with("{\"seed\":70,"), "{}", bad[60]);
+    bad[60] = bad[60].replacen("{\"seed\":70,", "{\"seed\":4294967296,", 1);
+    let bad_dir = tmp.path().join("bad");
+    write_run(&bad_dir, seed, &bad);
+    assert!(!same_both_ways(&bad_dir));
 }

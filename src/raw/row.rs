@@ -90,10 +90,7 @@ pub struct RowMemo {
 /// line has the logger's exact layout; None otherwise (then split the line off and use
 /// [`parse_row`]). Saves a separate search for the end of every line. Takes the vector path
 /// (`row_x86`) where the CPU has it. `memo` carries what the previous row of the file left.
-pub fn parse_row_in_place<'a>(
-    text: &'a [u8],
-    memo: &mut RowMemo,
-) -> Option<(RawRow<'a>, usize)> {
+pub fn parse_row_in_place<'a>(text: &'a [u8], memo: &mut RowMemo) -> Option<(RawRow<'a>, usize)> {
     #[cfg(target_arch = "x86_64")]
     if super::row_x86::available() {
         // SAFETY: `available` checked the CPU features.
@@ -174,7 +171,8 @@ pub fn parse_row_vectorised(line: &[u8], after: &[u8]) -> Option<Option<RawRow<'
             text.extend_from_slice(if after.is_empty() { b" " } else { after });
         }
         // SAFETY: `available` checked the CPU features.
-        let found = unsafe { parse_prefix(&text, &mut Default::default()) }.filter(|&(_, end)| end == line.len());
+        let found = unsafe { parse_prefix(&text, &mut Default::default()) }
+            .filter(|&(_, end)| end == line.len());
         Some(found.map(|(row, _)| RawRow {
             valuation_type: row.valuation_type.map(|v| Cow::Owned(v.into_owned())),
             ..row

@@ -49,22 +49,13 @@ pub fn available() -> bool {
 
 /// The start of the last row read, `{"seed":…,"step_index":`, and its seed. Every row of a
 /// run starts with the same text, so one 32-byte compare replaces reading it again.
-#[derive(Clone, Copy)]
+#[derive(Clone, Copy, Default)]
 pub struct Memo {
     /// The row's first 32 bytes; the first `len` of them are the remembered text.
     head: [u8; 32],
+    /// 0: nothing remembered.
     len: usize,
     seed: Option<u64>,
-}
-
-impl Default for Memo {
-    fn default() -> Memo {
-        Memo {
-            head: [0; 32],
-            len: 0, // nothing remembered
-            seed: None,
-        }
-    }
 }
 
 /// The row at the start of `text` in the logger's layout and where it ends (after its closing
@@ -125,7 +116,10 @@ fn seed_and_step_key(w: &Window, memo: &mut Memo) -> Option<(Option<u64>, usize)
     let (head, same) = unsafe {
         let head = _mm256_loadu_si256(w.as_ptr().cast());
         let before = _mm256_loadu_si256(memo.head.as_ptr().cast());
-        (head, _mm256_movemask_epi8(_mm256_cmpeq_epi8(head, before)) as u32)
+        (
+            head,
+            _mm256_movemask_epi8(_mm256_cmpeq_epi8(head, before)) as u32,
+        )
     };
     let want = (u64::from(u32::MAX) >> (32 - memo.len)) as u32;
     if memo.len != 0 && same & want == want {

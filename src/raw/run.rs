@@ -359,7 +359,9 @@ impl<'t> RowBuilder<'t> {
             let rest = &text[pos..];
             // The logger's exact layout, parsed in place: no separate search for the line end.
             // SAFETY: VECTOR is only set by `feed_lines_x86`, whose caller checked.
-            if let Some((raw, used)) = unsafe { parse_row_in_place_with::<VECTOR>(rest, &mut self.memo) } {
+            if let Some((raw, used)) =
+                unsafe { parse_row_in_place_with::<VECTOR>(rest, &mut self.memo) }
+            {
                 self.push::<VECTOR>(raw)?;
                 pos += used;
                 continue;
