@@ -1,6 +1,48 @@
 //! What the commands share in reading their command line: row counts with units (`--shard-rows
-//! 1M`), memory sizes (`--memory 512MiB`), and the command line itself as a pack's `session`
-//! records it.
+//! 1M`), memory sizes (`--memory 512MiB`), run selection by SQL (`--where`, `--param`), and the
+//! command line itself as a pack's `session` records it.
+
+use anyhow::Result;
+use clap::Args;
+use rusqlite::Connection;
+
+use crate::run_query::{self, Param};
+
+/// `--where SQL` and its `--param` values, as `export` and `stats` take them.
+#[derive(Args, Debug, Clone, Default)]
+pub struct WhereArgs {
+    /// Select runs with SQL: a WHERE expression over the columns of runs and run_details
+    /// ("depth = 7 AND max_score > 600000"), or a query that returns run ids ("SELECT id FROM
+    /// runs WHERE max_score BETWEEN ? AND ?").
+    #[arg(long = "where", value_name = "SQL")]
+    pub sql: Option<String>,
+    /// A value for a parameter of --where (repeatable): VALUE binds the next `?`, NAME=VALUE
+    /// binds `:NAME`. Integers and reals are numbers, 'quoted' values always text, NULL is null.
+    #[arg(long = "param", value_name = "[NAME=]VALUE", value_parser = Param::parse,
+          requires = "sql", allow_hyphen_values = true)]
+    pub params: Vec<Param>,
+}
+
+impl WhereArgs {
+    /// The run ids `--where` selects (ascending), or None without `--where`.
+    pub fn run_ids(&self, conn: &Connection) -> Result<Option<Vec<i64>>> {
+        self.sql
+            .as_deref()
+            .map(|sql| run_query::run_ids(conn, sql, &self.params, "--where"))
+            .transpose()
+    }
+
+    /// `--where SQL --param …` as given, for summaries and a pack's `session`; None without
+    /// `--where`.
+    pub fn describe(&self) -> Option<String> {
+        let sql = self.sql.as_deref()?;
+        let mut out = format!("--where {sql}");
+        for p in &self.params {
+            out.push_str(&format!(" --param {}", shell_quote(&p.to_string())));
+        }
+        Some(out)
+    }
+}
 
 /// `250000`, `250k`, `1M`, `1.5M`, `10M`, `2G` → rows (decimal units: k = 10^3, M = 10^6,
 /// G = 10^9); at least 1.

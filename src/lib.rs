@@ -20,6 +20,7 @@ pub mod progress;
 pub mod raw;
 pub mod rng;
 pub mod run_index;
+pub mod run_query;
 pub mod shard_writer;
 
 /// Threads to use when the user does not say: all cores.

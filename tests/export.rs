@@ -266,6 +266,31 @@ fn parquet_run_columns_equal_metadata_db() {
     );
     assert!(ok.contains("of 5 runs"), "{ok}");
 
+    // The same with a query and a parameter: the run columns of exactly the runs it returns
+    // (runs 3, 5 and 8: neither all nor none, and the first id not 0).
+    let queried = t.path().join("queried");
+    export(
+        &src,
+        "parquet",
+        &queried,
+        &[
+            "--run-columns",
+            "--where",
+            "SELECT id FROM runs WHERE id IN (3, 5, 8) AND steps > ?",
+            "--param",
+            "0",
+        ],
+    );
+    let ok = python_ok(
+        "check_run_columns.py",
+        &[s(&queried), s(&src), "--row-columns"],
+    );
+    assert!(ok.contains("of 3 runs"), "{ok}");
+    python_ok(
+        "check_parquet.py",
+        &[s(&queried), s(&src), "--runs", "3,5,8"],
+    );
+
     // Without --run-columns: rows as before, runs.parquet still beside the parts.
     let plain = t.path().join("plain");
     export(&src, "parquet", &plain, &["--shard-rows", "1000"]);
@@ -303,10 +328,210 @@ fn where_selects_what_sqlite_and_numpy_select() {
             &out,
             &["--where", expr, "--shard-rows", "100"],
         );
-        let ids: Vec<i64> = table(
-            &out,
-            "SELECT source_run_id FROM run_details ORDER BY run_id",
-        )
+        assert_export_is(&out, &oracle, expr);
+    }
+}
+
+/// A full query selects exactly the runs sqlite3 returns for it, whatever its first id (a
+/// query read as a scalar subquery selected every run when its first id was not 0, and none
+/// when it was), with `--param` values bound; the same on a shuffled pack, through the run_id
+/// column; `stats --where` counts the same runs and rows.
+#[test]
+fn a_query_selects_exactly_what_sqlite3_returns() {
+    let t = tempfile::tempdir().unwrap();
+    let src = fixture_pack(t.path(), "raw", &["--shard-rows", "333"]);
+    let shuffled = t.path().join("shuffled");
+    run_ok(&[
+        "shuffle",
+        "--input",
+        s(&src),
+        "--output",
+        s(&shuffled),
+        "--seed",
+        "3",
+        "--quiet",
+    ]);
+    let all = runs_table(&src).len();
+    // (SQL, --param values, JSON parameters for sqlite3, whether the first id returned is 0)
+    let cases: [(&str, &[&str], &str, bool); 7] = [
+        (
+            "SELECT id FROM runs WHERE max_score > 4000",
+            &[],
+            "[]",
+            true,
+        ),
+        (
+            "SELECT id FROM runs WHERE max_score > 5000",
+            &[],
+            "[]",
+            false,
+        ),
+        (
+            "SELECT id FROM runs WHERE id > 0 AND max_score > 3000",
+            &[],
+            "[]",
+            false,
+        ),
+        (
+            "SELECT id FROM runs WHERE max_score BETWEEN ? AND ?",
+            &["2500", "4200"],
+            "[2500, 4200]",
+            false,
+        ),
+        (
+            "SELECT run_id FROM run_details WHERE depth = ? ORDER BY run_id DESC",
+            &["6"],
+            "[6]",
+            true,
+        ),
+        (
+            "WITH best AS (SELECT id, max_score FROM runs ORDER BY max_score DESC LIMIT 3) \
+             SELECT id FROM best",
+            &[],
+            "[]",
+            true,
+        ),
+        (
+            "(SELECT id FROM runs WHERE max_score < :low)",
+            &["low=2400"],
+            "{\"low\": 2400}",
+            false,
+        ),
+    ];
+    for (k, (sql, params, json_params, first_is_zero)) in cases.iter().enumerate() {
+        let oracle: Value = serde_json::from_str(&python_ok(
+            "select_where.py",
+            &[
+                s(&src),
+                sql.trim_matches(['(', ')']),
+                "--query",
+                "--params",
+                json_params,
+            ],
+        ))
+        .unwrap();
+        let ids = oracle["run_ids"].as_array().unwrap();
+        // The cases only test something when they select some runs but not all of them.
+        assert!(!ids.is_empty() && ids.len() < all, "{sql}: {ids:?}");
+        assert_eq!(ids[0] == 0, *first_is_zero, "{sql}: {ids:?}");
+        let mut args = vec!["--where", *sql];
+        for p in params.iter() {
+            args.extend(["--param", p]);
+        }
+        for (name, pack) in [("plain", &src), ("shuffled", &shuffled)] {
+            let out = t.path().join(format!("query-{k}-{name}"));
+            let mut export_args = args.clone();
+            export_args.extend(["--shard-rows", "100"]);
+            export(pack, "pack", &out, &export_args);
+            if name == "plain" {
+                assert_export_is(&out, &oracle, sql);
+            } else {
+                // A shuffled source keeps its (shuffled) row order: the same runs and rows.
+                let want: Vec<i64> = serde_json::from_value(oracle["run_ids"].clone()).unwrap();
+                let got: Vec<i64> = table(
+                    &out,
+                    "SELECT source_run_id FROM run_details ORDER BY run_id",
+                )
+                .iter()
+                .map(|r| {
+                    r[0].trim_start_matches("Integer(")
+                        .trim_end_matches(')')
+                        .parse()
+                        .unwrap()
+                })
+                .collect();
+                assert_eq!(got, want, "{sql} on a shuffled pack");
+                assert_eq!(
+                    read_rows(&out).len() as u64,
+                    oracle["rows"].as_u64().unwrap()
+                );
+            }
+            let mut stats_args = vec!["stats", s(pack), "--json"];
+            stats_args.extend(args.iter().copied());
+            let stats: Value = serde_json::from_str(&run_ok(&stats_args)).unwrap();
+            assert_eq!(
+                stats["runs"].as_u64(),
+                Some(ids.len() as u64),
+                "{sql} {name}"
+            );
+            assert_eq!(stats["rows"], oracle["rows"], "{sql} {name}");
+            assert_eq!(stats["where"].as_str(), Some(*sql));
+        }
+    }
+}
+
+/// Parameters must match the SQL exactly, a query must return run ids, and a statement that
+/// is not a query is refused by name; nothing is written.
+#[test]
+fn queries_and_params_that_are_wrong_are_refused() {
+    let t = tempfile::tempdir().unwrap();
+    let src = fixture_pack(t.path(), "raw", &[]);
+    let out = t.path().join("out.parquet");
+    let cases: [(&[&str], &str); 9] = [
+        (
+            &["--where", "SELECT id FROM runs WHERE max_score > ?"],
+            "the SQL has 1 positional parameter (?) and 0 positional --param values were given",
+        ),
+        (
+            &["--where", "max_score > ?", "--param", "1", "--param", "2"],
+            "2 positional --param values were given",
+        ),
+        (
+            &["--where", "max_score > :min", "--param", "max=3"],
+            "the SQL has no parameter :max (it has :min)",
+        ),
+        (
+            &["--where", "max_score > :min"],
+            ":min has no value: give --param min=VALUE",
+        ),
+        (
+            &["--where", "SELECT id, max_score FROM runs"],
+            "the query returns 2 columns (id, max_score)",
+        ),
+        (
+            &["--where", "SELECT max_score FROM runs"],
+            "10 values that are not a run id of the pack: 2112, 2208",
+        ),
+        (
+            &[
+                "--where",
+                "SELECT d.run_id FROM runs r LEFT JOIN run_details d ON d.run_id = r.id + 100",
+            ],
+            "row 1 of the query's result is NULL, not a run id",
+        ),
+        (&["--where", "DELETE FROM runs"], "is a DELETE statement"),
+        (
+            &["--where", "SELECT id FROM runs; DROP TABLE runs"],
+            "only one statement is allowed",
+        ),
+    ];
+    for (extra, want) in cases {
+        let (code, err) = export_err(&src, "parquet", &out, extra);
+        assert_eq!(code, 1, "{extra:?}: {err}");
+        assert!(err.contains(want), "{extra:?}: {err}");
+        let mut stats = vec!["stats", s(&src)];
+        stats.extend_from_slice(extra);
+        let res = run(&stats);
+        assert_eq!(res.status.code(), Some(1), "stats {extra:?}");
+        assert!(
+            stderr(&res).contains(want),
+            "stats {extra:?}: {}",
+            stderr(&res)
+        );
+    }
+    // --param without --where is a usage error.
+    let (code, err) = export_err(&src, "parquet", &out, &["--param", "3"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("--where"), "{err}");
+    assert!(!out.exists());
+    assert_eq!(names(t.path()), ["pack-raw"]);
+    assert_eq!(runs_table(&src).len(), 10, "the source pack is unchanged");
+}
+
+/// The exported pack `out` holds exactly the runs and rows `oracle` (select_where.py) picked:
+/// ids renumbered from 0 with the source ids in run_details, rows equal, and it validates.
+fn assert_export_is(out: &Path, oracle: &Value, what: &str) {
+    let ids: Vec<i64> = table(out, "SELECT source_run_id FROM run_details ORDER BY run_id")
         .iter()
         .map(|r| {
             r[0].trim_start_matches("Integer(")
@@ -315,27 +540,26 @@ fn where_selects_what_sqlite_and_numpy_select() {
                 .unwrap()
         })
         .collect();
-        let want: Vec<i64> = serde_json::from_value(oracle["run_ids"].clone()).unwrap();
-        assert_eq!(ids, want, "{expr}");
-        let runs = runs_table(&out);
-        let steps: Vec<i64> = runs.iter().map(|r| r.2).collect();
-        let want_steps: Vec<i64> = serde_json::from_value(oracle["rows_per_run"].clone()).unwrap();
-        assert_eq!(steps, want_steps);
-        assert!(runs.iter().enumerate().all(|(i, r)| r.0 == i as i64));
-        let rows = read_rows(&out);
-        assert_eq!(rows.len() as u64, oracle["rows"].as_u64().unwrap());
-        let mut crc = flate2::Crc::new();
-        for r in &rows {
-            crc.update(&r[4..]);
-        }
-        assert_eq!(
-            u64::from(crc.sum()),
-            oracle["crc32"].as_u64().unwrap(),
-            "{expr}"
-        );
-        let report = run_ok(&["validate", s(&out), "--deep"]);
-        assert!(report.contains("VALID"), "{report}");
+    let want: Vec<i64> = serde_json::from_value(oracle["run_ids"].clone()).unwrap();
+    assert_eq!(ids, want, "{what}");
+    let runs = runs_table(out);
+    let steps: Vec<i64> = runs.iter().map(|r| r.2).collect();
+    let want_steps: Vec<i64> = serde_json::from_value(oracle["rows_per_run"].clone()).unwrap();
+    assert_eq!(steps, want_steps, "{what}");
+    assert!(runs.iter().enumerate().all(|(i, r)| r.0 == i as i64));
+    let rows = read_rows(out);
+    assert_eq!(rows.len() as u64, oracle["rows"].as_u64().unwrap());
+    let mut crc = flate2::Crc::new();
+    for r in &rows {
+        crc.update(&r[4..]);
     }
+    assert_eq!(
+        u64::from(crc.sum()),
+        oracle["crc32"].as_u64().unwrap(),
+        "{what}"
+    );
+    let report = run_ok(&["validate", s(out), "--deep"]);
+    assert!(report.contains("VALID"), "{report}");
 }
 
 /// A subset pack: all pack rules (checksums, run index, validate), the source's valuation

@@ -704,3 +704,28 @@ fn show_refuses_unknown_runs_and_shuffled_packs() {
         assert!(stderr(&out).contains("no metadata.db"), "{}", stderr(&out));
     }
 }
+
+/// `show` takes its run as a number, never as text that reaches SQL: an injection attempt is
+/// a usage error, the pack is untouched, and the run shown is exactly the one asked for.
+#[test]
+fn show_takes_a_run_id_not_sql() {
+    let t = tempfile::tempdir().unwrap();
+    let pack = fixture_pack(t.path(), "p", &[]);
+    let before = pack_bytes(&pack);
+    for text in [
+        "1 OR 1=1",
+        "1; DROP TABLE runs",
+        "(SELECT id FROM runs)",
+        "-1",
+    ] {
+        let out = run(&["show", s(&pack), "--run", text]);
+        assert_eq!(out.status.code(), Some(2), "{text}: {}", stderr(&out));
+        assert!(stderr(&out).contains("--run"), "{}", stderr(&out));
+    }
+    assert_eq!(pack_bytes(&pack), before);
+    let page: serde_json::Value =
+        serde_json::from_str(&show(&pack, &["--run", "7", "--json"])).unwrap();
+    assert_eq!(page["run"]["id"], 7);
+    let seeds: Vec<i64> = runs_table(&pack).iter().map(|r| r.1).collect();
+    assert_eq!(page["run"]["seed"], seeds[7]);
+}

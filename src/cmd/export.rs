@@ -11,6 +11,7 @@ use anyhow::Result;
 use clap::{Args, ValueEnum};
 
 use crate::UsageError;
+use crate::cli::WhereArgs;
 use crate::export::{SourcePack, jsonl, pack, parquet, select};
 use crate::progress::{count, thousands};
 
@@ -34,10 +35,15 @@ pub enum Format {
   dataset-packer export packs/d6 --format jsonl --output raw-again/          # re-packable
   dataset-packer export packs/d6 --format pack --output packs/d6-best --where \"max_score > 600000 AND depth = 7\"
   dataset-packer export packs/d6 --format pack --output packs/val --runs 0-99,500 --shard-rows 1000000
+  dataset-packer export packs/d6 --format pack --output packs/train \\
+      --where \"SELECT id FROM runs WHERE max_score BETWEEN ? AND ?\" --param 50000 --param 500000
 
---where is an SQL expression over the columns of `runs` (id, seed, steps, max_score,
+--where is either an SQL expression over the columns of `runs` (id, seed, steps, max_score,
 highest_tile) and `run_details` (depth, game_index, num_moves, max_rank, sum_tile, seconds,
-source_path, …); with --runs too, a run must satisfy both.")]
+source_path, …), or a query that returns run ids (SELECT id FROM runs WHERE …, WITH …), run
+exactly as sqlite3 runs it; a query must return one column of run ids, or it is refused.
+--param binds its parameters (`?` in order, `:name` by name); every parameter needs exactly
+one value. With --runs too, a run must satisfy both.")]
 pub struct ExportArgs {
     /// The pack to read.
     #[arg(value_name = "PACK")]
@@ -51,9 +57,8 @@ pub struct ExportArgs {
     /// Run ids to export: a list with inclusive ranges, e.g. 0,5,9-12.
     #[arg(long, value_name = "IDS", value_parser = parse_runs)]
     pub runs: Option<RunList>,
-    /// SQL expression selecting runs, e.g. "max_score > 600000 AND depth = 7".
-    #[arg(long = "where", value_name = "SQL")]
-    pub where_sql: Option<String>,
+    #[command(flatten)]
+    pub where_args: WhereArgs,
     /// Rows per shard (--format pack) or per part file (--format parquet into a folder), e.g.
     /// 1M (k, M, G = 10^3, 10^6, 10^9) [default for --format pack: the source pack's].
     #[arg(long, value_name = "N", value_parser = crate::cli::parse_rows)]
@@ -124,11 +129,11 @@ pub fn run(args: &ExportArgs) -> Result<()> {
     let selection = select::select(
         &source,
         args.runs.as_ref().map(|r| r.ranges.as_slice()),
-        args.where_sql.as_deref(),
+        &args.where_args,
     )?;
     let selection_text = select::describe(
         args.runs.as_ref().map(|r| r.text.as_str()),
-        args.where_sql.as_deref(),
+        &args.where_args,
     );
     select::require_some(&selection, &selection_text)?;
     refuse_replacing_source(&args.pack, &args.output)?;

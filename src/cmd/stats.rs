@@ -13,8 +13,8 @@ use anyhow::{Result, bail};
 use clap::Args;
 use serde_json::{Value, json};
 
+use crate::cli::WhereArgs;
 use crate::companions;
-use crate::export::select;
 use crate::format::board::MOVE_NAMES;
 use crate::format::metadata::{self, RunDetails, RunRow};
 use crate::format::row::{ROW_BYTES, offset};
@@ -39,15 +39,17 @@ const LANDMARK_TILES: (i64, i64) = (2048, 65536);
   dataset-packer stats packs/d6 --workers 2
   dataset-packer stats packs/d6 --where \"depth = 7 AND max_score > 600000\"
 
---where takes the same SQL expression as export --where, over the columns of runs and
-run_details; the figures then describe only those runs and their rows.")]
+  dataset-packer stats packs/d6 --where \"SELECT id FROM runs WHERE max_score > ?\" --param 600000
+
+--where takes the same SQL as export --where: an expression over the columns of runs and
+run_details, or a query that returns run ids (with --param values for its parameters); the
+figures then describe only those runs and their rows.")]
 pub struct StatsArgs {
     /// The pack folder to describe.
     #[arg(value_name = "PACK_DIR")]
     pub pack: PathBuf,
-    /// Describe only the runs this SQL expression selects, e.g. "depth = 7".
-    #[arg(long = "where", value_name = "SQL")]
-    pub where_sql: Option<String>,
+    #[command(flatten)]
+    pub where_args: WhereArgs,
     /// Print the figures as one JSON document.
     #[arg(long)]
     pub json: bool,
@@ -60,7 +62,7 @@ pub fn run(args: &StatsArgs) -> Result<()> {
     let workers = args
         .workers
         .map_or_else(crate::default_workers, |w| w as usize);
-    let stats = gather(&args.pack, workers, args.where_sql.as_deref())?;
+    let stats = gather(&args.pack, workers, &args.where_args)?;
     if args.json {
         println!("{}", to_json(&stats));
     } else {
@@ -472,8 +474,9 @@ fn phases(counts: &RowCounts, types: &[TypeRows]) -> Vec<Phase> {
 /// Everything stats reports.
 struct Stats {
     pack: PathBuf,
-    /// The `--where` expression the figures are restricted to.
+    /// The `--where` SQL the figures are restricted to, and its `--param` values.
     selection: Option<String>,
+    params: Vec<String>,
     runs: usize,
     rows: u64,
     /// Σ runs.steps: equals `rows` in a consistent pack.
@@ -503,7 +506,7 @@ struct Stats {
     elapsed: f64,
 }
 
-fn gather(dir: &Path, workers: usize, where_sql: Option<&str>) -> Result<Stats> {
+fn gather(dir: &Path, workers: usize, where_args: &WhereArgs) -> Result<Stats> {
     let started = Instant::now();
     let conn = pack_reader::open_metadata(dir)?;
     let shards = pack_reader::open_shards(dir, true)?;
@@ -519,12 +522,15 @@ fn gather(dir: &Path, workers: usize, where_sql: Option<&str>) -> Result<Stats> 
     } else {
         None
     };
-    let only = match where_sql {
+    let only = match where_args.run_ids(&conn)? {
         None => None,
-        Some(expr) => {
-            let ids = select::where_ids(&conn, expr)?;
+        Some(ids) => {
             if ids.is_empty() {
-                bail!("--where {expr:?} selects no runs of {}", dir.display());
+                bail!(
+                    "{} selects no runs of {}",
+                    where_args.describe().unwrap_or_default(),
+                    dir.display()
+                );
             }
             runs.retain(|r| ids.binary_search(&r.id).is_ok());
             let ids: Vec<u32> = runs.iter().map(|r| r.id as u32).collect();
@@ -540,7 +546,8 @@ fn gather(dir: &Path, workers: usize, where_sql: Option<&str>) -> Result<Stats> 
     };
     Ok(Stats {
         pack: dir.to_path_buf(),
-        selection: where_sql.map(str::to_string),
+        selection: where_args.sql.clone(),
+        params: where_args.params.iter().map(|p| p.to_string()).collect(),
         runs: runs.len(),
         rows,
         rows_in_runs: runs.iter().map(|r| r.steps).sum(),
@@ -637,6 +644,7 @@ fn to_json(s: &Stats) -> Value {
             .map(|(k, v)| (k.clone(), json!(v))).collect::<serde_json::Map<_, _>>()),
         "findings_scope": if s.selection.is_some() { "whole pack" } else { "pack" },
         "where": s.selection,
+        "params": s.params,
         "depths": s.depths.iter().map(|d| json!({
             "depth": d.depth, "runs": d.runs, "rows": d.rows, "median_max_score": d.median_score,
             "max_score": d.max_score, "highest_tile": d.max_tile,
@@ -747,6 +755,9 @@ fn print_overview(s: &Stats) {
     println!("pack      {}", s.pack.display());
     if let Some(expr) = &s.selection {
         println!("where     {expr} (the figures below describe only these runs and their rows)");
+        if !s.params.is_empty() {
+            println!("params    {}", s.params.join(", "));
+        }
     }
     println!("runs      {}", thousands(s.runs as u64));
     println!(

@@ -1,14 +1,14 @@
-//! Run selection for `export`: `--runs 0,5,9-12` (ids and inclusive ranges) and `--where EXPR`
-//! (an SQL expression over `runs` left-joined with `run_details`), intersected when both are
-//! given; neither selects every run.
+//! Run selection for `export`: `--runs 0,5,9-12` (ids and inclusive ranges) and `--where SQL`
+//! (see [`crate::run_query`]: a WHERE expression or a query returning run ids, with `--param`
+//! values), intersected when both are given; neither selects every run.
 
 use std::ops::RangeInclusive;
 
 use anyhow::{Result, bail};
-use rusqlite::Connection;
 
 use super::{Selection, SourcePack};
-use crate::format::metadata::{self, RunRow};
+use crate::cli::WhereArgs;
+use crate::format::metadata::RunRow;
 
 /// Parses `0,5,9-12` into the inclusive id ranges it names.
 pub fn parse_run_list(text: &str) -> Result<Vec<RangeInclusive<u32>>, String> {
@@ -38,7 +38,7 @@ pub fn parse_run_list(text: &str) -> Result<Vec<RangeInclusive<u32>>, String> {
 pub fn select(
     source: &SourcePack,
     runs: Option<&[RangeInclusive<u32>]>,
-    where_sql: Option<&str>,
+    where_args: &WhereArgs,
 ) -> Result<Selection> {
     let mut keep: Vec<bool> = vec![true; source.runs.len()];
     if let Some(ranges) = runs {
@@ -68,8 +68,7 @@ pub fn select(
             );
         }
     }
-    if let Some(expr) = where_sql {
-        let matched = where_ids(&source.db()?, expr)?;
+    if let Some(matched) = where_args.run_ids(&source.db()?)? {
         for (slot, run) in source.runs.iter().enumerate() {
             keep[slot] &= matched.binary_search(&run.id).is_ok();
         }
@@ -116,159 +115,6 @@ fn id_span(source: &SourcePack) -> String {
     }
 }
 
-/// The run ids (ascending) for which `expr` holds. The expression sees the columns of `runs`
-/// and, when the pack has it, `run_details` (no column name is in both).
-pub fn where_ids(conn: &Connection, expr: &str) -> Result<Vec<i64>> {
-    let details = metadata::has_table(conn, "run_details")?;
-    let from = if details {
-        "runs LEFT JOIN run_details ON run_details.run_id = runs.id"
-    } else {
-        "runs"
-    };
-    // The expression on lines of its own, so a trailing `-- comment` cannot swallow the rest.
-    let prefix = format!("SELECT runs.id FROM {from} WHERE (\n");
-    let sql = format!("{prefix}{expr}\n) ORDER BY runs.id");
-    let explain = |e: rusqlite::Error| {
-        let columns = columns(conn, details).unwrap_or_default();
-        anyhow::anyhow!("{}", explain_where_error(expr, prefix.len(), &e, &columns))
-    };
-    let mut stmt = conn.prepare(&sql).map_err(explain)?;
-    let ids = stmt
-        .query_map([], |r| r.get(0))
-        .and_then(|rows| rows.collect::<rusqlite::Result<Vec<i64>>>())
-        .map_err(explain)?;
-    Ok(ids)
-}
-
-/// Says what is wrong with a `--where` expression in terms of the user's own text: where a
-/// syntax error is (a caret under it, or "incomplete" when SQLite only noticed past its end),
-/// and for an unknown column the nearest known one.
-fn explain_where_error(
-    expr: &str,
-    prefix_len: usize,
-    e: &rusqlite::Error,
-    columns: &[String],
-) -> String {
-    let message = sqlite_message(e);
-    let mut out = format!("--where {expr:?}: ");
-    let offset = match e {
-        rusqlite::Error::SqlInputError { offset, .. } if *offset >= 0 => Some(*offset as usize),
-        _ => None,
-    };
-    if let Some(name) = message.strip_prefix("no such column: ") {
-        out.push_str(&format!("no column {name}"));
-        if let Some(near) = nearest(name, columns) {
-            out.push_str(&format!("; did you mean {near}?"));
-        }
-    } else if let Some(problem) = unbalanced(expr) {
-        out.push_str(&problem);
-    } else if message.contains("syntax error") || message.contains("incomplete input") {
-        match offset.map(|o| o.checked_sub(prefix_len)) {
-            Some(Some(at)) if at < expr.len() => {
-                let near: String = expr[at..].chars().take(12).collect();
-                out.push_str(&format!(
-                    "syntax error at {near:?} (column {})\n  {expr}\n  {}^",
-                    at + 1,
-                    " ".repeat(expr[..at].chars().count())
-                ));
-            }
-            _ => out.push_str(&format!(
-                "the expression is incomplete: it ends after {:?}",
-                expr.trim_end()
-            )),
-        }
-    } else {
-        out.push_str(&message);
-    }
-    out.push_str(&format!(
-        "\n(the expression can use these columns: {})",
-        columns.join(", ")
-    ));
-    out
-}
-
-/// Parentheses that do not pair up in `expr` (outside quoted strings and identifiers).
-fn unbalanced(expr: &str) -> Option<String> {
-    let mut open: Vec<usize> = Vec::new();
-    let mut quote: Option<char> = None;
-    for (col, c) in expr.chars().enumerate() {
-        match (quote, c) {
-            (Some(q), c) if c == q => quote = None,
-            (Some(_), _) => {}
-            (None, '\'' | '"' | '`') => quote = Some(c),
-            (None, '(') => open.push(col),
-            (None, ')') if open.pop().is_none() => {
-                return Some(format!(
-                    "the ')' at column {} closes nothing\n  {expr}\n  {}^",
-                    col + 1,
-                    " ".repeat(col)
-                ));
-            }
-            _ => {}
-        }
-    }
-    open.first().map(|&col| {
-        format!(
-            "the '(' at column {} is never closed\n  {expr}\n  {}^",
-            col + 1,
-            " ".repeat(col)
-        )
-    })
-}
-
-/// The known column nearest to `name` by edit distance, when it is near enough to be a typo.
-fn nearest<'a>(name: &str, columns: &'a [String]) -> Option<&'a str> {
-    let name = name.to_ascii_lowercase();
-    columns
-        .iter()
-        .map(|c| (edit_distance(&name, &c.to_ascii_lowercase()), c))
-        .filter(|(d, c)| *d <= (c.len() / 3).max(1) && *d < name.len())
-        .min_by_key(|(d, _)| *d)
-        .map(|(_, c)| c.as_str())
-}
-
-/// Levenshtein distance (insertions, deletions and substitutions cost 1).
-fn edit_distance(a: &str, b: &str) -> usize {
-    let b: Vec<char> = b.chars().collect();
-    let mut prev: Vec<usize> = (0..=b.len()).collect();
-    for (i, ca) in a.chars().enumerate() {
-        let mut cur = vec![i + 1; b.len() + 1];
-        for (j, cb) in b.iter().enumerate() {
-            let substitute = prev[j] + usize::from(ca != *cb);
-            cur[j + 1] = substitute.min(prev[j + 1] + 1).min(cur[j] + 1);
-        }
-        prev = cur;
-    }
-    prev[b.len()]
-}
-
-/// SQLite's own words for an error (rusqlite wraps them in several shapes).
-fn sqlite_message(e: &rusqlite::Error) -> String {
-    match e {
-        rusqlite::Error::SqliteFailure(_, Some(msg)) => msg.clone(),
-        // (rusqlite's `bundled` feature, which this crate uses, brings this variant.)
-        rusqlite::Error::SqlInputError { msg, .. } => msg.clone(),
-        rusqlite::Error::MultipleStatement => "only one expression is allowed (found ';')".into(),
-        other => other.to_string(),
-    }
-}
-
-/// The column names a `--where` expression can use.
-fn columns(conn: &Connection, details: bool) -> Result<Vec<String>> {
-    let mut out = Vec::new();
-    for table in ["runs", "run_details"] {
-        if table == "run_details" && !details {
-            continue;
-        }
-        let mut stmt = conn.prepare(&format!("PRAGMA table_info({table})"))?;
-        let names = stmt
-            .query_map([], |r| r.get::<_, String>(1))?
-            .collect::<rusqlite::Result<Vec<_>>>()?;
-        out.extend(names);
-    }
-    Ok(out)
-}
-
 /// `runs` and `--where` that select nothing are an error: an empty export is almost surely a
 /// mistake in the expression.
 pub fn require_some(selection: &Selection, what: &str) -> Result<()> {
@@ -279,12 +125,12 @@ pub fn require_some(selection: &Selection, what: &str) -> Result<()> {
 }
 
 /// Describes a selection for the summary and for `session` of an exported pack.
-pub fn describe(runs: Option<&str>, where_sql: Option<&str>) -> String {
-    match (runs, where_sql) {
+pub fn describe(runs: Option<&str>, where_args: &WhereArgs) -> String {
+    match (runs, where_args.describe()) {
         (None, None) => "all runs".to_string(),
         (Some(r), None) => format!("--runs {r}"),
-        (None, Some(w)) => format!("--where {w}"),
-        (Some(r), Some(w)) => format!("--runs {r} --where {w}"),
+        (None, Some(w)) => w,
+        (Some(r), Some(w)) => format!("--runs {r} {w}"),
     }
 }
 
@@ -324,53 +170,5 @@ mod tests {
         assert_eq!(missing(1..=6), [3, 4, 6]);
         assert_eq!(missing(4..=u32::MAX).len(), 10);
         assert_eq!(missing(4..=u32::MAX)[..3], [4, 6, 7]);
-    }
-
-    #[test]
-    fn where_errors_name_the_problem() {
-        let conn = Connection::open_in_memory().unwrap();
-        conn.execute_batch(
-            "CREATE TABLE runs (id INTEGER PRIMARY KEY, seed BIGINT NOT NULL, steps INT NOT NULL,
-                                max_score INT NOT NULL, highest_tile INT NOT NULL);
-             CREATE TABLE run_details (run_id INTEGER PRIMARY KEY, depth INT);
-             INSERT INTO runs VALUES (0, 1, 10, 500, 64), (1, 2, 20, 900, 128);
-             INSERT INTO run_details VALUES (0, 6), (1, 7);",
-        )
-        .unwrap();
-        assert_eq!(where_ids(&conn, "max_score > 600").unwrap(), [1]);
-        assert_eq!(where_ids(&conn, "depth = 6").unwrap(), [0]);
-        let e = where_ids(&conn, "nope > 1").unwrap_err().to_string();
-        assert!(e.contains("no column nope"), "{e}");
-        assert!(e.contains("max_score"), "{e}");
-        let e = where_ids(&conn, "max_scor > 1").unwrap_err().to_string();
-        assert!(e.contains("did you mean max_score?"), "{e}");
-        let e = where_ids(&conn, "max_score >").unwrap_err().to_string();
-        assert!(
-            e.contains("incomplete: it ends after \"max_score >\""),
-            "{e}"
-        );
-        let e = where_ids(&conn, "max_score > AND depth = 6")
-            .unwrap_err()
-            .to_string();
-        assert!(
-            e.contains("syntax error at \"AND depth = \" (column 13)"),
-            "{e}"
-        );
-        let e = where_ids(&conn, "depth = 6)").unwrap_err().to_string();
-        assert!(e.contains("the ')' at column 10 closes nothing"), "{e}");
-    }
-
-    #[test]
-    fn near_misses() {
-        let cols: Vec<String> = ["id", "max_score", "depth", "highest_tile"]
-            .iter()
-            .map(|s| s.to_string())
-            .collect();
-        assert_eq!(nearest("max_scor", &cols), Some("max_score"));
-        assert_eq!(nearest("maxscore", &cols), Some("max_score"));
-        assert_eq!(nearest("dept", &cols), Some("depth"));
-        assert_eq!(nearest("banana", &cols), None);
-        assert_eq!(nearest("x", &cols), None);
-        assert_eq!(edit_distance("kitten", "sitting"), 3);
     }
 }

@@ -661,6 +661,15 @@ pub struct RunRow {
 }
 
 /// Every row of `runs`, by id.
+/// Every `runs.id`, ascending.
+pub fn read_run_ids(conn: &Connection) -> Result<Vec<i64>> {
+    let mut stmt = conn.prepare("SELECT id FROM runs ORDER BY id")?;
+    let ids = stmt
+        .query_map([], |r| r.get(0))?
+        .collect::<rusqlite::Result<_>>()?;
+    Ok(ids)
+}
+
 pub fn read_runs(conn: &Connection) -> Result<Vec<RunRow>> {
     let mut stmt =
         conn.prepare("SELECT id, seed, steps, max_score, highest_tile FROM runs ORDER BY id")?;

@@ -1,11 +1,14 @@
 #!/usr/bin/env python3
-"""The rows an `export --where EXPR` must select, computed with sqlite3 and NumPy only.
+"""The rows an `export --where SQL` must select, computed with sqlite3 and NumPy only.
 
 Usage:
-    python select_where.py PACK_DIR "SQL EXPRESSION"
+    python select_where.py PACK_DIR "SQL EXPRESSION" [--params JSON_LIST]
+    python select_where.py PACK_DIR "SELECT … QUERY" --query [--params JSON_LIST]
 
-Selects the run ids for which EXPR holds over `runs` left-joined with `run_details`, then the
-pack's rows of those runs (np.load of the shards, np.isin on run_id). Prints one JSON object:
+Selects the run ids for which EXPR holds over `runs` left-joined with `run_details` (or, with
+--query, the ids the query returns when sqlite3 runs it as written, each once), binding the
+JSON list of parameters, then the pack's rows of those runs (np.load of the shards, np.isin
+on run_id). Prints one JSON object:
 {"run_ids": [...], "rows_per_run": [...], "rows": N, "crc32": C}, where crc32 is zlib.crc32
 of the selected rows' bytes 4..48 (everything but run_id, which the export renumbers), in order.
 """
@@ -23,10 +26,15 @@ import numpy as np
 
 def main() -> int:
     pack, expr = Path(sys.argv[1]), sys.argv[2]
+    rest = sys.argv[3:]
+    params = json.loads(rest[rest.index("--params") + 1]) if "--params" in rest else []
     db = sqlite3.connect(f"file:{pack / 'metadata.db'}?mode=ro", uri=True)
-    ids = [rid for (rid,) in db.execute(
-        "SELECT runs.id FROM runs LEFT JOIN run_details ON run_details.run_id = runs.id "
-        f"WHERE ({expr}) ORDER BY runs.id")]
+    if "--query" in rest:
+        ids = sorted({rid for (rid,) in db.execute(expr, params)})
+    else:
+        ids = [rid for (rid,) in db.execute(
+            "SELECT runs.id FROM runs LEFT JOIN run_details ON run_details.run_id = runs.id "
+            f"WHERE ({expr}) ORDER BY runs.id", params)]
     shards = sorted(pack.glob("steps-*.npy")) or [pack / "steps.npy"]
     crc = 0
     per_run = {rid: 0 for rid in ids}
