@@ -471,7 +471,7 @@ fn explain_error(
     noun: &str,
     prefix_len: usize,
     e: &rusqlite::Error,
-    columns: &[String],
+    columns: &[(&str, String)],
 ) -> String {
     let message = sqlite_message(e);
     let mut out = format!("{option} {sql:?}: ");
@@ -479,10 +479,19 @@ fn explain_error(
         rusqlite::Error::SqlInputError { offset, .. } if *offset >= 0 => Some(*offset as usize),
         _ => None,
     };
+    let names: Vec<String> = columns.iter().map(|(_, c)| c.clone()).collect();
     if let Some(name) = message.strip_prefix("no such column: ") {
         out.push_str(&format!("no column {name}"));
-        if let Some(near) = nearest(name, columns) {
-            out.push_str(&format!("; did you mean {near}?"));
+        match columns.iter().find(|(_, c)| c.eq_ignore_ascii_case(name)) {
+            // A query that reads only `runs` and names a column of `run_details`.
+            Some((table, _)) => out.push_str(&format!(
+                " in the tables the {noun} reads: {name} is a column of {table}, which it must name (e.g. FROM runs JOIN run_details ON run_details.run_id = runs.id)"
+            )),
+            None => {
+                if let Some(near) = nearest(name, &names) {
+                    out.push_str(&format!("; did you mean {near}?"));
+                }
+            }
         }
     } else if let Some(problem) = unbalanced(sql) {
         out.push_str(&problem);
@@ -506,7 +515,7 @@ fn explain_error(
     }
     out.push_str(&format!(
         "\n(runs can be selected by a WHERE expression over these columns, or by a SELECT query over runs, run_details and the other tables that returns run ids: {})",
-        columns.join(", ")
+        names.join(", ")
     ));
     out
 }
@@ -579,14 +588,18 @@ fn sqlite_message(e: &rusqlite::Error) -> String {
     }
 }
 
-/// The column names of `runs` and `run_details`, for hints.
-fn columns(conn: &Connection, details: bool) -> Result<Vec<String>> {
-    let mut out = metadata::column_names(conn, "runs")?;
+/// The columns of `runs` and `run_details` (table, name), for hints.
+fn columns(conn: &Connection, details: bool) -> Result<Vec<(&'static str, String)>> {
+    let mut out: Vec<(&str, String)> = metadata::column_names(conn, "runs")?
+        .into_iter()
+        .map(|c| ("runs", c))
+        .collect();
     if details {
         out.extend(
             metadata::column_names(conn, "run_details")?
                 .into_iter()
-                .filter(|c| c != "run_id"),
+                .filter(|c| c != "run_id")
+                .map(|c| ("run_details", c)),
         );
     }
     Ok(out)
@@ -707,6 +720,13 @@ mod tests {
         assert!(e.contains("only one statement"), "{e}");
         let e = err("WITH t AS (SELECT 1) DELETE FROM runs", &[]);
         assert!(e.contains("would change metadata.db"), "{e}");
+        let e = err("SELECT id FROM runs WHERE depth = 7", &[]);
+        assert!(
+            e.contains(
+                "no column depth in the tables the query reads: depth is a column of run_details"
+            ),
+            "{e}"
+        );
         let e = err("SELECT id FROM runz", &[]);
         assert!(e.contains("no such table: runz"), "{e}");
         let e = err("SELECT id FROM runs WHERE max_scor > 1", &[]);

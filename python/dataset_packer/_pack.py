@@ -29,8 +29,8 @@ from ._format import (METADATA_NAME, ROW_BYTES, STEP_ROW_DTYPE, VALUATION_NAME,
                       find_shard_paths, map_shard, read_shard_header, read_valuation_names,
                       widen_legacy)
 from ._order import EpochPlan, Part, Permutation, symmetries_for
-from ._ranges import RowRanges, WindowStarts
-from ._select import has_table, where_run_ids
+from ._ranges import RowRanges, RowSet, WindowStarts
+from ._select import has_table, run_ids
 
 NAN = float("nan")
 #: The keys a batch already has: a companion added to it needs another key.
@@ -398,10 +398,20 @@ class Pack:
 
     # ------------------------------------------------------------------ selection
 
-    def select(self, where: str | None = None, *, runs=None) -> "Selection":
-        """The runs for which the SQL expression `where` holds, over the columns of `runs`
-        and `run_details` (as `dataset-packer export --where`), and/or those listed in
-        `runs`; both given: runs that satisfy both. Nothing matched: EmptySelectionError."""
+    def select(self, where: str | None = None, *, runs=None, params=None) -> "Selection":
+        """The runs that the SQL `where` selects and/or those listed in `runs`; both given:
+        runs in both. Nothing matched: EmptySelectionError.
+
+        `where` is either a WHERE expression over the columns of `runs` and `run_details`
+        (`"depth = 7 AND max_score > 600000"`), or a query returning run ids, run exactly as
+        sqlite3 runs it (`"SELECT id FROM runs WHERE max_score BETWEEN ? AND ?"`), as
+        `dataset-packer export --where` takes them. A query must return one column of run ids
+        of this pack; anything else raises SelectionError. `params` are bound as sqlite3
+        binds them: a sequence for `?`, a mapping for `:name`, matching the SQL exactly.
+
+        >>> train = pack.select("SELECT id FROM runs WHERE max_score BETWEEN ? AND ?",
+        ...                     params=[50_000, 500_000])
+        """
         ids, _ = self._runs()
         chosen = ids
         if runs is not None:
@@ -413,11 +423,13 @@ class Pack:
                                f"({self.num_runs} runs)")
             chosen = wanted
         if where is not None:
-            chosen = np.intersect1d(chosen, where_run_ids(self.db(), where))
+            chosen = np.intersect1d(chosen, run_ids(self.db(), where, params))
+        elif params is not None:
+            raise ValueError("params= binds the parameters of `where`, and there is no `where`")
         if chosen.size == 0:
             what = f"select({where!r})" if where is not None else "select(runs=[])"
             raise EmptySelectionError(f"{what} matches no runs of {self.path}")
-        return Selection(self, chosen, where)
+        return Selection(self, chosen, where, params)
 
     def _selection(self, select) -> "Selection | None":
         if select is None or isinstance(select, Selection):
@@ -426,10 +438,16 @@ class Pack:
             return self.select(select)
         return self.select(runs=select)
 
-    def _row_ranges(self, select, feature: str) -> RowRanges:
+    def _runs_are_ranges(self) -> bool:
+        """Whether each run's rows are one contiguous range that run_index locates."""
+        return not self.shuffled and has_table(self.db(), "run_index")
+
+    def _row_ranges(self, select, feature: str) -> "RowRanges | RowSet":
         selection = self._selection(select)
         if selection is None:
             ranges = RowRanges.everything(self._rows)
+        elif not self._runs_are_ranges():
+            ranges = selection._row_set()
         else:
             ids, steps = self._runs()
             first = self._first_rows(feature)
@@ -438,6 +456,11 @@ class Pack:
         if ranges.total == 0:
             raise EmptySelectionError(f"{feature}: the selection holds no rows")
         return ranges
+
+    def _read_run_ids(self, start: int, stop: int) -> np.ndarray:
+        """The run_id column of global rows start..stop-1."""
+        raw = self._read_span(start, stop)
+        return np.ascontiguousarray(raw[:, :4]).view("<u4").reshape(-1)
 
     def _windows(self, select, length: int, stride: int, feature: str) -> WindowStarts:
         ids, steps = self._runs()
@@ -576,14 +599,33 @@ class Pack:
 
 
 class Selection:
-    """Some runs of a pack (ascending ids), as `Pack.select` returns them."""
+    """Some runs of a pack (ascending ids), as `Pack.select` returns them.
 
-    def __init__(self, pack: Pack, run_ids: np.ndarray, where: str | None = None):
+    In a shuffled pack (or one without a run index) a selection's rows are found through
+    each row's `run_id`: one pass over the pack, the first time a batch method needs them,
+    kept as two bits per row of the pack."""
+
+    def __init__(self, pack: Pack, run_ids: np.ndarray, where: str | None = None,
+                 params=None):
         self.pack = pack
         self.run_ids = np.asarray(run_ids, dtype=np.int64)
         self.where = where
+        self.params = params
         ids, steps = pack._runs()
         self.num_rows = int(steps[np.searchsorted(ids, self.run_ids)].sum())
+        self._rows = None
+
+    def _row_set(self) -> RowSet:
+        """The selection's rows found by run_id (computed once)."""
+        if self._rows is None:
+            found = RowSet(len(self.pack), self.run_ids, self.pack._read_run_ids)
+            if found.total != self.num_rows:
+                raise PackError(
+                    f"{self.pack.path}: the selected runs hold {found.total} rows in the "
+                    f"shards but {self.num_rows} by metadata.db's runs.steps (run "
+                    f"`dataset-packer validate {self.pack.path}`)")
+            self._rows = found
+        return self._rows
 
     @property
     def num_runs(self) -> int:

@@ -67,6 +67,63 @@ class RowRanges:
         return out
 
 
+def _membership(wanted: np.ndarray):
+    """A function telling, for an array of run ids, which are in `wanted`: a lookup table when
+    the ids are small (the usual case: a table of at most 64 MiB), else a sorted search."""
+    if wanted.size and 0 <= wanted.min() and wanted.max() < (1 << 26):
+        table = np.zeros(int(wanted.max()) + 2, dtype=bool)
+        table[wanted] = True
+        return lambda ids: table[np.minimum(ids, table.size - 1)]
+    return lambda ids: np.isin(ids, wanted)
+
+
+class RowSet:
+    """The rows whose `run_id` is one of `run_ids`, numbered 0..total-1 in pack order.
+
+    `read_run_ids(start, stop)` gives the run_id column of global rows start..stop-1; it is
+    called over the whole pack in blocks of `BLOCK` rows."""
+
+    BLOCK = 1 << 20
+
+    def __init__(self, rows: int, run_ids: np.ndarray, read_run_ids):
+        wanted = np.asarray(run_ids, dtype=np.int64)
+        is_wanted = _membership(wanted)
+        words = (rows + 63) // 64
+        self.bits = np.zeros(words * 8, dtype=np.uint8)
+        counts = np.zeros(words, dtype=np.int64)
+        for start in range(0, rows, self.BLOCK):
+            stop = min(rows, start + self.BLOCK)
+            keep = is_wanted(read_run_ids(start, stop))
+            padded = np.zeros(-(-keep.size // 64) * 64, dtype=bool)
+            padded[:keep.size] = keep
+            self.bits[start // 8:start // 8 + padded.size // 8] = np.packbits(
+                padded, bitorder="little")
+            counts[start // 64:start // 64 + padded.size // 64] = (
+                padded.reshape(-1, 64).sum(axis=1))
+        self.offsets = _prefix_sums(counts)
+        self.total = int(self.offsets[-1])
+
+    def rows_at(self, items: np.ndarray) -> np.ndarray:
+        """Global rows of selection items (int64)."""
+        items = np.asarray(items, dtype=np.int64)
+        word = np.searchsorted(self.offsets, items, side="right") - 1
+        rank = items - self.offsets[word]
+        bits = np.unpackbits(self.bits.reshape(-1, 8)[word], axis=-1, bitorder="little")
+        # The position of the (rank+1)-th set bit of each item's 64-bit word.
+        place = (np.cumsum(bits, axis=-1) > rank[..., None]).argmax(axis=-1)
+        return word * 64 + place
+
+    def spans(self, lo: int, hi: int) -> list[tuple[int, int]]:
+        """The global row spans `[a, b)` holding items lo..hi-1, in order."""
+        rows = self.rows_at(np.arange(lo, hi, dtype=np.int64))
+        if rows.size == 0:
+            return []
+        breaks = np.flatnonzero(np.diff(rows) != 1) + 1
+        starts = np.concatenate([[0], breaks])
+        ends = np.concatenate([breaks, [rows.size]])
+        return [(int(rows[a]), int(rows[b - 1]) + 1) for a, b in zip(starts, ends)]
+
+
 class WindowStarts:
     """Windows of `length` rows inside runs (never across two), one every `stride` rows."""
 

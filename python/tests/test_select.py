@@ -1,0 +1,132 @@
+"""`Pack.select` against sqlite3: a WHERE expression or a full query returning run ids, with
+parameters bound as sqlite3 binds them, on every fixture pack (shuffled and index-less ones
+through each row's run_id); and every way a selection could be silently wrong refused."""
+
+from __future__ import annotations
+
+import sqlite3
+
+import numpy as np
+import pytest
+
+from dataset_packer import (EmptySelectionError, Pack, RunIndexError, SelectionError)
+
+ALL_PACKS = ("plain", "sharded", "merged", "findings", "legacy", "shuffled", "no_index")
+
+# (SQL, params, how sqlite3 runs it: "query" as written, "where" inside WHERE (…))
+CASES = [
+    ("SELECT id FROM runs WHERE max_score > 4000", None, "query"),
+    ("SELECT id FROM runs WHERE max_score > 5000", None, "query"),
+    ("SELECT id FROM runs WHERE id > 0 AND max_score > 3000", None, "query"),
+    ("SELECT id FROM runs WHERE max_score BETWEEN ? AND ?", [2500, 4200], "query"),
+    ("select run_id from run_details where depth = :d order by run_id desc", {"d": 6}, "query"),
+    ("WITH best AS (SELECT id FROM runs ORDER BY max_score DESC LIMIT 3) SELECT id FROM best",
+     None, "query"),
+    ("-- the short games\n(SELECT id FROM runs WHERE steps < ?)", (230,), "query"),
+    ("max_score > ? AND depth = ?", [2500, 7], "where"),
+    ("depth = :depth OR steps < :steps", {"depth": 6, "steps": 200}, "where"),
+]
+
+
+def sqlite3_ids(pack_path, sql, params, how) -> list[int]:
+    db = sqlite3.connect(f"file:{pack_path / 'metadata.db'}?mode=ro", uri=True)
+    try:
+        if how == "query":
+            text = sql.split("\n", 1)[-1] if sql.startswith("--") else sql
+            text = text.strip()
+            if text.startswith("("):
+                text = text[1:-1]
+            return sorted({rid for (rid,) in db.execute(text, params or ())})
+        return [rid for (rid,) in db.execute(
+            "SELECT runs.id FROM runs LEFT JOIN run_details ON run_details.run_id = runs.id "
+            f"WHERE ({sql}) ORDER BY runs.id", params or ())]
+    finally:
+        db.close()
+
+
+@pytest.mark.parametrize("name", ALL_PACKS)
+@pytest.mark.parametrize("sql,params,how", CASES)
+def test_select_returns_exactly_what_sqlite3_returns(packs, name, sql, params, how):
+    want = sqlite3_ids(packs[name], sql, params, how)
+    with Pack(packs[name]) as pack:
+        if not want:
+            with pytest.raises(EmptySelectionError, match="matches no runs"):
+                pack.select(sql, params=params)
+            return
+        sel = pack.select(sql, params=params)
+        assert sel.run_ids.tolist() == want
+        everything = pack.rows(slice(None))["run_id"]
+        rows = np.flatnonzero(np.isin(everything, want))
+        assert len(sel) == rows.size
+        ordered = np.concatenate([b["row"] for b in sel.batches(97, shuffle=False)])
+        np.testing.assert_array_equal(ordered, rows)
+        shuffled = np.concatenate([b["row"] for b in pack.batches(64, select=sel, seed=3)])
+        np.testing.assert_array_equal(np.sort(shuffled), rows)
+        assert pack.num_batches(64, select=sel) == -(-rows.size // 64)
+        drawn = pack.sample(500, 1, select=sel)
+        assert np.isin(drawn["run_id"], want).all()
+
+
+def test_the_cases_test_both_first_ids(packs):
+    """A query read as a scalar subquery selected all runs or none depending on its first id;
+    the cases hold queries whose first id is 0 and queries whose first id is not, each
+    selecting some runs but not all."""
+    firsts = set()
+    total = Pack(packs["plain"]).num_runs
+    for sql, params, how in CASES:
+        want = sqlite3_ids(packs["plain"], sql, params, how)
+        assert 0 < len(want) < total, sql
+        firsts.add(want[0] == 0)
+    assert firsts == {True, False}
+
+
+def test_shuffled_packs_select_through_run_id_and_name_what_needs_run_order(packs):
+    shuffled, plain = Pack(packs["shuffled"]), Pack(packs["sharded"])
+    sel = shuffled.select("SELECT run_id FROM run_details WHERE depth = ?", params=[7])
+    rows = np.concatenate([b["row"] for b in sel.batches(100, shuffle=False)])
+    got = shuffled.rows(rows)
+    assert set(got["run_id"].tolist()) == set(sel.run_ids.tolist())
+    want = plain.rows(slice(None))
+    want = want[np.isin(want["run_id"], sel.run_ids)]
+    # The same rows as in the unshuffled pack, in the shuffled pack's order.
+    key = lambda r: sorted(zip(r["run_id"].tolist(), r["step_index"].tolist()))  # noqa: E731
+    assert key(got) == key(want)
+    with pytest.raises(RunIndexError, match="shuffled pack.*run\\(\\)"):
+        shuffled.run(int(sel.run_ids[0]))
+    with pytest.raises(RunIndexError, match="shuffled pack.*windows\\(\\)"):
+        next(sel.windows(8, 4))
+
+
+@pytest.mark.parametrize("sql,params,message", [
+    ("SELECT id, seed FROM runs", None, "returns 2 columns \\(id, seed\\)"),
+    ("SELECT max_score FROM runs", None, "10 values that are not a run id of the pack"),
+    ("SELECT NULL", None, "row 1 of the query's result is NULL"),
+    ("SELECT 'x' FROM runs", None, "'x' \\(str\\), not a run id"),
+    ("SELECT id * 1.5 FROM runs WHERE id = 1", None, "1.5 \\(float\\)"),
+    ("DELETE FROM runs", None, "this is a DELETE statement"),
+    ("SELECT id FROM runs; DELETE FROM runs", None, "only one statement is allowed"),
+    ("WITH t AS (SELECT 1) DELETE FROM runs", None, "would change metadata.db"),
+    ("SELECT id FROM runs WHERE max_scor > 1", None, "did you mean max_score"),
+    ("SELECT id FROM runs WHERE depth = 7", None,
+     "no column depth in the tables the query reads: depth is a column of run_details"),
+    ("SELECT id FROM runs WHERE max_score > ?", None,
+     "1 positional parameter \\(\\?\\) and 0 values were given"),
+    ("max_score > ?", [1, 2], "and 2 values were given"),
+    ("max_score > :min", {"max": 3}, "no parameter :max \\(it has :min\\)"),
+    ("max_score > :min", {}, ":min has no value"),
+    ("max_score > :min", [3], "pass params as a dict"),
+    ("max_score > ?", {"x": 3}, "no parameter :x"),
+])
+def test_wrong_queries_and_params_are_refused(packs, sql, params, message):
+    pack = Pack(packs["plain"])
+    with pytest.raises(SelectionError, match=message):
+        pack.select(sql, params=params)
+    assert Pack(packs["plain"]).num_runs == 10
+
+
+def test_params_need_a_where(packs):
+    pack = Pack(packs["plain"])
+    with pytest.raises(ValueError, match="no `where`"):
+        pack.select(runs=[1], params=[3])
+    with pytest.raises(TypeError, match="not str"):
+        pack.select("max_score > ?", params="3")
