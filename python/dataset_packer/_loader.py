@@ -57,6 +57,10 @@ class EpochStream:
             if fixed in options:
                 raise TypeError(f"{fixed} is not an option here: use set_epoch(epoch, "
                                 "start_batch) and the data loader's workers")
+        if options.get("select") is not None:
+            # Resolved once: SQL is run here, not again every epoch and in every worker (and a
+            # shuffled pack's rows are found by run_id once, then travel with the selection).
+            options["select"] = self.pack._selection(options["select"])
         self.options = options
         self.epoch = 0
         self.start_batch = 0

@@ -97,3 +97,24 @@ def test_torch_dataloader_with_workers_keeps_the_order(sharded, workers):
     assert len(got) == len(want)
     for a, b in zip(got, want):
         np.testing.assert_array_equal(a, b)
+
+
+def test_a_selection_by_sql_is_resolved_once(packs):
+    """A `select=` given as SQL is run once, when the stream is made; on a shuffled pack the
+    rows are found by run_id once and travel (pickled) to the workers with the selection."""
+    import pickle
+
+    from dataset_packer import Pack, Selection
+
+    shuffled = Pack(packs["shuffled"])
+    stream = EpochStream(shuffled, 100, select="SELECT run_id FROM run_details WHERE depth = 7")
+    selection = stream.options["select"]
+    assert isinstance(selection, Selection) and selection.num_runs == 5
+    assert stream.num_batches() == -(-selection.num_rows // 100)
+    assert selection._rows is not None
+    worker = pickle.loads(pickle.dumps(stream))
+    assert worker.options["select"]._rows is not None
+    got = np.concatenate([b["row"] for b in worker.batches(partition(None, None, None))])
+    want = np.concatenate([b["row"] for b in shuffled.batches(100, select=selection)])
+    np.testing.assert_array_equal(got, want)
+    assert set(shuffled.rows(got)["run_id"].tolist()) == set(selection.run_ids.tolist())
