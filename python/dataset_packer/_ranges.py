@@ -67,6 +67,16 @@ class RowRanges:
         return out
 
 
+#: Set bits of each byte value, and the position of its k-th set bit (k = 0..7; 0 past them).
+_POPCOUNT = np.unpackbits(np.arange(256, dtype=np.uint8)[:, None], axis=1).sum(axis=1).astype(
+    np.int64)
+_NTH_BIT = np.zeros((256, 8), dtype=np.int64)
+for _value in range(256):
+    _set = [bit for bit in range(8) if _value >> bit & 1]
+    _NTH_BIT[_value, :len(_set)] = _set
+del _value, _set
+
+
 def _membership(wanted: np.ndarray):
     """A function telling, for an array of run ids, which are in `wanted`: a lookup table when
     the ids are small (the usual case: a table of at most 64 MiB), else a sorted search."""
@@ -108,10 +118,15 @@ class RowSet:
         items = np.asarray(items, dtype=np.int64)
         word = np.searchsorted(self.offsets, items, side="right") - 1
         rank = items - self.offsets[word]
-        bits = np.unpackbits(self.bits.reshape(-1, 8)[word], axis=-1, bitorder="little")
-        # The position of the (rank+1)-th set bit of each item's 64-bit word.
-        place = (np.cumsum(bits, axis=-1) > rank[..., None]).argmax(axis=-1)
-        return word * 64 + place
+        # The (rank+1)-th set bit of each item's 64-bit word: first its byte, by the running
+        # popcount of the word's 8 bytes, then the bit inside that byte, from a table.
+        octets = self.bits.reshape(-1, 8)[word]
+        counts = _POPCOUNT[octets]
+        running = np.cumsum(counts, axis=-1, dtype=np.int64)
+        byte = (running <= rank[..., None]).sum(axis=-1)
+        picked = np.take_along_axis(octets, byte[..., None], axis=-1)[..., 0]
+        before = np.take_along_axis(running - counts, byte[..., None], axis=-1)[..., 0]
+        return word * 64 + byte * 8 + _NTH_BIT[picked, rank - before]
 
     def spans(self, lo: int, hi: int) -> list[tuple[int, int]]:
         """The global row spans `[a, b)` holding items lo..hi-1, in order."""

@@ -130,3 +130,26 @@ def test_params_need_a_where(packs):
         pack.select(runs=[1], params=[3])
     with pytest.raises(TypeError, match="not str"):
         pack.select("max_score > ?", params="3")
+
+
+@pytest.mark.parametrize("rows,block", [(1, 64), (1000, 64), (5000, 128), (70_001, 1 << 14)])
+def test_a_row_set_finds_exactly_the_rows_of_its_runs(rows, block, monkeypatch):
+    from dataset_packer._ranges import RowSet
+
+    monkeypatch.setattr(RowSet, "BLOCK", block)
+    rng = np.random.default_rng(rows)
+    run_of = rng.integers(0, 50, rows).astype(np.uint32)
+    for wanted in ([], [3], rng.choice(50, 20, replace=False), np.arange(50),
+                   [7, 1 << 30]):  # an id too large for the lookup table
+        found = RowSet(rows, np.asarray(wanted, dtype=np.int64),
+                       lambda a, b: run_of[a:b])
+        want = np.flatnonzero(np.isin(run_of, wanted))
+        assert found.total == want.size
+        np.testing.assert_array_equal(found.rows_at(np.arange(want.size)), want)
+        if want.size:
+            items = rng.integers(0, want.size, 300)
+            np.testing.assert_array_equal(found.rows_at(items), want[items])
+            lo, hi = sorted(rng.integers(0, want.size + 1, 2).tolist())
+            spans = found.spans(lo, hi)
+            got = np.concatenate([np.arange(a, b) for a, b in spans]) if spans else []
+            np.testing.assert_array_equal(got, want[lo:hi])
