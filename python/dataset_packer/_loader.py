@@ -4,11 +4,19 @@
 resume point) and yields the batches of one (rank, worker) share. Which share is decided by
 `partition()` from what the caller found out: PyTorch's worker info (id, num_workers) and
 `torch.distributed` (rank, world size), or values given explicitly.
+
+The epoch and the resume point live in shared memory (a `multiprocessing.RawArray` made with
+the stream), so data-loader workers see `set_epoch` even when they outlive an epoch
+(`persistent_workers=True`): each iteration reads them afresh. The array travels to workers by
+inheritance (fork) or with the worker's start-up arguments (spawn); a stream pickled any other
+way (a deep copy) gets an array of its own with the same values.
 """
 
 from __future__ import annotations
 
+import multiprocessing
 from dataclasses import dataclass
+from multiprocessing import context as _mp_context
 from typing import Iterator, Optional
 
 import numpy as np
@@ -53,35 +61,99 @@ class EpochStream:
         self.window = window
         self.rank = rank
         self.world_size = world_size
-        for fixed in ("epoch", "start_batch", "worker", "num_workers"):
+        for fixed in ("epoch", "start_sample", "start_batch", "worker", "num_workers"):
             if fixed in options:
                 raise TypeError(f"{fixed} is not an option here: use set_epoch(epoch, "
-                                "start_batch) and the data loader's workers")
+                                "start_sample=…) and the data loader's workers")
         if options.get("select") is not None:
             # Resolved once: SQL is run here, not again every epoch and in every worker (and a
             # shuffled pack's rows are found by run_id once, then travel with the selection).
             options["select"] = self.pack._selection(options["select"])
         self.options = options
-        self.epoch = 0
-        self.start_batch = 0
+        # epoch, start_sample, start_batch
+        self._shared = multiprocessing.RawArray("q", 3)
 
-    def set_epoch(self, epoch: int, start_batch: int = 0) -> None:
-        """The epoch the next iteration yields, from batch `start_batch` of each rank."""
-        self.epoch = int(epoch)
-        self.start_batch = int(start_batch)
+    @property
+    def epoch(self) -> int:
+        return int(self._shared[0])
+
+    @property
+    def start_sample(self) -> int:
+        return int(self._shared[1])
+
+    @property
+    def start_batch(self) -> int:
+        return int(self._shared[2])
+
+    def set_epoch(self, epoch: int, start_batch: int = 0, *, start_sample: int = 0) -> None:
+        """The epoch the next iteration yields, resumed after its first `start_sample`
+        positions (any world size, batch size or workers) or at each rank's batch
+        `start_batch` (the shorthand for an unchanged batch size and world size). Seen by
+        every worker at its next iteration, persistent ones included."""
+        for value, name in ((epoch, "epoch"), (start_sample, "start_sample"),
+                            (start_batch, "start_batch")):
+            if isinstance(value, bool) or int(value) != value or value < 0:
+                raise ValueError(f"{name} must be an integer ≥ 0, not {value!r}")
+        self._shared[:] = [int(epoch), int(start_sample), int(start_batch)]
+
+    def position_after(self, batches: int, world_size: int = 1) -> int:
+        """The epoch position reached when each rank has consumed `batches` batches of this
+        stream from its resume point: what `start_sample` resumes from (capped at the end of
+        the epoch)."""
+        step = self.batch_size * world_size
+        start = self.start_sample + self.start_batch * step
+        return min(start + int(batches) * step, self._items())
+
+    def _items(self) -> int:
+        """Positions in an epoch: the selection's rows, or its windows."""
+        select = self.options.get("select")
+        if self.window is None:
+            return self.pack._row_ranges(select, "state_dict()").total
+        stride = self.options.get("stride") or self.window
+        return self.pack._windows(select, self.window, stride, "state_dict()").total
+
+    def state_dict(self, batches: int = 0, world_size: int = 1) -> dict:
+        """Where to resume: the epoch, and the position after `batches` batches per rank
+        (elastic: any world size, batch size or workers can resume from it), with the seed
+        as a check."""
+        return {"epoch": self.epoch, "start_sample": self.position_after(batches, world_size),
+                "seed": self.options.get("seed", 0)}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Resumes from `state_dict()`: the next iteration continues that epoch."""
+        seed = self.options.get("seed", 0)
+        if state.get("seed", seed) != seed:
+            raise ValueError(f"the state was saved with seed={state['seed']}, this stream has "
+                             f"seed={seed}: resuming would not continue the same epoch order")
+        self.set_epoch(state["epoch"], start_sample=state["start_sample"])
+
+    def __getstate__(self):
+        state = dict(self.__dict__)
+        if _mp_context.get_spawning_popen() is None:
+            # Not a worker start-up: a copy, which gets shared memory of its own.
+            state["_shared"] = list(self._shared)
+        return state
+
+    def __setstate__(self, state):
+        if isinstance(state["_shared"], list):
+            values = state["_shared"]
+            state["_shared"] = multiprocessing.RawArray("q", 3)
+            state["_shared"][:] = values
+        self.__dict__.update(state)
 
     def num_batches(self, world_size: int = 1) -> int:
-        """Batches per rank in an epoch (all workers together), from `start_batch` on."""
-        total = self.pack.num_batches(
+        """Batches per rank in an epoch (all workers together), from the resume point on."""
+        return self.pack.num_batches(
             self.batch_size, select=self.options.get("select"), world_size=world_size,
             drop_last=self.options.get("drop_last", False), window=self.window,
-            stride=self.options.get("stride"))
-        return max(0, total - self.start_batch)
+            stride=self.options.get("stride"), start_sample=self.start_sample,
+            start_batch=self.start_batch)
 
     def batches(self, part: Part) -> Iterator[dict]:
         """The batches of the current epoch that this (rank, worker) share reads."""
-        common = dict(self.options, epoch=self.epoch, start_batch=self.start_batch,
-                      rank=part.rank, world_size=part.world_size, worker=part.worker,
+        common = dict(self.options, epoch=self.epoch, start_sample=self.start_sample,
+                      start_batch=self.start_batch, rank=part.rank,
+                      world_size=part.world_size, worker=part.worker,
                       num_workers=part.num_workers)
         if self.window is None:
             return self.pack.batches(self.batch_size, **common)

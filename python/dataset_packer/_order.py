@@ -6,15 +6,21 @@ billion rows needs no billion-entry permutation in memory:
 - `Permutation(n, seed, epoch)` is a keyed bijection of `range(n)`: a 4-round Feistel network
   on the smallest power of two ≥ n, with cycle-walking back into range. `perm(positions)`
   gives the items at those positions of the epoch's order.
-- `EpochPlan` cuts the epoch into batches. Global step j takes the `world_size × batch_size`
-  positions starting at `j × world_size × batch_size`; rank r gets the r-th `batch_size` of
-  them. Every rank gets the same number of batches and rows. With `drop_last`, an incomplete
-  last step is left out; without it, the remaining positions are split evenly between the
-  ranks as one shorter batch each (the fewer than `world_size` positions that do not divide
-  evenly are left out, and they are different rows every epoch).
-- A rank's batches k, k+1, … (k = `start_batch`) go round-robin to its data-loader workers,
-  worker w taking batches k+w, k+w+num_workers, …, which is the order in which PyTorch's
-  DataLoader collects them; so resuming at k yields exactly the uninterrupted epoch's batches.
+- `EpochPlan` cuts the epoch into batches. The epoch is one sequence of positions, the same
+  whatever the world size, workers or batch size; global step j takes the `world_size ×
+  batch_size` positions starting at `start_sample + j × world_size × batch_size`, and rank r
+  gets the r-th `batch_size` of them. Every rank gets the same number of batches and rows,
+  as torch's `DistributedSampler` does it: with `drop_last`, an incomplete last step is left
+  out; without it, the remaining positions are split evenly between the ranks as one shorter
+  batch each, padded with positions from the start of the epoch's order (fewer than
+  `world_size` of them), so that no row is left out.
+- `start_sample=N` resumes after the first N positions of the epoch, with any world size,
+  batch size or worker count: rows before N do not come again (but as padding), rows after N
+  are not missed. `start_batch=k` is the shorthand for `start_sample=k × world_size ×
+  batch_size` (the same batch size and world size as before).
+- A rank's batches go round-robin to its data-loader workers, worker w taking batches w,
+  w+num_workers, …, which is the order in which PyTorch's DataLoader collects them; so a
+  resumed epoch yields exactly the uninterrupted epoch's positions.
 """
 
 from __future__ import annotations
@@ -158,25 +164,61 @@ class Part:
 class EpochPlan:
     """The batches of one epoch over `items` positions, per rank (see the module docstring)."""
 
-    def __init__(self, items: int, batch_size: int, world_size: int = 1, drop_last: bool = False):
+    def __init__(self, items: int, batch_size: int, world_size: int = 1, drop_last: bool = False,
+                 start_sample: int = 0):
         self.items = int(items)
         self.batch_size = _positive_int("batch_size", batch_size)
         self.world_size = _positive_int("world_size", world_size)
+        self.start = _positive_int("start_sample", start_sample, minimum=0)
+        if self.start > self.items:
+            raise ValueError(f"start_sample={self.start} is past the end of an epoch of "
+                             f"{self.items} positions")
+        remaining = self.items - self.start
         step = self.batch_size * self.world_size
-        self.full_steps = self.items // step
-        tail = self.items - self.full_steps * step
-        self.tail_per_rank = 0 if drop_last else tail // self.world_size
+        self.full_steps = remaining // step
+        tail = remaining - self.full_steps * step
+        self.tail_per_rank = 0 if drop_last else -(-tail // self.world_size)
         self.batches_per_rank = self.full_steps + (1 if self.tail_per_rank else 0)
         self.rows_per_rank = self.full_steps * self.batch_size + self.tail_per_rank
 
     def span(self, rank: int, batch: int) -> tuple[int, int]:
-        """(first position, count) of a rank's batch."""
+        """(first position, count) of a rank's batch; positions from `items` on are padding
+        (see `spans`)."""
         if batch < self.full_steps:
-            return (batch * self.world_size + rank) * self.batch_size, self.batch_size
-        start = self.full_steps * self.world_size * self.batch_size
-        return start + rank * self.tail_per_rank, self.tail_per_rank
+            return self.start + (batch * self.world_size + rank) * self.batch_size, self.batch_size
+        first = self.start + self.full_steps * self.world_size * self.batch_size
+        return first + rank * self.tail_per_rank, self.tail_per_rank
 
-    def batches_of(self, part: Part, start_batch: int = 0) -> range:
-        """The rank's batch numbers this worker reads, from `start_batch` on."""
-        start_batch = _positive_int("start_batch", start_batch, minimum=0)
-        return range(start_batch + part.worker, self.batches_per_rank, part.num_workers)
+    def spans(self, rank: int, batch: int) -> list[tuple[int, int]]:
+        """The positions of a rank's batch as `[a, b)` ranges of the epoch's order, padding
+        wrapped around to its start."""
+        first, count = self.span(rank, batch)
+        out = []
+        while count > 0:
+            at = first % self.items
+            take = min(count, self.items - at)
+            out.append((at, at + take))
+            first, count = first + take, count - take
+        return out
+
+    def positions(self, rank: int, batch: int) -> np.ndarray:
+        """The positions of a rank's batch (int64), padding wrapped around."""
+        first, count = self.span(rank, batch)
+        return np.arange(first, first + count, dtype=np.int64) % max(self.items, 1)
+
+    def batches_of(self, part: Part) -> range:
+        """The rank's batch numbers this worker reads."""
+        return range(part.worker, self.batches_per_rank, part.num_workers)
+
+
+def start_position(start_sample: int, start_batch: int, batch_size: int, world_size: int,
+                   items: int) -> int:
+    """The epoch position to resume at, from `start_sample` or its shorthand `start_batch`."""
+    start_sample = _positive_int("start_sample", start_sample, minimum=0)
+    start_batch = _positive_int("start_batch", start_batch, minimum=0)
+    if start_batch and start_sample:
+        raise ValueError("give start_sample or start_batch, not both")
+    if start_batch:
+        # Past the last batch: nothing left of the epoch.
+        return min(start_batch * int(batch_size) * int(world_size), items)
+    return start_sample

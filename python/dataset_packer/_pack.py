@@ -28,7 +28,7 @@ from ._errors import EmptySelectionError, NotAPackError, PackError, RunIndexErro
 from ._format import (METADATA_NAME, ROW_BYTES, STEP_ROW_DTYPE, VALUATION_NAME,
                       find_shard_paths, map_shard, read_shard_header, read_valuation_names,
                       widen_legacy)
-from ._order import EpochPlan, Part, Permutation, symmetries_for
+from ._order import EpochPlan, Part, Permutation, start_position, symmetries_for
 from ._ranges import RowRanges, RowSet, WindowStarts
 from ._select import has_table, run_ids
 
@@ -478,26 +478,36 @@ class Pack:
 
     def num_batches(self, batch_size: int, *, select=None, world_size: int = 1,
                     drop_last: bool = False, window: int | None = None,
-                    stride: int | None = None) -> int:
-        """How many batches each rank gets per epoch (`window`: of `windows`)."""
+                    stride: int | None = None, start_sample: int = 0,
+                    start_batch: int = 0) -> int:
+        """How many batches each rank gets per epoch (`window`: of `windows`), from the
+        resume point on."""
         if window is None:
             items = self._row_ranges(select, "num_batches()").total
         else:
             items = self._windows(select, window, stride or window, "num_batches()").total
-        return EpochPlan(items, batch_size, world_size, drop_last).batches_per_rank
+        start = start_position(start_sample, start_batch, batch_size, world_size, items)
+        return EpochPlan(items, batch_size, world_size, drop_last, start).batches_per_rank
 
     def batches(self, batch_size: int, *, shuffle: bool = True, seed: int = 0, epoch: int = 0,
                 select=None, rank: int = 0, world_size: int = 1, worker: int = 0,
-                num_workers: int = 1, drop_last: bool = False, start_batch: int = 0,
-                augment: bool = False, illegal_ev: float | None = NAN,
+                num_workers: int = 1, drop_last: bool = False, start_sample: int = 0,
+                start_batch: int = 0, augment: bool = False, illegal_ev: float | None = NAN,
                 companions=None) -> Iterator[dict]:
         """Decoded batches of one epoch: a pure function of (pack, selection, seed, epoch).
 
-        Each epoch is one permutation of the selected rows (`shuffle=False`: pack order).
-        (rank, world_size) split it between training processes, every rank getting the same
-        number of batches; (worker, num_workers) split a rank's batches round-robin between
-        its data-loader workers. `start_batch=k` resumes at the rank's batch k without
-        reading batches 0..k-1. `augment=True` applies one of the 8 symmetries of the square
+        Each epoch is one permutation of the selected rows (`shuffle=False`: pack order),
+        whatever the world size, workers or batch size. Global step g takes positions
+        [g·B·W, (g+1)·B·W) of it (B = batch_size, W = world_size), rank r the r-th B of them;
+        (worker, num_workers) split a rank's batches round-robin between its data-loader
+        workers. Every rank gets the same number of batches, as with torch's
+        DistributedSampler: `drop_last=False` (the default) leaves nothing out, padding the
+        ranks' last batches with rows from the start of the epoch's order (at most W−1
+        repeats); `drop_last=True` drops the incomplete last step, so that every batch is
+        full. `start_sample=N` resumes after the first N positions of the epoch, with any
+        world size, batch size or number of workers, without reading what comes before;
+        `start_batch=k` is its shorthand for an unchanged B and W (N = k·B·W).
+        `augment=True` applies one of the 8 symmetries of the square
         per row, fixed by (seed, epoch, row). Illegal moves' EVs are `illegal_ev` (NaN;
         None keeps the stored values). `companions=["embeddings", …]` adds each companion
         family's rows of exactly the batch's rows as `batch["embeddings"]` (B, *shape); a
@@ -507,21 +517,20 @@ class Pack:
         ranges = self._row_ranges(select, "batches()")
         plan, rank, numbers, perm = _epoch(
             ranges.total, batch_size, shuffle, seed, epoch, rank, world_size, worker, num_workers,
-            drop_last, start_batch)
+            drop_last, start_sample, start_batch)
         return self._row_batches(ranges, plan, rank, numbers, perm,
                                  (seed, epoch) if augment else None, illegal_ev, families)
 
     def _row_batches(self, ranges, plan, rank, numbers, perm, augment, illegal_ev, families):
         for b in numbers:
-            start, count = plan.span(rank, b)
             if perm is None:
-                spans = ranges.spans(start, start + count)
+                spans = [s for a, z in plan.spans(rank, b) for s in ranges.spans(a, z)]
                 raw = self._read_spans(spans)
                 rows = (np.arange(*spans[0], dtype=np.int64) if len(spans) == 1 else
                         np.concatenate([np.arange(a, z, dtype=np.int64) for a, z in spans]))
                 groups = None
             else:
-                rows = ranges.rows_at(perm(np.arange(start, start + count, dtype=np.int64)))
+                rows = ranges.rows_at(perm(plan.positions(rank, b)))
                 groups = self._groups(rows)
                 raw = self._gather(rows, groups)
                 spans = None
@@ -537,8 +546,9 @@ class Pack:
     def windows(self, length: int, batch_size: int, *, stride: int | None = None,
                 shuffle: bool = True, seed: int = 0, epoch: int = 0, select=None,
                 rank: int = 0, world_size: int = 1, worker: int = 0, num_workers: int = 1,
-                drop_last: bool = False, start_batch: int = 0, augment: bool = False,
-                illegal_ev: float | None = NAN, companions=None) -> Iterator[dict]:
+                drop_last: bool = False, start_sample: int = 0, start_batch: int = 0,
+                augment: bool = False, illegal_ev: float | None = NAN,
+                companions=None) -> Iterator[dict]:
         """Batches of windows of `length` consecutive steps of one run (never across runs):
         every key of `batches` shaped (B, length, …). Windows start every `stride` rows of a
         run (default `length`: disjoint windows; a run's last rows that do not fill one are
@@ -555,7 +565,7 @@ class Pack:
         windows = self._windows(select, length, stride, "windows()")
         plan, rank, numbers, perm = _epoch(
             windows.total, batch_size, shuffle, seed, epoch, rank, world_size, worker, num_workers,
-            drop_last, start_batch)
+            drop_last, start_sample, start_batch)
         return self._window_batches(windows, plan, rank, numbers, perm,
                                     (seed, epoch) if augment else None, illegal_ev, families)
 
@@ -563,8 +573,8 @@ class Pack:
                         families):
         steps = np.arange(windows.length, dtype=np.int64)
         for b in numbers:
-            start, count = plan.span(rank, b)
-            items = np.arange(start, start + count, dtype=np.int64)
+            items = plan.positions(rank, b)
+            count = items.size
             first = windows.first_rows(items if perm is None else perm(items))
             rows = (first[:, None] + steps).reshape(-1)
             groups = self._groups(rows)
@@ -649,12 +659,13 @@ class Selection:
 
 
 def _epoch(total, batch_size, shuffle, seed, epoch, rank, world_size, worker, num_workers,
-           drop_last, start_batch):
-    """One epoch over `total` items (rows or windows) for one (rank, worker): its batch plan,
-    the rank as checked, the numbers of the batches this part yields from `start_batch` on,
-    and the epoch's permutation (None without shuffle)."""
+           drop_last, start_sample, start_batch):
+    """One epoch over `total` items (rows or windows) for one (rank, worker): its batch plan
+    from the resume point on, the rank as checked, the numbers of the batches this part
+    yields, and the epoch's permutation (None without shuffle)."""
     part = Part(rank, world_size, worker, num_workers)
-    plan = EpochPlan(total, batch_size, world_size, drop_last)
-    numbers = plan.batches_of(part, start_batch)
+    start = start_position(start_sample, start_batch, batch_size, world_size, total)
+    plan = EpochPlan(total, batch_size, world_size, drop_last, start)
+    numbers = plan.batches_of(part)
     perm = Permutation(total, seed, epoch) if shuffle else None
     return plan, part.rank, numbers, perm

@@ -1,20 +1,28 @@
 """PyTorch glue: an IterableDataset over a pack (imported only when used; needs torch).
 
-    from dataset_packer.torch import PackDataset
+    from dataset_packer.torch import PackDataset, PackLoader
     data = PackDataset("packs/d6", 4096, shuffle=True, seed=0, augment=True)
-    loader = torch.utils.data.DataLoader(data, batch_size=None, num_workers=4)
+    loader = PackLoader(data, num_workers=4, persistent_workers=True)
     for epoch in range(10):
         data.set_epoch(epoch)
         for batch in loader:          # dict of tensors: exps, move, evs, legal, …
             ...
+            checkpoint = {"data": loader.state_dict(), ...}   # resumable at any world size
 
 `companions=["embeddings"]` (an option of `Pack.batches`) adds companion rows as tensors too.
-The dataset yields whole batches, so give the DataLoader `batch_size=None`. Each worker reads
-its own batches (from `get_worker_info()`), each rank its own share (from `torch.distributed`
-when initialised, or `rank=`/`world_size=`); the DataLoader's round-robin over workers gives
-back the rank's batches in order. Tensors are made with `torch.from_numpy` (no copy).
-`set_epoch` must be called in the main process before iterating, with the default
-`persistent_workers=False` (workers are then started with the new epoch).
+The dataset yields whole batches, so a plain DataLoader needs `batch_size=None` (`PackLoader`
+sets it, and refuses any other). Each worker reads its own batches (from `get_worker_info()`),
+each rank its own share (from `torch.distributed` when initialised, or `rank=`/`world_size=`);
+the DataLoader's round-robin over workers gives back the rank's batches in order. Tensors are
+made with `torch.from_numpy` (no copy).
+
+`set_epoch` is called in the main process before iterating; the epoch and resume point are
+kept in shared memory, so workers see them whether they are started anew each epoch or kept
+(`persistent_workers=True`). `PackLoader` counts the batches the training loop took, and its
+`state_dict()` is (epoch, samples consumed, seed): `load_state_dict` resumes after those
+samples with any world size, batch size or number of workers (`PackDataset.state_dict()` /
+`load_state_dict()` do the same for the dataset alone, at the start of its current resume
+point).
 """
 
 from __future__ import annotations
@@ -22,7 +30,7 @@ from __future__ import annotations
 from typing import Iterator, Optional
 
 import torch
-from torch.utils.data import IterableDataset, get_worker_info
+from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
 from ._loader import EpochStream, WorkerInfo, partition, split_fields
 
@@ -66,9 +74,18 @@ class PackDataset(IterableDataset):
         self.stream = EpochStream(pack, batch_size, window=window, rank=rank,
                                   world_size=world_size, **options)
 
-    def set_epoch(self, epoch: int, start_batch: int = 0) -> None:
-        """The next iteration yields this epoch, from the rank's batch `start_batch` on."""
-        self.stream.set_epoch(epoch, start_batch)
+    def set_epoch(self, epoch: int, start_batch: int = 0, *, start_sample: int = 0) -> None:
+        """The next iteration yields this epoch, after its first `start_sample` samples (any
+        world size, batch size or workers), or from each rank's batch `start_batch` on."""
+        self.stream.set_epoch(epoch, start_batch, start_sample=start_sample)
+
+    def state_dict(self) -> dict:
+        """(epoch, start_sample, seed) of the next iteration: its resume point."""
+        return self.stream.state_dict()
+
+    def load_state_dict(self, state: dict) -> None:
+        """Resumes from a `state_dict()` of this dataset or of a `PackLoader`."""
+        self.stream.load_state_dict(state)
 
     def _part(self):
         dist_rank, dist_world = _distributed()
@@ -82,3 +99,40 @@ class PackDataset(IterableDataset):
     def __len__(self) -> int:
         """Batches per rank in the current epoch (all workers together)."""
         return self.stream.num_batches(self._part().world_size)
+
+
+class PackLoader(DataLoader):
+    """A DataLoader over a `PackDataset` (whole batches: `batch_size=None`) that counts the
+    batches the training loop has taken in the current epoch, so that `state_dict()` says
+    where to resume: the epoch, the samples consumed by all ranks together, and the seed.
+    `load_state_dict()` resumes there with any world size, batch size or workers."""
+
+    def __init__(self, dataset: PackDataset, **options):
+        if not isinstance(dataset, PackDataset):
+            raise TypeError(f"PackLoader reads a PackDataset, not {type(dataset).__name__}")
+        if options.setdefault("batch_size", None) is not None:
+            raise ValueError("a PackDataset yields whole batches: give its batch size to "
+                             "PackDataset, and batch_size=None (the default here) to the loader")
+        super().__init__(dataset, **options)
+        self._taken = 0
+        self._state = dataset.stream.state_dict()
+
+    def __iter__(self):
+        self._state = self.dataset.stream.state_dict()
+        self._taken = 0
+        for batch in super().__iter__():
+            self._taken += 1
+            yield batch
+
+    def state_dict(self) -> dict:
+        """Where to resume: after the batches taken so far in this epoch, on every rank."""
+        world = self.dataset._part().world_size
+        state = dict(self._state)
+        stream = self.dataset.stream
+        step = stream.batch_size * world
+        state["start_sample"] = min(state["start_sample"] + self._taken * step, stream._items())
+        return state
+
+    def load_state_dict(self, state: dict) -> None:
+        """The next iteration continues the saved epoch after its consumed samples."""
+        self.dataset.load_state_dict(state)

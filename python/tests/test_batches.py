@@ -84,16 +84,23 @@ def test_ranks_and_workers_partition_the_epoch(sharded, world_size, num_workers,
     assert len(set(per_rank)) == 1, f"ranks differ: {per_rank}"
     assert per_rank[0] == (plan.batches_per_rank, plan.rows_per_rank)
     rows = np.concatenate(seen) if seen else np.zeros(0, dtype=np.int64)
-    assert len(np.unique(rows)) == len(rows), "a row twice"
     step = world_size * batch_size
     full = n // step * step
     if drop_last:
-        assert len(rows) == full
+        assert len(np.unique(rows)) == len(rows) == full, "a row twice, or a step not full"
+        assert all(len(batch) == batch_size for batch in seen)
     else:
-        assert n - len(rows) < world_size, "only the uneven remainder is left out"
-    if drop_last or world_size == 1:
+        # As DistributedSampler: nothing left out, fewer than world_size rows padded in, and
+        # the padding repeats the first rows of the epoch's order.
+        np.testing.assert_array_equal(np.unique(rows), np.arange(n))
+        padding = len(rows) - n
+        assert 0 <= padding < world_size
+        assert len(rows) == world_size * plan.rows_per_rank
+        order = np.concatenate(rows_of(sharded.batches(n, seed=11, epoch=1)))
+        values, counts = np.unique(rows, return_counts=True)
+        np.testing.assert_array_equal(np.sort(values[counts > 1]), np.sort(order[:padding]))
         for batch in seen:
-            assert len(batch) in (batch_size, (n - full) // world_size)
+            assert len(batch) in (batch_size, -(-(n - full) // world_size))
 
 
 def test_the_whole_epoch_is_covered_with_one_rank(sharded):
@@ -112,6 +119,60 @@ def test_start_batch_resumes_the_uninterrupted_epoch(sharded, k):
                    for w in range(workers)]
         merged = [b for group in itertools.zip_longest(*streams) for b in group if b is not None]
         same_batches(merged, full[k:])
+
+
+@pytest.mark.parametrize("before,after", [
+    ((100, 2, 1), (100, 2, 1)), ((100, 2, 1), (64, 3, 2)), ((128, 1, 3), (50, 4, 1)),
+    ((7, 5, 2), (300, 1, 1)), ((100, 2, 2), (2240, 1, 1)),
+])
+def test_start_sample_resumes_with_another_world_size(sharded, before, after):
+    """Stop after some global steps with (batch, world, workers), resume with others at the
+    number of samples consumed: together, every row of the epoch exactly once (padding
+    aside), and the positions after the resume point in the epoch's own order."""
+    seed, epoch = 9, 3
+    n = len(sharded)
+    order = np.concatenate(rows_of(sharded.batches(n, seed=seed, epoch=epoch)))
+
+    def global_steps(batch_size, world, workers, start_sample, steps=None):
+        """Rows of each global step (all ranks), in order, from start_sample on."""
+        per_rank = []
+        for rank in range(world):
+            streams = [sharded.batches(batch_size, seed=seed, epoch=epoch, rank=rank,
+                                       world_size=world, worker=w, num_workers=workers,
+                                       start_sample=start_sample) for w in range(workers)]
+            per_rank.append([b["row"] for group in itertools.zip_longest(*streams)
+                             for b in group if b is not None])
+        out = [np.concatenate(step) for step in zip(*per_rank)]
+        return out if steps is None else out[:steps]
+
+    batch_size, world, workers = before
+    done = global_steps(batch_size, world, workers, 0, steps=3)
+    consumed = sum(len(step) for step in done)
+    assert consumed == 3 * batch_size * world
+    np.testing.assert_array_equal(np.concatenate(done), order[:consumed])
+    batch_size, world, workers = after
+    rest = np.concatenate(global_steps(batch_size, world, workers, consumed))
+    padding = len(rest) - (n - consumed)
+    assert 0 <= padding < world
+    np.testing.assert_array_equal(rest[:n - consumed], order[consumed:])
+    np.testing.assert_array_equal(rest[n - consumed:], order[:padding])
+    assert sharded.num_batches(batch_size, world_size=world, start_sample=consumed) == (
+        len(list(sharded.batches(batch_size, world_size=world, start_sample=consumed))))
+
+
+def test_start_sample_and_start_batch(sharded):
+    same_batches(list(sharded.batches(100, seed=2, world_size=2, start_batch=3)),
+                 list(sharded.batches(100, seed=2, world_size=2, start_sample=600)))
+    assert list(sharded.batches(100, start_sample=len(sharded))) == []
+    with pytest.raises(ValueError, match="past the end"):
+        sharded.batches(100, start_sample=len(sharded) + 1)
+    with pytest.raises(ValueError, match="not both"):
+        sharded.batches(100, start_sample=100, start_batch=1)
+    windows = list(sharded.windows(8, 10, seed=1, start_sample=25))
+    full = list(sharded.windows(8, 10, seed=1))
+    got = np.concatenate([b["row"][:, 0] for b in windows])
+    want = np.concatenate([b["row"][:, 0] for b in full])[25:]
+    np.testing.assert_array_equal(got, want)
 
 
 def test_start_batch_reads_nothing_before_it(sharded, monkeypatch):

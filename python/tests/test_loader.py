@@ -118,3 +118,69 @@ def test_a_selection_by_sql_is_resolved_once(packs):
     want = np.concatenate([b["row"] for b in shuffled.batches(100, select=selection)])
     np.testing.assert_array_equal(got, want)
     assert set(shuffled.rows(got)["run_id"].tolist()) == set(selection.run_ids.tolist())
+
+
+def _persistent_worker(stream, commands, results):
+    """A worker that outlives epochs, as with persistent_workers=True: every command starts a
+    new iteration of the same stream object, which was handed over when the process
+    started."""
+    for part in iter(commands.get, None):
+        results.put([b["row"].tolist() for b in stream.batches(part)])
+
+
+@pytest.mark.parametrize("method", ["spawn", "fork"])
+def test_persistent_workers_see_each_epoch_and_resume_point(sharded, method):
+    import multiprocessing
+
+    context = multiprocessing.get_context(method)
+    stream = EpochStream(sharded.path, 300, seed=4)
+    commands, results = context.Queue(), context.Queue()
+    worker = context.Process(target=_persistent_worker, args=(stream, commands, results))
+    worker.start()
+    try:
+        part = partition(WorkerInfo(1, 2), None, None)
+        for epoch, start in [(0, 0), (1, 0), (1, 1000), (5, 7)]:
+            stream.set_epoch(epoch, start_sample=start)
+            commands.put(part)
+            got = results.get(timeout=60)
+            want = [b["row"].tolist() for b in sharded.batches(
+                300, seed=4, epoch=epoch, start_sample=start, worker=1, num_workers=2)]
+            assert got == want, (epoch, start)
+        assert got != [b["row"].tolist() for b in sharded.batches(
+            300, seed=4, epoch=0, worker=1, num_workers=2)]
+    finally:
+        commands.put(None)
+        worker.join(60)
+
+
+def test_a_copied_stream_has_its_own_epoch(sharded):
+    import copy
+
+    stream = EpochStream(sharded.path, 100, seed=1)
+    stream.set_epoch(3, start_sample=50)
+    twin = copy.deepcopy(stream)
+    assert (twin.epoch, twin.start_sample) == (3, 50)
+    twin.set_epoch(4)
+    assert (stream.epoch, stream.start_sample) == (3, 50)
+
+
+def test_state_dict_resumes_elastically(sharded):
+    stream = EpochStream(sharded.path, 100, seed=6, augment=True)
+    stream.set_epoch(2)
+    # Two ranks took 4 batches each: 800 samples of the epoch.
+    state = stream.state_dict(batches=4, world_size=2)
+    assert state == {"epoch": 2, "start_sample": 800, "seed": 6}
+    # Resumed on three ranks with another batch size: the rest of the same order.
+    other = EpochStream(sharded.path, 64, seed=6, augment=True)
+    other.load_state_dict(state)
+    per_rank = [[b["row"] for b in other.batches(partition(None, rank, 3))] for rank in range(3)]
+    rest = np.concatenate([np.concatenate(step) for step in zip(*per_rank)])
+    full = np.concatenate([b["row"] for b in sharded.batches(len(sharded), seed=6, epoch=2)])
+    padding = len(rest) - (len(sharded) - 800)
+    assert 0 <= padding < 3
+    np.testing.assert_array_equal(rest, np.concatenate([full[800:], full[:padding]]))
+    assert stream.state_dict(batches=99, world_size=2)["start_sample"] == len(sharded)
+    with pytest.raises(ValueError, match="seed=6"):
+        EpochStream(sharded.path, 64, seed=7).load_state_dict(state)
+    with pytest.raises(ValueError, match="epoch must be"):
+        stream.set_epoch(-1)
