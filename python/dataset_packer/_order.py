@@ -129,6 +129,17 @@ class Permutation:
         return out
 
 
+def validation_side(fingerprints: list[str], seed: int, fraction: float) -> np.ndarray:
+    """Whether each run (by its 32-hex-digit content fingerprint) is on the validation side of
+    a split: its fingerprint's first 64 bits, mixed with the seed, as a number in [0, 1) below
+    `fraction`. A function of (fingerprint, seed, fraction) alone, and monotone in the
+    fraction: a larger fraction only adds runs to the validation side."""
+    key = np.uint64(derive_key(seed, 0, 0x5B117))
+    bits = np.array([int(f[:16], 16) for f in fingerprints], dtype=np.uint64)
+    unit = (mix64_array(bits ^ key) >> np.uint64(11)).astype(np.float64) / float(1 << 53)
+    return unit < fraction
+
+
 def symmetries_for(rows: np.ndarray, seed: int, epoch: int) -> np.ndarray:
     """One of the 8 symmetries per global row index, fixed by (seed, epoch, row)."""
     key = np.uint64(derive_key(seed, epoch, 0xA46))

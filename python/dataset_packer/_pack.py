@@ -28,7 +28,8 @@ from ._errors import EmptySelectionError, NotAPackError, PackError, RunIndexErro
 from ._format import (METADATA_NAME, ROW_BYTES, STEP_ROW_DTYPE, VALUATION_NAME,
                       find_shard_paths, map_shard, read_shard_header, read_valuation_names,
                       widen_legacy)
-from ._order import EpochPlan, Part, Permutation, start_position, symmetries_for
+from ._order import (EpochPlan, Part, Permutation, start_position, symmetries_for,
+                     validation_side)
 from ._ranges import RowRanges, RowSet, WindowStarts
 from ._select import has_table, run_ids
 
@@ -431,6 +432,50 @@ class Pack:
             raise EmptySelectionError(f"{what} matches no runs of {self.path}")
         return Selection(self, chosen, where, params)
 
+    def split(self, fraction: float, seed: int = 0, *, select=None
+              ) -> tuple["Selection", "Selection"]:
+        """Splits the runs (or those of `select`) by game into (train, validation), about
+        `fraction` of them in validation.
+
+        A run's side depends only on its content fingerprint (`run_details.fingerprint`),
+        the seed and the fraction: `pack --update`, `merge`, `shuffle` and `export` never
+        move a game from one side to the other, and a game is never on both sides, even
+        when it was logged twice. Combine with `select` (a Selection, SQL or run ids) to
+        split part of a pack.
+
+        >>> train, val = pack.split(0.1, seed=0)
+        >>> train, val = pack.split(0.1, select="depth = 7")
+        """
+        fraction = float(fraction)
+        if not 0.0 < fraction < 1.0:
+            raise ValueError(f"fraction must be between 0 and 1, not {fraction}")
+        selection = self._selection(select)
+        ids = self._runs()[0] if selection is None else selection.run_ids
+        side = validation_side(self._fingerprints(ids), seed, fraction)
+        parts = []
+        for name, chosen in (("train", ids[~side]), ("validation", ids[side])):
+            if chosen.size == 0:
+                raise EmptySelectionError(
+                    f"split({fraction}, seed={seed}) puts none of the {ids.size} runs on the "
+                    f"{name} side of {self.path}")
+            parts.append(Selection(self, chosen, f"split {name} ({fraction}, seed={seed})"))
+        return parts[0], parts[1]
+
+    def _fingerprints(self, ids: np.ndarray) -> list[str]:
+        """The content fingerprints of these runs (in this order)."""
+        if not has_table(self.db(), "run_details") or "fingerprint" not in {
+                row[1] for row in self.db().execute("PRAGMA table_info(run_details)")}:
+            raise PackError(
+                f"{self.path} records no run fingerprints (run_details.fingerprint), which a "
+                f"split by game needs; rewrite it with the current tool: `dataset-packer "
+                f"export {self.path} --format pack --output NEW`")
+        found = dict(self.db().execute("SELECT run_id, fingerprint FROM run_details"))
+        missing = [int(i) for i in ids if found.get(int(i)) is None]
+        if missing:
+            raise PackError(f"{self.path}: run {missing[0]} has no fingerprint in run_details "
+                            f"({len(missing)} runs lack one); a split by game needs them all")
+        return [found[int(i)] for i in ids]
+
     def _selection(self, select) -> "Selection | None":
         if select is None or isinstance(select, Selection):
             return select
@@ -656,6 +701,10 @@ class Selection:
 
     def sample(self, n: int, rng=None, **options) -> dict:
         return self.pack.sample(n, rng, select=self, **options)
+
+    def split(self, fraction: float, seed: int = 0) -> tuple["Selection", "Selection"]:
+        """(train, validation) of this selection's runs: `Pack.split` over them."""
+        return self.pack.split(fraction, seed, select=self)
 
 
 def _epoch(total, batch_size, shuffle, seed, epoch, rank, world_size, worker, num_workers,

@@ -42,6 +42,13 @@ def cli(*args) -> str:
     return out.stdout
 
 
+def copy_pack(packs, name, tmp_path) -> Path:
+    """A copy of a fixture pack to change."""
+    dest = tmp_path / name
+    shutil.copytree(packs[name], dest)
+    return dest
+
+
 def make_legacy_pack(pack: Path) -> None:
     """Rewrites every shard in the packed 46-byte layout and drops the `shards` table (an
     older tool recorded no checksums)."""

@@ -5,20 +5,14 @@ from __future__ import annotations
 
 import json
 import pickle
-import shutil
 import sqlite3
 
 import numpy as np
 import pytest
 
+from conftest import copy_pack
 from dataset_packer import (NotAPackError, Pack, PackError, RunIndexError, SelectionError,
                             STEP_ROW_DTYPE)
-
-
-def copy_pack(packs, name, tmp_path):
-    dest = tmp_path / name
-    shutil.copytree(packs[name], dest)
-    return dest
 
 
 def test_pack_facts(packs):

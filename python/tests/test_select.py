@@ -9,7 +9,8 @@ import sqlite3
 import numpy as np
 import pytest
 
-from dataset_packer import (EmptySelectionError, Pack, RunIndexError, SelectionError)
+from conftest import copy_pack
+from dataset_packer import EmptySelectionError, Pack, PackError, RunIndexError, SelectionError
 
 ALL_PACKS = ("plain", "sharded", "merged", "findings", "legacy", "shuffled", "no_index")
 
@@ -153,3 +154,53 @@ def test_a_row_set_finds_exactly_the_rows_of_its_runs(rows, block, monkeypatch):
             spans = found.spans(lo, hi)
             got = np.concatenate([np.arange(a, b) for a, b in spans]) if spans else []
             np.testing.assert_array_equal(got, want[lo:hi])
+
+
+def test_a_split_by_game_is_stable_across_packs_of_the_same_games(packs):
+    """The side of each game depends only on its fingerprint: the same in a pack, in its
+    shuffled copy and in a merge of two packs of its halves (where run ids differ)."""
+    sides = {}
+    for name in ("plain", "sharded", "merged", "shuffled"):
+        pack = Pack(packs[name])
+        train, val = pack.split(0.3, seed=5)
+        assert not set(train.run_ids.tolist()) & set(val.run_ids.tolist())
+        assert sorted(train.run_ids.tolist() + val.run_ids.tolist()) == list(range(10))
+        fp = dict(pack.db().execute("SELECT run_id, fingerprint FROM run_details"))
+        sides[name] = {fp[r] for r in val.run_ids.tolist()}
+        rows = np.concatenate([b["row"] for b in val.batches(100)])
+        assert set(pack.rows(rows)["run_id"].tolist()) == set(val.run_ids.tolist())
+        assert len(train) + len(val) == len(pack)
+    assert len({frozenset(v) for v in sides.values()}) == 1
+    # Another seed gives another split; a larger fraction only adds games to validation.
+    pack = Pack(packs["plain"])
+    seeds = {tuple(pack.split(0.5, seed=s)[1].run_ids.tolist()) for s in range(6)}
+    assert len(seeds) > 1
+    small, large = pack.split(0.2, seed=1)[1], pack.split(0.6, seed=1)[1]
+    assert set(small.run_ids.tolist()) <= set(large.run_ids.tolist())
+    # Combined with a selection: only its runs, split the same way.
+    depth7 = pack.select("depth = 7")
+    train7, val7 = depth7.split(0.3, seed=5)
+    train, val = pack.split(0.3, seed=5)
+    assert set(val7.run_ids.tolist()) == set(val.run_ids.tolist()) & set(depth7.run_ids.tolist())
+    assert set(train7.run_ids.tolist()) == (set(train.run_ids.tolist())
+                                            & set(depth7.run_ids.tolist()))
+
+
+def test_split_arguments(packs, tmp_path):
+    pack = Pack(packs["plain"])
+    for bad in (0, 1, -0.5, 2):
+        with pytest.raises(ValueError, match="between 0 and 1"):
+            pack.split(bad)
+    with pytest.raises(EmptySelectionError, match="validation side"):
+        pack.split(1e-9)
+    dest = copy_pack(packs, "plain", tmp_path)
+    with sqlite3.connect(dest / "metadata.db") as db:
+        db.execute("UPDATE run_details SET fingerprint = NULL WHERE run_id = 4")
+    db.close()
+    with pytest.raises(PackError, match="run 4 has no fingerprint"):
+        Pack(dest).split(0.1)
+    with sqlite3.connect(dest / "metadata.db") as db:
+        db.execute("ALTER TABLE run_details DROP COLUMN fingerprint")
+    db.close()
+    with pytest.raises(PackError, match="records no run fingerprints"):
+        Pack(dest).split(0.1)
