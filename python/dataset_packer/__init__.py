@@ -22,10 +22,11 @@ from ._errors import (CompanionError, EmptySelectionError, NotAPackError, PackEr
                       RunIndexError, SelectionError)
 from ._format import LEGACY_ROW_DTYPE, STEP_ROW_DTYPE
 from ._order import EpochPlan, Permutation
+from ._mixture import Mixture
 from ._pack import Pack, Selection
 
 __all__ = [
-    "Pack", "Selection", "Companion", "STEP_ROW_DTYPE", "LEGACY_ROW_DTYPE", "MOVE_NAMES",
+    "Pack", "Selection", "Mixture", "Companion", "STEP_ROW_DTYPE", "LEGACY_ROW_DTYPE", "MOVE_NAMES",
     "PackError", "NotAPackError", "RunIndexError", "SelectionError", "EmptySelectionError",
     "CompanionError",
     "decode_exps", "encode_board", "board_eval", "legal_moves", "apply_symmetries",

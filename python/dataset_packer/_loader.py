@@ -22,6 +22,7 @@ from typing import Iterator, Optional
 import numpy as np
 
 from ._order import Part
+from ._mixture import Mixture
 from ._pack import Pack
 
 
@@ -48,7 +49,8 @@ def partition(worker: Optional[WorkerInfo], dist_rank: Optional[int],
 
 
 class EpochStream:
-    """Batches of a pack for one epoch at a time (`set_epoch`), by (rank, worker) share.
+    """Batches of a pack (or a `Mixture`) for one epoch at a time (`set_epoch`), by (rank,
+    worker) share.
 
     `window`: yield `Pack.windows(window, batch_size, ...)` instead of `Pack.batches`.
     Other keyword options are those of `Pack.batches` (shuffle, seed, select, drop_last,
@@ -56,7 +58,7 @@ class EpochStream:
 
     def __init__(self, pack, batch_size: int, *, window: Optional[int] = None,
                  rank: Optional[int] = None, world_size: Optional[int] = None, **options):
-        self.pack = pack if isinstance(pack, Pack) else Pack(pack)
+        self.pack = pack if isinstance(pack, (Pack, Mixture)) else Pack(pack)
         self.batch_size = batch_size
         self.window = window
         self.rank = rank
@@ -106,11 +108,8 @@ class EpochStream:
 
     def _items(self) -> int:
         """Positions in an epoch: the selection's rows, or its windows."""
-        select = self.options.get("select")
-        if self.window is None:
-            return self.pack._row_ranges(select, "state_dict()").total
-        stride = self.options.get("stride") or self.window
-        return self.pack._windows(select, self.window, stride, "state_dict()").total
+        return self.pack.epoch_length(self.options.get("select"), self.window,
+                                      self.options.get("stride"))
 
     def state_dict(self, batches: int = 0, world_size: int = 1) -> dict:
         """Where to resume: the epoch, and the position after `batches` batches per rank

@@ -521,16 +521,21 @@ class Pack:
 
     # ------------------------------------------------------------------ batches
 
+    def epoch_length(self, select=None, window: int | None = None,
+                     stride: int | None = None) -> int:
+        """Positions in an epoch (what `start_sample` counts): the selection's rows, or its
+        windows with `window`."""
+        if window is None:
+            return self._row_ranges(select, "epoch_length()").total
+        return self._windows(select, window, stride or window, "epoch_length()").total
+
     def num_batches(self, batch_size: int, *, select=None, world_size: int = 1,
                     drop_last: bool = False, window: int | None = None,
                     stride: int | None = None, start_sample: int = 0,
                     start_batch: int = 0) -> int:
         """How many batches each rank gets per epoch (`window`: of `windows`), from the
         resume point on."""
-        if window is None:
-            items = self._row_ranges(select, "num_batches()").total
-        else:
-            items = self._windows(select, window, stride or window, "num_batches()").total
+        items = self.epoch_length(select, window, stride)
         start = start_position(start_sample, start_batch, batch_size, world_size, items)
         return EpochPlan(items, batch_size, world_size, drop_last, start).batches_per_rank
 

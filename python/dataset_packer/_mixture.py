@@ -1,0 +1,245 @@
+"""`Mixture`: several packs (or selections) read as one, at chosen proportions.
+
+An epoch of a mixture is `len(mixture)` positions (by default the sources' rows added up).
+Source i fills `count_i` of them: its weight's share of the epoch, rounded so that the counts
+add up to the epoch exactly (largest remainders). Each source has an endless stream of rows:
+its own epoch orders one after the other (`Pack.batches(seed=seed, epoch=k)`'s order for
+k = 0, 1, 2, …; with `shuffle=False`, its rows in pack order again and again). Mixture epoch
+e takes positions `[e × count_i, (e + 1) × count_i)` of source i's stream, so no row of a
+source comes again before the source is used up, and a source weighted above its size
+continues into its next permutation (in the next mixture epoch too).
+
+The sources are interleaved evenly, not at random (their rows already are): the epoch's
+positions are split between two halves of the sources by Bresenham's rule (position t of N
+goes left when ⌊(t+1)·A/N⌋ > ⌊t·A/N⌋, A the left half's count), and each half again, down to
+single sources. Any run of positions, a batch in particular, holds each source in its
+proportion to within one row per level, and a position is placed in O(log sources) integer
+steps.
+
+Everything else is `Pack.batches`: the same plan over the epoch's positions (ranks, workers,
+padding, `start_sample`/`start_batch`), augmentation, companions, plus `source` in every
+batch (the index of the row's source; `row` and `run_id` are the source's own). A row is
+read from its pack as 48 bytes and the batch is decoded once; `valuation` indexes
+`mixture.valuation_names`, the sources' valuation names in order of first appearance.
+"""
+
+from __future__ import annotations
+
+from typing import Iterator
+
+import numpy as np
+
+from ._codec import apply_symmetries, decode_rows
+from ._format import ROW_BYTES, STEP_ROW_DTYPE
+from ._order import Permutation, symmetries_for
+from ._pack import NAN, Pack, Selection, _epoch
+
+_VALUATION = STEP_ROW_DTYPE.fields["valuation_type"][1]
+
+
+class Mixture:
+    """Packs or selections mixed at `weights` (default: in proportion to their rows).
+
+    >>> mix = Mixture([Pack("packs/d6"), Pack("packs/d7").select("max_score > 100000")],
+    ...               weights=[0.75, 0.25])
+    >>> for batch in mix.batches(4096, seed=0, epoch=3):
+    ...     batch["source"]   # 0 or 1 per row
+    """
+
+    def __init__(self, sources, weights=None, *, length: int | None = None):
+        self.sources = [_as_source(s) for s in sources]
+        if not self.sources:
+            raise ValueError("a Mixture needs at least one source")
+        self._ranges = [pack._row_ranges(sel, "Mixture") for pack, sel in self.sources]
+        sizes = np.array([r.total for r in self._ranges], dtype=np.int64)
+        if weights is None:
+            weights = sizes
+        weights = np.asarray(weights, dtype=np.float64)
+        if weights.shape != (len(self.sources),):
+            raise ValueError(f"{len(self.sources)} sources need {len(self.sources)} weights, "
+                             f"not {weights.size}")
+        if not np.isfinite(weights).all() or (weights < 0).any() or weights.sum() <= 0:
+            raise ValueError(f"weights must be finite, ≥ 0 and not all 0: {weights.tolist()}")
+        self.weights = weights / weights.sum()
+        self.length = int(sizes.sum()) if length is None else int(length)
+        if self.length < 1:
+            raise ValueError(f"length must be ≥ 1, not {length}")
+        self.counts = _apportion(self.weights, self.length)
+        self._starts = np.concatenate([[0], np.cumsum(self.counts)]).astype(np.int64)
+        self._levels = (len(self.sources) - 1).bit_length()
+        names: list[str] = []
+        self._valuation_maps = []
+        for pack, _ in self.sources:
+            for name in pack.valuation_names:
+                if name not in names:
+                    names.append(name)
+            table = np.arange(256, dtype=np.uint8)
+            for i, name in enumerate(pack.valuation_names):
+                table[i] = names.index(name)
+            # None when the source's ids are already the mixture's: nothing to rewrite.
+            same = (table == np.arange(256)).all()
+            self._valuation_maps.append(None if same else table)
+        if len(names) > 256:
+            raise ValueError("the sources have more than 256 valuation names together")
+        self.valuation_names = names
+
+    def __len__(self) -> int:
+        return self.length
+
+    def __repr__(self) -> str:
+        parts = ", ".join(f"{pack.path.name}: {c} rows/epoch"
+                          for (pack, _), c in zip(self.sources, self.counts))
+        return f"Mixture({self.length} rows per epoch; {parts})"
+
+    def _selection(self, select) -> None:
+        _refuse(select, None)
+
+    def epoch_length(self, select=None, window=None, stride=None) -> int:
+        """Positions in an epoch (what `start_sample` counts)."""
+        _refuse(select, window)
+        return self.length
+
+    def num_batches(self, batch_size: int, *, select=None, world_size: int = 1,
+                    drop_last: bool = False, window: int | None = None,
+                    stride: int | None = None, start_sample: int = 0,
+                    start_batch: int = 0) -> int:
+        """How many batches each rank gets per epoch, from the resume point on."""
+        _refuse(select, window)
+        plan = _epoch(self.length, batch_size, False, 0, 0, 0, world_size, 0, 1, drop_last,
+                      start_sample, start_batch)[0]
+        return plan.batches_per_rank
+
+    def batches(self, batch_size: int, *, shuffle: bool = True, seed: int = 0, epoch: int = 0,
+                select=None, rank: int = 0, world_size: int = 1, worker: int = 0,
+                num_workers: int = 1, drop_last: bool = False, start_sample: int = 0,
+                start_batch: int = 0, augment: bool = False, illegal_ev: float | None = NAN,
+                companions=None) -> Iterator[dict]:
+        """Decoded batches of one mixture epoch, with `Pack.batches`' arguments and keys, plus
+        `source`: a pure function of (sources, weights, length, seed, epoch)."""
+        _refuse(select, None)
+        families = [pack._companion_keys(companions) for pack, _ in self.sources]
+        plan, rank, numbers, _ = _epoch(
+            self.length, batch_size, False, seed, epoch, rank, world_size, worker, num_workers,
+            drop_last, start_sample, start_batch)
+        return self._batches(plan, rank, numbers, shuffle, seed, epoch, augment, illegal_ev,
+                             families)
+
+    def _locate(self, positions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(source, index among that source's positions of the epoch) of epoch positions:
+        one halving of each position's range of sources per level, all positions at once (a
+        range already down to one source has no left part, so it stays as it is)."""
+        starts = self._starts
+        lo = np.zeros(positions.size, dtype=np.int64)
+        hi = np.full(positions.size, len(self.sources), dtype=np.int64)
+        t = np.asarray(positions, dtype=np.int64).copy()
+        for _ in range(self._levels):
+            mid = (lo + hi) >> 1
+            total = starts[hi] - starts[lo]
+            left_count = starts[mid] - starts[lo]
+            before = (t + 1) * left_count // total
+            left = before > t * left_count // total
+            t = np.where(left, before - 1, t - before)
+            hi = np.where(left, mid, hi)
+            lo = np.where(left, lo, mid)
+        return lo, t
+
+    def _batches(self, plan, rank, numbers, shuffle, seed, epoch, augment, illegal_ev,
+                 families):
+        orders: dict = {}
+        present = np.flatnonzero(self.counts).tolist()
+        for b in numbers:
+            source, index = self._locate(plan.positions(rank, b))
+            picked = []
+            for i in present:
+                # One source: every position, no scatter.
+                at = np.flatnonzero(source == i) if len(present) > 1 else slice(None)
+                stream = epoch * int(self.counts[i]) + index[at]
+                if stream.size == 0:
+                    continue
+                local = self._stream_rows(i, stream, shuffle, seed, orders)
+                pack = self.sources[i][0]
+                groups = pack._groups(local)
+                picked.append((i, at, local, groups, pack._gather(local, groups)))
+            if len(picked) == 1:
+                raw, rows = picked[0][4], picked[0][2]
+            else:
+                raw = np.empty((source.size, ROW_BYTES), dtype=np.uint8)
+                rows = np.empty(source.size, dtype=np.int64)
+                for _, at, local, _, gathered in picked:
+                    raw[at], rows[at] = gathered, local
+            for i, at, _, _, _ in picked:
+                table = self._valuation_maps[i]
+                if table is not None:
+                    raw[at, _VALUATION] = table[raw[at, _VALUATION]]
+            picked = [(i, at, groups) for i, at, _, groups, _ in picked]
+            batch = decode_rows(raw, illegal_ev)
+            batch["row"] = rows
+            batch["source"] = source
+            self._add_companions(batch, families, picked)
+            if augment:
+                # Keyed by source too, so equal row numbers of two packs are not tied.
+                symmetry = symmetries_for(rows ^ (batch["source"] << 40), seed, epoch)
+                apply_symmetries(batch, symmetry)
+                batch["symmetry"] = symmetry
+            yield batch
+
+    def _stream_rows(self, i: int, stream: np.ndarray, shuffle: bool, seed: int,
+                     orders: dict) -> np.ndarray:
+        """Global rows of source i at these positions of its endless stream of epochs."""
+        n = self._ranges[i].total
+        cycle, at = np.divmod(stream, n)
+        if shuffle:
+            first, last = int(cycle[0]), int(cycle[-1])
+            # Positions come in order, so a batch meets one cycle, or two at its boundary.
+            for k in range(first, last + 1):
+                order = orders.get((i, k))
+                if order is None:
+                    order = orders[(i, k)] = Permutation(n, seed, k)
+                if first == last:
+                    at = order(at)
+                else:
+                    mine = cycle == k
+                    at[mine] = order(at[mine])
+        return self._ranges[i].rows_at(at)
+
+    def _add_companions(self, batch: dict, families: list, picked: list) -> None:
+        keys = [key for key, _ in families[0]]
+        for key_index, key in enumerate(keys):
+            parts = [(at, families[i][key_index][1]._gather_groups(groups))
+                     for i, at, groups in picked]
+            first = parts[0][1]
+            out = np.empty((batch["row"].size,) + first.shape[1:], dtype=first.dtype)
+            for at, values in parts:
+                if values.dtype != out.dtype or values.shape[1:] != out.shape[1:]:
+                    raise ValueError(f"companion {key!r} differs between the mixture's "
+                                     f"sources: {values.dtype}{values.shape[1:]} against "
+                                     f"{out.dtype}{out.shape[1:]}")
+                out[at] = values
+            batch[key] = out
+
+
+def _as_source(source) -> tuple[Pack, Selection | None]:
+    if isinstance(source, Selection):
+        return source.pack, source
+    if isinstance(source, Pack):
+        return source, None
+    return Pack(source), None
+
+
+def _refuse(select, window) -> None:
+    if select is not None:
+        raise ValueError("a Mixture is selected through its sources: mix selections "
+                         "(pack.select(...)) instead of passing select=")
+    if window is not None:
+        raise ValueError("a Mixture yields rows, not windows")
+
+
+def _apportion(weights: np.ndarray, total: int) -> np.ndarray:
+    """Integer counts in proportion to `weights` that add up to `total` (largest
+    remainders; ties to the earlier source)."""
+    exact = weights * total
+    counts = np.floor(exact).astype(np.int64)
+    short = total - int(counts.sum())
+    order = np.argsort(-(exact - counts), kind="stable")
+    counts[order[:short]] += 1
+    return counts

@@ -1,0 +1,160 @@
+"""`Mixture`: each source's share of an epoch is exact, its rows follow its own epoch orders
+without repeats until it is used up, and the epoch is split, resumed and augmented like a
+pack's, with a `source` key."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+
+from dataset_packer import Mixture, Pack
+from dataset_packer._loader import EpochStream, partition
+
+
+def stream_order(pack, sel, seed, epochs) -> np.ndarray:
+    """A source's endless stream: its own epoch orders one after the other."""
+    return np.concatenate([np.concatenate([b["row"] for b in pack.batches(
+        10**6, seed=seed, epoch=k, select=sel)]) for k in range(epochs)])
+
+
+def all_batches(mix, batch_size, **options):
+    return list(mix.batches(batch_size, **options))
+
+
+def test_each_source_gets_its_share_from_its_own_order(packs):
+    plain, merged = Pack(packs["plain"]), Pack(packs["merged"])
+    deep = merged.select("depth = 7")
+    # plain: 2240 rows weighted 0.25; the depth-7 runs of merged: 1020 rows weighted 0.75, so
+    # they are used up within the first epoch and continue into their next permutation.
+    mix = Mixture([plain, deep], weights=[1, 3], length=2000)
+    assert len(mix) == 2000 and mix.counts.tolist() == [500, 1500]
+    assert len(deep) < 1500
+    streams = [stream_order(plain, None, 4, 2), stream_order(merged, deep, 4, 5)]
+    for epoch in range(3):
+        batches = all_batches(mix, 128, seed=4, epoch=epoch)
+        source = np.concatenate([b["source"] for b in batches])
+        rows = np.concatenate([b["row"] for b in batches])
+        assert len(rows) == 2000
+        for i, count in enumerate(mix.counts):
+            mine = rows[source == i]
+            assert len(mine) == count
+            want = streams[i][epoch * count:(epoch + 1) * count]
+            # The epoch's share of the stream, in its order, interleaved with the other source.
+            np.testing.assert_array_equal(mine, want)
+    # No repeats inside one pass over a source.
+    first_pass = streams[1][:len(deep)]
+    assert len(np.unique(first_pass)) == len(deep)
+
+
+def test_rows_decode_as_their_own_pack_does(packs):
+    plain, merged = Pack(packs["plain"]), Pack(packs["merged"])
+    mix = Mixture([plain, merged], weights=[0.5, 0.5])
+    assert len(mix) == len(plain) + len(merged)
+    batch = next(mix.batches(300, seed=1, illegal_ev=-1.0))
+    for i, pack in enumerate((plain, merged)):
+        mine = batch["source"] == i
+        own = pack.gather(batch["row"][mine], illegal_ev=-1.0)
+        for key in ("exps", "move", "evs", "legal", "board_eval", "run_id", "step_index"):
+            np.testing.assert_array_equal(batch[key][mine], own[key])
+        names = np.array(mix.valuation_names)[batch["valuation"][mine]]
+        np.testing.assert_array_equal(names, np.array(pack.valuation_names)[own["valuation"]])
+
+
+@pytest.mark.parametrize("world,workers,drop_last", [(1, 1, False), (3, 2, False), (2, 3, True)])
+def test_ranks_workers_and_resume(packs, world, workers, drop_last):
+    mix = Mixture([Pack(packs["plain"]), Pack(packs["shuffled"])], weights=[0.3, 0.7],
+                  length=1001)
+    options = dict(seed=2, epoch=1, drop_last=drop_last, augment=True)
+
+    def steps(start_sample=0, batch_size=50, world=world):
+        per_rank = []
+        for rank in range(world):
+            streams = [mix.batches(batch_size, rank=rank, world_size=world, worker=w,
+                                   num_workers=workers, start_sample=start_sample, **options)
+                       for w in range(workers)]
+            per_rank.append([b for group in itertools.zip_longest(*streams)
+                             for b in group if b is not None])
+        assert len({len(r) for r in per_rank}) == 1
+        return [{k: np.concatenate([b[k] for b in step]) for k in ("row", "source", "exps",
+                                                                   "symmetry")}
+                for step in zip(*per_rank)]
+
+    whole = steps(world=1, batch_size=1001)[0]
+    got = steps()
+    key = lambda s: list(zip(s["source"].tolist(), s["row"].tolist()))  # noqa: E731
+    seen = [pair for step in got for pair in key(step)]
+    if drop_last:
+        assert len(seen) == 1001 // (50 * world) * 50 * world
+        assert seen == key(whole)[:len(seen)]
+    else:
+        assert seen[:1001] == key(whole) and len(seen) - 1001 < world
+    assert mix.num_batches(50, world_size=world, drop_last=drop_last) == len(got)
+    # Resumed after 300 samples with another world size: the rest of the same order.
+    rest = [pair for step in steps(start_sample=300, batch_size=64, world=2)
+            for pair in key(step)]
+    assert rest[:701] == key(whole)[300:300 + len(rest)]
+    assert len(rest) == (640 if drop_last else 702)
+    # Augmentation is per row, as in a pack: the same rows get the same symmetry.
+    np.testing.assert_array_equal(np.concatenate([s["symmetry"] for s in got])[:1001 if not
+                                  drop_last else len(seen)],
+                                  whole["symmetry"][:1001 if not drop_last else len(seen)])
+
+
+def test_deterministic_and_reseeded(packs):
+    mix = Mixture([Pack(packs["plain"]), Pack(packs["merged"])], weights=[0.5, 0.5])
+    a = [b["row"].tolist() for b in mix.batches(256, seed=3, epoch=2)]
+    b = [b["row"].tolist() for b in mix.batches(256, seed=3, epoch=2)]
+    c = [b["row"].tolist() for b in mix.batches(256, seed=4, epoch=2)]
+    assert a == b and a != c
+    # shuffle=False: each source's rows in pack order, interleaved evenly.
+    ordered = next(mix.batches(len(mix), shuffle=False))
+    for i, pack in enumerate(mix.sources):
+        np.testing.assert_array_equal(ordered["row"][ordered["source"] == i],
+                                      np.arange(len(pack[0])))
+    # Every run of 64 positions holds each source in proportion, to within a row.
+    assert (np.abs(ordered["source"].reshape(-1, 64).sum(axis=1) - 32) <= 1).all()
+
+
+def test_a_stream_over_a_mixture(packs):
+    mix = Mixture([Pack(packs["plain"]), Pack(packs["merged"])], weights=[2, 1], length=900)
+    stream = EpochStream(mix, 100, seed=5)
+    stream.set_epoch(1, start_sample=200)
+    got = [b["row"].tolist() for b in stream.batches(partition(None, None, None))]
+    want = [b["row"].tolist() for b in mix.batches(100, seed=5, epoch=1, start_sample=200)]
+    assert got == want and stream.num_batches() == len(want) == 7
+    assert stream.state_dict(batches=2)["start_sample"] == 400
+
+
+def test_bad_mixtures_are_refused(packs):
+    plain = Pack(packs["plain"])
+    with pytest.raises(ValueError, match="at least one source"):
+        Mixture([])
+    with pytest.raises(ValueError, match="2 sources need 2 weights"):
+        Mixture([plain, plain], weights=[1])
+    with pytest.raises(ValueError, match="not all 0"):
+        Mixture([plain, plain], weights=[0, 0])
+    with pytest.raises(ValueError, match="mix selections"):
+        next(Mixture([plain]).batches(10, select="depth = 7"))
+    with pytest.raises(ValueError, match="length must be"):
+        Mixture([plain], length=0)
+
+
+@pytest.mark.parametrize("weights", [[0.2, 0.0, 0.8], [1, 1, 1], [5, 1, 2, 1, 3]])
+def test_many_sources_each_get_their_exact_share(packs, weights):
+    names = ["plain", "merged", "sharded", "shuffled", "findings"][:len(weights)]
+    sources = [Pack(packs[n]) for n in names]
+    mix = Mixture(sources, weights=weights, length=3001)
+    assert mix.counts.sum() == 3001
+    expected = np.array(weights, dtype=float) / sum(weights) * 3001
+    assert (np.abs(mix.counts - expected) < 1).all()
+    batch = next(mix.batches(3001, seed=8, epoch=1))
+    for i, pack in enumerate(sources):
+        mine = batch["row"][batch["source"] == i]
+        assert len(mine) == mix.counts[i]
+        n = len(pack)
+        stream = np.concatenate([np.concatenate([b["row"] for b in pack.batches(
+            10**6, seed=8, epoch=k)]) for k in range(-(-2 * int(mix.counts[i]) // n) + 1)])
+        want = stream[int(mix.counts[i]):2 * int(mix.counts[i])]
+        np.testing.assert_array_equal(mine, want)
