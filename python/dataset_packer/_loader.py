@@ -169,3 +169,67 @@ def _fields(value):
     if isinstance(value, np.ndarray) and value.dtype.names is not None:
         return {name: _fields(np.ascontiguousarray(value[name])) for name in value.dtype.names}
     return value
+
+
+#: Each array of a packed batch starts at a multiple of this many bytes, so that every
+#: column can be viewed in place with its own dtype.
+_ALIGN = 64
+
+
+def pack_batch(batch: dict) -> tuple[np.ndarray, tuple, dict]:
+    """The batch's arrays in one uint8 buffer, for one transfer from a data-loader worker
+    instead of one per column: (buffer, layout, rest). `layout` holds (path, dtype, shape,
+    offset) per array, the path a tuple of keys (a structured companion's fields nest under
+    its key); `rest` the arrays that cannot be viewed in a buffer (objects), as they are."""
+    flat, rest = [], {}
+    _flatten((), split_fields(batch), flat, rest)
+    layout, offset = [], 0
+    for path, array in flat:
+        layout.append((path, array.dtype.str, array.shape, offset))
+        offset += -(-array.nbytes // _ALIGN) * _ALIGN
+    buffer = np.empty(offset, dtype=np.uint8)
+    for (path, dtype, shape, at), (_, array) in zip(layout, flat):
+        buffer[at:at + array.nbytes].view(array.dtype).reshape(shape)[...] = array
+    return buffer, tuple(layout), rest
+
+
+def unpack_batch(buffer, layout, rest, view) -> dict:
+    """The batch `pack_batch` packed, each array a view of `buffer` made by
+    `view(buffer, start, stop, dtype, shape)` (NumPy's or torch's), nested as it was."""
+    out: dict = {}
+    for path, dtype, shape, at in layout:
+        nbytes = int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
+        _put(out, path, view(buffer, at, at + nbytes, np.dtype(dtype), shape))
+    for path, value in rest.items():
+        _put(out, path, value)
+    return out
+
+
+def _flatten(path: tuple, value, flat: list, rest: dict) -> None:
+    if isinstance(value, dict):
+        for key, inner in value.items():
+            _flatten(path + (key,), inner, flat, rest)
+    elif isinstance(value, np.ndarray) and not value.dtype.hasobject:
+        flat.append((path, np.ascontiguousarray(value)))
+    else:
+        rest[path] = value
+
+
+def _put(out: dict, path: tuple, value) -> None:
+    for key in path[:-1]:
+        out = out.setdefault(key, {})
+    out[path[-1]] = value
+
+
+def numpy_view(buffer: np.ndarray, start: int, stop: int, dtype: np.dtype, shape) -> np.ndarray:
+    return buffer[start:stop].view(dtype).reshape(shape)
+
+
+def select_columns(batch: dict, columns) -> dict:
+    """The batch restricted to `columns` (None: all of it); an unknown name is an error."""
+    if columns is None:
+        return batch
+    unknown = [c for c in columns if c not in batch]
+    if unknown:
+        raise KeyError(f"no column {unknown[0]!r} in a batch (it has {', '.join(batch)})")
+    return {c: batch[c] for c in columns}

@@ -29,10 +29,12 @@ from __future__ import annotations
 
 from typing import Iterator, Optional
 
+import numpy as np
 import torch
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
-from ._loader import EpochStream, WorkerInfo, partition, split_fields
+from ._loader import (EpochStream, WorkerInfo, pack_batch, partition, select_columns,
+                      split_fields, unpack_batch)
 
 
 def _distributed() -> tuple[Optional[int], Optional[int]]:
@@ -66,13 +68,19 @@ def _tensor(value):
 class PackDataset(IterableDataset):
     """Batches of a pack as dicts of tensors; see the module docstring and `Pack.batches`.
 
-    `pack` is a path or a `Pack`; `window=L` yields (B, L, …) windows (`Pack.windows`)."""
+    `pack` is a path, a `Pack` or a `Mixture`; `window=L` yields (B, L, …) windows
+    (`Pack.windows`); `columns=["exps", "move", …]` keeps only those keys of each batch
+    (less to decode into tensors and to send from the workers)."""
 
     def __init__(self, pack, batch_size: int, *, window: Optional[int] = None,
-                 rank: Optional[int] = None, world_size: Optional[int] = None, **options):
+                 rank: Optional[int] = None, world_size: Optional[int] = None,
+                 columns=None, **options):
         super().__init__()
         self.stream = EpochStream(pack, batch_size, window=window, rank=rank,
                                   world_size=world_size, **options)
+        self.columns = None if columns is None else list(columns)
+        # Set by PackLoader, which unpacks: workers then send one buffer per batch.
+        self.packed = False
 
     def set_epoch(self, epoch: int, start_batch: int = 0, *, start_sample: int = 0) -> None:
         """The next iteration yields this epoch, after its first `start_sample` samples (any
@@ -93,12 +101,39 @@ class PackDataset(IterableDataset):
                          self.stream.world_size)
 
     def __iter__(self) -> Iterator[dict]:
+        in_worker = get_worker_info() is not None
         for batch in self.stream.batches(self._part()):
-            yield to_tensors(batch)
+            batch = select_columns(batch, self.columns)
+            if self.packed and in_worker:
+                buffer, layout, rest = pack_batch(batch)
+                yield _Packed(torch.from_numpy(buffer), layout, rest)
+            else:
+                yield to_tensors(batch)
 
     def __len__(self) -> int:
         """Batches per rank in the current epoch (all workers together)."""
         return self.stream.num_batches(self._part().world_size)
+
+
+class _Packed:
+    """A batch as one tensor (and its layout) on its way from a worker to PackLoader."""
+
+    def __init__(self, buffer, layout, rest):
+        self.buffer, self.layout, self.rest = buffer, layout, rest
+
+    def unpack(self) -> dict:
+        rest = {path: _tensor(value) for path, value in self.rest.items()}
+        return unpack_batch(self.buffer, self.layout, rest, _torch_view)
+
+
+def _torch_view(buffer, start: int, stop: int, dtype, shape):
+    return buffer[start:stop].view(_TORCH_DTYPES[dtype.str]).view(shape)
+
+
+_TORCH_DTYPES = {np.dtype(t).str: torch.from_numpy(np.zeros(1, dtype=t)).dtype
+                 for t in (np.bool_, np.uint8, np.int8, np.int16, np.int32, np.int64,
+                           np.uint16, np.uint32, np.uint64, np.float16, np.float32,
+                           np.float64)}
 
 
 class PackLoader(DataLoader):
@@ -113,6 +148,9 @@ class PackLoader(DataLoader):
         if options.setdefault("batch_size", None) is not None:
             raise ValueError("a PackDataset yields whole batches: give its batch size to "
                              "PackDataset, and batch_size=None (the default here) to the loader")
+        # Workers send each batch as one buffer, unpacked here into views: one transfer
+        # instead of one per column.
+        dataset.packed = True
         super().__init__(dataset, **options)
         self._taken = 0
         self._state = dataset.stream.state_dict()
@@ -122,7 +160,7 @@ class PackLoader(DataLoader):
         self._taken = 0
         for batch in super().__iter__():
             self._taken += 1
-            yield batch
+            yield batch.unpack() if isinstance(batch, _Packed) else batch
 
     def state_dict(self) -> dict:
         """Where to resume: after the batches taken so far in this epoch, on every rank."""

@@ -184,3 +184,98 @@ def test_state_dict_resumes_elastically(sharded):
         EpochStream(sharded.path, 64, seed=7).load_state_dict(state)
     with pytest.raises(ValueError, match="epoch must be"):
         stream.set_epoch(-1)
+
+
+@needs_torch
+def test_torch_persistent_workers_follow_set_epoch(sharded):
+    from dataset_packer.torch import PackDataset, PackLoader
+
+    data = PackDataset(sharded.path, 200, seed=7, augment=True)
+    loader = PackLoader(data, num_workers=2, persistent_workers=True)
+    for epoch, start in [(0, 0), (1, 0), (1, 700), (4, 0)]:
+        data.set_epoch(epoch, start_sample=start)
+        got = [b["row"].numpy().tolist() for b in loader]
+        want = [b["row"].tolist() for b in sharded.batches(200, seed=7, epoch=epoch,
+                                                            augment=True, start_sample=start)]
+        assert got == want, (epoch, start)
+
+
+@needs_torch
+def test_torch_loader_state_resumes_on_another_world_size(sharded):
+    from dataset_packer.torch import PackDataset, PackLoader
+
+    data = PackDataset(sharded.path, 100, seed=3, rank=1, world_size=2)
+    loader = PackLoader(data, num_workers=2)
+    data.set_epoch(5)
+    for k, _ in enumerate(loader):
+        if k == 3:
+            break
+    state = loader.state_dict()
+    assert state == {"epoch": 5, "start_sample": 800, "seed": 3}
+    # Three ranks of 64 rows take over after the 800 samples two ranks of 100 consumed.
+    rest = []
+    for rank in range(3):
+        resumed = PackDataset(sharded.path, 64, seed=3, rank=rank, world_size=3)
+        again = PackLoader(resumed, num_workers=1)
+        again.load_state_dict(state)
+        rest.append([b["row"].numpy() for b in again])
+    got = np.concatenate([np.concatenate(step) for step in zip(*rest)])
+    order = np.concatenate([b["row"] for b in sharded.batches(len(sharded), seed=3, epoch=5)])
+    np.testing.assert_array_equal(got[:len(sharded) - 800], order[800:])
+    with pytest.raises(ValueError, match="batch_size=None"):
+        PackLoader(data, batch_size=4)
+
+
+@needs_torch
+def test_torch_reads_a_mixture(packs):
+    from dataset_packer import Mixture, Pack
+    from dataset_packer.torch import PackDataset, PackLoader
+
+    mix = Mixture([Pack(packs["plain"]), Pack(packs["merged"])], weights=[3, 1], length=1000)
+    loader = PackLoader(PackDataset(mix, 250, seed=1), num_workers=2)
+    got = [b["source"].numpy().tolist() for b in loader]
+    want = [b["source"].tolist() for b in mix.batches(250, seed=1)]
+    assert got == want and sum(map(sum, got)) == 250
+
+
+def test_a_packed_batch_unpacks_to_the_same_arrays(sharded):
+    from dataset_packer._loader import numpy_view, pack_batch, select_columns, unpack_batch
+
+    batch = next(sharded.batches(37, seed=1, augment=True))
+    batch["notes"] = np.zeros(37, dtype=[("a", "<i2"), ("b", "<f8", (3,))])
+    batch["notes"]["b"][:, 1] = np.arange(37)
+    batch["names"] = np.array(["x"] * 37, dtype=object)
+    buffer, layout, rest = pack_batch(batch)
+    assert buffer.dtype == np.uint8 and all(at % 64 == 0 for _, _, _, at in layout)
+    back = unpack_batch(buffer, layout, rest, numpy_view)
+    for key in batch:
+        if key == "notes":
+            for field in ("a", "b"):
+                np.testing.assert_array_equal(back["notes"][field], batch["notes"][field])
+        elif key == "names":
+            assert back["names"] is batch["names"]
+        else:
+            np.testing.assert_array_equal(back[key], batch[key])
+            assert back[key].dtype == batch[key].dtype
+    assert list(select_columns(batch, ["move", "exps"])) == ["move", "exps"]
+    with pytest.raises(KeyError, match="no column 'board'"):
+        select_columns(batch, ["board"])
+
+
+@needs_torch
+def test_packed_batches_from_workers_equal_the_plain_ones(sharded):
+    import torch
+
+    from dataset_packer.torch import PackDataset, PackLoader
+
+    plain = torch.utils.data.DataLoader(PackDataset(sharded.path, 300, seed=2, augment=True),
+                                        batch_size=None, num_workers=2)
+    packed = PackLoader(PackDataset(sharded.path, 300, seed=2, augment=True), num_workers=2)
+    for a, b in zip(plain, packed, strict=True):
+        assert a.keys() == b.keys()
+        for key in a:
+            assert a[key].dtype == b[key].dtype and a[key].shape == b[key].shape, key
+            assert a[key].numpy().tobytes() == b[key].numpy().tobytes(), key  # NaN EVs too
+    some = PackLoader(PackDataset(sharded.path, 300, seed=2, columns=["exps", "move"]),
+                      num_workers=2)
+    assert [sorted(b) for b in some][0] == ["exps", "move"]
