@@ -19,7 +19,7 @@ export DATASET_PACKER_PYTHON="$PWD/$venv/bin/python"
 
 cargo test --release --all-targets "$@"
 
-# The Python package: re-installed (offline, no build isolation: setuptools is in the venv)
+# The Python package: re-installed (offline, no build isolation: flit_core is in the venv)
 # only when its files change, then tested with the binary cargo just built.
 py_stamp="$venv/.python-package"
 py_digest=$(cat python/pyproject.toml python/dataset_packer/*.py | sha256sum)

@@ -139,3 +139,26 @@ def test_a_run_missing_from_the_run_index_is_named(packs, tmp_path):
         pack.batches(10, select="depth = 6")
     with pytest.raises(RunIndexError, match="no entry for run 4"):
         pack.run(4)
+
+
+def test_python_m_dataset_packer_summarises_packs(packs, tmp_path):
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-m", "dataset_packer", str(packs["plain"]),
+                          str(packs["shuffled"]), "--json"], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    plain, shuffled = (json.loads(line) for line in out.stdout.splitlines())
+    db = sqlite3.connect(packs["plain"] / "metadata.db")
+    runs, rows, best = db.execute("SELECT COUNT(*), SUM(steps), MAX(max_score) FROM runs"
+                                  ).fetchone()
+    assert (plain["runs"], plain["rows"], plain["max_score"]["max"]) == (runs, rows, best)
+    assert sum(d["rows"] for d in plain["depths"]) == rows
+    assert [d["depth"] for d in plain["depths"]] == [6, 7]
+    assert shuffled["shuffled"] and not plain["shuffled"]
+    text = subprocess.run([sys.executable, "-m", "dataset_packer", str(packs["plain"])],
+                          capture_output=True, text=True, check=True).stdout
+    assert f"{rows:,} in 1 shard" in text and "depth 6" in text
+    bad = subprocess.run([sys.executable, "-m", "dataset_packer", str(tmp_path)],
+                         capture_output=True, text=True)
+    assert bad.returncode == 1 and "is not a pack" in bad.stderr
