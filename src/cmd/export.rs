@@ -137,6 +137,8 @@ pub fn run(args: &ExportArgs) -> Result<()> {
         .map_or_else(crate::default_workers, |w| w as usize);
     source.verify(&selection, &companions, workers)?;
 
+    // A line after the summary (the upgrade of a legacy source).
+    let mut note = String::new();
     let (runs, rows, what) = match args.format {
         Format::Jsonl => {
             let w = if jsonl::single_file_kind(&args.output).is_some() {
@@ -182,6 +184,7 @@ pub fn run(args: &ExportArgs) -> Result<()> {
                 companions: &companions,
             };
             let w = pack::write(&source, &selection, &args.output, &opts)?;
+            note = w.upgrade_note();
             (
                 w.runs,
                 w.rows,
@@ -201,6 +204,9 @@ pub fn run(args: &ExportArgs) -> Result<()> {
         args.output.display(),
         thousands((rows as f64 / elapsed.max(1e-9)) as u64)
     );
+    if !note.is_empty() {
+        println!("  {note}");
+    }
     Ok(())
 }
 

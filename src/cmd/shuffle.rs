@@ -198,7 +198,7 @@ pub fn run(args: &ShuffleArgs) -> Result<()> {
             .workers
             .map_or_else(crate::default_workers, |w| w as usize),
         quiet: args.quiet,
-        legacy_ok: false,
+        legacy_ok: true,
         scan_rows: true,
     };
     pack_reader::check_is_pack(&args.input)?;
@@ -210,7 +210,7 @@ pub fn run(args: &ShuffleArgs) -> Result<()> {
             report.failures()
         );
     }
-    let shards = pack_reader::open_shards(&args.input, false)?;
+    let shards = pack_reader::open_shards(&args.input, true)?;
     let families = companions::scan(&args.input, &shards)?.families;
     let input_conn = metadata::open_read_only(&args.input.join(metadata::FILE_NAME))?;
     let plan = make_plan(args, &shards, &families, &input_conn)?;
@@ -525,8 +525,7 @@ fn scatter(
     let mut companion_bufs: Vec<Vec<u8>> = vec![Vec::new(); families.len()];
     let mut global = 0u64;
     for (si, shard) in shards.iter().enumerate() {
-        let file =
-            File::open(&shard.path).with_context(|| format!("opening {}", shard.path.display()))?;
+        let file = shard.open()?;
         let companion_files = families
             .iter()
             .map(|f| f.open(si))
@@ -534,12 +533,9 @@ fn scatter(
         let mut done = 0u64;
         while done < shard.header.rows {
             let n = (shard.header.rows - done).min(read_rows as u64) as usize;
-            let chunk = &mut buf[..n * ROW_BYTES];
-            file.read_exact_at(
-                chunk,
-                shard.header.data_offset as u64 + done * ROW_BYTES as u64,
-            )
-            .with_context(|| format!("reading {}", shard.path.display()))?;
+            // A legacy shard's rows come out upgraded (48 bytes, ev_legal from the board).
+            file.read_upgraded_into(done, n as u64, &mut buf)?;
+            let chunk = &buf[..];
             for (cf, cbuf) in companion_files.iter().zip(&mut companion_bufs) {
                 cf.read_rows(done, n as u64, cbuf)?;
             }
