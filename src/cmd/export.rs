@@ -34,6 +34,7 @@ pub enum Format {
   dataset-packer export packs/d6 --format jsonl --output raw-again/          # re-packable
   dataset-packer export packs/d6 --format pack --output packs/d6-best --where \"max_score > 600000 AND depth = 7\"
   dataset-packer export packs/d6 --format pack --output packs/val --runs 0-99,500 --shard-rows 1000000
+  dataset-packer export old-2048former-pack --format pack --output packs/full --shard-rows 1M   # legacy → full pack
 
 --where is an SQL expression over the columns of `runs` (id, seed, steps, max_score,
 highest_tile) and `run_details` (depth, game_index, num_moves, max_rank, sum_tile, seconds,

@@ -44,6 +44,9 @@ const COPY_ROWS: usize = 21_845;
   dataset-packer merge --left old --right new --output merged --overwrite --delete-inputs
   dataset-packer merge --input packs/a --input packs/b --output packs/ab --dedupe
 
+Legacy 46-byte inputs (the reference packer's, 2048former) are upgraded: 48-byte rows, run
+index, fingerprints, and ev_legal recomputed from the board (the rows it changes are counted).
+
 Runs are renumbered in input order. A run with the same content (fingerprint) as an earlier
 one is a duplicate: reported as a duplicate_run finding, or left out with --dedupe. Inputs must
 be in run order: merge the unshuffled packs, then shuffle the result.
