@@ -324,6 +324,18 @@ pub fn upgrade_hint(dir: &Path) -> String {
     )
 }
 
+/// How many rows of the legacy shards among `shards` have an `ev_legal` that recomputing it
+/// from the board changes (what an upgrade of the pack reports).
+pub fn ev_legal_changes(shards: &[Shard]) -> Result<u64> {
+    let mut changed = 0;
+    for (i, start, count) in chunks(shards, 128 * 1024) {
+        if shards[i].is_legacy() {
+            changed += shards[i].read_upgraded(start, count)?.1;
+        }
+    }
+    Ok(changed)
+}
+
 /// The global row where each shard starts, then the pack's total row count.
 pub fn shard_starts(shards: &[Shard]) -> Vec<u64> {
     let mut starts = Vec::with_capacity(shards.len() + 1);

@@ -290,9 +290,9 @@ fn merge_upgrades_it() {
 #[test]
 fn shuffle_reads_it() {
     let t = tempfile::tempdir().unwrap();
-    let (original, reference, _) = packs(t.path(), Some(1000));
+    let (original, reference, changed) = packs(t.path(), Some(1000));
     let shuffled = t.path().join("shuffled");
-    run_ok(&[
+    let summary = json(&[
         "shuffle",
         "--input",
         s(&reference),
@@ -301,7 +301,13 @@ fn shuffle_reads_it() {
         "--seed",
         "7",
         "--quiet",
+        "--json",
     ]);
+    assert_eq!(summary["legacy_ev_legal_changed"], changed);
+    assert_eq!(
+        session(&shuffled, "legacy_ev_legal_changed"),
+        Some(changed.to_string())
+    );
     run_ok(&["validate", s(&shuffled), "--quiet"]);
     let mut got = read_rows(&shuffled);
     let mut want = read_rows(&original);

@@ -247,11 +247,18 @@ pub fn run(args: &ShuffleArgs) -> Result<()> {
     };
     let rows = gather(&plan, &families, &mut progress, &work, &staging, args)?;
     let quality = measure_dispersion(&staging, &input_conn)?;
-    write_metadata(&staging, &input_conn, &shards, args, &plan, &quality, rows)?;
+    let upgraded = write_metadata(&staging, &input_conn, &shards, args, &plan, &quality, rows)?;
     write_valuations(&staging, &pack_reader::read_valuations(&args.input)?)?;
     out.publish()?;
     std::fs::remove_dir_all(&work).with_context(|| format!("removing {}", work.display()))?;
-    print_summary(args, &plan, &quality, rows, started.elapsed().as_secs_f64());
+    print_summary(
+        args,
+        &plan,
+        &quality,
+        rows,
+        upgraded,
+        started.elapsed().as_secs_f64(),
+    );
     Ok(())
 }
 
@@ -746,7 +753,7 @@ fn write_metadata(
     plan: &Plan,
     quality: &Quality,
     rows: u64,
-) -> Result<()> {
+) -> Result<Option<u64>> {
     let records: Vec<metadata::ShardRecord> =
         serde_json::from_slice(&std::fs::read(staging.join(".shards.json"))?)?;
     std::fs::remove_file(staging.join(".shards.json"))?;
@@ -832,10 +839,28 @@ fn write_metadata(
     for (k, v) in facts {
         db.set_session(k, &v)?;
     }
-    db.finish()
+    // The scatter wrote legacy rows upgraded; counted here, in one more pass over the input,
+    // so an interrupted and resumed shuffle counts them too.
+    let upgraded = if input_shards.iter().any(Shard::is_legacy) {
+        let changed = pack_reader::ev_legal_changes(input_shards)?;
+        db.set_session(metadata::LEGACY_EV_LEGAL_CHANGED, &changed.to_string())?;
+        Some(changed)
+    } else {
+        None
+    };
+    db.finish()?;
+    Ok(upgraded)
 }
 
-fn print_summary(args: &ShuffleArgs, plan: &Plan, q: &Quality, rows: u64, elapsed: f64) {
+/// `upgraded`: for a legacy input, the rows whose `ev_legal` the upgrade changed.
+fn print_summary(
+    args: &ShuffleArgs,
+    plan: &Plan,
+    q: &Quality,
+    rows: u64,
+    upgraded: Option<u64>,
+    elapsed: f64,
+) {
     let max_share = q.shard_max_run_share.iter().copied().fold(0.0, f64::max);
     let mbps = rows as f64 * ROW_BYTES as f64 / 1e6 / elapsed.max(1e-9);
     if args.json {
@@ -847,6 +872,7 @@ fn print_summary(args: &ShuffleArgs, plan: &Plan, q: &Quality, rows: u64, elapse
                 "seed": args.seed,
                 "buckets": plan.buckets,
                 "quality": q,
+                "legacy_ev_legal_changed": upgraded,
                 "elapsed_s": elapsed,
                 "mb_per_s": mbps,
             })
@@ -874,6 +900,12 @@ fn print_summary(args: &ShuffleArgs, plan: &Plan, q: &Quality, rows: u64, elapse
         "  rows from one run per {WINDOW}-row window: mean of the max {:.2}, max {} ({} windows)",
         q.window_mean_max_run_rows, q.window_max_run_rows, q.windows
     );
+    if let Some(n) = upgraded {
+        println!(
+            "  legacy 46-byte input rows upgraded: recomputing ev_legal from the board changed {}",
+            progress::count(n, "row", "rows")
+        );
+    }
     println!("  elapsed {elapsed:.2} s, {mbps:.0} MB/s");
 }
 
