@@ -229,30 +229,20 @@ pub fn parse_header(bytes: &[u8]) -> Result<Header, HeaderError> {
 /// Which row layout a dtype is: the same named fields at the same offsets with the same kind
 /// and size (padding fields ignored, item size compared), whatever byte-order mark a 1-byte
 /// type carries; multi-byte fields must be little-endian.
-pub fn classify(dtype: &Dtype, descr: &str) -> RowLayout {
-    let same = |want: &Dtype| same_row_fields(dtype, want);
-    if same(row_dtype(STEP_ROW_DESCR)) {
+fn classify(dtype: &Dtype, descr: &str) -> RowLayout {
+    use std::sync::OnceLock;
+    static ALIGNED: OnceLock<Dtype> = OnceLock::new();
+    static LEGACY: OnceLock<Dtype> = OnceLock::new();
+    let parsed = |descr: &str| {
+        Dtype::from_descr(&parse_literal(descr).expect("a valid literal")).expect("a valid dtype")
+    };
+    if same_row_fields(dtype, ALIGNED.get_or_init(|| parsed(STEP_ROW_DESCR))) {
         RowLayout::Aligned
-    } else if same(row_dtype(LEGACY_ROW_DESCR)) {
+    } else if same_row_fields(dtype, LEGACY.get_or_init(|| parsed(LEGACY_ROW_DESCR))) {
         RowLayout::LegacyPacked
     } else {
         RowLayout::Other(descr.trim().to_string())
     }
-}
-
-/// The parsed dtype of one of the two row layouts (parsed once).
-fn row_dtype(descr: &'static str) -> &'static Dtype {
-    use std::sync::OnceLock;
-    static STEP: OnceLock<Dtype> = OnceLock::new();
-    static LEGACY: OnceLock<Dtype> = OnceLock::new();
-    let cell = if descr == STEP_ROW_DESCR {
-        &STEP
-    } else {
-        &LEGACY
-    };
-    cell.get_or_init(|| {
-        Dtype::from_descr(&parse_literal(descr).expect("a valid literal")).expect("a valid dtype")
-    })
 }
 
 fn same_row_fields(got: &Dtype, want: &Dtype) -> bool {
