@@ -838,7 +838,7 @@ fn check_fingerprints(
     if !details.values().any(|d| d.fingerprint.is_some()) && !runs.is_empty() {
         return Ok(Check::skipped(
             NAME,
-            "no fingerprints recorded (a pack from before fingerprints, or from another tool); merge or pack --update computes them",
+            "no fingerprints recorded (a pack from before fingerprints, or from another tool); merge, export --format pack or pack --update computes them",
         ));
     }
     let mut check = Check::new(NAME);
