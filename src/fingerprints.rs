@@ -84,7 +84,9 @@ pub fn compute(
 }
 
 /// Computes the fingerprints of the runs `jobs` from their global row ranges, on `workers`
-/// threads, in the order given; checks on the way that every row belongs to its run.
+/// threads, in the order given; checks on the way that every row belongs to its run. Rows of
+/// legacy shards are hashed as the upgraded pack holds them (`ev_legal` from the board), so a
+/// run has one fingerprint whichever packer wrote it.
 pub fn compute_ranges(
     shards: &[Shard],
     jobs: &[(&RunRow, Range<u64>)],
@@ -104,7 +106,7 @@ pub fn compute_ranges(
             let mut hasher = RunHasher::new(facts(run), valuations.names());
             for p in pieces.iter() {
                 let shard = &shards[p.shard];
-                let rows = shard.read_aligned(p.start, p.count)?;
+                let (rows, _) = shard.read_upgraded(p.start, p.count)?;
                 check_run_ids(&rows, run.id, shard, p.start)?;
                 hasher
                     .update(&rows)

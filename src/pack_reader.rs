@@ -61,6 +61,24 @@ impl Shard {
         })
     }
 
+    /// Whether the shard is in the legacy packed 46-byte layout.
+    pub fn is_legacy(&self) -> bool {
+        self.header.layout == RowLayout::LegacyPacked
+    }
+
+    /// Rows `start..start + count` (count > 0) as a full pack holds them: 48-byte rows, and
+    /// for a legacy shard `ev_legal` recomputed from the board (see
+    /// [`crate::format::row::recompute_ev_legal`]); also how many rows' `ev_legal` that changed.
+    /// What commands that write a pack from another one read (and fingerprints describe).
+    pub fn read_upgraded(&self, start: u64, count: u64) -> Result<(AlignedRows, u64)> {
+        let mut rows = self.read_aligned(start, count)?;
+        let changed = match &mut rows {
+            AlignedRows::Mapped(_) => 0,
+            AlignedRows::Converted { rows, .. } => crate::format::row::recompute_ev_legal(rows),
+        };
+        Ok((rows, changed))
+    }
+
     /// Opens the shard for reading its rows with [`ShardFile`].
     pub fn open(&self) -> Result<ShardFile<'_>> {
         let file =
@@ -131,6 +149,19 @@ impl ShardFile<'_> {
         self.file
             .read_exact_at(buf, offset)
             .with_context(|| format!("reading {}", self.shard.path.display()))
+    }
+}
+
+impl ShardFile<'_> {
+    /// Reads rows `start..start + count` as [`Shard::read_upgraded`] gives them into `buf`
+    /// (replacing its contents), and returns how many rows' `ev_legal` changed.
+    pub fn read_upgraded_into(&self, start: u64, count: u64, buf: &mut Vec<u8>) -> Result<u64> {
+        self.read_raw_into(start, count, buf)?;
+        if !self.shard.is_legacy() {
+            return Ok(0);
+        }
+        *buf = crate::format::row::legacy_rows_to_aligned(buf);
+        Ok(crate::format::row::recompute_ev_legal(buf))
     }
 }
 
@@ -277,11 +308,32 @@ pub fn open_shards(dir: &Path, legacy_ok: bool) -> Result<Vec<Shard>> {
     }
     if !legacy_ok && let Some(name) = listing.legacy.first() {
         bail!(
-            "{}: {name} is a legacy packed 46-byte shard; `dataset-packer merge` converts it",
-            dir.display()
+            "{}: {name} is a legacy packed 46-byte shard; {}",
+            dir.display(),
+            upgrade_hint(dir)
         );
     }
     Ok(listing.shards)
+}
+
+/// How to turn a legacy pack into a full one, for messages.
+pub fn upgrade_hint(dir: &Path) -> String {
+    format!(
+        "`dataset-packer export {} --format pack --output NEW_PACK` (or `merge`) converts it to a full pack",
+        dir.display()
+    )
+}
+
+/// How many rows of the legacy shards among `shards` have an `ev_legal` that recomputing it
+/// from the board changes (what an upgrade of the pack reports).
+pub fn ev_legal_changes(shards: &[Shard]) -> Result<u64> {
+    let mut changed = 0;
+    for (i, start, count) in chunks(shards, 128 * 1024) {
+        if shards[i].is_legacy() {
+            changed += shards[i].read_upgraded(start, count)?.1;
+        }
+    }
+    Ok(changed)
 }
 
 /// The global row where each shard starts, then the pack's total row count.

@@ -683,14 +683,23 @@ fn show_refuses_unknown_runs_and_shuffled_packs() {
     // stats still works on it.
     assert_eq!(stats_json(&shuffled, &[])["shuffled"], true);
 
-    // A pack whose metadata.db simply lacks the run index.
+    // A pack whose metadata.db lacks the run index table has it rebuilt from the runs table
+    // and the rows; one whose table lacks the run is refused.
     let no_index = t.path().join("no_index");
     copy_tree(&pack, &no_index);
     rusqlite::Connection::open(no_index.join("metadata.db"))
         .unwrap()
         .execute_batch("DROP TABLE run_index;")
         .unwrap();
-    let out = run(&["show", s(&no_index), "--run", "3"]);
+    let args = ["--run", "3", "--limit", "1000"];
+    assert_eq!(show_json(&no_index, &args), show_json(&pack, &args));
+    let partial = t.path().join("partial_index");
+    copy_tree(&pack, &partial);
+    rusqlite::Connection::open(partial.join("metadata.db"))
+        .unwrap()
+        .execute_batch("DELETE FROM run_index WHERE run_id = 3;")
+        .unwrap();
+    let out = run(&["show", s(&partial), "--run", "3"]);
     assert_eq!(out.status.code(), Some(1));
     assert!(stderr(&out).contains("run_index"), "{}", stderr(&out));
 

@@ -194,7 +194,9 @@ fn legacy_packed_shard() {
     );
     let (_, report) = validate(&p, &[]);
     assert!(
-        report.to_string().contains("merge` converts it"),
+        report
+            .to_string()
+            .contains("--format pack --output NEW_PACK` (or `merge`) converts it"),
         "{report:#}"
     );
 }

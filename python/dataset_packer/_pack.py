@@ -39,8 +39,18 @@ BATCH_KEYS = frozenset(_COLUMNS) | {"row", "symmetry"}
 
 
 def _open_readonly(path: Path) -> sqlite3.Connection:
-    uri = f"{path.resolve().as_uri()}?mode=ro"
+    # A database left in WAL mode (the reference packer's) would get -shm and -wal files
+    # created beside it: read it as immutable unless a -wal file holds part of it.
+    mode = "immutable=1" if _wal_mode(path) and not Path(f"{path}-wal").exists() else "mode=ro"
+    uri = f"{path.resolve().as_uri()}?{mode}"
     return sqlite3.connect(uri, uri=True, check_same_thread=False)
+
+
+def _wal_mode(path: Path) -> bool:
+    """Whether the SQLite header says WAL mode (file format versions 2 at bytes 18, 19)."""
+    with open(path, "rb") as f:
+        header = f.read(20)
+    return header[18:20] == b"\x02\x02"
 
 
 class Pack:

@@ -35,6 +35,7 @@ pub enum Format {
   dataset-packer export packs/d6 --format jsonl --output raw-again/          # re-packable
   dataset-packer export packs/d6 --format pack --output packs/d6-best --where \"max_score > 600000 AND depth = 7\"
   dataset-packer export packs/d6 --format pack --output packs/val --runs 0-99,500 --shard-rows 1000000
+  dataset-packer export old-2048former-pack --format pack --output packs/full --shard-rows 1M   # legacy → full pack
   dataset-packer export packs/d6 --format pack --output packs/train \\
       --where \"SELECT id FROM runs WHERE max_score BETWEEN ? AND ?\" --param 50000 --param 500000
 
@@ -142,6 +143,8 @@ pub fn run(args: &ExportArgs) -> Result<()> {
         .map_or_else(crate::default_workers, |w| w as usize);
     source.verify(&selection, &companions, workers)?;
 
+    // A line after the summary (the upgrade of a legacy source).
+    let mut note = String::new();
     let (runs, rows, what) = match args.format {
         Format::Jsonl => {
             let w = if jsonl::single_file_kind(&args.output).is_some() {
@@ -187,6 +190,7 @@ pub fn run(args: &ExportArgs) -> Result<()> {
                 companions: &companions,
             };
             let w = pack::write(&source, &selection, &args.output, &opts)?;
+            note = w.upgrade_note();
             (
                 w.runs,
                 w.rows,
@@ -206,6 +210,9 @@ pub fn run(args: &ExportArgs) -> Result<()> {
         args.output.display(),
         thousands((rows as f64 / elapsed.max(1e-9)) as u64)
     );
+    if !note.is_empty() {
+        println!("  {note}");
+    }
     Ok(())
 }
 

@@ -24,7 +24,9 @@ use crate::format::metadata::{
     self, CompanionRecord, FindingRecord, MetadataWriter, PackFacts, RowLocation, RunDetails,
     RunRecord, RunRow,
 };
-use crate::format::row::{ROW_BYTES, StepRow, legacy_rows_to_aligned, remap_rows};
+use crate::format::row::{
+    ROW_BYTES, StepRow, legacy_rows_to_aligned, recompute_ev_legal, remap_rows,
+};
 use crate::format::valuation::ValuationTable;
 use crate::pack_dir::{OutputDir, is_pack_file, list_names, write_valuations};
 use crate::pack_reader::{self, RunSlots, Shard};
@@ -41,6 +43,9 @@ const COPY_ROWS: usize = 21_845;
   dataset-packer merge --input part-0 --input part-1 --input part-2 --output packs/all --shard-rows 10000000
   dataset-packer merge --left old --right new --output merged --overwrite --delete-inputs
   dataset-packer merge --input packs/a --input packs/b --output packs/ab --dedupe
+
+Legacy 46-byte inputs (the reference packer's, 2048former) are upgraded: 48-byte rows, run
+index, fingerprints, and ev_legal recomputed from the board (the rows it changes are counted).
 
 Runs are renumbered in input order. A run with the same content (fingerprint) as an earlier
 one is a duplicate: reported as a duplicate_run finding, or left out with --dedupe. Inputs must
@@ -431,6 +436,8 @@ struct Summary {
     left_out: Vec<(String, String)>,
     /// Companion families carried: name and dtype.
     companions: Vec<(String, String)>,
+    /// When an input was a legacy pack: rows whose `ev_legal` the upgrade changed.
+    upgraded: Option<u64>,
 }
 
 /// One input's part of the output.
@@ -623,7 +630,7 @@ fn write_merged(
 
     let (pieces_tx, pieces) = mpsc::sync_channel(PIECES_IN_FLIGHT);
     let (spare_tx, spare) = mpsc::channel();
-    std::thread::scope(|scope| {
+    let ev_legal_changed = std::thread::scope(|scope| {
         let plans = &plans;
         let reader = scope.spawn(move || read_inputs(plans, pieces_tx, &spare));
         let mut writers = Writers {
@@ -633,8 +640,12 @@ fn write_merged(
         let written = write_pieces(pieces, spare_tx, plans, &mut writers, &db, args.quiet);
         let read = reader.join().expect("the reading thread does not panic");
         // A reading error explains a writing one (the writer stops when the reader does).
-        read.and(written)
+        let changed = read?;
+        written.map(|()| changed)
     })?;
+    let legacy = sources
+        .iter()
+        .any(|s| s.shards.iter().any(Shard::is_legacy));
 
     let rows_written = writer.total_rows();
     let shards = writer.finish()?;
@@ -660,6 +671,12 @@ fn write_merged(
         db.insert_skipped(source, reason)?;
     }
     db.drop_empty_finding_counts()?;
+    if legacy {
+        db.set_session(
+            metadata::LEGACY_EV_LEGAL_CHANGED,
+            &ev_legal_changed.to_string(),
+        )?;
+    }
     write_session(
         &db,
         sources,
@@ -690,6 +707,7 @@ fn write_merged(
         shards: shards.len(),
         bytes: shards.iter().map(|s| s.bytes).sum(),
         duplicates: assignment.duplicates.count(DUPLICATE_RUN),
+        upgraded: legacy.then_some(ev_legal_changed),
         left_out: assignment.left_out,
         companions: layouts
             .iter()
@@ -705,12 +723,14 @@ fn write_merged(
 
 /// The reading side: every input's rows in order (and its companion rows), as output rows with
 /// their CRCs, and where each run starts. Stops early (with Ok) when the writing side has gone.
+/// Returns how many rows of legacy inputs had their `ev_legal` changed by the upgrade.
 fn read_inputs(
     plans: &[Plan],
     pieces: mpsc::SyncSender<Piece>,
     spare: &mpsc::Receiver<Chunk>,
-) -> Result<()> {
+) -> Result<u64> {
     let mut global_row = 0u64;
+    let mut ev_legal_changed = 0u64;
     let mut keep = Vec::new();
     for (index, plan) in plans.iter().enumerate() {
         let src = plan.src;
@@ -743,6 +763,7 @@ fn read_inputs(
                     input_crc,
                     &mut dropped,
                     &mut keep,
+                    &mut ev_legal_changed,
                 )?;
                 chunk
                     .companions
@@ -760,7 +781,7 @@ fn read_inputs(
                 starts.observe(&chunk.rows, global_row);
                 global_row += (chunk.rows.len() / ROW_BYTES) as u64;
                 if pieces.send(Piece::Rows(chunk)).is_err() {
-                    return Ok(());
+                    return Ok(ev_legal_changed);
                 }
                 done = next;
             }
@@ -775,10 +796,10 @@ fn read_inputs(
             dropped,
         };
         if pieces.send(done).is_err() {
-            return Ok(());
+            return Ok(ev_legal_changed);
         }
     }
-    Ok(())
+    Ok(ev_legal_changed)
 }
 
 /// Compares a companion file just read with the CRC its pack recorded (when it did).
@@ -803,7 +824,8 @@ fn verify_companion(src: &Source, cf: &companions::OpenCompanion, data_crc: u32)
 }
 
 /// Turns one chunk of an input (as read from its file, with its CRC) into output rows in
-/// place, and returns their CRC: legacy rows converted, run and valuation ids rewritten and
+/// place, and returns their CRC: legacy rows converted (their `ev_legal` recomputed from the
+/// board, the rows it changes counted in `ev_legal_changed`), run and valuation ids rewritten and
 /// rows of runs left out dropped (their findings counted in `dropped`, and `keep` saying which
 /// rows stayed), unless the plan changes nothing (then the CRC is the input's).
 fn rewrite(
@@ -813,10 +835,12 @@ fn rewrite(
     input_crc: u32,
     dropped: &mut RowFindings,
     keep: &mut Vec<bool>,
+    ev_legal_changed: &mut u64,
 ) -> Result<u32> {
-    let legacy = shard.row_bytes() != ROW_BYTES;
+    let legacy = shard.is_legacy();
     if legacy {
         *rows = legacy_rows_to_aligned(rows);
+        *ev_legal_changed += recompute_ev_legal(rows);
     }
     let mut unknown = None;
     if plan.identity {
@@ -1076,6 +1100,7 @@ impl Summary {
                 "bytes": self.bytes,
                 "inputs": self.inputs.iter().map(|i| json!({"path": i.path.display().to_string(), "runs": i.runs, "rows": i.rows, "left_out": i.left_out})).collect::<Vec<_>>(),
                 "duplicate_runs": self.duplicates,
+                "legacy_ev_legal_changed": self.upgraded,
                 "companions": self.companions.iter().map(|(n, d)| json!({"name": n, "dtype": d})).collect::<Vec<_>>(),
                 "skipped_runs": self.left_out.iter().map(|(p, r)| json!({"path": p, "reason": r})).collect::<Vec<_>>(),
                 "deleted": deleted.iter().map(|(p, files, bytes)| json!({"path": p.display().to_string(), "files": files, "bytes": bytes})).collect::<Vec<_>>(),
@@ -1112,6 +1137,12 @@ impl Summary {
         }
         for (name, dtype) in &self.companions {
             println!("  companion {name} ({dtype}) carried with its rows");
+        }
+        if let Some(n) = self.upgraded {
+            println!(
+                "  legacy 46-byte input rows upgraded: recomputing ev_legal from the board changed {}",
+                count(n, "row", "rows")
+            );
         }
         if self.duplicates > 0 {
             println!(

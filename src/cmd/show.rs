@@ -18,6 +18,7 @@ use crate::format::row::{ROW_BYTES, StepRow};
 use crate::format::valuation::ValuationTable;
 use crate::pack_reader::{self, Shard};
 use crate::progress::thousands;
+use crate::run_index;
 
 #[derive(Args, Debug)]
 #[command(after_help = "Examples:
@@ -55,7 +56,14 @@ pub fn run(args: &ShowArgs) -> Result<()> {
     let run = find_run(&conn, &args.pack, args.run)?;
     let shards = pack_reader::open_shards(&args.pack, true)?;
     let names = pack_reader::read_valuations(&args.pack)?;
-    let first_row = run.first_row.expect("find_run checks the run index");
+    let first_row = match run.first_row {
+        Some(at) => at,
+        None => run_index::locate_unindexed(&conn, &shards, run.run.id, run.run.steps as u64)?,
+    };
+    let run = RunLookup {
+        first_row: Some(first_row),
+        ..run
+    };
     let rows = RunRows::locate(&shards, run.run.id, first_row, run.run.steps as u64)?;
     let touched: Vec<usize> = rows.segments.iter().map(|&(si, _, _)| si).collect();
     pack_reader::verify_shards(&args.pack, &conn, &shards, &touched, 1)?;
@@ -112,7 +120,8 @@ fn find_run(conn: &rusqlite::Connection, dir: &Path, id: u64) -> Result<RunLooku
             thousands(count as u64)
         );
     };
-    if run.first_row.is_none() {
+    // A pack without the table (the reference packer's) has its index rebuilt by the caller.
+    if run.first_row.is_none() && metadata::has_table(conn, "run_index")? {
         bail!(
             "show needs an unshuffled pack with a run index: {}/metadata.db has no run_index entry \
              for run {id}",

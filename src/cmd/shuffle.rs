@@ -198,7 +198,7 @@ pub fn run(args: &ShuffleArgs) -> Result<()> {
             .workers
             .map_or_else(crate::default_workers, |w| w as usize),
         quiet: args.quiet,
-        legacy_ok: false,
+        legacy_ok: true,
         scan_rows: true,
     };
     pack_reader::check_is_pack(&args.input)?;
@@ -210,7 +210,7 @@ pub fn run(args: &ShuffleArgs) -> Result<()> {
             report.failures()
         );
     }
-    let shards = pack_reader::open_shards(&args.input, false)?;
+    let shards = pack_reader::open_shards(&args.input, true)?;
     let families = companions::scan(&args.input, &shards)?.families;
     let input_conn = metadata::open_read_only(&args.input.join(metadata::FILE_NAME))?;
     let plan = make_plan(args, &shards, &families, &input_conn)?;
@@ -247,11 +247,18 @@ pub fn run(args: &ShuffleArgs) -> Result<()> {
     };
     let rows = gather(&plan, &families, &mut progress, &work, &staging, args)?;
     let quality = measure_dispersion(&staging, &input_conn)?;
-    write_metadata(&staging, &input_conn, &shards, args, &plan, &quality, rows)?;
+    let upgraded = write_metadata(&staging, &input_conn, &shards, args, &plan, &quality, rows)?;
     write_valuations(&staging, &pack_reader::read_valuations(&args.input)?)?;
     out.publish()?;
     std::fs::remove_dir_all(&work).with_context(|| format!("removing {}", work.display()))?;
-    print_summary(args, &plan, &quality, rows, started.elapsed().as_secs_f64());
+    print_summary(
+        args,
+        &plan,
+        &quality,
+        rows,
+        upgraded,
+        started.elapsed().as_secs_f64(),
+    );
     Ok(())
 }
 
@@ -525,8 +532,7 @@ fn scatter(
     let mut companion_bufs: Vec<Vec<u8>> = vec![Vec::new(); families.len()];
     let mut global = 0u64;
     for (si, shard) in shards.iter().enumerate() {
-        let file =
-            File::open(&shard.path).with_context(|| format!("opening {}", shard.path.display()))?;
+        let file = shard.open()?;
         let companion_files = families
             .iter()
             .map(|f| f.open(si))
@@ -534,12 +540,9 @@ fn scatter(
         let mut done = 0u64;
         while done < shard.header.rows {
             let n = (shard.header.rows - done).min(read_rows as u64) as usize;
-            let chunk = &mut buf[..n * ROW_BYTES];
-            file.read_exact_at(
-                chunk,
-                shard.header.data_offset as u64 + done * ROW_BYTES as u64,
-            )
-            .with_context(|| format!("reading {}", shard.path.display()))?;
+            // A legacy shard's rows come out upgraded (48 bytes, ev_legal from the board).
+            file.read_upgraded_into(done, n as u64, &mut buf)?;
+            let chunk = &buf[..];
             for (cf, cbuf) in companion_files.iter().zip(&mut companion_bufs) {
                 cf.read_rows(done, n as u64, cbuf)?;
             }
@@ -750,7 +753,7 @@ fn write_metadata(
     plan: &Plan,
     quality: &Quality,
     rows: u64,
-) -> Result<()> {
+) -> Result<Option<u64>> {
     let records: Vec<metadata::ShardRecord> =
         serde_json::from_slice(&std::fs::read(staging.join(".shards.json"))?)?;
     std::fs::remove_file(staging.join(".shards.json"))?;
@@ -836,10 +839,28 @@ fn write_metadata(
     for (k, v) in facts {
         db.set_session(k, &v)?;
     }
-    db.finish()
+    // The scatter wrote legacy rows upgraded; counted here, in one more pass over the input,
+    // so an interrupted and resumed shuffle counts them too.
+    let upgraded = if input_shards.iter().any(Shard::is_legacy) {
+        let changed = pack_reader::ev_legal_changes(input_shards)?;
+        db.set_session(metadata::LEGACY_EV_LEGAL_CHANGED, &changed.to_string())?;
+        Some(changed)
+    } else {
+        None
+    };
+    db.finish()?;
+    Ok(upgraded)
 }
 
-fn print_summary(args: &ShuffleArgs, plan: &Plan, q: &Quality, rows: u64, elapsed: f64) {
+/// `upgraded`: for a legacy input, the rows whose `ev_legal` the upgrade changed.
+fn print_summary(
+    args: &ShuffleArgs,
+    plan: &Plan,
+    q: &Quality,
+    rows: u64,
+    upgraded: Option<u64>,
+    elapsed: f64,
+) {
     let max_share = q.shard_max_run_share.iter().copied().fold(0.0, f64::max);
     let mbps = rows as f64 * ROW_BYTES as f64 / 1e6 / elapsed.max(1e-9);
     if args.json {
@@ -851,6 +872,7 @@ fn print_summary(args: &ShuffleArgs, plan: &Plan, q: &Quality, rows: u64, elapse
                 "seed": args.seed,
                 "buckets": plan.buckets,
                 "quality": q,
+                "legacy_ev_legal_changed": upgraded,
                 "elapsed_s": elapsed,
                 "mb_per_s": mbps,
             })
@@ -878,6 +900,12 @@ fn print_summary(args: &ShuffleArgs, plan: &Plan, q: &Quality, rows: u64, elapse
         "  rows from one run per {WINDOW}-row window: mean of the max {:.2}, max {} ({} windows)",
         q.window_mean_max_run_rows, q.window_max_run_rows, q.windows
     );
+    if let Some(n) = upgraded {
+        println!(
+            "  legacy 46-byte input rows upgraded: recomputing ev_legal from the board changed {}",
+            progress::count(n, "row", "rows")
+        );
+    }
     println!("  elapsed {elapsed:.2} s, {mbps:.0} MB/s");
 }
 

@@ -495,16 +495,18 @@ pub fn check(dir: &Path, options: &Options) -> Result<Report> {
     for p in &listing.problems {
         files.fail(|| p.clone());
     }
+    // Legacy shards are read like the others (their rows checked), but are not loader-ready.
     if !legacy_ok {
         for name in &listing.legacy {
-            files.fail(|| format!("{name} is a legacy packed 46-byte shard (no padding); `dataset-packer merge` converts it"));
+            files.fail(|| {
+                format!(
+                    "{name} is a legacy packed 46-byte shard (no padding); {}",
+                    pack_reader::upgrade_hint(dir)
+                )
+            });
         }
     }
-    let shards: Vec<Shard> = listing
-        .shards
-        .into_iter()
-        .filter(|s| legacy_ok || !listing.legacy.contains(&s.name))
-        .collect();
+    let shards: Vec<Shard> = listing.shards;
     checks.push(files);
 
     // Structure: metadata.db.
@@ -836,7 +838,7 @@ fn check_fingerprints(
     if !details.values().any(|d| d.fingerprint.is_some()) && !runs.is_empty() {
         return Ok(Check::skipped(
             NAME,
-            "no fingerprints recorded (a pack from before fingerprints, or from another tool); merge or pack --update computes them",
+            "no fingerprints recorded (a pack from before fingerprints, or from another tool); merge, export --format pack or pack --update computes them",
         ));
     }
     let mut check = Check::new(NAME);

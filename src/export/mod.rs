@@ -126,6 +126,12 @@ impl SourcePack {
             .filter(|&n| n > 0)
     }
 
+    /// Whether any shard is in the legacy packed 46-byte layout (a pack of the reference
+    /// packer, or of an older version of this tool).
+    pub fn legacy(&self) -> bool {
+        self.shards.iter().any(Shard::is_legacy)
+    }
+
     /// A `session` value of the pack.
     pub fn session_value(&self, key: &str) -> Result<Option<String>> {
         metadata::session_value(&self.db()?, key)

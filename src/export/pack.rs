@@ -24,7 +24,7 @@ use crate::findings::{
 use crate::fingerprints;
 use crate::format::fingerprint::Fingerprint;
 use crate::format::metadata::{self, FindingRecord, MetadataWriter, PackFacts, RunRecord};
-use crate::format::row::{ROW_BYTES, StepRow};
+use crate::format::row::{ROW_BYTES, StepRow, offset};
 use crate::pack_dir::{OutputDir, write_valuations};
 use crate::progress;
 use crate::run_index::RunStarts;
@@ -35,6 +35,21 @@ pub struct Written {
     pub runs: usize,
     pub rows: u64,
     pub shards: usize,
+    /// For a source in the legacy 46-byte layout: rows whose `ev_legal` was recomputed to
+    /// another value.
+    pub upgraded: Option<u64>,
+}
+
+impl Written {
+    /// What the summary says about the upgrade of a legacy source (empty otherwise).
+    pub fn upgrade_note(&self) -> String {
+        self.upgraded.map_or_else(String::new, |n| {
+            format!(
+                "upgraded from the legacy 46-byte layout: recomputing ev_legal from the board changed {}",
+                crate::progress::count(n, "row", "rows")
+            )
+        })
+    }
 }
 
 /// Options of a pack export.
@@ -92,8 +107,9 @@ fn build(
     let mut rows = Vec::with_capacity(super::PIECE_ROWS as usize * ROW_BYTES);
     let mut keep = Vec::new();
     let mut companion_rows = Vec::new();
+    let mut ev_legal_changed = 0u64;
     for piece in &plan {
-        let src = source.read(piece)?;
+        let (src, changed) = source.shards[piece.shard].read_upgraded(piece.start, piece.count)?;
         rows.clear();
         keep.clear();
         let mut piece_tally = Vec::new();
@@ -109,6 +125,17 @@ fn build(
             let at = rows.len();
             rows.extend_from_slice(row);
             rows[at..at + 4].copy_from_slice(&pos.to_le_bytes());
+        }
+        if changed > 0 {
+            // Only rows of selected runs count.
+            let before = source.read(piece)?;
+            ev_legal_changed += before
+                .chunks_exact(ROW_BYTES)
+                .zip(&keep)
+                .filter(|&(_, &kept)| kept)
+                .zip(rows.chunks_exact(ROW_BYTES))
+                .filter(|((a, _), b)| a[offset::EV_LEGAL] != b[offset::EV_LEGAL])
+                .count() as u64;
         }
         counts.add(&piece_tally);
         if !source.shuffled {
@@ -201,6 +228,12 @@ fn build(
     for (k, v) in facts {
         db.set_session(k, &v)?;
     }
+    if source.legacy() {
+        db.set_session(
+            metadata::LEGACY_EV_LEGAL_CHANGED,
+            &ev_legal_changed.to_string(),
+        )?;
+    }
     if let Some(root) = metadata::session_value(&source.db()?, "source_root")? {
         db.set_session("source_root", &root)?;
     }
@@ -210,6 +243,7 @@ fn build(
         runs: selection.len(),
         rows: rows_written,
         shards: shards.len(),
+        upgraded: source.legacy().then_some(ev_legal_changed),
     })
 }
 

@@ -275,6 +275,16 @@ impl Dtype {
                 })
             }
             Literal::Dict(_) => dict_struct(descr, depth),
+            // A sub-array, as the `formats` of a dict-form descr write one: `('<f4', (4,))`.
+            Literal::Tuple(parts) if parts.len() == 2 => {
+                let shape = parts[1]
+                    .as_shape()
+                    .ok_or_else(|| err(format!("sub-array {descr:?} has a bad shape")))?;
+                Ok(Dtype::Array(
+                    Box::new(Dtype::from_descr_at(&parts[0], depth + 1)?),
+                    shape,
+                ))
+            }
             other => Err(err(format!("descr {other:?} is not a dtype"))),
         }
     }

@@ -12,6 +12,9 @@ use crate::format::fingerprint::Fingerprint;
 pub const FILE_NAME: &str = "metadata.db";
 /// Version of the pack layout this tool writes, recorded in `session`.
 pub const FORMAT_VERSION: &str = "1";
+/// The `session` key of a pack written from a legacy 46-byte one (`export --format pack`,
+/// `merge`): how many rows' `ev_legal` recomputing it from the board changed.
+pub const LEGACY_EV_LEGAL_CHANGED: &str = "legacy_ev_legal_changed";
 
 const SCHEMA: &str = "
 CREATE TABLE runs (id INTEGER PRIMARY KEY, seed BIGINT NOT NULL, steps INT NOT NULL,
@@ -495,13 +498,46 @@ pub fn utc_iso8601(secs: u64) -> String {
     )
 }
 
-/// Opens an existing `metadata.db` read-only.
+/// Opens an existing `metadata.db` read-only. A database left in WAL mode (the reference
+/// packer's) is opened as immutable when it has no `-wal` file: otherwise SQLite would create
+/// `-shm` and `-wal` files next to it, in a pack this command only reads (and could not open
+/// it at all on a read-only mount).
 pub fn open_read_only(path: &Path) -> Result<Connection> {
-    Connection::open_with_flags(
-        path,
-        OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
-    )
-    .with_context(|| format!("opening {} read-only", path.display()))
+    let flags = OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+    let context = || format!("opening {} read-only", path.display());
+    let mut wal = path.as_os_str().to_owned();
+    wal.push("-wal");
+    if is_wal_mode(path) && !Path::new(&wal).exists() {
+        let uri = format!("file:{}?immutable=1", uri_path(path));
+        return Connection::open_with_flags(uri, flags | OpenFlags::SQLITE_OPEN_URI)
+            .with_context(context);
+    }
+    Connection::open_with_flags(path, flags).with_context(context)
+}
+
+/// Whether the database file's header says WAL mode (file format versions 2 at bytes 18, 19).
+fn is_wal_mode(path: &Path) -> bool {
+    use std::io::Read;
+    let mut header = [0u8; 20];
+    std::fs::File::open(path)
+        .and_then(|mut f| f.read_exact(&mut header))
+        .is_ok_and(|()| header[18] == 2 && header[19] == 2)
+}
+
+/// A path as the path part of an SQLite `file:` URI: absolute, every byte but letters, digits
+/// and `/-_.~` `%`-escaped (SQLite decodes them back to the path's bytes).
+fn uri_path(path: &Path) -> String {
+    use std::os::unix::ffi::OsStrExt;
+    let abs = std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf());
+    let mut out = String::new();
+    for &b in abs.as_os_str().as_bytes() {
+        if b.is_ascii_alphanumeric() || b"/-_.~".contains(&b) {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
 }
 
 /// A `session` value, if the table and key exist.
@@ -931,6 +967,32 @@ pub fn run_id_range(conn: &Connection) -> Result<(i64, Option<i64>, Option<i64>)
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_wal_mode_database_is_read_without_files_beside_it() {
+        let t = tempfile::tempdir().unwrap();
+        let dir = t.path().join("odd name ü%?#");
+        std::fs::create_dir(&dir).unwrap();
+        let path = dir.join(FILE_NAME);
+        let conn = Connection::open(&path).unwrap();
+        conn.pragma_update(None, "journal_mode", "WAL").unwrap();
+        conn.execute_batch(
+            "CREATE TABLE runs (id INTEGER PRIMARY KEY); INSERT INTO runs VALUES (7);",
+        )
+        .unwrap();
+        drop(conn);
+        assert!(is_wal_mode(&path));
+        let n: i64 = open_read_only(&path)
+            .unwrap()
+            .query_row("SELECT id FROM runs", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(n, 7);
+        let names: Vec<_> = std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(names, [FILE_NAME]);
+    }
 
     #[test]
     fn formats_utc_times() {

@@ -3,7 +3,7 @@
 
 use std::fmt;
 
-use super::dtype::{Dtype, Literal, parse_literal};
+use super::dtype::{Dtype, Field, Literal, parse_literal};
 use super::row::{LEGACY_ROW_BYTES, ROW_BYTES};
 
 /// `dtype.descr` of the spec's aligned 48-byte row, exactly as NumPy prints it.
@@ -206,60 +206,93 @@ fn bad(msg: impl Into<String>) -> HeaderError {
     HeaderError(msg.into())
 }
 
-/// Parses an `.npy` header from the first bytes of a file (at least the whole header).
+/// Parses a shard's `.npy` header from the first bytes of its file (at least the whole
+/// header), by meaning as NumPy reads it: the dict in any key order and spacing, with or
+/// without trailing commas, and the dtype compared field by field (see [`classify`]), so the
+/// spelling of another writer (npyz writes `'<u1'` where `np.save` writes `'|u1'`) is no
+/// obstacle.
 pub fn parse_header(bytes: &[u8]) -> Result<Header, HeaderError> {
-    if bytes.len() < 10 || &bytes[..6] != MAGIC {
-        return Err(bad("not a .npy file (bad magic)"));
-    }
-    let (len, start) = match bytes[6] {
-        1 => (u16::from_le_bytes([bytes[8], bytes[9]]) as usize, 10),
-        2 | 3 => {
-            if bytes.len() < 12 {
-                return Err(bad("truncated .npy header"));
-            }
-            (
-                u32::from_le_bytes(bytes[8..12].try_into().unwrap()) as usize,
-                12,
-            )
-        }
-        v => return Err(bad(format!("unsupported .npy format version {v}"))),
-    };
-    let end = start + len;
-    if bytes.len() < end {
-        return Err(bad("truncated .npy header"));
-    }
-    let text = std::str::from_utf8(&bytes[start..end]).map_err(|_| bad("header is not text"))?;
-    let descr = dict_value(text, "descr").ok_or_else(|| bad("header has no 'descr'"))?;
-    let fortran =
-        dict_value(text, "fortran_order").ok_or_else(|| bad("header has no 'fortran_order'"))?;
-    let shape = dict_value(text, "shape").ok_or_else(|| bad("header has no 'shape'"))?;
-    if fortran.trim() != "False" {
+    let array = parse_array_header(bytes)?;
+    if array.fortran_order {
         return Err(bad("fortran_order arrays are not supported"));
     }
-    let rows = parse_1d_shape(shape)?;
-    let layout = classify_descr(descr);
+    let [rows] = array.shape[..] else {
+        return Err(bad(format!("shape {:?} is not 1-dimensional", array.shape)));
+    };
     Ok(Header {
-        layout,
+        layout: classify(&array.dtype, &array.descr),
         rows,
-        data_offset: end,
+        data_offset: array.data_offset,
     })
 }
 
-fn normalise(s: &str) -> String {
-    s.chars()
-        .filter(|c| !c.is_whitespace())
-        .map(|c| if c == '"' { '\'' } else { c })
-        .collect()
-}
-
-fn classify_descr(descr: &str) -> RowLayout {
-    let d = normalise(descr);
-    if d == normalise(STEP_ROW_DESCR) {
+/// Which row layout a dtype is: the same named fields at the same offsets with the same kind
+/// and size (padding fields ignored, item size compared), whatever byte-order mark a 1-byte
+/// type carries; multi-byte fields must be little-endian.
+fn classify(dtype: &Dtype, descr: &str) -> RowLayout {
+    use std::sync::OnceLock;
+    static ALIGNED: OnceLock<Dtype> = OnceLock::new();
+    static LEGACY: OnceLock<Dtype> = OnceLock::new();
+    let parsed = |descr: &str| {
+        Dtype::from_descr(&parse_literal(descr).expect("a valid literal")).expect("a valid dtype")
+    };
+    if same_row_fields(dtype, ALIGNED.get_or_init(|| parsed(STEP_ROW_DESCR))) {
         RowLayout::Aligned
-    } else if d == normalise(LEGACY_ROW_DESCR) {
+    } else if same_row_fields(dtype, LEGACY.get_or_init(|| parsed(LEGACY_ROW_DESCR))) {
         RowLayout::LegacyPacked
     } else {
         RowLayout::Other(descr.trim().to_string())
+    }
+}
+
+fn same_row_fields(got: &Dtype, want: &Dtype) -> bool {
+    let (
+        Dtype::Struct {
+            fields: got_fields,
+            size: got_size,
+        },
+        Dtype::Struct {
+            fields: want_fields,
+            size: want_size,
+        },
+    ) = (got, want)
+    else {
+        return false;
+    };
+    let named = |fields: &[Field]| {
+        fields
+            .iter()
+            .filter(|f| !f.name.is_empty())
+            .map(|f| (f.name.clone(), f.offset, f.dtype.clone()))
+            .collect::<Vec<_>>()
+    };
+    let (g, w) = (named(got_fields), named(want_fields));
+    got_size == want_size
+        && g.len() == w.len()
+        && g.iter()
+            .zip(&w)
+            .all(|(a, b)| a.0 == b.0 && a.1 == b.1 && same_type(&a.2, &b.2))
+}
+
+/// Two field types are the same data: the same kind and size, the same sub-array shape, and
+/// the same byte order where there is one (a 1-byte type has none: `<u1`, `|u1` and `u1` are
+/// one type, as NumPy says).
+fn same_type(a: &Dtype, b: &Dtype) -> bool {
+    match (a, b) {
+        (
+            Dtype::Scalar {
+                order: oa,
+                kind: ka,
+                size: sa,
+            },
+            Dtype::Scalar {
+                order: ob,
+                kind: kb,
+                size: sb,
+            },
+        ) => ka == kb && sa == sb && (*sa == 1 || oa == ob),
+        (Dtype::Array(ia, sa), Dtype::Array(ib, sb)) => sa == sb && same_type(ia, ib),
+        _ => false,
     }
 }
 
@@ -288,25 +321,6 @@ fn dict_value<'a>(text: &'a str, key: &str) -> Option<&'a str> {
         }
     }
     None
-}
-
-fn parse_1d_shape(shape: &str) -> Result<u64, HeaderError> {
-    let inner = shape
-        .trim()
-        .strip_prefix('(')
-        .and_then(|s| s.strip_suffix(')'))
-        .ok_or_else(|| bad(format!("bad shape {shape}")))?;
-    let dims: Vec<&str> = inner
-        .split(',')
-        .map(str::trim)
-        .filter(|s| !s.is_empty())
-        .collect();
-    if dims.len() != 1 {
-        return Err(bad(format!("shape {} is not 1-dimensional", shape.trim())));
-    }
-    dims[0]
-        .parse()
-        .map_err(|_| bad(format!("bad shape {}", shape.trim())))
 }
 
 #[cfg(test)]
@@ -370,6 +384,66 @@ mod tests {
                 data_offset: HEADER_LEN
             }
         );
+    }
+
+    /// A format 1.0 header around the dict text `dict`.
+    fn with_dict(dict: &str) -> Vec<u8> {
+        let text = format!("{dict}\n");
+        let mut bytes = b"\x93NUMPY\x01\x00".to_vec();
+        bytes.extend_from_slice(&(text.len() as u16).to_le_bytes());
+        bytes.extend_from_slice(text.as_bytes());
+        bytes
+    }
+
+    #[test]
+    fn reads_headers_by_meaning() {
+        // As npyz 0.8 writes the reference packer's rows: '<u1' and a trailing comma in the list.
+        let npyz = "{'descr': [('run_id', '<u4'), ('step_index', '<u4'), ('board', '<u8'), \
+            ('board_eval', '<i4'), ('tile_65536_mask', '<u2'), ('move_dir', '<u1'), \
+            ('valuation_type', '<u1'), ('ev_legal', '<u1'), ('max_rank', '<u1'), ('seed', '<u4'), \
+            ('branch_evs', '<f4', (4,)), ], 'fortran_order': False, 'shape': (7,), }";
+        let h = parse_header(&with_dict(npyz)).unwrap();
+        assert_eq!((h.layout, h.rows), (RowLayout::LegacyPacked, 7));
+        // Key order, spacing, quotes and the byte-order mark of one-byte types do not matter.
+        let aligned = STEP_ROW_DESCR
+            .replace("'|u1'", "'u1'")
+            .replace(", ", " ,  ");
+        let shuffled =
+            format!("{{ \"shape\" : ( 9 , ) , \"fortran_order\": False,\"descr\":{aligned} }}");
+        let h = parse_header(&with_dict(&shuffled)).unwrap();
+        assert_eq!((h.layout, h.rows), (RowLayout::Aligned, 9));
+        // The dict form NumPy uses for some aligned dtypes.
+        let dict_form = "{'descr': {'names': ['run_id', 'step_index', 'board', 'board_eval', \
+            'tile_65536_mask', 'move_dir', 'valuation_type', 'ev_legal', 'max_rank', 'seed', \
+            'branch_evs'], 'formats': ['<u4', '<u4', '<u8', '<i4', '<u2', '|u1', '|u1', '|u1', \
+            '|u1', '<u4', ('<f4', (4,))], 'offsets': [0, 4, 8, 16, 20, 22, 23, 24, 25, 28, 32], \
+            'itemsize': 48}, 'fortran_order': False, 'shape': (2,)}";
+        assert_eq!(
+            parse_header(&with_dict(dict_form)).unwrap().layout,
+            RowLayout::Aligned
+        );
+        // What changes the data does: byte order of wider types, a field's type, name or
+        // offset, the item size, the order of the array, its rank.
+        for (from, to) in [
+            ("('seed', '<u4')", "('seed', '>u4')"),
+            ("('seed', '<u4')", "('seed', '<i4')"),
+            ("('max_rank', '|u1')", "('max_rnk', '|u1')"),
+            ("('', '|V2')", "('', '|V1')"),
+            ("('', '|V2')", "('', '|V6')"),
+            ("(4,))]", "(3,))]"),
+        ] {
+            let descr = STEP_ROW_DESCR.replace(from, to);
+            assert_ne!(descr, STEP_ROW_DESCR);
+            let text = format!("{{'descr': {descr}, 'fortran_order': False, 'shape': (2,), }}");
+            let layout = parse_header(&with_dict(&text)).unwrap().layout;
+            assert!(matches!(layout, RowLayout::Other(_)), "{to}: {layout:?}");
+        }
+        let fortran =
+            format!("{{'descr': {STEP_ROW_DESCR}, 'fortran_order': True, 'shape': (2,)}}");
+        assert!(parse_header(&with_dict(&fortran)).is_err());
+        let two_d =
+            format!("{{'descr': {STEP_ROW_DESCR}, 'fortran_order': False, 'shape': (2, 1)}}");
+        assert!(parse_header(&with_dict(&two_d)).is_err());
     }
 
     #[test]

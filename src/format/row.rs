@@ -111,6 +111,21 @@ pub fn legacy_rows_to_aligned(legacy: &[u8]) -> Vec<u8> {
     out
 }
 
+/// Sets every 48-byte row's `ev_legal` from its board, as the format defines it (a move is
+/// legal when it changes the board), and returns how many rows it changed. Rows of the legacy
+/// layout need it: the reference packer set a bit for every move that logged an EV, and the
+/// rows it read logged 0.0 for illegal tuple moves.
+pub fn recompute_ev_legal(rows: &mut [u8]) -> u64 {
+    let mut changed = 0;
+    for row in rows.chunks_exact_mut(ROW_BYTES) {
+        let r = StepRow::from_bytes(row);
+        let legal = super::board::legal_moves(&super::board::unpack(r.board, r.tile_65536_mask));
+        changed += u64::from(row[offset::EV_LEGAL] != legal);
+        row[offset::EV_LEGAL] = legal;
+    }
+    changed
+}
+
 /// Rewrites the `run_id` and `valuation_type` columns of every 48-byte row in `rows`:
 /// `run_id` through `run_ids`, `valuation_type` through `valuations` (a full byte map) when given.
 pub fn remap_rows(
@@ -167,5 +182,22 @@ mod tests {
         let mut out = [0xffu8; 48];
         legacy_to_aligned(&legacy, &mut out);
         assert_eq!(out, b);
+    }
+
+    #[test]
+    fn ev_legal_is_recomputed_from_the_board() {
+        // Cell 0 = 2, the rest empty: up and left change nothing, down and right do.
+        let (board, mask) =
+            crate::format::board::pack(&[1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]);
+        let row = |ev_legal| StepRow {
+            board,
+            tile_65536_mask: mask,
+            ev_legal,
+            ..Default::default()
+        };
+        let mut rows = [row(0b1111).to_bytes(), row(0b1010).to_bytes()].concat();
+        assert_eq!(recompute_ev_legal(&mut rows), 1);
+        assert_eq!(rows[offset::EV_LEGAL], 0b1010);
+        assert_eq!(rows[ROW_BYTES + offset::EV_LEGAL], 0b1010);
     }
 }
