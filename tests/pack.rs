@@ -662,7 +662,7 @@ fn plain_rows_files_pack_exactly_like_gzipped_ones_alone_or_mixed() {
     });
     assert_eq!(unzipped.len(), 7, "a drop of both forms");
     for (input, what) in [(&all_plain, "plain"), (&mixed, "mixed")] {
-        // Read whole, streamed through the buffer, and streamed in small pieces.
+        // The gzipped runs of the mixed drop read whole, streamed, and streamed in pieces.
         for limit in [None, Some(0), Some(300)] {
             let out = t.path().join(format!("{what}-{limit:?}"));
             let limit_text = limit.map(|l: usize| l.to_string());
@@ -786,8 +786,8 @@ fn a_run_with_both_rows_files_is_refused_naming_both() {
     );
 }
 
-/// Every bad line of the invalid fixtures, in a plain file, read whole or streamed: the same
-/// exit code and message (file and line) as the gzipped file gives.
+/// Every bad line of the invalid fixtures, in a plain file: the same exit code and message
+/// (file and line) as the gzipped file gives, read whole or streamed.
 #[test]
 fn bad_lines_in_plain_files_are_reported_like_gzipped_ones() {
     let t = tempfile::tempdir().unwrap();
@@ -828,14 +828,15 @@ fn gzip_data_in_a_plain_file_is_named_as_such() {
     let input = t.path().join("raw");
     copy_tree(&fixture("invalid/json_malformed"), &input);
     std::fs::rename(input.join("b_bad.jsonl.gz"), input.join("b_bad.jsonl")).unwrap();
-    for limit in [None, Some(0)] {
-        let out = t.path().join(format!("p{limit:?}"));
-        let err = stderr(&pack_with_limit(&input, &out, limit));
-        assert!(
-            err.contains("b_bad.jsonl: holds gzip data") && err.contains("name it .jsonl.gz"),
-            "{err}"
-        );
-    }
+    let out = t.path().join("p");
+    let res = pack_env(&input, &out, &[], &[]);
+    let err = stderr(&res);
+    assert_eq!(res.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("b_bad.jsonl: holds gzip data") && err.contains("name it .jsonl.gz"),
+        "{err}"
+    );
+    assert!(!out.exists());
 }
 
 #[test]
@@ -865,5 +866,58 @@ fn missing_and_orphan_rows_file_messages_name_both_forms() {
     assert!(
         err.contains("no *.meta.json or *.meta.json.gz sidecars found (1 rows files, .jsonl.gz or .jsonl, without a sidecar)"),
         "{err}"
+    );
+}
+
+/// A plain rows file longer than the stream buffer, with CRLF lines, lines split anywhere by
+/// the buffer, one line longer than the buffer and no final newline, packs like its gzip; a bad
+/// line deep in it is named alike.
+#[test]
+fn a_long_plain_rows_file_streams_like_its_gzip() {
+    let t = tempfile::tempdir().unwrap();
+    let base = "raw/d6_10g_v1/depth06_worker00_seed0272350805_game000000";
+    let sidecar = std::fs::read(fixture(&format!("{base}.meta.json"))).unwrap();
+    let text = read_gz(&fixture(&format!("{base}.jsonl.gz")));
+    let rows: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
+    let mut lines: Vec<String> = (0..12_000)
+        .map(|i| {
+            let end = if (4000..8000).contains(&i) {
+                "\r\n"
+            } else {
+                "\n"
+            };
+            format!("{}{end}", rows[i % rows.len()])
+        })
+        .collect();
+    // An unknown field of 1.5 MiB: the line outgrows the 1 MiB buffer.
+    lines[6000] = lines[6000].replacen('{', &format!("{{\"pad\":\"{}\",", "x".repeat(3 << 19)), 1);
+    let last = lines.len() - 1;
+    lines[last] = lines[last].trim_end().to_string();
+    let write_drop = |name: &str, text: &str| {
+        let gz = t.path().join(format!("{name}-gz"));
+        let plain = t.path().join(format!("{name}-plain"));
+        for dir in [&gz, &plain] {
+            std::fs::create_dir_all(dir).unwrap();
+            std::fs::write(dir.join("run.meta.json"), &sidecar).unwrap();
+        }
+        write_gz(&gz.join("run.jsonl.gz"), text.as_bytes());
+        std::fs::write(plain.join("run.jsonl"), text).unwrap();
+        (gz, plain)
+    };
+    let (gz, plain) = write_drop("good", &lines.concat());
+    let (gz_pack, plain_pack) = (t.path().join("gz-pack"), t.path().join("plain-pack"));
+    pack(&gz, &gz_pack, &["--workers", "2"]);
+    pack(&plain, &plain_pack, &["--workers", "2"]);
+    assert_eq!(pack_view(&plain_pack), pack_view(&gz_pack));
+    assert_eq!(read_rows(&plain_pack).len(), 12_000);
+
+    lines[8999] = lines[8999].replace("\"board\":[", "\"board\":[17,");
+    let (gz, plain) = write_drop("bad", &lines.concat());
+    let gz_err = stderr(&pack_with_limit(&gz, &t.path().join("p1"), Some(0)));
+    let plain_err = stderr(&pack_with_limit(&plain, &t.path().join("p2"), None));
+    assert!(plain_err.contains("run.jsonl:9000: "), "{plain_err}");
+    assert_eq!(
+        plain_err.replace(s(&plain), "IN"),
+        gz_err.replace(s(&gz), "IN").replace(".jsonl.gz", ".jsonl")
     );
 }

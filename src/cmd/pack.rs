@@ -70,7 +70,7 @@ pub struct PackArgs {
     pub shard_rows: Option<u64>,
     /// Parser threads [default: all cores]. Peak memory ≈ 10 MiB + per worker: a run's
     /// .jsonl.gz size, + its decompressed size when at most 8 MiB (longer runs are streamed:
-    /// 1 MiB; a plain .jsonl likewise, without the .gz), + 96 bytes per row of a run.
+    /// 1 MiB; a plain .jsonl always is), + 96 bytes per row of a run.
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..=1024))]
     pub workers: Option<u64>,
     /// Replace a pack already in the output folder (the old one stays until the new one is complete).
