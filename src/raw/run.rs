@@ -1,6 +1,7 @@
-//! One run, parsed: sidecar + every row of its `.jsonl.gz` (or plain `.jsonl`), turned into 48-byte pack rows with
-//! the derived columns (`board_eval`, `ev_legal`, packed board), plus what the run revealed
-//! (data-quality findings, step-index gaps). Runs on a worker thread; knows nothing of shards.
+//! One run, parsed: sidecar + every row of its `.jsonl.gz` (or plain `.jsonl`), turned into
+//! 48-byte pack rows with the derived columns (`board_eval`, `ev_legal`, packed board), plus what
+//! the run revealed (data-quality findings, step-index gaps). Runs on a worker thread; knows
+//! nothing of shards.
 
 use std::path::{Path, PathBuf};
 
@@ -206,7 +207,12 @@ impl<'t> RunParser<'t> {
         if small {
             match self.gunzip.decompress_within(data, &mut self.text, limit) {
                 Err(e) => return Err(FileError::File(e.0)),
-                Ok(Fit::Whole) => return self.rows_of_text(sidecar, run_id),
+                Ok(Fit::Whole) => {
+                    let rows_bound = self.text.len() / MIN_ROW_BYTES + 1;
+                    let mut rows = RowBuilder::new(sidecar, run_id, self.tables, rows_bound);
+                    rows.feed(&self.text, true).map_err(FileError::row)?;
+                    return Ok(rows.finish());
+                }
                 Ok(Fit::TooLarge) => {}
             }
         }
@@ -240,14 +246,6 @@ impl<'t> RunParser<'t> {
             Ok(n)
         };
         stream_rows(fill, false, &mut self.text, rows)
-    }
-
-    /// The rows of the whole text in `self.text`.
-    fn rows_of_text(&self, sidecar: Sidecar, run_id: u32) -> Result<ParsedRun, FileError> {
-        let rows_bound = self.text.len() / MIN_ROW_BYTES + 1;
-        let mut rows = RowBuilder::new(sidecar, run_id, self.tables, rows_bound);
-        rows.feed(&self.text, true).map_err(FileError::row)?;
-        Ok(rows.finish())
     }
 }
 
