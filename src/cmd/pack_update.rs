@@ -300,9 +300,13 @@ fn sort_runs<'a>(existing: &Existing, found: &'a Discovery) -> Sorted<'a> {
             continue;
         };
         let now = (src.sidecar_bytes as i64, src.rows_bytes as i64);
-        let rows_path = rel_string(&src.rel_rows);
         let sidecar_same = d.sidecar_bytes.is_none_or(|s| s == now.0);
-        if sidecar_same && d.rows_path.as_ref().is_some_and(|p| *p != rows_path) {
+        let rows_path = rel_string(&src.rel_rows);
+        if sidecar_same
+            && d.rows_path
+                .as_deref()
+                .is_some_and(|p| other_form(p, &rows_path))
+        {
             sorted.reformed.push((path, *id));
             sorted.new.push(src);
             continue;
@@ -320,6 +324,12 @@ fn sort_runs<'a>(existing: &Existing, found: &'a Discovery) -> Sorted<'a> {
         }
     }
     sorted
+}
+
+/// Whether two rows paths are one file's two forms, `BASE.jsonl` and `BASE.jsonl.gz`.
+fn other_form(a: &str, b: &str) -> bool {
+    let gzipped = |plain: &str, gz: &str| gz.strip_suffix(".gz") == Some(plain);
+    gzipped(a, b) || gzipped(b, a)
 }
 
 fn orphan_paths(found: &Discovery) -> Vec<String> {
@@ -643,5 +653,19 @@ fn list(names: &[String]) -> String {
         [] => String::new(),
         [one] => format!(" ({one})"),
         [first, .., last] => format!(" ({first} … {last})"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::other_form;
+
+    #[test]
+    fn other_form_is_the_same_base_gzipped_or_not() {
+        assert!(other_form("a/x.jsonl", "a/x.jsonl.gz"));
+        assert!(other_form("a/x.jsonl.gz", "a/x.jsonl"));
+        assert!(!other_form("a/x.jsonl.gz", "a/x.jsonl.gz"));
+        assert!(!other_form("/abs/a/x.jsonl", "a/x.jsonl.gz"));
+        assert!(!other_form("a/x.jsonl", "b/x.jsonl.gz"));
     }
 }
