@@ -19,7 +19,7 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Pack a raw drop (*.meta.json[.gz] + *.jsonl.gz) into shards, metadata.db and valuation_types.json.
+    /// Pack a raw drop (*.meta.json[.gz] + *.jsonl.gz or *.jsonl) into shards, metadata.db and valuation_types.json.
     Pack(cmd::pack::PackArgs),
     /// Combine packs into one, renumbering runs and unifying valuation ids.
     Merge(cmd::merge::MergeArgs),

@@ -516,6 +516,7 @@ pub fn check_is_pack(dir: &Path) -> Result<()> {
                 name.ends_with(".meta.json")
                     || name.ends_with(".meta.json.gz")
                     || name.ends_with(".jsonl.gz")
+                    || name.ends_with(".jsonl")
                     || e.path().is_dir()
             })
         })

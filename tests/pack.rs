@@ -621,3 +621,303 @@ fn a_long_run_streams_in_pieces_with_lines_split_anywhere() {
     });
     assert_decompression_paths_agree(&truncated, "truncated");
 }
+
+// ---------------------------------------------------------------------------------------------
+// Plain `.jsonl` rows files (the logger without -Z)
+
+/// A copy of a fixture drop with the rows files `pick` accepts unzipped to plain `.jsonl`.
+fn plain_copy(
+    from: &std::path::Path,
+    to: &std::path::Path,
+    pick: &dyn Fn(&std::path::Path) -> bool,
+) -> Vec<std::path::PathBuf> {
+    copy_tree(from, to);
+    let made = unzip_rows(to, pick);
+    assert!(!made.is_empty());
+    made
+}
+
+/// `run_details` paths and sizes of the rows files, by run id.
+fn rows_files(pack: &std::path::Path) -> Vec<(String, i64)> {
+    db(pack)
+        .prepare("SELECT rows_path, rows_bytes FROM run_details ORDER BY run_id")
+        .unwrap()
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+        .unwrap()
+        .map(Result::unwrap)
+        .collect()
+}
+
+#[test]
+fn plain_rows_files_pack_exactly_like_gzipped_ones_alone_or_mixed() {
+    let t = tempfile::tempdir().unwrap();
+    let gz = t.path().join("gz");
+    pack(&fixture("raw"), &gz, &["--shard-rows", "500"]);
+    let all_plain = t.path().join("plain");
+    plain_copy(&fixture("raw"), &all_plain, &|_| true);
+    let mixed = t.path().join("mixed");
+    let unzipped = plain_copy(&fixture("raw"), &mixed, &|p| {
+        let n = p.to_str().unwrap();
+        n.contains("worker01") || n.contains("worker03") || n.contains("d7_")
+    });
+    assert_eq!(unzipped.len(), 7, "a drop of both forms");
+    for (input, what) in [(&all_plain, "plain"), (&mixed, "mixed")] {
+        // The gzipped runs of the mixed drop read whole, streamed, and streamed in pieces.
+        for limit in [None, Some(0), Some(300)] {
+            let out = t.path().join(format!("{what}-{limit:?}"));
+            let limit_text = limit.map(|l: usize| l.to_string());
+            let res = pack_env(
+                input,
+                &out,
+                &["--shard-rows", "500", "--workers", "2"],
+                &[("DATASET_PACKER_WHOLE_FILE_LIMIT", limit_text.as_deref())],
+            );
+            assert!(res.status.success(), "{what} {limit:?}: {}", stderr(&res));
+            assert_eq!(pack_view(&out), pack_view(&gz), "{what} {limit:?}");
+            let fingerprints = |p: &std::path::Path| -> Vec<String> {
+                db(p)
+                    .prepare("SELECT fingerprint FROM run_details ORDER BY run_id")
+                    .unwrap()
+                    .query_map([], |r| r.get(0))
+                    .unwrap()
+                    .map(Result::unwrap)
+                    .collect()
+            };
+            assert_eq!(fingerprints(&out), fingerprints(&gz), "{what} {limit:?}");
+            // The pack records the file each run was read from, and its size.
+            for (rows_path, bytes) in rows_files(&out) {
+                let file = input.join(&rows_path);
+                assert_eq!(std::fs::metadata(&file).unwrap().len() as i64, bytes);
+                let plain = unzipped.iter().any(|u| u.ends_with(&rows_path));
+                assert!(what == "plain" || plain == rows_path.ends_with(".jsonl"));
+            }
+        }
+        let out = t.path().join(format!("{what}-None"));
+        python_ok("check_pack.py", &["--raw", s(input), "--pack", s(&out)]);
+        run_ok(&["validate", s(&out), "--deep"]);
+    }
+}
+
+#[test]
+fn plain_rows_files_report_the_same_findings_and_orphans() {
+    let t = tempfile::tempdir().unwrap();
+    let gz = t.path().join("gz");
+    pack(&fixture("findings"), &gz, &[]);
+    let plain = t.path().join("plain");
+    plain_copy(&fixture("findings"), &plain, &|_| true);
+    let out = t.path().join("out");
+    let summary: Value = serde_json::from_str(&pack(&plain, &out, &["--json"])).unwrap();
+    let expected: Value =
+        serde_json::from_slice(&std::fs::read(fixture("findings/expected.json")).unwrap()).unwrap();
+    assert_eq!(summary["findings"], expected["counts"]);
+    assert_eq!(pack_view(&out), pack_view(&gz));
+    let findings = |p: &std::path::Path| -> Vec<String> {
+        db(p)
+            .prepare("SELECT kind, run_id, source_path, line, step_index, detail FROM findings ORDER BY kind, run_id, line")
+            .unwrap()
+            .query_map([], |r| {
+                Ok(format!(
+                    "{} {:?} {} {:?} {:?} {}",
+                    r.get::<_, String>(0)?,
+                    r.get::<_, Option<i64>>(1)?,
+                    r.get::<_, String>(2)?,
+                    r.get::<_, Option<i64>>(3)?,
+                    r.get::<_, Option<i64>>(4)?,
+                    r.get::<_, String>(5)?
+                ))
+            })
+            .unwrap()
+            .map(Result::unwrap)
+            .collect()
+    };
+    let gz_findings: Vec<String> = findings(&gz)
+        .iter()
+        .map(|f| f.replace(".jsonl.gz", ".jsonl"))
+        .collect();
+    assert_eq!(findings(&out), gz_findings);
+    let orphan: (String, String) = db(&out)
+        .query_row(
+            "SELECT o.path, f.detail FROM orphan_rows_files o JOIN findings f ON f.source_path = o.path",
+            [],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+        .unwrap();
+    assert_eq!(orphan.0, "ORPHAN.jsonl");
+    assert!(
+        orphan
+            .1
+            .contains("without a sidecar (ORPHAN.meta.json or ORPHAN.meta.json.gz)"),
+        "{orphan:?}"
+    );
+    python_ok("check_pack.py", &["--raw", s(&plain), "--pack", s(&out)]);
+}
+
+#[test]
+fn a_run_with_both_rows_files_is_refused_naming_both() {
+    let t = tempfile::tempdir().unwrap();
+    let input = t.path().join("raw");
+    copy_tree(&fixture("raw"), &input);
+    let base = input.join("d7_10g_v1/depth07_worker02_seed1273930898_game000000");
+    let gz = base.with_extension("jsonl.gz");
+    let plain = base.with_extension("jsonl");
+    std::fs::write(&plain, read_gz(&gz)).unwrap();
+    let out = t.path().join("p");
+    let res = pack_env(&input, &out, &[], &[]);
+    let err = stderr(&res);
+    assert_eq!(res.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains(&format!(
+            "{}: two rows files for one run",
+            base.with_extension("meta.json").display()
+        )) && err.contains(s(&gz))
+            && err.contains(s(&plain))
+            && err.contains("nothing was written"),
+        "{err}"
+    );
+    assert!(!out.exists(), "nothing published");
+    // With --skip-invalid the other nine runs are packed and the run is listed as skipped.
+    let summary: Value =
+        serde_json::from_str(&pack(&input, &out, &["--skip-invalid", "--json"])).unwrap();
+    assert_eq!(summary["runs"], 9);
+    let reason = summary["skipped_runs"][0]["reason"].as_str().unwrap();
+    assert!(
+        reason.contains(s(&gz)) && reason.contains(s(&plain)),
+        "{reason}"
+    );
+}
+
+/// Every bad line of the invalid fixtures, in a plain file: the same exit code and message
+/// (file and line) as the gzipped file gives, read whole or streamed.
+#[test]
+fn bad_lines_in_plain_files_are_reported_like_gzipped_ones() {
+    let t = tempfile::tempdir().unwrap();
+    let mut checked = 0;
+    for (case, c) in invalid_cases() {
+        if c["line"].is_null() || c["file"].as_str() != Some("b_bad.jsonl.gz") {
+            continue;
+        }
+        let gz_in = fixture(&format!("invalid/{case}"));
+        let plain_in = t.path().join(format!("in-{case}"));
+        plain_copy(&gz_in, &plain_in, &|p| p.ends_with("b_bad.jsonl.gz"));
+        for limit in [None, Some(0)] {
+            let gz_out = t.path().join(format!("gz-{case}-{limit:?}"));
+            let plain_out = t.path().join(format!("plain-{case}-{limit:?}"));
+            let gz_res = pack_with_limit(&gz_in, &gz_out, limit);
+            let plain_res = pack_with_limit(&plain_in, &plain_out, limit);
+            let gz_err = stderr(&gz_res)
+                .replace(s(&gz_in), "IN")
+                .replace(".jsonl.gz", ".jsonl");
+            let plain_err = stderr(&plain_res).replace(s(&plain_in), "IN");
+            assert_eq!(plain_res.status.code(), Some(1), "{case}: {plain_err}");
+            assert_eq!(plain_err, gz_err, "{case} {limit:?}");
+            let line = c["line"].as_u64().unwrap();
+            assert!(
+                plain_err.contains(&format!("IN/b_bad.jsonl:{line}: ")),
+                "{plain_err}"
+            );
+            assert!(!plain_out.exists(), "{case}: nothing published");
+        }
+        checked += 1;
+    }
+    assert!(checked >= 15, "{checked} cases");
+}
+
+#[test]
+fn gzip_data_in_a_plain_file_is_named_as_such() {
+    let t = tempfile::tempdir().unwrap();
+    let input = t.path().join("raw");
+    copy_tree(&fixture("invalid/json_malformed"), &input);
+    std::fs::rename(input.join("b_bad.jsonl.gz"), input.join("b_bad.jsonl")).unwrap();
+    let out = t.path().join("p");
+    let res = pack_env(&input, &out, &[], &[]);
+    let err = stderr(&res);
+    assert_eq!(res.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("b_bad.jsonl: holds gzip data") && err.contains("name it .jsonl.gz"),
+        "{err}"
+    );
+    assert!(!out.exists());
+}
+
+#[test]
+fn missing_and_orphan_rows_file_messages_name_both_forms() {
+    let t = tempfile::tempdir().unwrap();
+    let err = stderr(&run(&[
+        "pack",
+        "--input",
+        s(&fixture("invalid/sidecar_without_rows")),
+        "--output",
+        s(&t.path().join("p")),
+    ]));
+    assert!(
+        err.contains("b_bad.meta.json: the rows file is missing next to the sidecar: neither b_bad.jsonl.gz nor b_bad.jsonl exists"),
+        "{err}"
+    );
+    // A drop of plain rows files without sidecars: no runs, and the message says what it saw.
+    let input = t.path().join("no_runs");
+    plain_copy(&fixture("invalid/no_runs"), &input, &|_| true);
+    let err = stderr(&run(&[
+        "pack",
+        "--input",
+        s(&input),
+        "--output",
+        s(&t.path().join("q")),
+    ]));
+    assert!(
+        err.contains("no *.meta.json or *.meta.json.gz sidecars found (1 rows files, .jsonl.gz or .jsonl, without a sidecar)"),
+        "{err}"
+    );
+}
+
+/// A plain rows file longer than the stream buffer, with CRLF lines, lines split anywhere by
+/// the buffer, one line longer than the buffer and no final newline, packs like its gzip; a bad
+/// line deep in it is named alike.
+#[test]
+fn a_long_plain_rows_file_streams_like_its_gzip() {
+    let t = tempfile::tempdir().unwrap();
+    let base = "raw/d6_10g_v1/depth06_worker00_seed0272350805_game000000";
+    let sidecar = std::fs::read(fixture(&format!("{base}.meta.json"))).unwrap();
+    let text = read_gz(&fixture(&format!("{base}.jsonl.gz")));
+    let rows: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
+    let mut lines: Vec<String> = (0..12_000)
+        .map(|i| {
+            let end = if (4000..8000).contains(&i) {
+                "\r\n"
+            } else {
+                "\n"
+            };
+            format!("{}{end}", rows[i % rows.len()])
+        })
+        .collect();
+    // An unknown field of 1.5 MiB: the line outgrows the 1 MiB buffer.
+    lines[6000] = lines[6000].replacen('{', &format!("{{\"pad\":\"{}\",", "x".repeat(3 << 19)), 1);
+    let last = lines.len() - 1;
+    lines[last] = lines[last].trim_end().to_string();
+    let write_drop = |name: &str, text: &str| {
+        let gz = t.path().join(format!("{name}-gz"));
+        let plain = t.path().join(format!("{name}-plain"));
+        for dir in [&gz, &plain] {
+            std::fs::create_dir_all(dir).unwrap();
+            std::fs::write(dir.join("run.meta.json"), &sidecar).unwrap();
+        }
+        write_gz(&gz.join("run.jsonl.gz"), text.as_bytes());
+        std::fs::write(plain.join("run.jsonl"), text).unwrap();
+        (gz, plain)
+    };
+    let (gz, plain) = write_drop("good", &lines.concat());
+    let (gz_pack, plain_pack) = (t.path().join("gz-pack"), t.path().join("plain-pack"));
+    pack(&gz, &gz_pack, &["--workers", "2"]);
+    pack(&plain, &plain_pack, &["--workers", "2"]);
+    assert_eq!(pack_view(&plain_pack), pack_view(&gz_pack));
+    assert_eq!(read_rows(&plain_pack).len(), 12_000);
+
+    lines[8999] = lines[8999].replace("\"board\":[", "\"board\":[17,");
+    let (gz, plain) = write_drop("bad", &lines.concat());
+    let gz_err = stderr(&pack_with_limit(&gz, &t.path().join("p1"), Some(0)));
+    let plain_err = stderr(&pack_with_limit(&plain, &t.path().join("p2"), None));
+    assert!(plain_err.contains("run.jsonl:9000: "), "{plain_err}");
+    assert_eq!(
+        plain_err.replace(s(&plain), "IN"),
+        gz_err.replace(s(&gz), "IN").replace(".jsonl.gz", ".jsonl")
+    );
+}

@@ -470,6 +470,44 @@ fn stats_human_output_fits_80_columns() {
     }
 }
 
+/// Tuple rows log `0.000000` as a legal move's real value; when a quarter of the EVs are 0, the
+/// lower quartile is exactly 0, in JSON and in the table (it once printed `8.555e-41`).
+#[test]
+fn stats_quartile_among_zero_evs_is_zero() {
+    let t = tempfile::tempdir().unwrap();
+    let raw = t.path().join("raw");
+    std::fs::create_dir_all(&raw).unwrap();
+    // A 2 in the top-left corner: up and left are illegal, right and down legal.
+    let mut rows = String::new();
+    for i in 0..40 {
+        rows += &format!(
+            "{{\"seed\":5,\"step_index\":{i},\"move\":\"down\",\"valuation_type\":\"tuple11\",\"board\":[1,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0],\"branch_evs\":{{\"up\":null,\"left\":null,\"right\":0.000000,\"down\":0.{:06}}}}}\n",
+            500_000 + i * 1000
+        );
+    }
+    write_gz(&raw.join("g.jsonl.gz"), rows.as_bytes());
+    std::fs::write(
+        raw.join("g.meta.json"),
+        r#"{"seed":5,"num_moves":40,"score":0,"max_tile":2}"#,
+    )
+    .unwrap();
+    let pack_dir = t.path().join("p");
+    pack(&raw, &pack_dir, &[]);
+    let st = stats_json(&pack_dir, &[]);
+    let evs = &st["ev_legal_moves"]["tuple11"];
+    assert_eq!(evs["evs"], 80);
+    assert_eq!(evs["p25"].as_f64(), Some(0.0), "{evs}");
+    assert_eq!(evs["min"].as_f64(), Some(0.0), "{evs}");
+    let human = run_ok(&["stats", s(&pack_dir)]);
+    let line = human
+        .lines()
+        .find(|l| l.trim_start().starts_with("tuple11") && l.contains("80"))
+        .unwrap_or_else(|| panic!("no tuple11 EV line in\n{human}"));
+    assert!(!line.contains("e-"), "{line}");
+    let cells: Vec<&str> = line.split_whitespace().collect();
+    assert_eq!(cells[2..4], ["0", "0"], "min and p25 of {line}");
+}
+
 // ---------------------------------------------------------------------------------------------
 // show
 

@@ -557,3 +557,176 @@ fn killed_at_any_moment_leaves_the_old_pack_or_the_new_one() {
     );
     assert!(outcomes[0] > 0, "some kills must land before the publish");
 }
+
+/// Gzips a plain rows file in place (`BASE.jsonl` → `BASE.jsonl.gz`, as `gzip FILE` does).
+fn gzip_in_place(plain: &Path) -> PathBuf {
+    let gz = PathBuf::from(format!("{}.gz", plain.display()));
+    write_gz(&gz, &std::fs::read(plain).unwrap());
+    std::fs::remove_file(plain).unwrap();
+    gz
+}
+
+/// The rows file recorded for each run: (source_path, rows_path, rows_bytes, fingerprint).
+fn rows_records(pack: &Path) -> Vec<(String, String, i64, String)> {
+    db(pack)
+        .prepare("SELECT source_path, rows_path, rows_bytes, fingerprint FROM run_details ORDER BY run_id")
+        .unwrap()
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))
+        .unwrap()
+        .map(Result::unwrap)
+        .collect()
+}
+
+#[test]
+fn a_packed_run_whose_rows_were_gzipped_since_is_the_same_run() {
+    let t = tempfile::tempdir().unwrap();
+    let drop = drop_of(
+        &t.path().join("drop"),
+        &[("a", "raw/d6_10g_v1"), ("b", "raw/d7_10g_v1")],
+    );
+    let plain = unzip_rows(&drop, &|_| true);
+    assert_eq!(plain.len(), 10);
+    let grown = t.path().join("pack");
+    pack(&drop, &grown, &["--shard-rows", "300"]);
+    let shards_before = pack_bytes(&grown);
+    let runs_before = runs_table(&grown);
+    let records_before = rows_records(&grown);
+
+    // Three runs' rows are gzipped after packing.
+    let gzipped: Vec<PathBuf> = [0, 4, 7]
+        .iter()
+        .map(|&i| gzip_in_place(&plain[i]))
+        .collect();
+    let summary = update(&drop, &grown, &[]);
+    assert_eq!(summary["new_runs"], 0, "{summary}");
+    assert_eq!(summary["new_rows"], 0);
+    assert_eq!(summary["already_packed_by_path"], 7);
+    assert_eq!(summary["already_packed_by_content"], serde_json::json!([]));
+    let reformed = summary["rows_file_changed_form"].as_array().unwrap();
+    assert_eq!(reformed.len(), 3, "{summary}");
+    assert_eq!(pack_bytes(&grown), shards_before, "no shard changes");
+    assert_eq!(runs_table(&grown), runs_before);
+    // The pack now records the gzipped files; nothing else of run_details changed.
+    let records = rows_records(&grown);
+    for (i, (before, now)) in records_before.iter().zip(&records).enumerate() {
+        let gz = gzipped
+            .iter()
+            .find(|g| g.ends_with(format!("{}.gz", before.1)));
+        match gz {
+            Some(gz) => {
+                assert_eq!(now.1, format!("{}.gz", before.1), "run {i}");
+                assert_eq!(now.2, std::fs::metadata(gz).unwrap().len() as i64);
+                assert_eq!((&now.0, &now.3), (&before.0, &before.3), "run {i}");
+            }
+            None => assert_eq!(now, before, "run {i}"),
+        }
+    }
+    run_ok(&["validate", s(&grown), "--deep"]);
+
+    // The next update knows them by path and sizes: nothing is read, nothing changes.
+    let all = all_bytes(&grown);
+    let summary = update(&drop, &grown, &[]);
+    assert_eq!(summary["already_packed_by_path"], 10, "{summary}");
+    assert_eq!(summary["rows_file_changed_form"], serde_json::json!([]));
+    assert_eq!(all_bytes(&grown), all);
+
+    // Unzipped again, alongside a genuinely new run: only the new run is added.
+    let back = gzipped[1].with_extension("");
+    std::fs::write(&back, read_gz(&gzipped[1])).unwrap();
+    std::fs::remove_file(&gzipped[1]).unwrap();
+    run_with_new_valuation(&drop.join("c"));
+    let text = run_ok(&[
+        "pack",
+        "--input",
+        s(&drop),
+        "--output",
+        s(&grown),
+        "--update",
+        "--quiet",
+    ]);
+    assert!(
+        text.contains("1 new run,")
+            && text.contains("rows file gzipped or unzipped since packing, same content: 1 run"),
+        "{text}"
+    );
+    let rows = read_rows(&grown);
+    let old_rows: usize = runs_before.iter().map(|r| r.2 as usize).sum();
+    assert_eq!(runs_table(&grown)[..10], runs_before[..]);
+    assert_eq!(runs_table(&grown).len(), 11);
+    let mut before_rows = Vec::new();
+    for (_, bytes) in shards_before.iter().filter(|(n, _)| n.starts_with("steps")) {
+        for row in bytes[384..].chunks_exact(48) {
+            before_rows.push(<[u8; 48]>::try_from(row).unwrap());
+        }
+    }
+    assert_eq!(before_rows.len(), old_rows);
+    assert_eq!(rows[..old_rows], before_rows[..], "packed rows unchanged");
+    assert!(
+        rows[old_rows..]
+            .iter()
+            .all(|r| r[..4] == 10u32.to_le_bytes())
+    );
+    let recorded = &rows_records(&grown)[..10];
+    assert!(
+        recorded.iter().any(|r| back.ends_with(&r.1)),
+        "{recorded:?}"
+    );
+    run_ok(&["validate", s(&grown), "--deep"]);
+}
+
+#[test]
+fn a_rows_file_gzipped_with_other_content_is_a_changed_run() {
+    let t = tempfile::tempdir().unwrap();
+    let drop = drop_of(t.path(), &[("a", "raw/d6_10g_v1")]);
+    unzip_rows(&drop, &|_| true);
+    let grown = t.path().join("pack");
+    pack(&drop, &grown, &["--shard-rows", "300"]);
+    let before = all_bytes(&grown);
+    // Run 2's rows lose their last line on the way to gzip.
+    let plain = drop.join("a/depth06_worker02_seed0272350807_game000000.jsonl");
+    let text = std::fs::read_to_string(&plain).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    std::fs::remove_file(&plain).unwrap();
+    write_gz(
+        &plain.with_extension("jsonl.gz"),
+        (lines[..lines.len() - 1].join("\n") + "\n").as_bytes(),
+    );
+    let out = run(&[
+        "pack",
+        "--input",
+        s(&drop),
+        "--output",
+        s(&grown),
+        "--update",
+        "--quiet",
+    ]);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("a/depth06_worker02_seed0272350807_game000000.meta.json: changed since it was packed as run 2 (its rows file is now a/depth06_worker02_seed0272350807_game000000.jsonl.gz and its content differs)")
+            && err.contains("nothing was written"),
+        "{err}"
+    );
+    assert_eq!(all_bytes(&grown), before);
+
+    // With --skip-invalid it is recorded as skipped, never packed a second time.
+    let summary = update(&drop, &grown, &["--skip-invalid"]);
+    assert_eq!(summary["new_runs"], 0, "{summary}");
+    assert_eq!(summary["skipped_runs"].as_array().unwrap().len(), 1);
+    assert_eq!(pack_bytes(&grown), pack_bytes_of(&before));
+    let after = all_bytes(&grown);
+    update(&drop, &grown, &["--skip-invalid"]);
+    assert_eq!(
+        all_bytes(&grown),
+        after,
+        "the same change again changes nothing"
+    );
+}
+
+/// [`pack_bytes`] of a pack captured with [`all_bytes`].
+fn pack_bytes_of(all: &[(String, Vec<u8>)]) -> Vec<(String, Vec<u8>)> {
+    all.iter()
+        .filter(|(n, _)| n.starts_with("steps") || n == "valuation_types.json")
+        .cloned()
+        .collect()
+}

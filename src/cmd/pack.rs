@@ -24,7 +24,7 @@ use crate::format::valuation::{MAX_NAMES, ValuationTable};
 use crate::ordered::ordered_try_map;
 use crate::pack_dir::{OutputDir, write_valuations};
 use crate::progress::{self, count, thousands};
-use crate::raw::discover::{Discovery, RunSource, discover};
+use crate::raw::discover::{Discovery, RunSource, discover, orphan_detail};
 use crate::raw::run::{FindingKind, ParsedRun, RunError, RunParser};
 use crate::shard_writer::ShardWriter;
 
@@ -44,13 +44,20 @@ new: a run already packed from the same sidecar path with the same file sizes is
 and one whose content is already in the pack (a moved or copied folder) is skipped. New runs get
 the next ids; existing runs, rows and shards never change. A sharded pack gets its last, partial
 shard rewritten (as a staged copy) and new shards after it; a single-file pack (steps.npy) is
-copied whole to be extended, so pack growing datasets with --shard-rows. If PACK_DIR holds no
-pack yet, --update is a plain pack.
+copied whole to be extended, so pack growing datasets with --shard-rows. A run packed from
+BASE.jsonl whose rows were gzipped since (or unzipped) is read once: the same content is the same
+run (nothing added, the pack records the new file), other content is a changed run. If PACK_DIR
+holds no pack yet, --update is a plain pack.
+
+Rows files: BASE.jsonl.gz (any number of gzip members) or plain BASE.jsonl (the logger without
+-Z); one drop can mix both, e.g.
+  dataset-packer pack --input raw_plain_and_gzipped/ --output packs/d2
 
 Speed: on x86-64 CPUs with AVX2 (2015 on) rows in the logger's layout are read with vector
 instructions; DATASET_PACKER_SCALAR=1 turns that off (same output, slower).")]
 pub struct PackArgs {
-    /// Folder of raw self-play logs (BASE.meta.json[.gz] + BASE.jsonl.gz), walked recursively.
+    /// Folder of raw self-play logs (BASE.meta.json[.gz] + BASE.jsonl.gz or plain BASE.jsonl),
+    /// walked recursively.
     #[arg(long, value_name = "RAW_DIR")]
     pub input: PathBuf,
     /// Folder to write the pack into (created if missing).
@@ -63,7 +70,7 @@ pub struct PackArgs {
     pub shard_rows: Option<u64>,
     /// Parser threads [default: all cores]. Peak memory ≈ 10 MiB + per worker: a run's
     /// .jsonl.gz size, + its decompressed size when at most 8 MiB (longer runs are streamed:
-    /// 1 MiB), + 96 bytes per row of a run.
+    /// 1 MiB; a plain .jsonl always is), + 96 bytes per row of a run.
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..=1024))]
     pub workers: Option<u64>,
     /// Replace a pack already in the output folder (the old one stays until the new one is complete).
@@ -174,6 +181,7 @@ pub(crate) fn pack_new(args: &PackArgs, out: OutputDir, started: Instant) -> Res
             next_run_id: 0,
             valuations: ValuationTable::new(),
             in_pack: HashMap::new(),
+            recheck: HashMap::new(),
             finding_counts: BTreeMap::new(),
         },
         args,
@@ -223,7 +231,7 @@ pub(crate) fn pack_new(args: &PackArgs, out: OutputDir, started: Instant) -> Res
             packed.db.set_session(k, v)?;
         }
     }
-    let summary = packed.commit(found.runs.iter().map(|r| r.compressed_bytes).sum())?;
+    let summary = packed.commit(found.runs.iter().map(|r| r.rows_bytes).sum())?;
     out.publish()?;
     summary.print(args.json, &args.output, started.elapsed().as_secs_f64());
     Ok(())
@@ -243,7 +251,7 @@ pub(crate) fn discover_runs(input: &Path) -> Result<Discovery> {
                 String::new()
             } else {
                 format!(
-                    " ({} .jsonl.gz files without a sidecar)",
+                    " ({} rows files, .jsonl.gz or .jsonl, without a sidecar)",
                     found.orphans.len()
                 )
             }
@@ -267,7 +275,7 @@ pub(crate) fn parse_and_write(
     started: Instant,
 ) -> Result<()> {
     let tables = LineTables::new();
-    let total_bytes: u64 = runs.iter().map(|r| r.compressed_bytes).sum();
+    let total_bytes: u64 = runs.iter().map(|r| r.rows_bytes).sum();
     let bar = progress::bytes_bar(total_bytes, quiet, "pack");
     // Each run carries the id it gets if no run before it is left out.
     let first_id = packer.next_run_id;
@@ -282,7 +290,7 @@ pub(crate) fn parse_and_write(
         |i, parsed| {
             let src = items[i].1;
             let accepted = packer.accept(src, parsed);
-            bar.inc(src.compressed_bytes);
+            bar.inc(src.rows_bytes);
             let rows = packer.shards.total_rows() - rows_before;
             let rate = rows as f64 / started.elapsed().as_secs_f64().max(1e-9);
             bar.set_message(format!(
@@ -323,6 +331,9 @@ pub(crate) struct PackerStart {
     pub valuations: ValuationTable,
     /// Fingerprints of the runs already in the pack, with their ids.
     pub in_pack: HashMap<Fingerprint, u32>,
+    /// Packed runs (by sidecar path) whose rows file changed form since (gzipped or unzipped):
+    /// their id and fingerprint, which the new file's content must match.
+    pub recheck: HashMap<String, (u32, Fingerprint)>,
     /// The pack's finding counts so far.
     pub finding_counts: BTreeMap<String, u64>,
 }
@@ -345,6 +356,9 @@ pub(crate) struct Packer {
     written: Duplicates,
     /// Runs skipped because the pack already holds their content: (sidecar path, run id).
     already_packed: Vec<(String, u32)>,
+    recheck: HashMap<String, (u32, Fingerprint)>,
+    /// Rechecked runs whose new rows file holds their packed content: (sidecar path, run id).
+    reformed: Vec<(String, u32)>,
 }
 
 impl Packer {
@@ -367,6 +381,8 @@ impl Packer {
             in_pack: start.in_pack,
             written: Duplicates::default(),
             already_packed: Vec::new(),
+            recheck: start.recheck,
+            reformed: Vec::new(),
         }
     }
 
@@ -381,6 +397,9 @@ impl Packer {
             Err(e) => return self.reject(src, e),
         };
         let path = rel_string(&src.rel_sidecar);
+        if let Some(&(id, packed)) = self.recheck.get(&path) {
+            return self.recheck(src, path, id, packed, parsed.fingerprint);
+        }
         if let Some(&id) = self.in_pack.get(&parsed.fingerprint) {
             log::info!("{path}: already packed as run {id} (same content)");
             self.already_packed.push((path, id));
@@ -413,6 +432,39 @@ impl Packer {
             None => self.written.insert(parsed.fingerprint, (run_id, path)),
         }
         Ok(())
+    }
+
+    /// A packed run whose rows file changed form (`BASE.jsonl` gzipped, or the other way): the
+    /// same run when its content is the packed run's (the pack then records the new file),
+    /// otherwise a changed source, which is never packed again: skipped with --skip-invalid,
+    /// else the end of the update.
+    fn recheck(
+        &mut self,
+        src: &RunSource,
+        path: String,
+        id: u32,
+        packed: Fingerprint,
+        now: Fingerprint,
+    ) -> Result<()> {
+        if now == packed {
+            log::info!(
+                "{path}: rows file now {}, same content as run {id}",
+                src.rel_rows.display()
+            );
+            let rows_path = rel_string(&src.rel_rows);
+            self.db
+                .set_rows_file(i64::from(id), &rows_path, src.rows_bytes as i64)?;
+            self.reformed.push((path, id));
+            return Ok(());
+        }
+        let reason = format!(
+            "{path}: changed since it was packed as run {id} (its rows file is now {} and its content differs)",
+            src.rel_rows.display()
+        );
+        if !self.skip_invalid {
+            return Err(crate::cmd::pack_update::changed_sources(&[&reason]));
+        }
+        self.skip(path, reason)
     }
 
     /// An invalid run: skipped and recorded with --skip-invalid, otherwise the end of the pack.
@@ -511,7 +563,7 @@ impl Packer {
                 source_run_id: None,
                 fingerprint: Some(fingerprint.to_string()),
                 sidecar_bytes: Some(src.sidecar_bytes as i64),
-                rows_bytes: Some(src.compressed_bytes as i64),
+                rows_bytes: Some(src.rows_bytes as i64),
             },
             first_row: Some(first_row),
         })?;
@@ -595,7 +647,7 @@ impl Packer {
             source_path: rel_string(p),
             line: None,
             step_index: None,
-            detail: "rows file without a sidecar (game still running or killed); skipped".into(),
+            detail: orphan_detail(p),
         });
         self.findings.counts.remove("orphan_rows_file");
         self.findings
@@ -624,6 +676,7 @@ impl Packer {
             skipped: self.skipped,
             findings: self.findings,
             already_packed: self.already_packed,
+            reformed: self.reformed,
         })
     }
 }
@@ -641,6 +694,8 @@ pub(crate) struct Packed {
     pub skipped: Vec<(String, String)>,
     pub findings: Tally,
     pub already_packed: Vec<(String, u32)>,
+    /// Packed runs whose rows file changed form, content unchanged: (sidecar path, run id).
+    pub reformed: Vec<(String, u32)>,
 }
 
 impl Packed {

@@ -45,20 +45,8 @@ pub fn run(args: &PackArgs, started: Instant) -> Result<()> {
     let found = discover_runs(&args.input)?;
     let sorted = sort_runs(&existing, &found);
     if !sorted.changed.is_empty() && !args.skip_invalid {
-        bail!(
-            "{} changed after it was packed; nothing was written:\n{}\n(a packed run is never re-packed or duplicated; move the changed file out of the input, or pass --skip-invalid to record it as skipped)",
-            if sorted.changed.len() == 1 {
-                "a source run".to_string()
-            } else {
-                format!("{} source runs", sorted.changed.len())
-            },
-            sorted
-                .changed
-                .iter()
-                .map(|c| format!("  {}", c.reason))
-                .collect::<Vec<_>>()
-                .join("\n")
-        );
+        let reasons: Vec<&str> = sorted.changed.iter().map(|c| c.reason.as_str()).collect();
+        return Err(changed_sources(&reasons));
     }
     let orphans_same = existing.orphans == orphan_paths(&found);
     let already_skipped = sorted
@@ -256,6 +244,23 @@ fn check_layout(
     Ok(())
 }
 
+/// The error for packed runs whose source changed (one reason per run).
+pub(crate) fn changed_sources(reasons: &[&str]) -> anyhow::Error {
+    anyhow::anyhow!(
+        "{} changed after it was packed; nothing was written:\n{}\n(a packed run is never re-packed or duplicated; move the changed file out of the input, or pass --skip-invalid to record it as skipped)",
+        if reasons.len() == 1 {
+            "a source run".to_string()
+        } else {
+            format!("{} source runs", reasons.len())
+        },
+        reasons
+            .iter()
+            .map(|r| format!("  {r}"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    )
+}
+
 /// A raw run packed before whose files changed since.
 struct Changed {
     path: String,
@@ -264,8 +269,12 @@ struct Changed {
 
 /// The drop's runs, by what the pack knows of them.
 struct Sorted<'a> {
-    /// Not in the pack by path: to be parsed.
+    /// To be parsed: the runs not in the pack by path, and the `reformed` ones.
     new: Vec<&'a RunSource>,
+    /// In the pack by sidecar path and size, but with their rows file in the other form now
+    /// (`BASE.jsonl` gzipped, or the other way): (sidecar path, run id). Parsed to check that
+    /// the content is the packed run's.
+    reformed: Vec<(String, i64)>,
     /// In the pack by path with the same file sizes.
     packed_by_path: usize,
     changed: Vec<Changed>,
@@ -280,6 +289,7 @@ fn sort_runs<'a>(existing: &Existing, found: &'a Discovery) -> Sorted<'a> {
     }
     let mut sorted = Sorted {
         new: Vec::new(),
+        reformed: Vec::new(),
         packed_by_path: 0,
         changed: Vec::new(),
     };
@@ -289,7 +299,18 @@ fn sort_runs<'a>(existing: &Existing, found: &'a Discovery) -> Sorted<'a> {
             sorted.new.push(src);
             continue;
         };
-        let now = (src.sidecar_bytes as i64, src.compressed_bytes as i64);
+        let now = (src.sidecar_bytes as i64, src.rows_bytes as i64);
+        let sidecar_same = d.sidecar_bytes.is_none_or(|s| s == now.0);
+        let rows_path = rel_string(&src.rel_rows);
+        if sidecar_same
+            && d.rows_path
+                .as_deref()
+                .is_some_and(|p| other_form(p, &rows_path))
+        {
+            sorted.reformed.push((path, *id));
+            sorted.new.push(src);
+            continue;
+        }
         match (d.sidecar_bytes, d.rows_bytes) {
             (Some(s), Some(r)) if (s, r) != now => sorted.changed.push(Changed {
                 reason: format!(
@@ -303,6 +324,12 @@ fn sort_runs<'a>(existing: &Existing, found: &'a Discovery) -> Sorted<'a> {
         }
     }
     sorted
+}
+
+/// Whether two rows paths are one file's two forms, `BASE.jsonl` and `BASE.jsonl.gz`.
+fn other_form(a: &str, b: &str) -> bool {
+    let gzipped = |plain: &str, gz: &str| gz.strip_suffix(".gz") == Some(plain);
+    gzipped(a, b) || gzipped(b, a)
 }
 
 fn orphan_paths(found: &Discovery) -> Vec<String> {
@@ -352,6 +379,22 @@ fn extend(
         .map(|(r, fp)| (*fp, r.id as u32))
         .rev() // the lowest id wins for duplicates already in the pack
         .collect();
+    let by_id: HashMap<i64, Fingerprint> = existing
+        .runs
+        .iter()
+        .zip(&fingerprints)
+        .map(|(r, fp)| (r.id, *fp))
+        .collect();
+    let mut recheck = HashMap::new();
+    for (path, id) in &sorted.reformed {
+        let fingerprint = by_id.get(id).with_context(|| {
+            format!(
+                "{}: run_details names run {id}, which the runs table does not hold; run `dataset-packer validate`",
+                existing.dir.display()
+            )
+        })?;
+        recheck.insert(path.clone(), (u32::try_from(*id)?, *fingerprint));
+    }
     let mut packer = Packer::new(
         PackerStart {
             shards,
@@ -359,6 +402,7 @@ fn extend(
             next_run_id: u32::try_from(existing.runs.len()).context("more than 2^32 runs")?,
             valuations: existing.valuations.clone(),
             in_pack,
+            recheck,
             finding_counts: existing.finding_counts.clone(),
         },
         args,
@@ -373,7 +417,10 @@ fn extend(
         .skipped
         .iter()
         .all(|(p, r)| existing.skipped.get(p) == Some(r));
-    let unchanged = skips_known && !computed && existing.orphans == orphan_paths(found);
+    let unchanged = skips_known
+        && !computed
+        && packed.reformed.is_empty()
+        && existing.orphans == orphan_paths(found);
     if nothing_new && unchanged && dropped.is_empty() {
         return Ok(Report {
             already_packed: packed.already_packed,
@@ -396,8 +443,9 @@ fn extend(
         packed.db.set_session(k, v)?;
     }
     let already_packed = packed.already_packed.clone();
+    let reformed = packed.reformed.clone();
     let new_shards: Vec<ShardRecord> = packed.shards[kept.len()..].to_vec();
-    let summary = packed.commit(sorted.new.iter().map(|r| r.compressed_bytes).sum())?;
+    let summary = packed.commit(sorted.new.iter().map(|r| r.rows_bytes).sum())?;
     let mut kept_shards: Vec<String> = kept.iter().map(|r| r.file_name.clone()).collect();
     if nothing_new {
         // Only the metadata changed: the staged copy of the last shard is the same bytes;
@@ -428,6 +476,7 @@ fn extend(
             .collect(),
         packed_by_path: sorted.packed_by_path,
         already_packed,
+        reformed,
         total_runs,
         total_rows,
         summary,
@@ -502,6 +551,8 @@ struct Report {
     added: Vec<String>,
     packed_by_path: usize,
     already_packed: Vec<(String, u32)>,
+    /// Packed runs whose rows file was gzipped or unzipped since, same content: (path, id).
+    reformed: Vec<(String, u32)>,
     total_runs: u64,
     total_rows: u64,
     summary: pack::Summary,
@@ -517,6 +568,7 @@ impl Report {
             added: Vec::new(),
             packed_by_path: sorted.packed_by_path,
             already_packed: Vec::new(),
+            reformed: Vec::new(),
             total_runs: existing.runs.len() as u64,
             total_rows: existing.total_rows(),
             summary: pack::Summary {
@@ -542,6 +594,7 @@ impl Report {
                 "total_rows": self.total_rows,
                 "already_packed_by_path": self.packed_by_path,
                 "already_packed_by_content": self.already_packed.iter().map(|(p, id)| json!({"path": p, "run_id": id})).collect::<Vec<_>>(),
+                "rows_file_changed_form": self.reformed.iter().map(|(p, id)| json!({"path": p, "run_id": id})).collect::<Vec<_>>(),
                 "shards_rewritten": self.rewritten,
                 "shards_added": self.added,
                 "companions_removed": self.removed_companions,
@@ -569,6 +622,15 @@ impl Report {
         for (path, id) in self.already_packed.iter().take(10) {
             println!("    {path}: same content as run {id}");
         }
+        if !self.reformed.is_empty() {
+            println!(
+                "  rows file gzipped or unzipped since packing, same content: {} (the pack records the new file)",
+                count(self.reformed.len() as u64, "run", "runs")
+            );
+            for (path, id) in self.reformed.iter().take(10) {
+                println!("    {path}: run {id}");
+            }
+        }
         println!(
             "  shards: {} rewritten{}, {} added{}",
             self.rewritten.len(),
@@ -591,5 +653,19 @@ fn list(names: &[String]) -> String {
         [] => String::new(),
         [one] => format!(" ({one})"),
         [first, .., last] => format!(" ({first} … {last})"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::other_form;
+
+    #[test]
+    fn other_form_is_the_same_base_gzipped_or_not() {
+        assert!(other_form("a/x.jsonl", "a/x.jsonl.gz"));
+        assert!(other_form("a/x.jsonl.gz", "a/x.jsonl"));
+        assert!(!other_form("a/x.jsonl.gz", "a/x.jsonl.gz"));
+        assert!(!other_form("/abs/a/x.jsonl", "a/x.jsonl.gz"));
+        assert!(!other_form("a/x.jsonl", "b/x.jsonl.gz"));
     }
 }

@@ -146,9 +146,16 @@ impl RowCounts {
 
 /// A distribution of float32 values in bounded memory: exact count, sum, min and max, and a
 /// histogram over the top 16 bits of each value's order-preserving key (sign, exponent and
-/// 7 bits of mantissa), from which quartiles are read to within 1% of their value.
+/// 7 bits of mantissa), from which quartiles are read to within 1% of their value. Each bucket
+/// also keeps the lowest and highest key it saw, so a quantile is interpolated between values
+/// that occur: a bucket of exact zeros reads as 0, not as a point inside the denormals its key
+/// range also spans.
 struct EvHistogram {
     counts: Vec<u64>,
+    /// Per bucket, the highest low 16 bits of a key seen, and the complement of the lowest
+    /// (complemented so that zeroed memory means "none seen" for both).
+    high_low: Vec<u16>,
+    low_low_inv: Vec<u16>,
     n: u64,
     sum: f64,
     min: f32,
@@ -159,6 +166,8 @@ impl EvHistogram {
     fn new() -> EvHistogram {
         EvHistogram {
             counts: vec![0; 1 << 16],
+            high_low: vec![0; 1 << 16],
+            low_low_inv: vec![0; 1 << 16],
             n: 0,
             sum: 0.0,
             min: f32::INFINITY,
@@ -188,7 +197,11 @@ impl EvHistogram {
         if !v.is_finite() {
             return; // validate reports those; a pack this tool wrote has none
         }
-        self.counts[(Self::key(v) >> 16) as usize] += 1;
+        let key = Self::key(v);
+        let (bucket, low) = ((key >> 16) as usize, key as u16);
+        self.counts[bucket] += 1;
+        self.high_low[bucket] = self.high_low[bucket].max(low);
+        self.low_low_inv[bucket] = self.low_low_inv[bucket].max(!low);
         self.n += 1;
         self.sum += f64::from(v);
         self.min = self.min.min(v);
@@ -199,13 +212,19 @@ impl EvHistogram {
         for (a, b) in self.counts.iter_mut().zip(&other.counts) {
             *a += b;
         }
+        for (a, b) in self.high_low.iter_mut().zip(&other.high_low) {
+            *a = (*a).max(*b);
+        }
+        for (a, b) in self.low_low_inv.iter_mut().zip(&other.low_low_inv) {
+            *a = (*a).max(*b);
+        }
         self.n += other.n;
         self.sum += other.sum;
         self.min = self.min.min(other.min);
         self.max = self.max.max(other.max);
     }
 
-    /// The q-quantile, interpolated inside its histogram bucket.
+    /// The q-quantile, interpolated between the lowest and highest value of its bucket.
     fn quantile(&self, q: f64) -> f64 {
         let rank = q * (self.n - 1) as f64;
         let mut before = 0u64;
@@ -214,8 +233,9 @@ impl EvHistogram {
                 continue;
             }
             if (before + c) as f64 > rank {
-                let lo = f64::from(Self::value((bucket as u32) << 16));
-                let hi = f64::from(Self::value(((bucket as u32) << 16) | 0xffff));
+                let base = (bucket as u32) << 16;
+                let lo = f64::from(Self::value(base | u32::from(!self.low_low_inv[bucket])));
+                let hi = f64::from(Self::value(base | u32::from(self.high_low[bucket])));
                 let within = (rank - before as f64 + 0.5) / c as f64;
                 let v = lo + (hi - lo) * within.clamp(0.0, 1.0);
                 return v.clamp(f64::from(self.min), f64::from(self.max));
@@ -851,9 +871,11 @@ fn print_evs(s: &Stats) {
     }
 }
 
-/// An EV in a table cell: four significant digits.
+/// An EV in a table cell: four significant digits (0 has none to show).
 fn format_ev(v: f64) -> String {
-    if v == 0.0 || (1e-3..1e6).contains(&v.abs()) {
+    if v == 0.0 {
+        "0".to_string()
+    } else if (1e-3..1e6).contains(&v.abs()) {
         let digits = (3 - v.abs().max(1e-9).log10().floor() as i32).clamp(0, 6) as usize;
         format!("{v:.digits$}")
     } else {
@@ -999,5 +1021,52 @@ fn print_findings(s: &Stats) {
                 println!("  {kind:<width$}  {:>13}", number(*n as f64));
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn histogram(values: &[f32]) -> EvHistogram {
+        let mut h = EvHistogram::new();
+        for &v in values {
+            h.add(v);
+        }
+        h
+    }
+
+    /// A quartile that falls among exact zeros is 0, not a denormal inside the zero bucket's
+    /// key range (tuple rows log `0.000000` as a legal move's value, so this is common).
+    #[test]
+    fn quartiles_among_repeated_values_are_those_values() {
+        let mut values = vec![0.0f32; 400];
+        values.extend((1..=600).map(|i| i as f32 / 1000.0));
+        let s = histogram(&values).spread().unwrap();
+        assert_eq!(s.p25, 0.0);
+        assert_eq!(s.min, 0.0);
+        let s = histogram(&[-0.5, 0.75, 0.75, 0.75, 0.75, 2.0])
+            .spread()
+            .unwrap();
+        assert_eq!((s.p25, s.median, s.p75), (0.75, 0.75, 0.75));
+        // Negative values and -0.0 too.
+        let s = histogram(&[-3.0, -3.0, -3.0, -3.0, -0.0, -0.0, -0.0, 1.0])
+            .spread()
+            .unwrap();
+        assert_eq!(s.p25, -3.0);
+        assert_eq!(s.p75, 0.0);
+    }
+
+    /// Merging histograms keeps each bucket's extremes: the same quantiles as one histogram.
+    #[test]
+    fn merged_histograms_read_as_one() {
+        let values: Vec<f32> = (0..2000)
+            .map(|i| ((i * 37) % 1001) as f32 / 7.0 - 50.0)
+            .collect();
+        let whole = histogram(&values).spread().unwrap();
+        let mut merged = histogram(&values[..700]);
+        merged.merge(&histogram(&values[700..]));
+        let merged = merged.spread().unwrap();
+        assert_eq!(whole.values(), merged.values());
     }
 }

@@ -229,6 +229,17 @@ impl MetadataWriter {
         Ok(())
     }
 
+    /// Records where a packed run's rows file is now and its size (`pack --update` after the
+    /// file was gzipped or unzipped, its content unchanged).
+    pub fn set_rows_file(&self, run_id: i64, rows_path: &str, rows_bytes: i64) -> Result<()> {
+        self.conn
+            .prepare_cached(
+                "UPDATE run_details SET rows_path = ?2, rows_bytes = ?3 WHERE run_id = ?1",
+            )?
+            .execute(params![run_id, rows_path, rows_bytes])?;
+        Ok(())
+    }
+
     pub fn insert_run(&self, r: &RunRecord) -> Result<()> {
         self.conn
             .prepare_cached(

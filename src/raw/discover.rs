@@ -1,6 +1,7 @@
 //! Finding the runs of a raw drop: walk the input root (following symlinks, never looping),
-//! pair each sidecar `BASE.meta.json[.gz]` with `BASE.jsonl.gz` in the same folder, and order
-//! runs by their sidecar path relative to the root, component by component.
+//! pair each sidecar `BASE.meta.json[.gz]` with its rows file in the same folder, `BASE.jsonl.gz`
+//! or plain `BASE.jsonl` (the logger writes the latter without `-Z`; one drop may mix both), and
+//! order runs by their sidecar path relative to the root, component by component.
 
 use std::collections::{BTreeMap, HashSet};
 use std::os::unix::fs::MetadataExt;
@@ -10,7 +11,29 @@ use anyhow::{Context, Result};
 
 const META: &str = ".meta.json";
 const META_GZ: &str = ".meta.json.gz";
-const ROWS: &str = ".jsonl.gz";
+const ROWS_GZ: &str = ".jsonl.gz";
+const ROWS_PLAIN: &str = ".jsonl";
+
+/// How a rows file is stored.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RowsForm {
+    /// `BASE.jsonl.gz`: one or more gzip members.
+    Gzip,
+    /// `BASE.jsonl`: the text itself.
+    Plain,
+}
+
+/// The detail recorded for a rows file without a sidecar, naming the sidecars looked for.
+pub fn orphan_detail(rows: &Path) -> String {
+    let name = rows.file_name().unwrap_or_default().to_string_lossy();
+    let base = name
+        .strip_suffix(ROWS_GZ)
+        .or_else(|| name.strip_suffix(ROWS_PLAIN))
+        .unwrap_or(&name);
+    format!(
+        "rows file without a sidecar ({base}{META} or {base}{META_GZ}): a game still running or killed; skipped"
+    )
+}
 
 /// One run found in the drop, in run order.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -20,8 +43,9 @@ pub struct RunSource {
     pub sidecar: PathBuf,
     pub rows: PathBuf,
     pub rel_rows: PathBuf,
+    pub rows_form: RowsForm,
     /// Size of the rows file (0 when missing), for progress and `pack --update`.
-    pub compressed_bytes: u64,
+    pub rows_bytes: u64,
     /// Size of the sidecar file (of the one named by `sidecar`).
     pub sidecar_bytes: u64,
     /// Set when pairing already shows the run is invalid.
@@ -32,7 +56,8 @@ pub struct RunSource {
 #[derive(Debug, Default)]
 pub struct Discovery {
     pub runs: Vec<RunSource>,
-    /// `.jsonl.gz` files with no sidecar (games still running or killed), relative to the root.
+    /// Rows files (`.jsonl.gz` or `.jsonl`) with no sidecar (games still running or killed),
+    /// relative to the root.
     pub orphans: Vec<PathBuf>,
     /// Things the walk could not follow (symlink loops, unreadable folders): warnings.
     pub warnings: Vec<String>,
@@ -43,7 +68,9 @@ struct Base {
     /// Sizes of `BASE.meta.json` and `BASE.meta.json.gz` when present.
     meta: Option<u64>,
     meta_gz: Option<u64>,
-    rows: Option<u64>,
+    /// Sizes of `BASE.jsonl.gz` and `BASE.jsonl` when present.
+    rows_gz: Option<u64>,
+    rows_plain: Option<u64>,
 }
 
 /// Walks `root` and returns its runs in run-id order.
@@ -65,7 +92,10 @@ pub fn discover(root: &Path) -> Result<Discovery> {
     for ((dir, base), b) in bases {
         let rel = |suffix: &str| dir.join(format!("{base}{suffix}"));
         if b.meta.is_none() && b.meta_gz.is_none() {
-            found.orphans.push(rel(ROWS));
+            let present = [(b.rows_gz, ROWS_GZ), (b.rows_plain, ROWS_PLAIN)];
+            for (_, suffix) in present.iter().filter(|(size, _)| size.is_some()) {
+                found.orphans.push(rel(suffix));
+            }
             continue;
         }
         let (rel_sidecar, sidecar_bytes) = match b.meta {
@@ -76,19 +106,31 @@ pub fn discover(root: &Path) -> Result<Discovery> {
             Some(format!(
                 "both {base}{META} and {base}{META_GZ} exist; keep one"
             ))
-        } else if b.rows.is_none() {
+        } else if b.rows_gz.is_some() && b.rows_plain.is_some() {
             Some(format!(
-                "the rows file {base}{ROWS} is missing next to the sidecar"
+                "two rows files for one run, {} and {}; keep one (gzip the plain one or delete it)",
+                root.join(rel(ROWS_GZ)).display(),
+                root.join(rel(ROWS_PLAIN)).display()
+            ))
+        } else if b.rows_gz.is_none() && b.rows_plain.is_none() {
+            Some(format!(
+                "the rows file is missing next to the sidecar: neither {base}{ROWS_GZ} nor {base}{ROWS_PLAIN} exists"
             ))
         } else {
             None
         };
+        // A plain file only when it is the one there; the gzip name otherwise (and for messages).
+        let (form, suffix, rows_bytes) = match (b.rows_gz, b.rows_plain) {
+            (None, Some(size)) => (RowsForm::Plain, ROWS_PLAIN, size),
+            (size, _) => (RowsForm::Gzip, ROWS_GZ, size.unwrap_or(0)),
+        };
         found.runs.push(RunSource {
             sidecar: root.join(&rel_sidecar),
-            rows: root.join(rel(ROWS)),
-            rel_rows: rel(ROWS),
+            rows: root.join(rel(suffix)),
+            rel_rows: rel(suffix),
+            rows_form: form,
             rel_sidecar,
-            compressed_bytes: b.rows.unwrap_or(0),
+            rows_bytes,
             sidecar_bytes,
             problem,
         });
@@ -147,8 +189,10 @@ fn walk(
             (b, 0)
         } else if let Some(b) = name.strip_suffix(META) {
             (b, 1)
-        } else if let Some(b) = name.strip_suffix(ROWS) {
+        } else if let Some(b) = name.strip_suffix(ROWS_GZ) {
             (b, 2)
+        } else if let Some(b) = name.strip_suffix(ROWS_PLAIN) {
+            (b, 3)
         } else {
             continue;
         };
@@ -158,7 +202,8 @@ fn walk(
         match kind {
             0 => entry.meta_gz = Some(size),
             1 => entry.meta = Some(size),
-            _ => entry.rows = Some(size),
+            2 => entry.rows_gz = Some(size),
+            _ => entry.rows_plain = Some(size),
         }
     }
     ancestors.remove(&id);
@@ -212,5 +257,59 @@ mod tests {
         assert!(d.runs[3].problem.as_deref().unwrap().contains("both"));
         assert_eq!(d.orphans, [PathBuf::from("a/o.jsonl.gz")]);
         assert_eq!(d.warnings.len(), 1);
+    }
+
+    #[test]
+    fn pairs_plain_rows_files_and_flags_two() {
+        let t = tempfile::tempdir().unwrap();
+        let r = t.path();
+        for f in [
+            "p.meta.json",
+            "p.jsonl",
+            "g.meta.json",
+            "g.jsonl.gz",
+            "two.meta.json",
+            "two.jsonl",
+            "two.jsonl.gz",
+            "none.meta.json",
+            "o1.jsonl",
+            "o2.jsonl",
+            "o2.jsonl.gz",
+        ] {
+            touch(&r.join(f));
+        }
+        let d = discover(r).unwrap();
+        let by = |name: &str| {
+            d.runs
+                .iter()
+                .find(|x| x.rel_sidecar == Path::new(name))
+                .unwrap()
+        };
+        let p = by("p.meta.json");
+        assert_eq!(
+            (p.rows_form, p.rel_rows.to_str()),
+            (RowsForm::Plain, Some("p.jsonl"))
+        );
+        assert_eq!((p.rows_bytes, p.problem.as_deref()), (1, None));
+        let g = by("g.meta.json");
+        assert_eq!(
+            (g.rows_form, g.rel_rows.to_str()),
+            (RowsForm::Gzip, Some("g.jsonl.gz"))
+        );
+        let two = by("two.meta.json").problem.as_deref().unwrap();
+        for both in ["two.jsonl.gz and ", "two.jsonl;"] {
+            assert!(two.contains(both), "{two}");
+        }
+        let none = by("none.meta.json").problem.as_deref().unwrap();
+        assert!(
+            none.contains("missing") && none.contains("none.jsonl.gz nor none.jsonl exists"),
+            "{none}"
+        );
+        let orphans: Vec<_> = d.orphans.iter().map(|p| p.to_str().unwrap()).collect();
+        assert_eq!(orphans, ["o1.jsonl", "o2.jsonl", "o2.jsonl.gz"]);
+        assert_eq!(
+            orphan_detail(Path::new("a/o1.jsonl")),
+            "rows file without a sidecar (o1.meta.json or o1.meta.json.gz): a game still running or killed; skipped"
+        );
     }
 }

@@ -1,5 +1,5 @@
-//! The input side: raw Macroxue drops (sidecars + gzipped JSONL rows). Knows JSON and gzip,
-//! nothing about shards.
+//! The input side: raw Macroxue drops (sidecars + JSONL rows, gzipped or plain). Knows JSON
+//! and gzip, nothing about shards.
 
 pub mod discover;
 pub mod gzip;

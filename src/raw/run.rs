@@ -1,13 +1,14 @@
-//! One run, parsed: sidecar + every row of its `.jsonl.gz`, turned into 48-byte pack rows with
-//! the derived columns (`board_eval`, `ev_legal`, packed board), plus what the run revealed
-//! (data-quality findings, step-index gaps). Runs on a worker thread; knows nothing of shards.
+//! One run, parsed: sidecar + every row of its `.jsonl.gz` (or plain `.jsonl`), turned into
+//! 48-byte pack rows with the derived columns (`board_eval`, `ev_legal`, packed board), plus what
+//! the run revealed (data-quality findings, step-index gaps). Runs on a worker thread; knows
+//! nothing of shards.
 
 use std::path::{Path, PathBuf};
 
 use crate::format::board::{self, LineTables, MOVE_NAMES};
 use crate::format::row::{ROW_BYTES, StepRow};
 use crate::format::valuation::{MAX_NAMES, STANDARD_NAMES};
-use crate::raw::discover::RunSource;
+use crate::raw::discover::{RowsForm, RunSource};
 use crate::raw::gzip::{Fit, Gunzipper, GzipStream, read_maybe_gzipped, trailer_size};
 use crate::raw::row::{RawRow, RowMemo, parse_row, parse_row_in_place_with};
 use crate::raw::sidecar::{Sidecar, parse_sidecar};
@@ -175,14 +176,20 @@ impl<'t> RunParser<'t> {
             return Err(file_error(&src.sidecar, problem));
         }
         let sidecar = parse_sidecar(&sidecar_bytes).map_err(|e| file_error(&src.sidecar, e))?;
-        read_into(&src.rows, &mut self.compressed)
-            .map_err(|e| file_error(&src.rows, format!("cannot read: {e}")))?;
-        let outcome = self.rows_of_file(sidecar, run_id);
-        if self.compressed.capacity() > 2 * whole_file_limit() {
-            self.compressed = Vec::new(); // an unusually large file: do not keep its buffer
-        }
+        let outcome = match src.rows_form {
+            RowsForm::Gzip => {
+                read_into(&src.rows, &mut self.compressed)
+                    .map_err(|e| file_error(&src.rows, format!("cannot read: {e}")))?;
+                let outcome = self.rows_of_gzip(sidecar, run_id);
+                if self.compressed.capacity() > 2 * whole_file_limit() {
+                    self.compressed = Vec::new(); // an unusually large file: do not keep its buffer
+                }
+                outcome
+            }
+            RowsForm::Plain => self.rows_of_plain(&src.rows, sidecar, run_id),
+        };
         outcome.map_err(|e| match e {
-            FileError::Gzip(message) => file_error(&src.rows, message),
+            FileError::File(message) => file_error(&src.rows, message),
             FileError::Row(line, message) => RunError {
                 file: src.rows.clone(),
                 line: Some(line),
@@ -193,13 +200,13 @@ impl<'t> RunParser<'t> {
 
     /// The rows of the compressed file in `self.compressed`: decompressed whole when it fits
     /// the limit, streamed otherwise.
-    fn rows_of_file(&mut self, sidecar: Sidecar, run_id: u32) -> Result<ParsedRun, FileError> {
+    fn rows_of_gzip(&mut self, sidecar: Sidecar, run_id: u32) -> Result<ParsedRun, FileError> {
         let limit = whole_file_limit();
         let data = &self.compressed;
         let small = data.len() <= limit && trailer_size(data).is_none_or(|n| n as usize <= limit);
         if small {
             match self.gunzip.decompress_within(data, &mut self.text, limit) {
-                Err(e) => return Err(FileError::Gzip(e.0)),
+                Err(e) => return Err(FileError::File(e.0)),
                 Ok(Fit::Whole) => {
                     let rows_bound = self.text.len() / MIN_ROW_BYTES + 1;
                     let mut rows = RowBuilder::new(sidecar, run_id, self.tables, rows_bound);
@@ -210,13 +217,64 @@ impl<'t> RunParser<'t> {
             }
         }
         let rows = RowBuilder::new(sidecar, run_id, self.tables, STREAMED_ROWS_RESERVED);
-        stream_rows(data, &mut self.text, rows)
+        let mut stream = GzipStream::new(data).map_err(|e| FileError::File(e.0))?;
+        // A gzip error anywhere in the file wins over a bad line before it.
+        let fill = |buf: &mut [u8]| stream.read(buf).map_err(|e| FileError::File(e.0));
+        stream_rows(fill, true, &mut self.text, rows)
+    }
+
+    /// The rows of a plain rows file, streamed through the buffer a long gzip file streams
+    /// through, whatever its size: nothing to inflate, so reading it whole would only add a
+    /// pass over memory (measured slower: the text leaves the cache before it is parsed).
+    fn rows_of_plain(
+        &mut self,
+        path: &Path,
+        sidecar: Sidecar,
+        run_id: u32,
+    ) -> Result<ParsedRun, FileError> {
+        let cannot_read = |e: std::io::Error| FileError::File(format!("cannot read: {e}"));
+        let mut file = std::fs::File::open(path).map_err(cannot_read)?;
+        let size = file.metadata().map_err(cannot_read)?.len();
+        let rows_bound = usize::try_from(size / MIN_ROW_BYTES as u64 + 1).unwrap_or(usize::MAX);
+        let rows = RowBuilder::new(sidecar, run_id, self.tables, rows_bound);
+        let mut first = true;
+        let fill = |buf: &mut [u8]| {
+            let n = read_retrying(&mut file, buf).map_err(cannot_read)?;
+            if std::mem::take(&mut first) {
+                gzip_named_plain(&buf[..n])?;
+            }
+            Ok(n)
+        };
+        stream_rows(fill, false, &mut self.text, rows)
     }
 }
 
-/// Why a rows file is invalid: its gzip, or a line of its text (1-based).
+/// A plain rows file that holds gzip data (a `.gz` name lost in a copy) is refused as such
+/// rather than as a bad first line.
+fn gzip_named_plain(start: &[u8]) -> Result<(), FileError> {
+    if start.starts_with(&[0x1f, 0x8b]) {
+        return Err(FileError::File(
+            "holds gzip data (it starts with the gzip magic bytes 1F 8B) but its name ends in .jsonl; name it .jsonl.gz".into(),
+        ));
+    }
+    Ok(())
+}
+
+/// `read` that retries when interrupted by a signal.
+fn read_retrying(file: &mut std::fs::File, buf: &mut [u8]) -> std::io::Result<usize> {
+    use std::io::Read;
+    loop {
+        match file.read(buf) {
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            other => return other,
+        }
+    }
+}
+
+/// Why a rows file is invalid: the file as a whole (its gzip, or reading it), or a line of its
+/// text (1-based).
 enum FileError {
-    Gzip(String),
+    File(String),
     Row(u64, String),
 }
 
@@ -237,15 +295,16 @@ fn read_into(path: &Path, buf: &mut Vec<u8>) -> std::io::Result<()> {
     Ok(())
 }
 
-/// Decompresses `data` piece by piece into `buf` and feeds whole lines to `rows`. The verdict
-/// is the whole-file path's: a gzip error anywhere in the file wins over a bad line before it
-/// (after a bad line, the rest is still decompressed, only to check the gzip).
+/// Fills `buf` piece by piece with `fill` (which says how many bytes it put at the start of the
+/// slice it is given, 0 at the end) and feeds whole lines to `rows`. With `check_to_end`, the
+/// verdict is the whole-file path's: an error of `fill` anywhere in the file wins over a bad
+/// line before it (after a bad line, the rest is still read, only to check it).
 fn stream_rows(
-    data: &[u8],
+    mut fill: impl FnMut(&mut [u8]) -> Result<usize, FileError>,
+    check_to_end: bool,
     buf: &mut Vec<u8>,
     mut rows: RowBuilder,
 ) -> Result<ParsedRun, FileError> {
-    let mut stream = GzipStream::new(data).map_err(|e| FileError::Gzip(e.0))?;
     buf.clear();
     buf.resize(STREAM_CHUNK, 0);
     let mut held = 0; // bytes at the start of `buf` that are not parsed yet (a partial line)
@@ -254,11 +313,9 @@ fn stream_rows(
         if held == buf.len() {
             buf.resize(buf.len() * 2, 0); // a line longer than the buffer
         }
-        let n = stream
-            .read(&mut buf[held..])
-            .map_err(|e| FileError::Gzip(e.0))?;
+        let n = fill(&mut buf[held..])?;
         if bad_line.is_some() {
-            if n == 0 {
+            if n == 0 || !check_to_end {
                 break;
             }
             continue;

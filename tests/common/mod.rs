@@ -264,3 +264,28 @@ pub fn pack_view(pack: &Path) -> (Files, RunsTable) {
     let files = files(pack, |n| n.ends_with(".npy") || n == "valuation_types.json");
     (files, runs_table(pack))
 }
+
+/// Replaces every `BASE.jsonl.gz` under `dir` whose path `pick` accepts with the plain
+/// `BASE.jsonl` holding its text (every member), as the logger writes without `-Z`; returns
+/// the plain files made, in walk order.
+pub fn unzip_rows(dir: &Path, pick: &dyn Fn(&Path) -> bool) -> Vec<PathBuf> {
+    let mut made = Vec::new();
+    let mut entries: Vec<_> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    entries.sort();
+    for p in entries {
+        if p.is_dir() {
+            made.extend(unzip_rows(&p, pick));
+        } else if let Some(plain) = p.to_str().unwrap().strip_suffix(".gz")
+            && plain.ends_with(".jsonl")
+            && pick(&p)
+        {
+            std::fs::write(plain, read_gz(&p)).unwrap();
+            std::fs::remove_file(&p).unwrap();
+            made.push(PathBuf::from(plain));
+        }
+    }
+    made
+}

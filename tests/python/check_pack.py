@@ -308,8 +308,14 @@ class RawRun:
         return [self.sidecar_rel(n).as_posix() for n in self.sidecar_names]
 
     @property
+    def rows_name(self):
+        """BASE.jsonl.gz, or the plain BASE.jsonl when only that one exists."""
+        plain = getattr(self, "rows_plain_exists", False) and not self.rows_exists
+        return self.base + (".jsonl" if plain else ".jsonl.gz")
+
+    @property
     def rows_rel(self):
-        return PurePosixPath(*self.rel_dir_parts, self.base + ".jsonl.gz").as_posix()
+        return PurePosixPath(*self.rel_dir_parts, self.rows_name).as_posix()
 
     def sort_key(self):
         return tuple(os.fsencode(p) for p in self.sidecar_rel().parts)
@@ -358,12 +364,14 @@ def discover(root):
             run = RawRun(tuple(rel_parts), base, names)
             run.abs_dir = abs_dir
             run.rows_exists = (base + ".jsonl.gz") in files
+            run.rows_plain_exists = (base + ".jsonl") in files
             runs.append(run)
         for name in files:
-            if name.endswith(".jsonl.gz"):
-                base = name[: -len(".jsonl.gz")]
-                if base not in bases:
-                    orphans.append(PurePosixPath(*rel_parts, name).as_posix())
+            for suffix in (".jsonl.gz", ".jsonl"):
+                if name.endswith(suffix):
+                    base = name[: -len(suffix)]
+                    if base not in bases:
+                        orphans.append(PurePosixPath(*rel_parts, name).as_posix())
         for name, ident in subdirs:
             walk(os.path.join(abs_dir, name), rel_parts + [name], ancestors | {ident})
 
@@ -450,7 +458,13 @@ def f32_of(v):
 def parse_rows(path, sidecar_seed):
     """Parse a run's rows. Returns (list of per-row tuples, list of valuation names)."""
     try:
-        data = read_gzip_all_members(path)
+        if path.endswith(".gz"):
+            data = read_gzip_all_members(path)
+        else:
+            with open(path, "rb") as f:
+                data = f.read()
+            if data.startswith(b"\x1f\x8b"):
+                raise ValueError("gzip data in a plain .jsonl file")
     except Exception as e:  # noqa: BLE001
         raise InvalidRun(f"rows {path}: cannot decompress: {e}")
     rows = []
@@ -547,10 +561,12 @@ def build_oracle(root):
         try:
             if len(run.sidecar_names) > 1:
                 raise InvalidRun(f"{run.base}: both .meta.json and .meta.json.gz in {d}")
-            if not run.rows_exists:
-                raise InvalidRun(f"{run.source_path}: rows file {run.base}.jsonl.gz is missing")
+            if run.rows_exists and run.rows_plain_exists:
+                raise InvalidRun(f"{run.source_path}: both {run.base}.jsonl.gz and {run.base}.jsonl")
+            if not run.rows_exists and not run.rows_plain_exists:
+                raise InvalidRun(f"{run.source_path}: rows file {run.base}.jsonl(.gz) is missing")
             run.sidecar = parse_sidecar(os.path.join(d, run.sidecar_names[0]))
-            rows, names = parse_rows(os.path.join(d, run.base + ".jsonl.gz"), run.sidecar["seed"])
+            rows, names = parse_rows(os.path.join(d, run.rows_name), run.sidecar["seed"])
             new = []
             for n in names:
                 if n not in val_ids and n not in new:
@@ -897,7 +913,7 @@ def check_db(pack, runs, invalid, orphans, shards, got, skip_expected, rep):
                 probs = []
                 if r[1] != run.source_path:
                     probs.append(f"source_path {r[1]!r} != {run.source_path!r}")
-                rows_abs = os.path.join(run.abs_dir, run.base + ".jsonl.gz")
+                rows_abs = os.path.join(run.abs_dir, run.rows_name)
                 ok_rows = {run.rows_rel, os.path.abspath(rows_abs), os.path.realpath(rows_abs)}
                 if r[2] not in ok_rows:
                     probs.append(f"rows_path {r[2]!r} not in {sorted(ok_rows)}")
