@@ -546,12 +546,13 @@ fn logger_row() -> impl Strategy<Value = String> {
         -100.0f64..100.0,
         proptest::collection::vec(0u8..=16, 16),
         proptest::collection::vec(prop_oneof![Just(None), (-50.0f64..50.0).prop_map(Some)], 4),
+        search_object(),
     )
-        .prop_map(|(seed, step, rank, mv, vt, val, board, evs)| {
+        .prop_map(|(seed, step, rank, mv, vt, val, board, evs, search)| {
             let ev = |e: &Option<f64>| e.map_or("null".to_string(), |v| format!("{v:.6}"));
             let cells: Vec<String> = board.iter().map(u8::to_string).collect();
             format!(
-                "{{\"seed\":{seed},\"step_index\":{step},\"max_rank\":{rank},\"move\":\"{mv}\",\"valuation_type\":\"{vt}\",\"valuation\":{val:.6},\"board\":[{}],\"branch_evs\":{{\"up\":{},\"left\":{},\"right\":{},\"down\":{}}}}}",
+                "{{\"seed\":{seed},\"step_index\":{step},\"max_rank\":{rank},\"move\":\"{mv}\",\"valuation_type\":\"{vt}\",\"valuation\":{val:.6},\"board\":[{}],\"branch_evs\":{{\"up\":{},\"left\":{},\"right\":{},\"down\":{}}}{search}}}",
                 cells.join(","),
                 ev(&evs[0]),
                 ev(&evs[2]),
@@ -559,6 +560,49 @@ fn logger_row() -> impl Strategy<Value = String> {
                 ev(&evs[1])
             )
         })
+}
+
+/// The names of the current logger's `search` counters, in log order (`cache_hit_rate`, a
+/// percentage, is the 13th).
+const SEARCH_KEYS: [&str; 14] = [
+    "total_nodes",
+    "move_nodes",
+    "tile_nodes",
+    "tile_branches",
+    "eval_calls",
+    "prune_score",
+    "prune_depth",
+    "prune_prob",
+    "cache_lookups",
+    "cache_hits",
+    "cache_updates",
+    "cache_collisions",
+    "cache_hit_rate",
+    "max_move_depth",
+];
+
+/// What follows the branch EVs in a row: nothing (the layout of the design notes), or the
+/// current logger's `,"search":{…}` with the statistics of a search (counters that grow with
+/// depth, up to depth-7 sizes and beyond u32) or of a tuple row (`used` false, all null).
+fn search_object() -> impl Strategy<Value = String> {
+    prop_oneof![
+        1 => Just(String::new()),
+        1 => Just({
+            let members: Vec<String> = SEARCH_KEYS.iter().map(|k| format!("\"{k}\":null")).collect();
+            format!(",\"search\":{{\"used\":false,{}}}", members.join(","))
+        }),
+        3 => (proptest::collection::vec(prop_oneof![0u64..1000, 0u64..10_000_000_000], 13), 0.0f64..100.0)
+            .prop_map(|(counts, rate)| {
+                let mut values: Vec<String> = counts.iter().map(u64::to_string).collect();
+                values.insert(12, format!("{rate:.6}"));
+                let members: Vec<String> = SEARCH_KEYS
+                    .iter()
+                    .zip(values)
+                    .map(|(k, v)| format!("\"{k}\":{v}"))
+                    .collect();
+                format!(",\"search\":{{\"used\":true,{}}}", members.join(","))
+            }),
+    ]
 }
 
 /// A number slot of a row in the logger's layout: a value as the logger spells it, or text the

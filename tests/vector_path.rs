@@ -275,3 +275,106 @@ fn a_seed_that_changes_between_rows_is_read_again() {
     write_run(&bad_dir, seed, &bad);
     assert!(!same_both_ways(&bad_dir));
 }
+
+/// The current logger's `search` object after the branch EVs, as it writes it: the counters of
+/// a search (`used` true, sizes of depth 2 to 7 and beyond u32) or the nulls of a tuple row.
+fn with_search(line: &str, k: u64) -> String {
+    let keys = [
+        "total_nodes",
+        "move_nodes",
+        "tile_nodes",
+        "tile_branches",
+        "eval_calls",
+        "prune_score",
+        "prune_depth",
+        "prune_prob",
+        "cache_lookups",
+        "cache_hits",
+        "cache_updates",
+        "cache_collisions",
+    ];
+    let object = if k % 5 == 4 {
+        let nulls: Vec<String> = keys.iter().map(|key| format!("\"{key}\":null")).collect();
+        format!(
+            "{{\"used\":false,{},\"cache_hit_rate\":null,\"max_move_depth\":null}}",
+            nulls.join(",")
+        )
+    } else {
+        let scale = [1_000u64, 100_000, 10_000_000, 10_000_000_000][(k % 4) as usize];
+        let counts: Vec<String> = keys
+            .iter()
+            .enumerate()
+            .map(|(i, key)| format!("\"{key}\":{}", (k * 7919 + i as u64 * 104_729) % scale))
+            .collect();
+        format!(
+            "{{\"used\":true,{},\"cache_hit_rate\":{}.{:06},\"max_move_depth\":{}}}",
+            counts.join(","),
+            k % 100,
+            k * 37 % 1_000_000,
+            k % 8
+        )
+    };
+    let body = line.strip_suffix('}').unwrap();
+    format!("{body},\"search\":{object}}}")
+}
+
+/// Rows of the current logger (a `search` object at the end, lines past 512 bytes) take the
+/// fast paths and pack exactly as the same rows without the object; damage inside the object
+/// is the general parser's error, file and line, both ways.
+#[test]
+fn current_logger_rows_pack_like_their_rows_without_search() {
+    let seed = 12_345;
+    let tmp = tempfile::tempdir().unwrap();
+    let plain: Vec<String> = (0..3000).map(|k| logger_line(k, seed)).collect();
+    let current: Vec<String> = plain
+        .iter()
+        .enumerate()
+        .map(|(k, l)| with_search(l, k as u64))
+        .collect();
+    assert!(current.iter().any(|l| l.len() > 512), "no long line");
+    write_run(&tmp.path().join("plain"), seed, &plain);
+    write_run(&tmp.path().join("current"), seed, &current);
+    for (name, drop) in [("plain", "plain"), ("current", "current")] {
+        assert!(same_both_ways(&tmp.path().join(drop)), "{name}");
+        pack_with(
+            &tmp.path().join(drop),
+            &tmp.path().join(format!("out-{name}")),
+            false,
+        );
+    }
+    let steps =
+        |name: &str| std::fs::read(tmp.path().join(format!("out-{name}/steps.npy"))).unwrap();
+    assert!(
+        steps("plain") == steps("current"),
+        "the search object changed the rows"
+    );
+
+    let damages: &[(&str, &str)] = &[
+        ("\"cache_hits\":", "\"cache_hits\":01"),
+        ("\"cache_hit_rate\":", "\"cache_hit_rate\":1.2.3,\"x\":"),
+        ("\"used\":true", "\"used\":tru"),
+        ("\"max_move_depth\":", "\"max_move_depth\":--"),
+        ("}}", "}"),
+        ("\"search\":{", "\"search\":["),
+    ];
+    for (n, (from, to)) in damages.iter().enumerate() {
+        let mut lines = current[..80].to_vec();
+        assert!(lines[41].contains(from), "{from} not in {}", lines[41]);
+        lines[41] = lines[41].replacen(from, to, 1);
+        let dir = tmp.path().join(format!("bad{n}"));
+        write_run(&dir, seed, &lines);
+        assert!(
+            !same_both_ways(&dir),
+            "damage {from:?} -> {to:?} was packed"
+        );
+        let out = pack_with(&dir, &tmp.path().join(format!("bad-out{n}")), false);
+        assert!(stderr(&out).contains(".jsonl.gz:42: "), "{}", stderr(&out));
+    }
+    // A search object of another shape (more members, spaces) is the general path's: read,
+    // and the same pack.
+    let mut odd = current[..80].to_vec();
+    odd[10] = odd[10].replace("\"used\":true,", "\"used\":true, \"extra\":[1,2],");
+    odd[11] = odd[11].replace(",\"search\":", ",\"search\" : ");
+    write_run(&tmp.path().join("odd"), seed, &odd);
+    assert!(same_both_ways(&tmp.path().join("odd")));
+}

@@ -792,10 +792,11 @@ impl<'a> Scanner<'a> {
 
 /// The fast path: the exact layout the Macroxue logger writes, matched byte for byte
 /// (`{"seed":…,"step_index":…,"max_rank":…,"move":"…","valuation_type":"…","valuation":…,
-/// "board":[…],"branch_evs":{"up":…,"left":…,"right":…,"down":…}}`). It gives up (None) on
-/// anything else, including any value the general path would refuse, so the general path
-/// decides every error and every unusual row.
-mod fast {
+/// "board":[…],"branch_evs":{"up":…,"left":…,"right":…,"down":…}}`, or the current logger's
+/// with `,"search":{"used":…,…}` before the last brace). It gives up (None) on anything else,
+/// including any value the general path would refuse, so the general path decides every error
+/// and every unusual row.
+pub(super) mod fast {
     use super::{POW10, RawRow, parse_f64, swar};
     use std::borrow::Cow;
 
@@ -1087,6 +1088,70 @@ mod fast {
         }
     }
 
+    /// The current logger's `search` members after `{"used":true|false`, each with the comma
+    /// and quotes before it: 13 counters, then the hit rate, then the last counter.
+    const SEARCH_COUNTERS: [&[u8]; 12] = [
+        b",\"total_nodes\":",
+        b",\"move_nodes\":",
+        b",\"tile_nodes\":",
+        b",\"tile_branches\":",
+        b",\"eval_calls\":",
+        b",\"prune_score\":",
+        b",\"prune_depth\":",
+        b",\"prune_prob\":",
+        b",\"cache_lookups\":",
+        b",\"cache_hits\":",
+        b",\"cache_updates\":",
+        b",\"cache_collisions\":",
+    ];
+
+    impl Cur<'_> {
+        /// Consumes the literal `l`, of any length.
+        #[inline(always)]
+        fn lit_slice(&mut self, l: &[u8]) -> Option<()> {
+            if self.b.get(self.i..self.i.checked_add(l.len())?)? == l {
+                self.i += l.len();
+                Some(())
+            } else {
+                None
+            }
+        }
+
+        /// The row's end after the branch EVs' closing brace: `}` (the layout of the design
+        /// notes), or the current logger's `,"search":{…}}` in its exact layout, every value
+        /// checked to be what the general path reads as valid JSON (the row does not keep the
+        /// statistics, so any other spelling is left to the general path, which skips them).
+        #[inline(always)]
+        fn row_end(&mut self) -> Option<()> {
+            if self.lit(b"}").is_some() {
+                return Some(());
+            }
+            self.lit(b",\"search\":{\"used\":")?;
+            if self.lit(b"true").is_none() {
+                self.lit(b"false")?;
+            }
+            for key in SEARCH_COUNTERS {
+                self.lit_slice(key)?;
+                self.opt_uint(u64::MAX)?;
+            }
+            self.lit(b",\"cache_hit_rate\":")?;
+            self.opt_float()?;
+            self.lit(b",\"max_move_depth\":")?;
+            self.opt_uint(u64::MAX)?;
+            self.lit(b"}}")
+        }
+    }
+
+    /// Where the row ends when what follows the branch EVs' closing brace at `i` is `}` or the
+    /// current logger's `search` object (see [`Cur::row_end`]); None otherwise. The vector path
+    /// hands the row's end over to this.
+    #[inline(always)]
+    pub fn row_end(text: &[u8], i: usize) -> Option<usize> {
+        let mut c = Cur { b: text, i };
+        c.row_end()?;
+        Some(c.i)
+    }
+
     pub fn parse(line: &[u8]) -> Option<RawRow<'_>> {
         parse_prefix(line)
             .filter(|&(_, end)| end == line.len())
@@ -1131,7 +1196,8 @@ mod fast {
         let right = c.opt_float()?;
         c.lit(b",\"down\":")?;
         let down = c.opt_float()?;
-        c.lit(b"}}")?;
+        c.lit(b"}")?;
+        c.row_end()?;
         let row = RawRow {
             seed: seed.map(|v| v as u32),
             step_index: step_index.map(|v| v as u32),

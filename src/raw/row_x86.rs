@@ -25,7 +25,9 @@ use std::sync::OnceLock;
 use super::row::{POW10, RawRow};
 use crate::format::board;
 
-/// The longest row this path reads; longer ones go to `row::fast`.
+/// The longest row start this path reads, up to the branch EVs' closing brace; longer ones go to
+/// `row::fast`. (The current logger's `search` object after it is read by `row::fast::row_end`
+/// from the text, whatever its length.)
 pub const MAX_ROW: usize = 511;
 /// Bytes that must remain in the text from the row's start: every read stays inside them
 /// (a read at a position up to [`MAX_ROW`] looks at most 64 bytes ahead).
@@ -91,11 +93,18 @@ pub unsafe fn parse_prefix<'a>(text: &'a [u8], memo: &mut Memo) -> Option<(RawRo
     let right = opt_float(w, &mut i)?;
     lit(w, &mut i, b",\"down\":")?;
     let down = opt_float(w, &mut i)?;
-    lit(w, &mut i, b"}}")?;
+    lit(w, &mut i, b"}")?;
     // Reads past MAX_ROW wrapped around the window (see `at`): such a row is not read here.
     if i > MAX_ROW {
         return None;
     }
+    // The row's end: `}`, or the current logger's `search` object, which the scalar code
+    // reads from the text itself (it may reach past the window).
+    let i = if byte(w, i) == b'}' {
+        i + 1
+    } else {
+        super::row::fast::row_end(text, i)?
+    };
     let row = RawRow {
         seed: seed.map(|v| v as u32),
         step_index: step_index.map(|v| v as u32),

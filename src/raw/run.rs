@@ -10,7 +10,9 @@ use crate::format::row::{ROW_BYTES, StepRow};
 use crate::format::valuation::{MAX_NAMES, STANDARD_NAMES};
 use crate::raw::discover::{RowsForm, RunSource};
 use crate::raw::gzip::{Fit, Gunzipper, GzipStream, read_maybe_gzipped, trailer_size};
-use crate::raw::row::{RawRow, RowMemo, parse_row, parse_row_in_place_with};
+use crate::raw::row::{
+    RawRow, RowMemo, parse_row_fast, parse_row_general, parse_row_in_place_with,
+};
 use crate::raw::sidecar::{Sidecar, parse_sidecar};
 
 /// Examples kept per finding kind and run.
@@ -350,6 +352,9 @@ struct RowBuilder<'t> {
     line_no: u64,
     prev_step: Option<u64>,
     memo: RowMemo,
+    /// Rows the fast paths left to the general parser (logged at debug level: a layout the
+    /// fast paths miss shows up here, not as an error).
+    general_rows: u64,
 }
 
 impl<'t> RowBuilder<'t> {
@@ -371,11 +376,19 @@ impl<'t> RowBuilder<'t> {
             tables,
             line_no: 0,
             prev_step: None,
+            general_rows: 0,
             memo: RowMemo::default(),
         }
     }
 
     fn finish(self) -> ParsedRun {
+        log::debug!(
+            "run {}: {} rows, {} by the fast paths, {} by the general parser",
+            self.run.stamped_run_id,
+            self.run.row_count,
+            self.run.row_count.saturating_sub(self.general_rows),
+            self.general_rows
+        );
         self.run
     }
 
@@ -430,7 +443,13 @@ impl<'t> RowBuilder<'t> {
             if line.iter().all(|b| b.is_ascii_whitespace()) {
                 continue;
             }
-            let raw = parse_row(line).map_err(|e| (self.line_no, e.0))?;
+            let raw = match parse_row_fast(line) {
+                Some(raw) => raw,
+                None => {
+                    self.general_rows += 1;
+                    parse_row_general(line).map_err(|e| (self.line_no, e.0))?
+                }
+            };
             self.push::<VECTOR>(raw)?;
         }
         Ok(())
