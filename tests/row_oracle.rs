@@ -8,6 +8,9 @@
 //! `DATASET_PACKER_FUZZ_CASES=N` runs N cases per property instead of the default (see
 //! docs/testing.md); failures are kept in `tests/row_oracle.proptest-regressions`.
 
+#[path = "common/logger.rs"]
+mod logger;
+use logger::SEARCH_KEYS;
 use std::fmt;
 
 use dataset_packer::raw::row::{
@@ -561,25 +564,6 @@ fn logger_row() -> impl Strategy<Value = String> {
             )
         })
 }
-
-/// The names of the current logger's `search` counters, in log order (`cache_hit_rate`, a
-/// percentage, is the 13th).
-const SEARCH_KEYS: [&str; 14] = [
-    "total_nodes",
-    "move_nodes",
-    "tile_nodes",
-    "tile_branches",
-    "eval_calls",
-    "prune_score",
-    "prune_depth",
-    "prune_prob",
-    "cache_lookups",
-    "cache_hits",
-    "cache_updates",
-    "cache_collisions",
-    "cache_hit_rate",
-    "max_move_depth",
-];
 
 /// What follows the branch EVs in a row: nothing (the layout of the design notes), or the
 /// current logger's `,"search":{…}` with the statistics of a search (counters that grow with

@@ -279,20 +279,8 @@ fn a_seed_that_changes_between_rows_is_read_again() {
 /// The current logger's `search` object after the branch EVs, as it writes it: the counters of
 /// a search (`used` true, sizes of depth 2 to 7 and beyond u32) or the nulls of a tuple row.
 fn with_search(line: &str, k: u64) -> String {
-    let keys = [
-        "total_nodes",
-        "move_nodes",
-        "tile_nodes",
-        "tile_branches",
-        "eval_calls",
-        "prune_score",
-        "prune_depth",
-        "prune_prob",
-        "cache_lookups",
-        "cache_hits",
-        "cache_updates",
-        "cache_collisions",
-    ];
+    // The 12 counters before the hit rate.
+    let keys = &common::logger::SEARCH_KEYS[..12];
     let object = if k % 5 == 4 {
         let nulls: Vec<String> = keys.iter().map(|key| format!("\"{key}\":null")).collect();
         format!(

@@ -2,6 +2,8 @@
 //! read packs back.
 #![allow(dead_code)]
 
+pub mod logger;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
