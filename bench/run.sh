@@ -18,6 +18,9 @@
 #   bench/run.sh companions merge and shuffle of packs with [rows, 64] float32 embeddings (issue 12)
 #   bench/run.sh commands   the eight above
 #   bench/run.sh all        floor, pack and the eight above
+#   bench/run.sh peers      the Python package against MosaicML Streaming, HF datasets and Lance,
+#                           and through a DataLoader (issue 23); makes target/bench/peers-venv from
+#                           bench/peers-requirements.txt (PyPI), not part of `all`
 #   Several modes may be given (bench/run.sh validate stats). The commands reuse target/bench/pack-4m
 #   (packed first when missing, not 4M rows, or older than the binary).
 #
@@ -36,15 +39,17 @@
 #   CARGO_TARGET_DIR         honoured when locating the built binaries
 #   PACKER=path              pack binary to measure (default: $CARGO_TARGET_DIR/release/dataset-packer)
 #   BENCH_SHOW_RUNS=10       show: runs timed back to back (best and median reported)
+#   PEERS_ARGS=""            peers: extra arguments of bench/python_peers.py (word-split), e.g.
+#                            "--systems ours,lance --budget 4"
 # See bench/README.md for what the figures mean and the goals.
 set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 COMMAND_MODES=(validate merge shuffle stats show export update companions)
-usage="usage: bench/run.sh [pack|floor|corpus|long|validate|merge|shuffle|stats|show|export|update|companions|commands|all]..."
+usage="usage: bench/run.sh [pack|floor|corpus|long|validate|merge|shuffle|stats|show|export|update|companions|commands|all|peers]..."
 # DO_FLOOR: floor table; DO_PACK: pack next to it; DO_CMDS: the command benchmarks, in order.
-DO_FLOOR=0 DO_PACK=0 DO_CORPUS=0 DO_LONG=0
+DO_FLOOR=0 DO_PACK=0 DO_CORPUS=0 DO_LONG=0 DO_PEERS=0
 DO_CMDS=()
 add_cmd() { [[ " ${DO_CMDS[*]} " == *" $1 "* ]] || DO_CMDS+=("$1"); }
 [[ $# -gt 0 ]] || set -- pack # no argument: floor + pack, as always
@@ -54,6 +59,7 @@ for MODE in "$@"; do
     floor) DO_FLOOR=1 ;;
     corpus) DO_CORPUS=1 ;;
     long) DO_LONG=1 ;;
+    peers) DO_PEERS=1 DO_CORPUS=1 ;; # the corpus, then the peers after it
     validate | merge | shuffle | stats | show | export | update | companions) add_cmd "$MODE" ;;
     commands) for m in "${COMMAND_MODES[@]}"; do add_cmd "$m"; done ;;
     all)
@@ -61,7 +67,7 @@ for MODE in "$@"; do
       for m in "${COMMAND_MODES[@]}"; do add_cmd "$m"; done
       ;;
     -h | --help)
-      sed -n '2,39p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
+      sed -n '2,44p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
       exit 0
       ;;
     *)
@@ -100,7 +106,7 @@ json_num() { sed -nE "s/.*\"$2\":(-?[0-9.eE+-]+).*/\1/p" <<<"$1"; }
 calc() { awk "BEGIN { printf \"$1\", $2 }"; }
 
 # ------------------------------------------------------------------ build
-if [[ $DO_PACK == 0 && $DO_LONG == 0 && ${#DO_CMDS[@]} == 0 ]]; then
+if [[ $DO_PACK == 0 && $DO_LONG == 0 && $DO_PEERS == 0 && ${#DO_CMDS[@]} == 0 ]]; then
   build=(cargo build --release --example bench_corpus --example gunzip_floor)
 else
   build=(cargo build --release --examples --bins)
@@ -144,6 +150,15 @@ for spec in "${corpora[@]}"; do
     --layout "$BENCH_LAYOUT" >&2
   log "corpus $dir ready in $(calc %.1f "$(date +%s.%N) - $start") s ($(du -sh "$dir" | cut -f1))"
 done
+
+# ------------------------------------------------------------------ peers (issue 23)
+# bench/python_peers.py makes its venv, the 1M-row-shard pack of corpus-4m and the peers' copies
+# of it (all once, under target/bench), then prints its table.
+if [[ $DO_PEERS == 1 ]]; then
+  # shellcheck disable=SC2086 # PEERS_ARGS is word-split on purpose
+  PACKER="$PACKER" python3 bench/python_peers.py "$BENCH_DIR/pack-4m-1m-shards" \
+    --venv "$BENCH_DIR/peers-venv" ${PEERS_ARGS:-} | tee "$BENCH_DIR/logs/peers-$STAMP.txt"
+fi
 if [[ $CORPUS_ONLY == 1 ]]; then exit 0; fi
 
 # Reads every compressed file once so the floor and pack both start from a warm page cache.
