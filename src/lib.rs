@@ -16,6 +16,7 @@ pub mod interrupt;
 pub mod ordered;
 pub mod pack_dir;
 pub mod pack_reader;
+pub mod pack_stats;
 pub mod progress;
 pub mod raw;
 pub mod rng;

@@ -1,0 +1,604 @@
+//! What a pack holds, as numbers: the aggregations `stats` (text and `--json`) and `report`
+//! print. The story: read the run table, session and findings from metadata.db (with `--where`,
+//! only the runs it selects); make one parallel pass over the rows (memory-mapped chunks,
+//! checked against their recorded checksums) counting rows per (max_rank, valuation type) and
+//! per move, and the EVs of legal moves per valuation type; turn these into figures (steps and
+//! scores per run, runs by depth, tiles reached, valuation types overall and by phase of game,
+//! EV distributions, moves) returned as one [`Stats`] struct. Printing is the commands' job.
+
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use anyhow::{Result, bail};
+
+use crate::cli::WhereArgs;
+use crate::companions;
+use crate::format::metadata::{self, RunDetails, RunRow};
+use crate::format::row::{ROW_BYTES, offset};
+use crate::format::valuation::ValuationTable;
+use crate::ordered::ordered_try_map;
+use crate::pack_reader::{self, RunSlots, Shard};
+
+/// Rows per memory-mapped chunk (6 MiB), as in validate.
+pub const CHUNK_ROWS: u64 = 128 * 1024;
+/// The tiles the highest-tile table always lists (more when runs end lower or higher).
+pub const LANDMARK_TILES: (i64, i64) = (2048, 65536);
+
+// ---------------------------------------------------------------------------------------------
+// The row pass
+
+/// What the pass over the rows counts: rows per (max_rank, valuation type) and per move, and
+/// the EVs of legal moves per valuation type. The columns it reads sit at the same offsets in
+/// the legacy packed 46-byte layout up to byte 26; the EVs start 2 bytes earlier there.
+pub struct RowCounts {
+    /// Rows per (max_rank, valuation_type), indexed `max_rank * 256 + valuation_type`.
+    pub by_rank_type: Vec<u64>,
+    /// Rows per move_dir: up, down, left, right, then any value above 3.
+    pub moves: [u64; 5],
+    /// EVs of legal moves, per valuation type id.
+    pub evs: Vec<Option<EvHistogram>>,
+}
+
+impl RowCounts {
+    fn new() -> RowCounts {
+        RowCounts {
+            by_rank_type: vec![0; 256 * 256],
+            moves: [0; 5],
+            evs: (0..256).map(|_| None).collect(),
+        }
+    }
+
+    /// Counts `rows`, or (with `only`) just the rows of the runs it holds.
+    fn count(&mut self, rows: &[u8], row_bytes: usize, only: Option<&RunSlots>) {
+        let ev_at = if row_bytes == ROW_BYTES {
+            offset::BRANCH_EVS
+        } else {
+            offset::BRANCH_EVS - 2
+        };
+        for row in rows.chunks_exact(row_bytes) {
+            if let Some(only) = only {
+                let id = u32::from_le_bytes(row[..4].try_into().unwrap());
+                if only.get(id).is_none() {
+                    continue;
+                }
+            }
+            let rank = row[offset::MAX_RANK] as usize;
+            let kind = row[offset::VALUATION_TYPE] as usize;
+            self.by_rank_type[rank << 8 | kind] += 1;
+            self.moves[(row[offset::MOVE_DIR] as usize).min(4)] += 1;
+            let legal = row[offset::EV_LEGAL];
+            let hist = self.evs[kind].get_or_insert_with(EvHistogram::new);
+            for k in 0..4 {
+                if legal & (1 << k) != 0 {
+                    let at = ev_at + 4 * k;
+                    hist.add(f32::from_le_bytes(row[at..at + 4].try_into().unwrap()));
+                }
+            }
+        }
+    }
+
+    fn merge(&mut self, other: &RowCounts) {
+        for (a, b) in self.by_rank_type.iter_mut().zip(&other.by_rank_type) {
+            *a += b;
+        }
+        for (a, b) in self.moves.iter_mut().zip(other.moves) {
+            *a += b;
+        }
+        for (a, b) in self.evs.iter_mut().zip(&other.evs) {
+            if let Some(b) = b {
+                a.get_or_insert_with(EvHistogram::new).merge(b);
+            }
+        }
+    }
+
+    /// Rows of one (max_rank, valuation_type) cell.
+    pub fn at(&self, rank: usize, kind: usize) -> u64 {
+        self.by_rank_type[rank << 8 | kind]
+    }
+}
+
+/// A distribution of float32 values in bounded memory: exact count, sum, min and max, and a
+/// histogram over the top 16 bits of each value's order-preserving key (sign, exponent and
+/// 7 bits of mantissa), from which quartiles are read to within 1% of their value. Each bucket
+/// also keeps the lowest and highest key it saw, so a quantile is interpolated between values
+/// that occur: a bucket of exact zeros reads as 0, not as a point inside the denormals its key
+/// range also spans.
+pub struct EvHistogram {
+    pub counts: Vec<u64>,
+    /// Per bucket, the highest low 16 bits of a key seen, and the complement of the lowest
+    /// (complemented so that zeroed memory means "none seen" for both).
+    pub high_low: Vec<u16>,
+    pub low_low_inv: Vec<u16>,
+    pub n: u64,
+    pub sum: f64,
+    pub min: f32,
+    pub max: f32,
+}
+
+impl EvHistogram {
+    fn new() -> EvHistogram {
+        EvHistogram {
+            counts: vec![0; 1 << 16],
+            high_low: vec![0; 1 << 16],
+            low_low_inv: vec![0; 1 << 16],
+            n: 0,
+            sum: 0.0,
+            min: f32::INFINITY,
+            max: f32::NEG_INFINITY,
+        }
+    }
+
+    /// The key that orders floats as their values: negative ones bit-inverted.
+    fn key(v: f32) -> u32 {
+        let bits = v.to_bits();
+        if bits & 0x8000_0000 != 0 {
+            !bits
+        } else {
+            bits | 0x8000_0000
+        }
+    }
+
+    fn value(key: u32) -> f32 {
+        if key & 0x8000_0000 != 0 {
+            f32::from_bits(key & 0x7fff_ffff)
+        } else {
+            f32::from_bits(!key)
+        }
+    }
+
+    fn add(&mut self, v: f32) {
+        if !v.is_finite() {
+            return; // validate reports those; a pack this tool wrote has none
+        }
+        let key = Self::key(v);
+        let (bucket, low) = ((key >> 16) as usize, key as u16);
+        self.counts[bucket] += 1;
+        self.high_low[bucket] = self.high_low[bucket].max(low);
+        self.low_low_inv[bucket] = self.low_low_inv[bucket].max(!low);
+        self.n += 1;
+        self.sum += f64::from(v);
+        self.min = self.min.min(v);
+        self.max = self.max.max(v);
+    }
+
+    fn merge(&mut self, other: &EvHistogram) {
+        for (a, b) in self.counts.iter_mut().zip(&other.counts) {
+            *a += b;
+        }
+        for (a, b) in self.high_low.iter_mut().zip(&other.high_low) {
+            *a = (*a).max(*b);
+        }
+        for (a, b) in self.low_low_inv.iter_mut().zip(&other.low_low_inv) {
+            *a = (*a).max(*b);
+        }
+        self.n += other.n;
+        self.sum += other.sum;
+        self.min = self.min.min(other.min);
+        self.max = self.max.max(other.max);
+    }
+
+    /// The q-quantile, interpolated between the lowest and highest value of its bucket.
+    fn quantile(&self, q: f64) -> f64 {
+        let rank = q * (self.n - 1) as f64;
+        let mut before = 0u64;
+        for (bucket, &c) in self.counts.iter().enumerate() {
+            if c == 0 {
+                continue;
+            }
+            if (before + c) as f64 > rank {
+                let base = (bucket as u32) << 16;
+                let lo = f64::from(Self::value(base | u32::from(!self.low_low_inv[bucket])));
+                let hi = f64::from(Self::value(base | u32::from(self.high_low[bucket])));
+                let within = (rank - before as f64 + 0.5) / c as f64;
+                let v = lo + (hi - lo) * within.clamp(0.0, 1.0);
+                return v.clamp(f64::from(self.min), f64::from(self.max));
+            }
+            before += c;
+        }
+        f64::from(self.max)
+    }
+
+    pub fn spread(&self) -> Option<Spread> {
+        (self.n > 0).then(|| Spread {
+            min: f64::from(self.min),
+            p25: self.quantile(0.25),
+            median: self.quantile(0.5),
+            mean: self.sum / self.n as f64,
+            p75: self.quantile(0.75),
+            max: f64::from(self.max),
+        })
+    }
+}
+
+pub fn count_chunk(
+    shard: &Shard,
+    start: u64,
+    count: u64,
+    only: Option<&RunSlots>,
+) -> Result<RowCounts> {
+    let map = shard.map_rows(start, count)?;
+    let mut counts = RowCounts::new();
+    counts.count(&map, shard.row_bytes(), only);
+    Ok(counts)
+}
+
+/// One pass over every row of `shards` (or, with `only`, the rows of those runs), `workers`
+/// chunks at a time.
+pub fn count_rows(shards: &[Shard], workers: usize, only: Option<&RunSlots>) -> Result<RowCounts> {
+    let chunks = pack_reader::chunks(shards, CHUNK_ROWS);
+    let mut total = RowCounts::new();
+    ordered_try_map(
+        &chunks,
+        workers,
+        workers * 2,
+        || (),
+        |_, &(si, start, count)| count_chunk(&shards[si], start, count, only),
+        |_, counts| {
+            total.merge(&counts?);
+            Ok(())
+        },
+    )?;
+    Ok(total)
+}
+
+// ---------------------------------------------------------------------------------------------
+// The figures
+
+/// min / quartiles / median / mean / max of a list of per-run values.
+#[derive(Debug, Clone, Copy)]
+pub struct Spread {
+    pub min: f64,
+    p25: f64,
+    pub median: f64,
+    pub mean: f64,
+    p75: f64,
+    pub max: f64,
+}
+
+impl Spread {
+    pub const NAMES: [&'static str; 6] = ["min", "p25", "median", "mean", "p75", "max"];
+
+    /// None for an empty list. Quantiles interpolate linearly between ranks (NumPy's default),
+    /// so the median of an even count is the mean of the two middle values.
+    pub fn of(mut values: Vec<i64>) -> Option<Spread> {
+        if values.is_empty() {
+            return None;
+        }
+        values.sort_unstable();
+        let sum: f64 = values.iter().map(|&v| v as f64).sum();
+        Some(Spread {
+            min: values[0] as f64,
+            p25: quantile(&values, 0.25),
+            median: quantile(&values, 0.5),
+            mean: sum / values.len() as f64,
+            p75: quantile(&values, 0.75),
+            max: values[values.len() - 1] as f64,
+        })
+    }
+
+    pub fn values(&self) -> [f64; 6] {
+        [
+            self.min,
+            self.p25,
+            self.median,
+            self.mean,
+            self.p75,
+            self.max,
+        ]
+    }
+}
+
+pub fn quantile(sorted: &[i64], q: f64) -> f64 {
+    let pos = q * (sorted.len() - 1) as f64;
+    let (lo, hi) = (pos.floor() as usize, pos.ceil() as usize);
+    sorted[lo] as f64 + (sorted[hi] - sorted[lo]) as f64 * (pos - lo as f64)
+}
+
+/// Runs whose max_score lies in `from..=to` (a power-of-two bin).
+#[derive(Debug, Clone, Copy)]
+pub struct ScoreBin {
+    pub from: i64,
+    pub to: i64,
+    pub runs: u64,
+}
+
+/// Power-of-two bins from the lowest to the highest non-empty one: [2^k, 2^(k+1) - 1]
+/// (the first bin, k = 0, also holds 0).
+pub fn score_bins(runs: &[RunRow]) -> Vec<ScoreBin> {
+    let bin = |score: i64| 63 - (score.max(1) as u64).leading_zeros() as usize;
+    let mut counts = [0u64; 64];
+    for r in runs {
+        counts[bin(r.max_score)] += 1;
+    }
+    let Some(first) = counts.iter().position(|&c| c > 0) else {
+        return Vec::new();
+    };
+    let last = counts
+        .iter()
+        .rposition(|&c| c > 0)
+        .expect("one is non-empty");
+    (first..=last)
+        .map(|k| ScoreBin {
+            from: if k == 0 { 0 } else { 1i64 << k },
+            to: ((1i128 << (k + 1)) - 1).min(i64::MAX as i128) as i64,
+            runs: counts[k],
+        })
+        .collect()
+}
+
+/// How many runs reached a tile (highest_tile ≥ tile) and how many ended with it as their
+/// highest tile exactly.
+#[derive(Debug, Clone, Copy)]
+pub struct TileRow {
+    pub tile: i64,
+    pub reached: u64,
+    pub highest: u64,
+}
+
+/// Every power of two from 2048 (or the lowest highest tile, when lower) to 65536 (or the
+/// largest, when higher).
+pub fn tile_rows(runs: &[RunRow]) -> Vec<TileRow> {
+    let pow2_floor = |t: i64| {
+        if t < 2 {
+            2
+        } else {
+            1i64 << (63 - t.leading_zeros())
+        }
+    };
+    let lowest = runs.iter().map(|r| pow2_floor(r.highest_tile)).min();
+    let highest = runs.iter().map(|r| pow2_floor(r.highest_tile)).max();
+    let mut tile = lowest.map_or(LANDMARK_TILES.0, |t| t.min(LANDMARK_TILES.0));
+    let top = highest.map_or(LANDMARK_TILES.1, |t| t.max(LANDMARK_TILES.1));
+    let mut out = Vec::new();
+    while tile <= top {
+        out.push(TileRow {
+            tile,
+            reached: runs.iter().filter(|r| r.highest_tile >= tile).count() as u64,
+            highest: runs.iter().filter(|r| r.highest_tile == tile).count() as u64,
+        });
+        // 2^62 is the last power of two an i64 holds (a damaged runs table can get there).
+        let Some(next) = tile.checked_mul(2) else {
+            break;
+        };
+        tile = next;
+    }
+    out
+}
+
+/// The runs of one search depth (`run_details.depth`; None when not recorded).
+#[derive(Debug, Clone)]
+pub struct DepthRow {
+    pub depth: Option<i64>,
+    pub runs: u64,
+    pub rows: i64,
+    pub median_score: f64,
+    pub max_score: i64,
+    pub max_tile: i64,
+}
+
+pub fn depth_rows(
+    runs: &[RunRow],
+    details: &std::collections::HashMap<i64, RunDetails>,
+) -> Vec<DepthRow> {
+    let mut by_depth: std::collections::BTreeMap<Option<i64>, Vec<&RunRow>> = Default::default();
+    for r in runs {
+        let depth = details.get(&r.id).and_then(|d| d.depth);
+        by_depth.entry(depth).or_default().push(r);
+    }
+    by_depth
+        .into_iter()
+        .map(|(depth, rs)| DepthRow {
+            depth,
+            runs: rs.len() as u64,
+            rows: rs.iter().map(|r| r.steps).sum(),
+            median_score: Spread::of(rs.iter().map(|r| r.max_score).collect())
+                .map_or(0.0, |s| s.median),
+            max_score: rs.iter().map(|r| r.max_score).max().unwrap_or(0),
+            max_tile: rs.iter().map(|r| r.highest_tile).max().unwrap_or(0),
+        })
+        .collect()
+}
+
+/// One valuation type and its rows.
+#[derive(Debug, Clone)]
+pub struct TypeRows {
+    pub id: usize,
+    pub name: String,
+    pub rows: u64,
+}
+
+/// Every name of the table plus any id the rows use that it does not define, with row counts.
+pub fn type_rows(counts: &RowCounts, table: &ValuationTable) -> Vec<TypeRows> {
+    (0..256)
+        .filter_map(|id| {
+            let rows: u64 = (0..256).map(|rank| counts.at(rank, id)).sum();
+            let name = table.name(id as u8).map(str::to_string);
+            (name.is_some() || rows > 0).then(|| TypeRows {
+                id,
+                name: name.unwrap_or_else(|| format!("#{id} (undefined)")),
+                rows,
+            })
+        })
+        .collect()
+}
+
+/// Rows at one max_rank, per valuation id (same order as the type list).
+#[derive(Debug, Clone)]
+pub struct Phase {
+    pub max_rank: usize,
+    pub rows: u64,
+    pub by_type: Vec<u64>,
+}
+
+pub fn phases(counts: &RowCounts, types: &[TypeRows]) -> Vec<Phase> {
+    (0..256)
+        .filter_map(|rank| {
+            let by_type: Vec<u64> = types.iter().map(|t| counts.at(rank, t.id)).collect();
+            let rows = by_type.iter().sum();
+            (rows > 0).then_some(Phase {
+                max_rank: rank,
+                rows,
+                by_type,
+            })
+        })
+        .collect()
+}
+
+/// Everything stats reports.
+pub struct Stats {
+    pub pack: PathBuf,
+    /// The `--where` SQL the figures are restricted to, and its `--param` values.
+    pub selection: Option<String>,
+    pub params: Vec<String>,
+    pub runs: usize,
+    pub rows: u64,
+    /// Σ runs.steps: equals `rows` in a consistent pack.
+    pub rows_in_runs: i64,
+    pub shard_names: Vec<String>,
+    pub shard_bytes: u64,
+    pub metadata_bytes: u64,
+    pub shuffled: bool,
+    pub steps: Option<Spread>,
+    pub score: Option<Spread>,
+    pub score_bins: Vec<ScoreBin>,
+    pub tiles: Vec<TileRow>,
+    pub depths: Vec<DepthRow>,
+    /// EVs of legal moves per valuation type: name, count, spread.
+    pub evs: Vec<(String, u64, Spread)>,
+    pub types: Vec<TypeRows>,
+    pub phases: Vec<Phase>,
+    pub moves: [u64; 5],
+    /// None when the pack records no findings table.
+    pub findings: Option<Vec<(String, i64)>>,
+    /// Companion arrays: name, dtype and trailing shape, bytes; and families that do not line up.
+    pub companions: Vec<(String, String, u64)>,
+    pub companion_problems: Vec<String>,
+    /// Staging or work folders interrupted runs left in the pack folder.
+    pub leftovers: Vec<String>,
+    pub workers: usize,
+    pub elapsed: f64,
+}
+
+pub fn gather(dir: &Path, workers: usize, where_args: &WhereArgs) -> Result<Stats> {
+    let started = Instant::now();
+    let conn = pack_reader::open_metadata(dir)?;
+    let shards = pack_reader::open_shards(dir, true)?;
+    let all: Vec<usize> = (0..shards.len()).collect();
+    pack_reader::verify_shards(dir, &conn, &shards, &all, workers)?;
+    let scan = companions::scan(dir, &shards)?;
+    let table = pack_reader::read_valuations(dir)?;
+    let mut runs = metadata::read_runs(&conn)?;
+    let details = metadata::read_run_details(&conn)?;
+    let shuffled = metadata::session_value(&conn, "shuffled")?.as_deref() == Some("true");
+    let findings = if metadata::has_table(&conn, "finding_counts")? {
+        Some(metadata::read_finding_counts(&conn)?)
+    } else {
+        None
+    };
+    let only = match where_args.run_ids(&conn)? {
+        None => None,
+        Some(ids) => {
+            if ids.is_empty() {
+                bail!(
+                    "{} selects no runs of {}",
+                    where_args.describe().unwrap_or_default(),
+                    dir.display()
+                );
+            }
+            runs.retain(|r| ids.binary_search(&r.id).is_ok());
+            let ids: Vec<u32> = runs.iter().map(|r| r.id as u32).collect();
+            Some(RunSlots::new(&ids))
+        }
+    };
+    let counts = count_rows(&shards, workers, only.as_ref())?;
+    let types = type_rows(&counts, &table);
+    let rows = if only.is_some() {
+        counts.moves.iter().sum()
+    } else {
+        shards.iter().map(|s| s.header.rows).sum()
+    };
+    Ok(Stats {
+        pack: dir.to_path_buf(),
+        selection: where_args.sql.clone(),
+        params: where_args.params.iter().map(|p| p.to_string()).collect(),
+        runs: runs.len(),
+        rows,
+        rows_in_runs: runs.iter().map(|r| r.steps).sum(),
+        shard_names: shards.iter().map(|s| s.name.clone()).collect(),
+        shard_bytes: shards.iter().map(|s| s.file_len).sum(),
+        metadata_bytes: std::fs::metadata(dir.join(metadata::FILE_NAME))?.len(),
+        shuffled,
+        steps: Spread::of(runs.iter().map(|r| r.steps).collect()),
+        score: Spread::of(runs.iter().map(|r| r.max_score).collect()),
+        score_bins: score_bins(&runs),
+        tiles: tile_rows(&runs),
+        depths: depth_rows(&runs, &details),
+        evs: types
+            .iter()
+            .filter_map(|t| {
+                let spread = counts.evs[t.id].as_ref()?.spread()?;
+                Some((t.name.clone(), counts.evs[t.id].as_ref()?.n, spread))
+            })
+            .collect(),
+        phases: phases(&counts, &types),
+        types,
+        moves: counts.moves,
+        findings,
+        companions: scan
+            .families
+            .iter()
+            .map(|f| (f.name.clone(), f.describe(), f.bytes()))
+            .collect(),
+        companion_problems: scan.problems.into_iter().map(|(_, p)| p).collect(),
+        leftovers: crate::pack_dir::leftovers(dir),
+        workers,
+        elapsed: started.elapsed().as_secs_f64(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn histogram(values: &[f32]) -> EvHistogram {
+        let mut h = EvHistogram::new();
+        for &v in values {
+            h.add(v);
+        }
+        h
+    }
+
+    /// A quartile that falls among exact zeros is 0, not a denormal inside the zero bucket's
+    /// key range (tuple rows log `0.000000` as a legal move's value, so this is common).
+    #[test]
+    fn quartiles_among_repeated_values_are_those_values() {
+        let mut values = vec![0.0f32; 400];
+        values.extend((1..=600).map(|i| i as f32 / 1000.0));
+        let s = histogram(&values).spread().unwrap();
+        assert_eq!(s.p25, 0.0);
+        assert_eq!(s.min, 0.0);
+        let s = histogram(&[-0.5, 0.75, 0.75, 0.75, 0.75, 2.0])
+            .spread()
+            .unwrap();
+        assert_eq!((s.p25, s.median, s.p75), (0.75, 0.75, 0.75));
+        // Negative values and -0.0 too.
+        let s = histogram(&[-3.0, -3.0, -3.0, -3.0, -0.0, -0.0, -0.0, 1.0])
+            .spread()
+            .unwrap();
+        assert_eq!(s.p25, -3.0);
+        assert_eq!(s.p75, 0.0);
+    }
+
+    /// Merging histograms keeps each bucket's extremes: the same quantiles as one histogram.
+    #[test]
+    fn merged_histograms_read_as_one() {
+        let values: Vec<f32> = (0..2000)
+            .map(|i| ((i * 37) % 1001) as f32 / 7.0 - 50.0)
+            .collect();
+        let whole = histogram(&values).spread().unwrap();
+        let mut merged = histogram(&values[..700]);
+        merged.merge(&histogram(&values[700..]));
+        let merged = merged.spread().unwrap();
+        assert_eq!(whole.values(), merged.values());
+    }
+}
