@@ -21,6 +21,10 @@ use crate::pack_reader::{self, RunSlots, Shard};
 
 /// Rows per memory-mapped chunk (6 MiB), as in validate.
 pub const CHUNK_ROWS: u64 = 128 * 1024;
+/// Step buckets of the by-step figures; the last one also holds every later step.
+pub const STEP_BUCKETS: usize = 40;
+/// Bins (at most, plus one) of the run-length and EV histograms.
+pub const HISTOGRAM_BINS: usize = 40;
 /// The tiles the highest-tile table always lists (more when runs end lower or higher).
 pub const LANDMARK_TILES: (i64, i64) = (2048, 65536);
 
@@ -37,14 +41,55 @@ pub struct RowCounts {
     pub moves: [u64; 5],
     /// EVs of legal moves, per valuation type id.
     pub evs: Vec<Option<EvHistogram>>,
+    /// Steps per step bucket: `step_index / step_width`, the last bucket open-ended.
+    step_width: u64,
+    /// Rows per (step bucket, valuation_type), indexed `bucket * 256 + valuation_type`.
+    by_step_type: Vec<u64>,
+    /// board_eval per step bucket.
+    eval_by_step: Vec<EvalSum>,
+}
+
+/// board_eval of the rows of one step bucket: exact sum, min and max.
+#[derive(Debug, Clone, Copy)]
+struct EvalSum {
+    rows: u64,
+    sum: i128,
+    min: i32,
+    max: i32,
+}
+
+impl EvalSum {
+    const EMPTY: EvalSum = EvalSum {
+        rows: 0,
+        sum: 0,
+        min: i32::MAX,
+        max: i32::MIN,
+    };
+
+    fn add(&mut self, v: i32) {
+        self.rows += 1;
+        self.sum += i128::from(v);
+        self.min = self.min.min(v);
+        self.max = self.max.max(v);
+    }
+
+    fn merge(&mut self, o: &EvalSum) {
+        self.rows += o.rows;
+        self.sum += o.sum;
+        self.min = self.min.min(o.min);
+        self.max = self.max.max(o.max);
+    }
 }
 
 impl RowCounts {
-    fn new() -> RowCounts {
+    fn new(step_width: u64) -> RowCounts {
         RowCounts {
             by_rank_type: vec![0; 256 * 256],
             moves: [0; 5],
             evs: (0..256).map(|_| None).collect(),
+            step_width: step_width.max(1),
+            by_step_type: vec![0; STEP_BUCKETS * 256],
+            eval_by_step: vec![EvalSum::EMPTY; STEP_BUCKETS],
         }
     }
 
@@ -66,6 +111,11 @@ impl RowCounts {
             let kind = row[offset::VALUATION_TYPE] as usize;
             self.by_rank_type[rank << 8 | kind] += 1;
             self.moves[(row[offset::MOVE_DIR] as usize).min(4)] += 1;
+            let step = u32::from_le_bytes(row[offset::STEP_INDEX..][..4].try_into().unwrap());
+            let bucket = ((u64::from(step) / self.step_width) as usize).min(STEP_BUCKETS - 1);
+            self.by_step_type[bucket << 8 | kind] += 1;
+            let eval = i32::from_le_bytes(row[offset::BOARD_EVAL..][..4].try_into().unwrap());
+            self.eval_by_step[bucket].add(eval);
             let legal = row[offset::EV_LEGAL];
             let hist = self.evs[kind].get_or_insert_with(EvHistogram::new);
             for k in 0..4 {
@@ -84,6 +134,12 @@ impl RowCounts {
         for (a, b) in self.moves.iter_mut().zip(other.moves) {
             *a += b;
         }
+        for (a, b) in self.by_step_type.iter_mut().zip(&other.by_step_type) {
+            *a += b;
+        }
+        for (a, b) in self.eval_by_step.iter_mut().zip(&other.eval_by_step) {
+            a.merge(b);
+        }
         for (a, b) in self.evs.iter_mut().zip(&other.evs) {
             if let Some(b) = b {
                 a.get_or_insert_with(EvHistogram::new).merge(b);
@@ -95,6 +151,14 @@ impl RowCounts {
     pub fn at(&self, rank: usize, kind: usize) -> u64 {
         self.by_rank_type[rank << 8 | kind]
     }
+}
+
+/// EVs in `from..to` (the last bin includes `to`).
+#[derive(Debug, Clone, Copy)]
+pub struct EvBin {
+    pub from: f64,
+    pub to: f64,
+    pub evs: u64,
 }
 
 /// A distribution of float32 values in bounded memory: exact count, sum, min and max, and a
@@ -198,6 +262,41 @@ impl EvHistogram {
         f64::from(self.max)
     }
 
+    /// About [`HISTOGRAM_BINS`] equal-width bins over min..=max, each counting the values of the
+    /// key buckets whose middle falls in it: exact total, edges good to the 1% of a key bucket.
+    pub fn bins(&self) -> Vec<EvBin> {
+        if self.n == 0 {
+            return Vec::new();
+        }
+        let (min, max) = (f64::from(self.min), f64::from(self.max));
+        let n = if max > min { HISTOGRAM_BINS } else { 1 };
+        let width = (max - min) / n as f64;
+        let mut counts = vec![0u64; n];
+        for (bucket, &c) in self.counts.iter().enumerate() {
+            if c == 0 {
+                continue;
+            }
+            let mid = f64::from(Self::value(((bucket as u32) << 16) | 0x8000)).clamp(min, max);
+            let at = if width > 0.0 {
+                (((mid - min) / width) as usize).min(n - 1)
+            } else {
+                0
+            };
+            counts[at] += c;
+        }
+        (0..n)
+            .map(|k| EvBin {
+                from: min + width * k as f64,
+                to: if k + 1 == n {
+                    max
+                } else {
+                    min + width * (k + 1) as f64
+                },
+                evs: counts[k],
+            })
+            .collect()
+    }
+
     pub fn spread(&self) -> Option<Spread> {
         (self.n > 0).then(|| Spread {
             min: f64::from(self.min),
@@ -215,24 +314,30 @@ pub fn count_chunk(
     start: u64,
     count: u64,
     only: Option<&RunSlots>,
+    step_width: u64,
 ) -> Result<RowCounts> {
     let map = shard.map_rows(start, count)?;
-    let mut counts = RowCounts::new();
+    let mut counts = RowCounts::new(step_width);
     counts.count(&map, shard.row_bytes(), only);
     Ok(counts)
 }
 
 /// One pass over every row of `shards` (or, with `only`, the rows of those runs), `workers`
-/// chunks at a time.
-pub fn count_rows(shards: &[Shard], workers: usize, only: Option<&RunSlots>) -> Result<RowCounts> {
+/// chunks at a time, bucketing steps by `step_width`.
+pub fn count_rows(
+    shards: &[Shard],
+    workers: usize,
+    only: Option<&RunSlots>,
+    step_width: u64,
+) -> Result<RowCounts> {
     let chunks = pack_reader::chunks(shards, CHUNK_ROWS);
-    let mut total = RowCounts::new();
+    let mut total = RowCounts::new(step_width);
     ordered_try_map(
         &chunks,
         workers,
         workers * 2,
         || (),
-        |_, &(si, start, count)| count_chunk(&shards[si], start, count, only),
+        |_, &(si, start, count)| count_chunk(&shards[si], start, count, only, step_width),
         |_, counts| {
             total.merge(&counts?);
             Ok(())
@@ -304,7 +409,7 @@ pub struct ScoreBin {
 
 /// Power-of-two bins from the lowest to the highest non-empty one: [2^k, 2^(k+1) - 1]
 /// (the first bin, k = 0, also holds 0).
-pub fn score_bins(runs: &[RunRow]) -> Vec<ScoreBin> {
+pub fn score_bins<'a>(runs: impl IntoIterator<Item = &'a RunRow>) -> Vec<ScoreBin> {
     let bin = |score: i64| 63 - (score.max(1) as u64).leading_zeros() as usize;
     let mut counts = [0u64; 64];
     for r in runs {
@@ -322,6 +427,91 @@ pub fn score_bins(runs: &[RunRow]) -> Vec<ScoreBin> {
             from: if k == 0 { 0 } else { 1i64 << k },
             to: ((1i128 << (k + 1)) - 1).min(i64::MAX as i128) as i64,
             runs: counts[k],
+        })
+        .collect()
+}
+
+/// A "nice" bin width (1, 2 or 5 times a power of ten) that covers `0..=max` in about `bins`
+/// bins.
+pub fn nice_width(max: u64, bins: usize) -> u64 {
+    let want = max.div_ceil(bins as u64).max(1);
+    let mut unit = 1u64;
+    loop {
+        for m in [1, 2, 5] {
+            if unit.saturating_mul(m) >= want {
+                return unit.saturating_mul(m);
+            }
+        }
+        unit = unit.saturating_mul(10);
+    }
+}
+
+/// Runs per run length (`runs.steps`) in bins of `width` steps: [from, to].
+#[derive(Debug, Clone, Copy)]
+pub struct LengthBin {
+    pub from: i64,
+    pub to: i64,
+    pub runs: u64,
+}
+
+/// Equal-width bins from 0 to the longest run, every run counted.
+pub fn length_bins(runs: &[RunRow]) -> Vec<LengthBin> {
+    let Some(longest) = runs.iter().map(|r| r.steps.max(0) as u64).max() else {
+        return Vec::new();
+    };
+    let width = nice_width(longest, HISTOGRAM_BINS);
+    let mut counts = vec![0u64; (longest / width) as usize + 1];
+    for r in runs {
+        counts[(r.steps.max(0) as u64 / width) as usize] += 1;
+    }
+    let width = width as i64;
+    (0..counts.len())
+        .map(|k| LengthBin {
+            from: k as i64 * width,
+            to: (k as i64 + 1) * width - 1,
+            runs: counts[k],
+        })
+        .collect()
+}
+
+/// The rows of one step bucket: step_index in `from..=to` (`to` None: the last bucket, every
+/// later step too), per valuation type (same order as the type list), and their board_eval.
+#[derive(Debug, Clone)]
+pub struct StepBucket {
+    pub from: u64,
+    pub to: Option<u64>,
+    pub rows: u64,
+    pub by_type: Vec<u64>,
+    /// board_eval min, mean and max (None without rows).
+    pub board_eval: Option<(i64, f64, i64)>,
+}
+
+/// The step buckets up to the last one with rows.
+fn step_buckets(counts: &RowCounts, types: &[TypeRows]) -> Vec<StepBucket> {
+    let w = counts.step_width;
+    let last = counts.eval_by_step.iter().rposition(|e| e.rows > 0);
+    let Some(last) = last else {
+        return Vec::new();
+    };
+    (0..=last)
+        .map(|b| {
+            let e = counts.eval_by_step[b];
+            StepBucket {
+                from: b as u64 * w,
+                to: (b + 1 < STEP_BUCKETS).then(|| (b as u64 + 1) * w - 1),
+                rows: e.rows,
+                by_type: types
+                    .iter()
+                    .map(|t| counts.by_step_type[b << 8 | t.id])
+                    .collect(),
+                board_eval: (e.rows > 0).then(|| {
+                    (
+                        i64::from(e.min),
+                        e.sum as f64 / e.rows as f64,
+                        i64::from(e.max),
+                    )
+                }),
+            }
         })
         .collect()
 }
@@ -374,6 +564,8 @@ pub struct DepthRow {
     pub median_score: f64,
     pub max_score: i64,
     pub max_tile: i64,
+    /// The final-score distribution of these runs, in the bins of [`score_bins`].
+    pub score_bins: Vec<ScoreBin>,
 }
 
 pub fn depth_rows(
@@ -395,6 +587,7 @@ pub fn depth_rows(
                 .map_or(0.0, |s| s.median),
             max_score: rs.iter().map(|r| r.max_score).max().unwrap_or(0),
             max_tile: rs.iter().map(|r| r.highest_tile).max().unwrap_or(0),
+            score_bins: score_bins(rs.iter().copied()),
         })
         .collect()
 }
@@ -465,11 +658,23 @@ pub struct Stats {
     pub depths: Vec<DepthRow>,
     /// EVs of legal moves per valuation type: name, count, spread.
     pub evs: Vec<(String, u64, Spread)>,
+    /// Histograms of the same EVs, in the order of `evs`.
+    pub ev_bins: Vec<Vec<EvBin>>,
+    /// Runs by length (`runs.steps`).
+    pub length_bins: Vec<LengthBin>,
+    /// Rows by step_index bucket: valuation mix and board_eval along the game.
+    pub step_buckets: Vec<StepBucket>,
     pub types: Vec<TypeRows>,
     pub phases: Vec<Phase>,
     pub moves: [u64; 5],
     /// None when the pack records no findings table.
     pub findings: Option<Vec<(String, i64)>>,
+    /// Rows of `skipped_runs` (invalid input left out at pack time); None without that table.
+    pub skipped_runs: Option<u64>,
+    /// The pack's `session` facts, as recorded.
+    pub session: Vec<(String, String)>,
+    /// Search effort per depth, when the pack has a `search` companion family.
+    pub search: Option<SearchEffort>,
     /// Companion arrays: name, dtype and trailing shape, bytes; and families that do not line up.
     pub companions: Vec<(String, String, u64)>,
     pub companion_problems: Vec<String>,
@@ -510,7 +715,17 @@ pub fn gather(dir: &Path, workers: usize, where_args: &WhereArgs) -> Result<Stat
             Some(RunSlots::new(&ids))
         }
     };
-    let counts = count_rows(&shards, workers, only.as_ref())?;
+    let longest = runs
+        .iter()
+        .map(|r| r.steps.max(0) as u64)
+        .max()
+        .unwrap_or(0);
+    let step_width = nice_width(longest, STEP_BUCKETS);
+    let counts = count_rows(&shards, workers, only.as_ref(), step_width)?;
+    let search = match scan.family(SEARCH_FAMILY) {
+        Some(family) => Some(search_effort(family, &shards, &runs, &details, workers)?),
+        None => None,
+    };
     let types = type_rows(&counts, &table);
     let rows = if only.is_some() {
         counts.moves.iter().sum()
@@ -531,6 +746,8 @@ pub fn gather(dir: &Path, workers: usize, where_args: &WhereArgs) -> Result<Stat
         steps: Spread::of(runs.iter().map(|r| r.steps).collect()),
         score: Spread::of(runs.iter().map(|r| r.max_score).collect()),
         score_bins: score_bins(&runs),
+        length_bins: length_bins(&runs),
+        step_buckets: step_buckets(&counts, &types),
         tiles: tile_rows(&runs),
         depths: depth_rows(&runs, &details),
         evs: types
@@ -540,10 +757,22 @@ pub fn gather(dir: &Path, workers: usize, where_args: &WhereArgs) -> Result<Stat
                 Some((t.name.clone(), counts.evs[t.id].as_ref()?.n, spread))
             })
             .collect(),
+        ev_bins: types
+            .iter()
+            .filter_map(|t| counts.evs[t.id].as_ref().filter(|h| h.n > 0))
+            .map(EvHistogram::bins)
+            .collect(),
         phases: phases(&counts, &types),
         types,
         moves: counts.moves,
         findings,
+        skipped_runs: if metadata::has_table(&conn, "skipped_runs")? {
+            Some(metadata::read_skipped(&conn)?.len() as u64)
+        } else {
+            None
+        },
+        session: metadata::read_session(&conn)?,
+        search,
         companions: scan
             .families
             .iter()
@@ -553,6 +782,131 @@ pub fn gather(dir: &Path, workers: usize, where_args: &WhereArgs) -> Result<Stat
         leftovers: crate::pack_dir::leftovers(dir),
         workers,
         elapsed: started.elapsed().as_secs_f64(),
+    })
+}
+
+/// The companion family whose values `report` charts as search effort per depth: one number
+/// per row (nodes searched, say), written by whatever tool searched.
+pub const SEARCH_FAMILY: &str = "search";
+
+/// The `search` family summed per depth, or why it cannot be.
+#[derive(Debug, Clone)]
+pub struct SearchEffort {
+    /// Its dtype and trailing shape, as `stats` prints companions.
+    pub dtype: String,
+    /// Per depth (`run_details.depth`; None when not recorded), ascending; empty when
+    /// `problem` is set.
+    pub depths: Vec<SearchDepth>,
+    /// Set when the family is not one plain number per row.
+    pub problem: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy, Default)]
+pub struct SearchDepth {
+    pub depth: Option<i64>,
+    pub rows: u64,
+    pub sum: f64,
+    pub max: f64,
+}
+
+/// Reads one value of a companion row as f64.
+type ReadValue = fn(&[u8]) -> f64;
+
+/// The size and reader of one little-endian number of a scalar NumPy dtype (`<u4`, `|u1`,
+/// `<f8`, …).
+fn scalar_reader(descr: &str) -> Option<(usize, ReadValue)> {
+    let f: ReadValue = match descr.trim_start_matches(['<', '|', '=']) {
+        "u1" => |b| f64::from(b[0]),
+        "i1" => |b| f64::from(b[0] as i8),
+        "u2" => |b| f64::from(u16::from_le_bytes([b[0], b[1]])),
+        "i2" => |b| f64::from(i16::from_le_bytes([b[0], b[1]])),
+        "u4" => |b| f64::from(u32::from_le_bytes(b[..4].try_into().unwrap())),
+        "i4" => |b| f64::from(i32::from_le_bytes(b[..4].try_into().unwrap())),
+        "u8" => |b| u64::from_le_bytes(b[..8].try_into().unwrap()) as f64,
+        "i8" => |b| i64::from_le_bytes(b[..8].try_into().unwrap()) as f64,
+        "f4" => |b| f64::from(f32::from_le_bytes(b[..4].try_into().unwrap())),
+        "f8" => |b| f64::from_le_bytes(b[..8].try_into().unwrap()),
+        _ => return None,
+    };
+    let size = descr[descr.len() - 1..].parse().ok()?;
+    Some((size, f))
+}
+
+/// One pass over the `search` family beside the shards' run ids, summing its values per depth
+/// over the selected `runs`.
+fn search_effort(
+    family: &companions::Family,
+    shards: &[Shard],
+    runs: &[RunRow],
+    details: &std::collections::HashMap<i64, RunDetails>,
+    workers: usize,
+) -> Result<SearchEffort> {
+    let dtype = family.describe();
+    let reader = scalar_reader(&family.descr).filter(|_| family.trailing.is_empty());
+    let Some((size, read)) = reader else {
+        return Ok(SearchEffort {
+            dtype: dtype.clone(),
+            depths: Vec::new(),
+            problem: Some(format!(
+                "the search family holds {dtype}, not one number per row"
+            )),
+        });
+    };
+    let mut depths: Vec<Option<i64>> = runs
+        .iter()
+        .map(|r| details.get(&r.id).and_then(|d| d.depth))
+        .collect();
+    depths.sort_unstable();
+    depths.dedup();
+    // Slot of each selected run's depth, by run id (u32::MAX: not selected).
+    let mut slot_of = vec![u32::MAX; runs.iter().map(|r| r.id as usize + 1).max().unwrap_or(0)];
+    for r in runs {
+        let d = details.get(&r.id).and_then(|d| d.depth);
+        slot_of[r.id as usize] = depths.binary_search(&d).expect("listed") as u32;
+    }
+    let chunks = pack_reader::chunks(shards, CHUNK_ROWS);
+    let mut total = vec![SearchDepth::default(); depths.len()];
+    ordered_try_map(
+        &chunks,
+        workers,
+        workers * 2,
+        Vec::new,
+        |buf, &(si, start, count)| -> Result<Vec<SearchDepth>> {
+            let rows = shards[si].map_rows(start, count)?;
+            family.open(si)?.read_rows(start, count, buf)?;
+            let mut part = vec![SearchDepth::default(); depths.len()];
+            let row_ids = rows.chunks_exact(shards[si].row_bytes());
+            for (row, value) in row_ids.zip(buf.chunks_exact(size)) {
+                let id = u32::from_le_bytes(row[..4].try_into().unwrap()) as usize;
+                let Some(&slot) = slot_of.get(id).filter(|&&s| s != u32::MAX) else {
+                    continue;
+                };
+                let p = &mut part[slot as usize];
+                let v = read(value);
+                p.rows += 1;
+                p.sum += v;
+                p.max = if p.rows == 1 { v } else { p.max.max(v) };
+            }
+            Ok(part)
+        },
+        |_, part| {
+            for (t, p) in total.iter_mut().zip(part?) {
+                if p.rows > 0 {
+                    t.max = if t.rows == 0 { p.max } else { t.max.max(p.max) };
+                }
+                t.rows += p.rows;
+                t.sum += p.sum;
+            }
+            Ok(())
+        },
+    )?;
+    for (t, d) in total.iter_mut().zip(&depths) {
+        t.depth = *d;
+    }
+    Ok(SearchEffort {
+        dtype,
+        depths: total,
+        problem: None,
     })
 }
 

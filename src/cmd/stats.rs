@@ -87,6 +87,12 @@ fn to_json(s: &Stats) -> Value {
         let bins = bins.map(|b| json!({"from": b.from, "to": b.to, "runs": b.runs}));
         m.insert("histogram".into(), bins.collect::<Vec<_>>().into());
     }
+    let mut steps = spread_json(&s.steps);
+    if let Value::Object(m) = &mut steps {
+        let bins = s.length_bins.iter();
+        let bins = bins.map(|b| json!({"from": b.from, "to": b.to, "runs": b.runs}));
+        m.insert("histogram".into(), bins.collect::<Vec<_>>().into());
+    }
     let runs = s.runs as u64;
     json!({
         "pack": s.pack.display().to_string(),
@@ -97,7 +103,7 @@ fn to_json(s: &Stats) -> Value {
         "bytes": s.shard_bytes,
         "metadata_bytes": s.metadata_bytes,
         "shuffled": s.shuffled,
-        "steps_per_run": spread_json(&s.steps),
+        "steps_per_run": steps,
         "score": score,
         "highest_tile": s.tiles.iter().map(|t| json!({
             "tile": t.tile, "reached": t.reached, "share": share(t.reached, runs), "highest": t.highest,
@@ -116,17 +122,37 @@ fn to_json(s: &Stats) -> Value {
             .map(|(k, v)| (k.to_string(), json!(v))).collect::<serde_json::Map<_, _>>(),
         "findings": s.findings.as_ref().map(|f| f.iter()
             .map(|(k, v)| (k.clone(), json!(v))).collect::<serde_json::Map<_, _>>()),
+        "skipped_runs": s.skipped_runs,
+        "search": s.search.as_ref().map(|e| json!({
+            "dtype": e.dtype,
+            "problem": e.problem,
+            "depths": e.depths.iter().map(|d| json!({
+                "depth": d.depth, "rows": d.rows, "sum": d.sum, "max": d.max,
+                "mean": if d.rows == 0 { 0.0 } else { d.sum / d.rows as f64 },
+            })).collect::<Vec<_>>(),
+        })),
         "findings_scope": if s.selection.is_some() { "whole pack" } else { "pack" },
         "where": s.selection,
         "params": s.params,
         "depths": s.depths.iter().map(|d| json!({
             "depth": d.depth, "runs": d.runs, "rows": d.rows, "median_max_score": d.median_score,
             "max_score": d.max_score, "highest_tile": d.max_tile,
+            "score_histogram": d.score_bins.iter()
+                .map(|b| json!({"from": b.from, "to": b.to, "runs": b.runs})).collect::<Vec<_>>(),
         })).collect::<Vec<_>>(),
-        "ev_legal_moves": s.evs.iter().map(|(name, n, spread)| {
+        "by_step": s.step_buckets.iter().map(|b| json!({
+            "from": b.from, "to": b.to, "rows": b.rows,
+            "rows_by_type": by_name(&s.types, &b.by_type, |n| json!(n)),
+            "board_eval": b.board_eval.map(|(min, mean, max)| json!({
+                "min": min, "mean": mean, "max": max,
+            })),
+        })).collect::<Vec<_>>(),
+        "ev_legal_moves": s.evs.iter().zip(&s.ev_bins).map(|((name, n, spread), bins)| {
             let mut v = spread_json(&Some(*spread));
             if let Value::Object(m) = &mut v {
                 m.insert("evs".into(), json!(n));
+                let bins = bins.iter().map(|b| json!({"from": b.from, "to": b.to, "evs": b.evs}));
+                m.insert("histogram".into(), bins.collect::<Vec<_>>().into());
             }
             (name.clone(), v)
         }).collect::<serde_json::Map<_, _>>(),
