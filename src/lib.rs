@@ -19,6 +19,7 @@ pub mod pack_reader;
 pub mod pack_stats;
 pub mod progress;
 pub mod raw;
+pub mod report;
 pub mod rng;
 pub mod run_index;
 pub mod run_query;

@@ -29,6 +29,8 @@ enum Command {
     Validate(cmd::validate::ValidateArgs),
     /// Describe a pack: runs, rows, scores, tiles reached, valuation types, moves, findings.
     Stats(cmd::stats::StatsArgs),
+    /// Write one self-contained HTML page of charts about one or more packs, to compare them.
+    Report(cmd::report::ReportArgs),
     /// Show one run move by move: boards, moves, valuation types and EVs.
     Show(cmd::show::ShowArgs),
     /// Export runs of a pack as JSONL (raw format), Parquet, or a new smaller pack.
@@ -56,6 +58,7 @@ fn main() -> ExitCode {
         Command::Merge(args) => cmd::merge::run(args).map(|()| true),
         Command::Shuffle(args) => cmd::shuffle::run(args).map(|()| true),
         Command::Stats(args) => cmd::stats::run(args).map(|()| true),
+        Command::Report(args) => cmd::report::run(args).map(|()| true),
         Command::Show(args) => cmd::show::run(args).map(|()| true),
         Command::Export(args) => cmd::export::run(args).map(|()| true),
         Command::Attach(args) => cmd::attach::run(args).map(|()| true),

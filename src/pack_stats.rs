@@ -815,6 +815,7 @@ type ReadValue = fn(&[u8]) -> f64;
 /// The size and reader of one little-endian number of a scalar NumPy dtype (`<u4`, `|u1`,
 /// `<f8`, …).
 fn scalar_reader(descr: &str) -> Option<(usize, ReadValue)> {
+    let descr = descr.trim_matches(['\'', '"']);
     let f: ReadValue = match descr.trim_start_matches(['<', '|', '=']) {
         "u1" => |b| f64::from(b[0]),
         "i1" => |b| f64::from(b[0] as i8),
