@@ -16,8 +16,9 @@
 #   bench/run.sh export     export of the 4M-row pack to Parquet (issue 6)
 #   bench/run.sh update     pack --update adding 5% to a 4M-row and an 8M-row pack (issue 10)
 #   bench/run.sh companions merge and shuffle of packs with [rows, 64] float32 embeddings (issue 12)
-#   bench/run.sh commands   the eight above
-#   bench/run.sh all        floor, pack and the eight above
+#   bench/run.sh report     report of the 4M-row pack and of a 40M-row pack (ten copies merged) (issue 24)
+#   bench/run.sh commands   the nine above
+#   bench/run.sh all        floor, pack and the nine above
 #   bench/run.sh peers      the Python package against MosaicML Streaming, HF datasets and Lance,
 #                           and through a DataLoader (issue 23); makes target/bench/peers-venv from
 #                           bench/peers-requirements.txt (PyPI), not part of `all`
@@ -41,13 +42,14 @@
 #   BENCH_SHOW_RUNS=10       show: runs timed back to back (best and median reported)
 #   PEERS_ARGS=""            peers: extra arguments of bench/python_peers.py (word-split), e.g.
 #                            "--systems ours,lance --budget 4"
+#   BENCH_REPORT_40M=1       report: also build (once, ~2 GB) and measure the 40M-row pack
 # See bench/README.md for what the figures mean and the goals.
 set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
-COMMAND_MODES=(validate merge shuffle stats show export update companions)
-usage="usage: bench/run.sh [pack|floor|corpus|long|validate|merge|shuffle|stats|show|export|update|companions|commands|all|peers]..."
+COMMAND_MODES=(validate merge shuffle stats show export update companions report)
+usage="usage: bench/run.sh [pack|floor|corpus|long|validate|merge|shuffle|stats|show|export|update|companions|report|commands|all|peers]..."
 # DO_FLOOR: floor table; DO_PACK: pack next to it; DO_CMDS: the command benchmarks, in order.
 DO_FLOOR=0 DO_PACK=0 DO_CORPUS=0 DO_LONG=0 DO_PEERS=0
 DO_CMDS=()
@@ -60,14 +62,14 @@ for MODE in "$@"; do
     corpus) DO_CORPUS=1 ;;
     long) DO_LONG=1 ;;
     peers) DO_PEERS=1 DO_CORPUS=1 ;; # the corpus, then the peers after it
-    validate | merge | shuffle | stats | show | export | update | companions) add_cmd "$MODE" ;;
+    validate | merge | shuffle | stats | show | export | update | companions | report) add_cmd "$MODE" ;;
     commands) for m in "${COMMAND_MODES[@]}"; do add_cmd "$m"; done ;;
     all)
       DO_FLOOR=1 DO_PACK=1
       for m in "${COMMAND_MODES[@]}"; do add_cmd "$m"; done
       ;;
     -h | --help)
-      sed -n '2,44p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
+      sed -n '2,46p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
       exit 0
       ;;
     *)
