@@ -13,13 +13,13 @@ pub const PALETTE: [&str; 8] = [
 ];
 
 const WIDTH: f64 = 960.0;
-const HEIGHT: f64 = 340.0;
+const HEIGHT: f64 = 370.0;
 const LEFT: f64 = 90.0;
 const RIGHT: f64 = 20.0;
 /// Room for the legend above the plot.
 const TOP: f64 = 44.0;
-/// Room for tick labels and the x-axis label.
-const BOTTOM: f64 = 78.0;
+/// Room for tick labels (turned 45° when there are many) and the x-axis label under them.
+const BOTTOM: f64 = 104.0;
 
 /// What the axes say, with units.
 pub struct Axes<'a> {
@@ -316,8 +316,18 @@ pub fn tick_label(v: f64) -> String {
     } else {
         (v, "")
     };
-    let text = format!("{scaled:.3}");
-    let text = text.trim_end_matches('0').trim_end_matches('.');
+    // Three significant digits or so: 262144 is "262k", 12500 "12.5k", 0.25 "0.25".
+    let decimals = match scaled.abs() {
+        a if a >= 100.0 => 0,
+        a if a >= 10.0 => 1,
+        _ => 3,
+    };
+    let text = format!("{scaled:.decimals$}");
+    let text = if text.contains('.') {
+        text.trim_end_matches('0').trim_end_matches('.')
+    } else {
+        &text
+    };
     let text = if text == "-0" { "0" } else { text };
     format!("{text}{unit}")
 }
@@ -360,6 +370,8 @@ mod tests {
         assert_eq!(tick_label(2_000_000.0), "2M");
         assert_eq!(tick_label(0.25), "0.25");
         assert_eq!(tick_label(-0.0001), "0");
+        assert_eq!(tick_label(262144.0), "262k");
+        assert_eq!(tick_label(12500.0), "12.5k");
     }
 
     #[test]
