@@ -596,3 +596,82 @@ fn paeth(a: u8, b: u8, c: u8) -> u8 {
         c
     }
 }
+
+/// The figures `report` added to `stats --json` (run-length histogram, scores per depth, the
+/// by-step valuation mix and board_eval, EV histogram totals) recomputed from the runs table
+/// and the shard bytes.
+#[test]
+fn the_new_figures_match_the_rows() {
+    let t = tempfile::tempdir().unwrap();
+    let (whole, _) = two_packs(t.path());
+    let st = stats_json(&whole, &[]);
+    let runs = runs_table(&whole);
+
+    let bins = st["steps_per_run"]["histogram"].as_array().unwrap();
+    let width = bins[0]["to"].as_i64().unwrap() + 1;
+    assert_eq!(width, 10, "nice width for 300 steps in 40 bins");
+    let mut want = vec![0u64; bins.len()];
+    for r in &runs {
+        want[(r.2 / width) as usize] += 1;
+    }
+    let got: Vec<u64> = bins.iter().map(|b| b["runs"].as_u64().unwrap()).collect();
+    assert_eq!(got, want);
+
+    let depth_of: BTreeMap<i64, i64> = db(&whole)
+        .prepare("SELECT run_id, depth FROM run_details")
+        .unwrap()
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+        .unwrap()
+        .map(Result::unwrap)
+        .collect();
+    for d in st["depths"].as_array().unwrap() {
+        for b in d["score_histogram"].as_array().unwrap() {
+            let (from, to) = (b["from"].as_i64().unwrap(), b["to"].as_i64().unwrap());
+            let n = runs
+                .iter()
+                .filter(|r| Some(depth_of[&r.0]) == d["depth"].as_i64())
+                .filter(|r| (from..=to).contains(&r.3))
+                .count();
+            assert_eq!(b["runs"].as_u64().unwrap() as usize, n, "{d}");
+        }
+    }
+
+    let names: Vec<String> =
+        serde_json::from_str(&std::fs::read_to_string(whole.join("valuation_types.json")).unwrap())
+            .unwrap();
+    let step_width = st["by_step"][0]["to"].as_u64().unwrap() + 1;
+    let mut buckets: BTreeMap<u64, (BTreeMap<String, u64>, Vec<i64>)> = BTreeMap::new();
+    for row in read_rows(&whole) {
+        let step = u32::from_le_bytes(row[4..8].try_into().unwrap()) as u64;
+        let eval = i32::from_le_bytes(row[16..20].try_into().unwrap()) as i64;
+        let b = buckets.entry((step / step_width).min(39)).or_default();
+        *b.0.entry(names[row[23] as usize].clone()).or_default() += 1;
+        b.1.push(eval);
+    }
+    let by_step = st["by_step"].as_array().unwrap();
+    assert_eq!(by_step.len(), buckets.len());
+    for (b, (k, (types, evals))) in by_step.iter().zip(&buckets) {
+        assert_eq!(b["from"].as_u64().unwrap(), k * step_width);
+        assert_eq!(b["rows"].as_u64().unwrap(), evals.len() as u64);
+        let got: BTreeMap<String, u64> = b["rows_by_type"]
+            .as_object()
+            .unwrap()
+            .iter()
+            .map(|(k, v)| (k.clone(), v.as_u64().unwrap()))
+            .collect();
+        assert_eq!(&got, types);
+        let e = &b["board_eval"];
+        assert_eq!(e["min"].as_i64().unwrap(), *evals.iter().min().unwrap());
+        assert_eq!(e["max"].as_i64().unwrap(), *evals.iter().max().unwrap());
+        let mean = evals.iter().sum::<i64>() as f64 / evals.len() as f64;
+        assert!((e["mean"].as_f64().unwrap() - mean).abs() <= 1e-9 * mean.abs().max(1.0));
+    }
+
+    for (ty, e) in st["ev_legal_moves"].as_object().unwrap() {
+        let hist = e["histogram"].as_array().unwrap();
+        let total: u64 = hist.iter().map(|b| b["evs"].as_u64().unwrap()).sum();
+        assert_eq!(total, e["evs"].as_u64().unwrap(), "{ty}");
+        assert_eq!(hist[0]["from"], e["min"], "{ty}");
+        assert_eq!(hist[hist.len() - 1]["to"], e["max"], "{ty}");
+    }
+}
