@@ -263,7 +263,7 @@ impl EvHistogram {
     }
 
     /// About [`HISTOGRAM_BINS`] equal-width bins over min..=max, each counting the values of the
-    /// key buckets whose middle falls in it: exact total, edges good to the 1% of a key bucket.
+    /// key buckets whose middle falls in it: exact total, edges good to 1% of the value.
     pub fn bins(&self) -> Vec<EvBin> {
         if self.n == 0 {
             return Vec::new();
@@ -276,7 +276,12 @@ impl EvHistogram {
             if c == 0 {
                 continue;
             }
-            let mid = f64::from(Self::value(((bucket as u32) << 16) | 0x8000)).clamp(min, max);
+            // Midway between the lowest and highest value the bucket saw: a bucket of exact
+            // zeros lands on 0.
+            let base = (bucket as u32) << 16;
+            let lo = f64::from(Self::value(base | u32::from(!self.low_low_inv[bucket])));
+            let hi = f64::from(Self::value(base | u32::from(self.high_low[bucket])));
+            let mid = ((lo + hi) / 2.0).clamp(min, max);
             let at = if width > 0.0 {
                 (((mid - min) / width) as usize).min(n - 1)
             } else {
@@ -942,6 +947,27 @@ mod tests {
             .unwrap();
         assert_eq!(s.p25, -3.0);
         assert_eq!(s.p75, 0.0);
+    }
+
+    /// EV bins span min..=max, count every value once, and put exact zeros in the bin of 0.
+    #[test]
+    fn ev_bins_count_every_value_in_its_bin() {
+        let mut values = vec![0.0f32; 10];
+        values.extend([-1.0, 1.0, 0.5, 0.5, 0.26]);
+        let bins = histogram(&values).bins();
+        assert_eq!(bins.len(), HISTOGRAM_BINS);
+        assert_eq!((bins[0].from, bins[HISTOGRAM_BINS - 1].to), (-1.0, 1.0));
+        let count = |v: f64| {
+            let b = bins.iter().find(|b| b.from <= v && v < b.to).unwrap();
+            b.evs
+        };
+        assert_eq!(
+            (count(-1.0), count(0.0), count(0.5), count(0.26)),
+            (1, 10, 2, 1)
+        );
+        assert_eq!(bins[HISTOGRAM_BINS - 1].evs, 1);
+        assert_eq!(bins.iter().map(|b| b.evs).sum::<u64>(), 15);
+        assert_eq!(histogram(&[2.0, 2.0]).bins().len(), 1);
     }
 
     /// Merging histograms keeps each bucket's extremes: the same quantiles as one histogram.
