@@ -358,6 +358,14 @@ fn damaged_metadata_never_panics_any_command() {
                 "--json".into(),
             ],
             vec!["stats".into(), pack_s.into(), "--json".into()],
+            vec![
+                "report".into(),
+                pack_s.into(),
+                s(&other).into(),
+                "--output".into(),
+                o("r.html"),
+                "--quiet".into(),
+            ],
             vec!["show".into(), pack_s.into(), "--run".into(), "2".into()],
             vec![
                 "export".into(),
