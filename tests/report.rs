@@ -675,3 +675,35 @@ fn the_new_figures_match_the_rows() {
         assert_eq!(hist[hist.len() - 1]["to"], e["max"], "{ty}");
     }
 }
+
+/// A pack of the legacy packed 46-byte layout reads as its 48-byte original: the same numbers in
+/// every figure but provenance.
+#[test]
+fn a_legacy_pack_reports_like_its_original() {
+    let t = tempfile::tempdir().unwrap();
+    let spec = t.path().join("spec");
+    let legacy = t.path().join("legacy");
+    pack(&fixture("raw"), &spec, &["--shard-rows", "1000"]);
+    copy_tree(&spec, &legacy);
+    make_legacy_pack(&legacy);
+    let out = t.path().join("r.html");
+    run_ok(&[
+        "report",
+        s(&spec),
+        s(&legacy),
+        "--output",
+        s(&out),
+        "--quiet",
+    ]);
+    let tables = tables(&std::fs::read_to_string(&out).unwrap());
+    for (id, table) in &tables {
+        if id == "session" || id == "commands" {
+            continue;
+        }
+        assert!(
+            !table.of("spec").is_empty() || id == "search-effort",
+            "{id}"
+        );
+        assert_eq!(table.of("spec"), table.of("legacy"), "{id}");
+    }
+}
