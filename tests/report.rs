@@ -317,6 +317,8 @@ fn the_page_has_every_figure_with_the_numbers_of_stats_json() {
         .find(|s| s.starts_with("search-effort"))
         .unwrap();
     assert!(search.contains("whole: no search statistics in this pack."));
+    // Each pack keeps its colour from chart to chart: sharded, the second, is never the first's.
+    assert!(search.contains("fill=\"#E69F00\"") && !search.contains("fill=\"#0072B2\""));
 
     // Nothing that loads from anywhere.
     for attr in [

@@ -57,10 +57,14 @@ pub fn run(args: &ReportArgs) -> Result<()> {
         .map_or_else(crate::default_workers, |w| w as usize);
     let names = legend_names(&args.packs);
     let mut packs = Vec::new();
-    for (dir, name) in args.packs.iter().zip(names) {
+    for (colour, (dir, name)) in args.packs.iter().zip(names).enumerate() {
         let stats = gather(dir, workers, &args.where_args)
             .with_context(|| format!("reading {}", dir.display()))?;
-        packs.push(PackFigures { name, stats });
+        packs.push(PackFigures {
+            name,
+            colour,
+            stats,
+        });
     }
     let html = page(
         &packs,

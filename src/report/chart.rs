@@ -27,9 +27,11 @@ pub struct Axes<'a> {
     pub y: &'a str,
 }
 
-/// One named series of values: one per category (bars) or (x, y) points (lines).
+/// One named series of values: one per category (bars) or (x, y) points (lines), drawn in
+/// `colour` (an index into [`PALETTE`], so a pack keeps its colour from chart to chart).
 pub struct Series<T> {
     pub name: String,
+    pub colour: usize,
     pub values: Vec<T>,
 }
 
@@ -58,7 +60,7 @@ pub fn bars(title: &str, axes: &Axes, categories: &[String], series: &[Series<f6
                 r#"<rect x="{:.1}" y="{y:.1}" width="{:.1}" height="{h:.1}" fill="{}"><title>{}: {}</title></rect>"#,
                 x0 + bar * si as f64,
                 bar.max(0.5),
-                colour(si),
+                colour(s.colour),
                 escape(&s.name),
                 escape(&format!("{cat}: {}", tick_label(v)))
             );
@@ -70,7 +72,12 @@ pub fn bars(title: &str, axes: &Axes, categories: &[String], series: &[Series<f6
             categories.len(),
         );
     }
-    close(svg, &plot, axes, series.iter().map(|s| s.name.as_str()))
+    close(
+        svg,
+        &plot,
+        axes,
+        series.iter().map(|s| (s.name.as_str(), s.colour)),
+    )
 }
 
 /// Stacked shares (0 to 1) per category, one colour per part: the valuation mix.
@@ -81,7 +88,7 @@ pub fn stacked(title: &str, axes: &Axes, categories: &[String], parts: &[Series<
     let slot = plot.width() / categories.len().max(1) as f64;
     for (ci, cat) in categories.iter().enumerate() {
         let mut below = 0.0;
-        for (pi, p) in parts.iter().enumerate() {
+        for p in parts {
             let v = 100.0 * p.values.get(ci).copied().unwrap_or(0.0);
             if v <= 0.0 {
                 continue;
@@ -92,7 +99,7 @@ pub fn stacked(title: &str, axes: &Axes, categories: &[String], parts: &[Series<
                 r#"<rect x="{:.1}" y="{y:.1}" width="{:.1}" height="{h:.1}" fill="{}"><title>{}: {}: {v:.1}%</title></rect>"#,
                 LEFT + slot * ci as f64 + slot * 0.05,
                 slot * 0.9,
-                colour(pi),
+                colour(p.colour),
                 escape(cat),
                 escape(&p.name)
             );
@@ -105,7 +112,12 @@ pub fn stacked(title: &str, axes: &Axes, categories: &[String], parts: &[Series<
             categories.len(),
         );
     }
-    close(svg, &plot, axes, parts.iter().map(|s| s.name.as_str()))
+    close(
+        svg,
+        &plot,
+        axes,
+        parts.iter().map(|s| (s.name.as_str(), s.colour)),
+    )
 }
 
 /// Lines through (x, y) points over a numeric x axis, with a dot at each point.
@@ -134,7 +146,7 @@ pub fn lines(title: &str, axes: &Axes, series: &[Series<(f64, f64)>]) -> String 
             tick_label(t)
         );
     }
-    for (si, s) in series.iter().enumerate() {
+    for s in series {
         let path: Vec<String> = s
             .values
             .iter()
@@ -144,7 +156,7 @@ pub fn lines(title: &str, axes: &Axes, series: &[Series<(f64, f64)>]) -> String 
             svg,
             r#"<polyline points="{}" fill="none" stroke="{}" stroke-width="2"/>"#,
             path.join(" "),
-            colour(si)
+            colour(s.colour)
         );
         for &(x, y) in &s.values {
             let _ = write!(
@@ -152,14 +164,19 @@ pub fn lines(title: &str, axes: &Axes, series: &[Series<(f64, f64)>]) -> String 
                 r#"<circle cx="{:.1}" cy="{:.1}" r="2.5" fill="{}"><title>{}: ({}, {})</title></circle>"#,
                 plot.x(x),
                 plot.y(y),
-                colour(si),
+                colour(s.colour),
                 escape(&s.name),
                 tick_label(x),
                 tick_label(y)
             );
         }
     }
-    close(svg, &plot, axes, series.iter().map(|s| s.name.as_str()))
+    close(
+        svg,
+        &plot,
+        axes,
+        series.iter().map(|s| (s.name.as_str(), s.colour)),
+    )
 }
 
 /// The plotting area and its data ranges.
@@ -221,7 +238,7 @@ fn close<'a>(
     mut svg: String,
     plot: &Plot,
     axes: &Axes,
-    names: impl Iterator<Item = &'a str>,
+    names: impl Iterator<Item = (&'a str, usize)>,
 ) -> String {
     let (x0, y0) = (LEFT, HEIGHT - BOTTOM);
     let _ = write!(
@@ -244,7 +261,7 @@ fn close<'a>(
     );
     svg.push_str(r#"<g class="legend">"#);
     let mut x = LEFT;
-    for (i, name) in names.enumerate() {
+    for (name, i) in names {
         let _ = write!(
             svg,
             r#"<rect x="{x:.1}" y="12" width="14" height="14" fill="{}"/><text x="{:.1}" y="24" class="legend-label">{}</text>"#,
@@ -393,11 +410,13 @@ mod tests {
             &["up".into(), "down".into()],
             &[Series {
                 name: "d6".into(),
+                colour: 1,
                 values: vec![60.0, 40.0],
             }],
         );
         assert!(svg.contains(">move</text>") && svg.contains(">share of rows (%)</text>"));
         assert!(svg.contains(">d6</text>") && svg.matches("<rect").count() == 3);
+        assert_eq!(svg.matches(&format!("fill=\"{}\"", PALETTE[1])).count(), 3);
         assert!(svg.starts_with("<svg") && svg.ends_with("</svg>"));
     }
 }

@@ -13,9 +13,11 @@ use crate::format::board::MOVE_NAMES;
 use crate::pack_stats::{LANDMARK_TILES, Stats};
 use chart::{Axes, Series, escape};
 
-/// One pack on the page: its name in legends and tables, and its figures.
+/// One pack on the page: its name in legends and tables, its colour in every chart (an index
+/// into [`chart::PALETTE`]), and its figures.
 pub struct PackFigures {
     pub name: String,
+    pub colour: usize,
     pub stats: Stats,
 }
 
@@ -256,6 +258,7 @@ fn run_lengths(packs: &[PackFigures]) -> Figure {
         }
         series.push(Series {
             name: p.name.clone(),
+            colour: p.colour,
             values: points,
         });
     }
@@ -306,6 +309,7 @@ fn scores_by_depth(packs: &[PackFigures]) -> Figure {
             }
             series.push(Series {
                 name: format!("{}, {}", p.name, depth_name(d.depth)),
+                colour: series.len(),
                 values,
             });
         }
@@ -360,6 +364,7 @@ fn highest_tiles(packs: &[PackFigures]) -> Figure {
         .iter()
         .map(|p| Series {
             name: p.name.clone(),
+            colour: p.colour,
             values: tiles
                 .iter()
                 .map(|tile| {
@@ -391,6 +396,13 @@ fn highest_tiles(packs: &[PackFigures]) -> Figure {
 fn valuation_mix(packs: &[PackFigures]) -> Figure {
     let mut table = Table::new("valuation-mix", &["pack", "from", "to", "type", "rows"]);
     let mut charts = Vec::new();
+    // One colour per type name on every pack's chart.
+    let mut type_colours: Vec<String> = Vec::new();
+    for t in packs.iter().flat_map(|p| &p.stats.types) {
+        if t.rows > 0 && !type_colours.contains(&t.name) {
+            type_colours.push(t.name.clone());
+        }
+    }
     for p in packs {
         let s = &p.stats;
         let used: Vec<usize> = (0..s.types.len())
@@ -413,6 +425,10 @@ fn valuation_mix(packs: &[PackFigures]) -> Figure {
             .iter()
             .map(|&i| Series {
                 name: s.types[i].name.clone(),
+                colour: type_colours
+                    .iter()
+                    .position(|n| *n == s.types[i].name)
+                    .expect("listed"),
                 values: s
                     .step_buckets
                     .iter()
@@ -470,6 +486,7 @@ fn moves(packs: &[PackFigures]) -> Figure {
         }
         series.push(Series {
             name: p.name.clone(),
+            colour: p.colour,
             values: p.stats.moves[..shown]
                 .iter()
                 .map(|&n| percent(n, p.stats.rows))
@@ -538,6 +555,7 @@ fn ev_distributions(packs: &[PackFigures]) -> Figure {
                         .collect();
                     Some(Series {
                         name: p.name.clone(),
+                        colour: p.colour,
                         values,
                     })
                 })
@@ -598,6 +616,7 @@ fn board_eval(packs: &[PackFigures]) -> Figure {
         }
         series.push(Series {
             name: p.name.clone(),
+            colour: p.colour,
             values: points,
         });
     }
@@ -663,6 +682,7 @@ fn search_effort(packs: &[PackFigures]) -> Figure {
                 .collect();
             Some(Series {
                 name: p.name.clone(),
+                colour: p.colour,
                 values,
             })
         })
@@ -728,6 +748,7 @@ fn findings(packs: &[PackFigures]) -> Figure {
         }
         series.push(Series {
             name: p.name.clone(),
+            colour: p.colour,
             values: kinds
                 .iter()
                 .map(|k| {
