@@ -7,9 +7,11 @@
 
 use std::fmt::Write;
 
-/// Colours told apart with the common colour-vision deficiencies (Okabe and Ito).
-pub const PALETTE: [&str; 8] = [
+/// Colours told apart with the common colour-vision deficiencies: Okabe and Ito's eight, then
+/// four of Tol's muted scheme; beyond twelve series they repeat (the tables still tell them apart).
+pub const PALETTE: [&str; 12] = [
     "#0072B2", "#E69F00", "#009E73", "#D55E00", "#CC79A7", "#56B4E9", "#7F7F7F", "#000000",
+    "#882255", "#44AA99", "#DDCC77", "#332288",
 ];
 
 const WIDTH: f64 = 960.0;
