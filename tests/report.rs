@@ -441,8 +441,11 @@ fn an_existing_file_is_kept_and_a_bad_pack_leaves_nothing() {
 
 const CHROMIUM: &str = "/usr/bin/chromium";
 
+/// Runs headless Chromium, given at most two minutes (coreutils' `timeout`): a browser that
+/// hangs fails the test instead of holding the suite until CI's limit.
 fn chromium(profile: &Path, args: &[&str]) -> std::process::Output {
-    Command::new(CHROMIUM)
+    Command::new("timeout")
+        .args(["120", CHROMIUM])
         .args([
             "--headless",
             "--no-sandbox",
