@@ -98,25 +98,25 @@ class EpochStream:
                 raise ValueError(f"{name} must be an integer ≥ 0, not {value!r}")
         self._shared[:] = [int(epoch), int(start_sample), int(start_batch)]
 
-    def position_after(self, batches: int, world_size: int = 1) -> int:
-        """The epoch position reached when each rank has consumed `batches` batches of this
-        stream from its resume point: what `start_sample` resumes from (capped at the end of
-        the epoch)."""
-        step = self.batch_size * world_size
-        start = self.start_sample + self.start_batch * step
-        return min(start + int(batches) * step, self._items())
-
     def _items(self) -> int:
         """Positions in an epoch: the selection's rows, or its windows."""
         return self.pack.epoch_length(self.options.get("select"), self.window,
                                       self.options.get("stride"))
 
     def state_dict(self, batches: int = 0, world_size: int = 1) -> dict:
-        """Where to resume: the epoch, and the position after `batches` batches per rank
-        (elastic: any world size, batch size or workers can resume from it), with the seed
-        as a check."""
-        return {"epoch": self.epoch, "start_sample": self.position_after(batches, world_size),
-                "seed": self.options.get("seed", 0)}
+        """Where to resume: the epoch, and the position after `batches` batches per rank of
+        `world_size` ranks from the resume point (elastic: any world size, batch size or
+        workers can resume from it), with the seed as a check."""
+        start = self.start_sample + self.start_batch * self.batch_size * world_size
+        state = {"epoch": self.epoch, "start_sample": start, "seed": self.options.get("seed", 0)}
+        return self.advance(state, batches, world_size)
+
+    def advance(self, state: dict, batches: int, world_size: int = 1) -> dict:
+        """`state` moved on by `batches` batches per rank of `world_size` ranks (capped at
+        the end of the epoch)."""
+        step = self.batch_size * world_size
+        return dict(state, start_sample=min(state["start_sample"] + int(batches) * step,
+                                            self._items()))
 
     def load_state_dict(self, state: dict) -> None:
         """Resumes from `state_dict()`: the next iteration continues that epoch."""

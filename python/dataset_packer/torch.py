@@ -89,7 +89,7 @@ class PackDataset(IterableDataset):
 
     def state_dict(self) -> dict:
         """(epoch, start_sample, seed) of the next iteration: its resume point."""
-        return self.stream.state_dict()
+        return self.stream.state_dict(0, self._part().world_size)
 
     def load_state_dict(self, state: dict) -> None:
         """Resumes from a `state_dict()` of this dataset or of a `PackLoader`."""
@@ -153,10 +153,12 @@ class PackLoader(DataLoader):
         dataset.packed = True
         super().__init__(dataset, **options)
         self._taken = 0
-        self._state = dataset.stream.state_dict()
+        self._state = dataset.state_dict()
 
     def __iter__(self):
-        self._state = self.dataset.stream.state_dict()
+        # The resume point this iteration starts from, kept should set_epoch be called before
+        # state_dict is asked for.
+        self._state = self.dataset.state_dict()
         self._taken = 0
         for batch in super().__iter__():
             self._taken += 1
@@ -165,11 +167,7 @@ class PackLoader(DataLoader):
     def state_dict(self) -> dict:
         """Where to resume: after the batches taken so far in this epoch, on every rank."""
         world = self.dataset._part().world_size
-        state = dict(self._state)
-        stream = self.dataset.stream
-        step = stream.batch_size * world
-        state["start_sample"] = min(state["start_sample"] + self._taken * step, stream._items())
-        return state
+        return self.dataset.stream.advance(self._state, self._taken, world)
 
     def load_state_dict(self, state: dict) -> None:
         """The next iteration continues the saved epoch after its consumed samples."""

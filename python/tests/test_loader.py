@@ -180,6 +180,9 @@ def test_state_dict_resumes_elastically(sharded):
     assert 0 <= padding < 3
     np.testing.assert_array_equal(rest, np.concatenate([full[800:], full[:padding]]))
     assert stream.state_dict(batches=99, world_size=2)["start_sample"] == len(sharded)
+    # start_batch counts batches of every rank: 3 batches of 2 ranks, then 1 more each.
+    stream.set_epoch(2, start_batch=3)
+    assert stream.state_dict(batches=1, world_size=2)["start_sample"] == 800
     with pytest.raises(ValueError, match="seed=6"):
         EpochStream(sharded.path, 64, seed=7).load_state_dict(state)
     with pytest.raises(ValueError, match="epoch must be"):
@@ -224,6 +227,13 @@ def test_torch_loader_state_resumes_on_another_world_size(sharded):
     np.testing.assert_array_equal(got[:len(sharded) - 800], order[800:])
     with pytest.raises(ValueError, match="batch_size=None"):
         PackLoader(data, batch_size=4)
+    # Resumed with start_batch on two ranks, then two more batches taken: 3 steps of 2 × 100.
+    data.set_epoch(5, start_batch=1)
+    for k, _ in enumerate(loader):
+        if k == 1:
+            break
+    assert loader.state_dict()["start_sample"] == 600
+    assert data.state_dict()["start_sample"] == 200
 
 
 @needs_torch
