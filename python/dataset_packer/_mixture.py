@@ -171,7 +171,6 @@ class Mixture:
                 table = self._valuation_maps[i]
                 if table is not None:
                     raw[at, _VALUATION] = table[raw[at, _VALUATION]]
-            picked = [(i, at, groups) for i, at, _, groups, _ in picked]
             batch = decode_rows(raw, illegal_ev)
             batch["row"] = rows
             batch["source"] = source
@@ -203,10 +202,12 @@ class Mixture:
         return self._ranges[i].rows_at(at)
 
     def _add_companions(self, batch: dict, families: list, picked: list) -> None:
+        """Each requested companion's rows of the batch's rows, source by source (`picked`:
+        the batch's (source, positions, rows, groups, raw rows) per source present)."""
         keys = [key for key, _ in families[0]]
         for key_index, key in enumerate(keys):
             parts = [(at, families[i][key_index][1]._gather_groups(groups))
-                     for i, at, groups in picked]
+                     for i, at, _, groups, _ in picked]
             first = parts[0][1]
             out = np.empty((batch["row"].size,) + first.shape[1:], dtype=first.dtype)
             for at, values in parts:

@@ -448,3 +448,17 @@ def test_a_family_other_than_metadata_records_is_named(broken, whole):
 
 def test_errors_are_pack_errors():
     assert issubclass(CompanionError, PackError)
+
+
+def test_a_mixture_carries_companion_rows_of_each_source(pack, whole):
+    """Two selections of one pack mixed: every batch row has its own source's companion rows,
+    as `pack.gather` gives them."""
+    from dataset_packer import Mixture
+
+    mix = Mixture([pack.select("depth = 6"), pack.select("depth = 7")], weights=[1, 3],
+                  length=1500)
+    for batch in mix.batches(256, seed=3, augment=True, companions=["embeddings", "notes"]):
+        want = pack.gather(batch["row"], companions=["embeddings", "notes"])
+        np.testing.assert_array_equal(batch["embeddings"], want["embeddings"])
+        assert batch["notes"].tobytes() == want["notes"].tobytes()
+        assert set(np.unique(batch["source"]).tolist()) == {0, 1}
