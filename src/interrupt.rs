@@ -110,6 +110,22 @@ pub fn published() {
     PUBLISHED.store(true, Ordering::SeqCst);
 }
 
+/// Removes a staging folder (or file) that the command's other threads may still be writing
+/// into: a file they create while `remove_dir_all` empties the folder makes its last step fail
+/// ("directory not empty"), so it is tried again, briefly, until the folder is gone.
+fn remove_racing_writers(path: &Path) -> bool {
+    for _ in 0..200 {
+        if std::fs::remove_dir_all(path).is_ok() || std::fs::remove_file(path).is_ok() {
+            return true;
+        }
+        if std::fs::symlink_metadata(path).is_err() {
+            return false; // gone, or never made
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    false
+}
+
 fn handle() {
     let mut s = STATE.lock().unwrap_or_else(|e| e.into_inner());
     while s.publishing > 0 {
@@ -121,11 +137,7 @@ fn handle() {
     let mut removed = false;
     for e in s.entries.iter().rev() {
         match &e.what {
-            OnInterrupt::Remove => {
-                removed |= std::fs::remove_dir_all(&e.path)
-                    .or_else(|_| std::fs::remove_file(&e.path))
-                    .is_ok();
-            }
+            OnInterrupt::Remove => removed |= remove_racing_writers(&e.path),
             OnInterrupt::RemoveIfEmpty => {
                 let _ = std::fs::remove_dir(&e.path);
             }
