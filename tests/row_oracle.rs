@@ -34,6 +34,8 @@ struct RefRow {
     board: [u8; 16],
     /// The EVs' f32 bits, so -0.0 and 0.0 differ.
     evs: [u32; 4],
+    /// The `search` object: `used`, the 13 counts in log order, the hit rate's f32 bits.
+    search: (bool, [u64; 13], u32),
 }
 
 fn from_parser(r: &RawRow) -> RefRow {
@@ -45,6 +47,11 @@ fn from_parser(r: &RawRow) -> RefRow {
         valuation_type: r.valuation_type.as_ref().map(|v| v.to_string()),
         board: r.board,
         evs: r.branch_evs.map(f32::to_bits),
+        search: (
+            r.search.used,
+            r.search.counts,
+            r.search.cache_hit_rate.to_bits(),
+        ),
     }
 }
 
@@ -72,7 +79,8 @@ impl<'de> Deserialize<'de> for Members {
 }
 
 const MOVES: [&str; 4] = ["up", "down", "left", "right"];
-const KNOWN: [&str; 8] = [
+const KNOWN: [&str; 9] = [
+    "search",
     "seed",
     "step_index",
     "max_rank",
@@ -164,6 +172,53 @@ fn unknown_value_depth(raw: &str) -> Result<usize, String> {
     Ok(result)
 }
 
+/// An unknown member's value: any JSON, nested at most `depth` deep.
+fn unknown(raw: &str, depth: usize) -> Result<(), String> {
+    serde_json::from_str::<serde::de::IgnoredAny>(raw).map_err(|e| e.to_string())?;
+    if unknown_value_depth(raw)? > depth {
+        return Err("nested too deeply".into());
+    }
+    Ok(())
+}
+
+/// The current logger's `search` object (or `null`): `used` a boolean or null, the counts
+/// integers up to 2^64 − 1 or null, `cache_hit_rate` a float or null, each at most once;
+/// other members are ignored (one level deeper than a row's own unknown fields).
+fn search(raw: &str) -> Result<(bool, [u64; 13], u32), String> {
+    let mut out = (false, [0u64; 13], 0f32.to_bits());
+    if raw == "null" {
+        return Ok(out);
+    }
+    if !raw.starts_with('{') {
+        return Err(format!("search is not an object: {raw}"));
+    }
+    let Members(members) = serde_json::from_str(raw).map_err(|e| e.to_string())?;
+    let mut seen: Vec<&str> = Vec::new();
+    for (key, value) in &members {
+        let v = value.get();
+        let known = key == "used" || SEARCH_KEYS.contains(&key.as_str());
+        if known {
+            if seen.contains(&key.as_str()) {
+                return Err(format!("duplicate search.{key}"));
+            }
+            seen.push(key);
+        }
+        match SEARCH_KEYS.iter().position(|k| k == key) {
+            _ if key == "used" => {
+                out.0 = match v {
+                    "true" => true,
+                    "false" | "null" => false,
+                    _ => return Err(format!("search.used is {v}")),
+                }
+            }
+            Some(12) => out.2 = float(v)?.unwrap_or(0.0).to_bits(),
+            Some(k) => out.1[if k < 12 { k } else { k - 1 }] = int(v, u64::MAX)?.unwrap_or(0),
+            None => unknown(v, 63)?,
+        }
+    }
+    Ok(out)
+}
+
 /// The spec's row rules, independently of the parser.
 fn reference(line: &[u8]) -> Result<RefRow, String> {
     let Members(members) = serde_json::from_slice(line).map_err(|e| e.to_string())?;
@@ -175,6 +230,7 @@ fn reference(line: &[u8]) -> Result<RefRow, String> {
         valuation_type: None,
         board: [0; 16],
         evs: [0f32.to_bits(); 4],
+        search: (false, [0; 13], 0f32.to_bits()),
     };
     let mut seen = Vec::new();
     for (key, value) in &members {
@@ -225,12 +281,8 @@ fn reference(line: &[u8]) -> Result<RefRow, String> {
                     row.evs[i] = float(v.get())?.unwrap_or(0.0).to_bits();
                 }
             }
-            _ => {
-                serde_json::from_str::<serde::de::IgnoredAny>(raw).map_err(|e| e.to_string())?;
-                if unknown_value_depth(raw)? > 64 {
-                    return Err("nested too deeply".into());
-                }
-            }
+            "search" => row.search = search(raw)?,
+            _ => unknown(raw, 64)?,
         }
     }
     for required in ["move", "board"] {

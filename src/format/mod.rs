@@ -6,4 +6,5 @@ pub mod fingerprint;
 pub mod metadata;
 pub mod npy;
 pub mod row;
+pub mod search;
 pub mod valuation;

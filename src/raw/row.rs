@@ -7,6 +7,8 @@
 
 use std::borrow::Cow;
 
+use crate::format::search::{self, SearchStats};
+
 /// A row's fields as found in the JSON; `None` = absent or `null`.
 #[derive(Debug, Clone, PartialEq)]
 pub struct RawRow<'a> {
@@ -19,6 +21,9 @@ pub struct RawRow<'a> {
     pub board: [u8; 16],
     /// [up, down, left, right]; a null or missing EV is 0.0.
     pub branch_evs: [f32; 4],
+    /// The current logger's `search` object; the default (not used, all 0) when it is
+    /// `null` or absent.
+    pub search: SearchStats,
 }
 
 /// Why a row is invalid (the caller adds file and line).
@@ -40,14 +45,15 @@ fn err<T>(msg: impl Into<String>) -> Res<T> {
 const MAX_DEPTH: u32 = 64;
 
 // Bits of the keys seen so far, to refuse duplicates.
-const K_SEED: u8 = 1;
-const K_STEP: u8 = 2;
-const K_RANK: u8 = 4;
-const K_MOVE: u8 = 8;
-const K_VTYPE: u8 = 16;
-const K_BOARD: u8 = 32;
-const K_EVS: u8 = 64;
-const K_VALUATION: u8 = 128;
+const K_SEED: u16 = 1;
+const K_STEP: u16 = 2;
+const K_RANK: u16 = 4;
+const K_MOVE: u16 = 8;
+const K_VTYPE: u16 = 16;
+const K_BOARD: u16 = 32;
+const K_EVS: u16 = 64;
+const K_VALUATION: u16 = 128;
+const K_SEARCH: u16 = 256;
 
 /// A JSON number as scanned: its text and whether it has a fraction or exponent.
 struct Number<'a> {
@@ -258,8 +264,9 @@ impl<'a> Scanner<'a> {
             valuation_type: None,
             board: [0; 16],
             branch_evs: [0.0; 4],
+            search: SearchStats::default(),
         };
-        let mut seen = 0u8;
+        let mut seen = 0u16;
         self.ws();
         if !self.eat(b'}') {
             loop {
@@ -304,6 +311,10 @@ impl<'a> Scanner<'a> {
                     "valuation" => {
                         self.opt_float("valuation")?;
                         K_VALUATION
+                    }
+                    "search" => {
+                        row.search = self.search_stats()?;
+                        K_SEARCH
                     }
                     _ => {
                         self.skip_value(0)?;
@@ -598,6 +609,85 @@ impl<'a> Scanner<'a> {
         }
     }
 
+    /// The `search` object: `null`, or an object whose known members are typed (`used` a
+    /// boolean, the counts non-negative integers that fit 64 bits, `cache_hit_rate` a number;
+    /// each may be `null`) and whose other members are skipped like unknown row fields.
+    fn search_stats(&mut self) -> Res<SearchStats> {
+        let mut stats = SearchStats::default();
+        if self.literal(b"null") {
+            return Ok(stats);
+        }
+        if !self.eat(b'{') {
+            return err(format!(
+                "field \"search\" must be an object or null, found {}",
+                self.describe_value()
+            ));
+        }
+        let mut seen = 0u16;
+        self.ws();
+        if self.eat(b'}') {
+            return Ok(stats);
+        }
+        loop {
+            self.ws();
+            if self.peek() != Some(b'"') {
+                return self.syntax("a field name");
+            }
+            let key = self.string()?;
+            self.expect(b':', "':'")?;
+            self.ws();
+            let field = search::FIELDS.iter().position(|f| *f == key);
+            let bit = match (key.as_ref(), field) {
+                ("used", _) => {
+                    stats.used = self.opt_bool("search.used")?.unwrap_or(false);
+                    1 << 15
+                }
+                (_, Some(search::HIT_RATE)) => {
+                    stats.cache_hit_rate = self.opt_float("search.cache_hit_rate")?.unwrap_or(0.0);
+                    1 << search::HIT_RATE
+                }
+                (name, Some(k)) => {
+                    let count = if k < search::HIT_RATE { k } else { k - 1 };
+                    stats.counts[count] = self
+                        .opt_uint(&format!("search.{name}"), u64::MAX)?
+                        .unwrap_or(0);
+                    1 << k
+                }
+                _ => {
+                    self.skip_value(1)?;
+                    0
+                }
+            };
+            if seen & bit != 0 {
+                return err(format!("duplicate field \"search.{key}\""));
+            }
+            seen |= bit;
+            self.ws();
+            if self.eat(b',') {
+                continue;
+            }
+            if self.eat(b'}') {
+                return Ok(stats);
+            }
+            return self.syntax("',' or '}'");
+        }
+    }
+
+    fn opt_bool(&mut self, field: &str) -> Res<Option<bool>> {
+        if self.literal(b"true") {
+            Ok(Some(true))
+        } else if self.literal(b"false") {
+            Ok(Some(false))
+        } else if self.literal(b"null") {
+            Ok(None)
+        } else {
+            err(format!(
+                "field \"{field}\" must be true, false or null, found {}",
+                self.describe_value()
+            ))
+        }
+    }
+
     fn board(&mut self, board: &mut [u8; 16]) -> Res<()> {
         if !self.eat(b'[') {
             return err(format!(
@@ -797,7 +887,7 @@ impl<'a> Scanner<'a> {
 /// including any value the general path would refuse, so the general path decides every error
 /// and every unusual row.
 pub(super) mod fast {
-    use super::{POW10, RawRow, parse_f64, swar};
+    use super::{POW10, RawRow, SearchStats, parse_f64, search, swar};
     use std::borrow::Cow;
 
     struct Cur<'a> {
@@ -1119,37 +1209,41 @@ pub(super) mod fast {
 
         /// The row's end after the branch EVs' closing brace: `}` (the layout of the design
         /// notes), or the current logger's `,"search":{…}}` in its exact layout, every value
-        /// checked to be what the general path reads as valid JSON (the row does not keep the
-        /// statistics, so any other spelling is left to the general path, which skips them).
+        /// checked as the general path checks it (any other spelling is left to the general
+        /// path); the statistics it holds.
         #[inline(always)]
-        fn row_end(&mut self) -> Option<()> {
+        fn row_end(&mut self) -> Option<SearchStats> {
+            let mut stats = SearchStats::default();
             if self.lit(b"}").is_some() {
-                return Some(());
+                return Some(stats);
             }
             self.lit(b",\"search\":{\"used\":")?;
-            if self.lit(b"true").is_none() {
+            if self.lit(b"true").is_some() {
+                stats.used = true;
+            } else {
                 self.lit(b"false")?;
             }
-            for key in SEARCH_COUNTERS {
+            for (key, count) in SEARCH_COUNTERS.iter().zip(&mut stats.counts) {
                 self.lit_slice(key)?;
-                self.opt_uint(u64::MAX)?;
+                *count = self.opt_uint(u64::MAX)?.unwrap_or(0);
             }
             self.lit(b",\"cache_hit_rate\":")?;
-            self.opt_float()?;
+            stats.cache_hit_rate = self.opt_float()?;
             self.lit(b",\"max_move_depth\":")?;
-            self.opt_uint(u64::MAX)?;
-            self.lit(b"}}")
+            stats.counts[search::HIT_RATE] = self.opt_uint(u64::MAX)?.unwrap_or(0);
+            self.lit(b"}}")?;
+            Some(stats)
         }
     }
 
     /// Where the row ends when what follows the branch EVs' closing brace at `i` is `}` or the
-    /// current logger's `search` object (see [`Cur::row_end`]); None otherwise. The vector path
-    /// hands the row's end over to this.
+    /// current logger's `search` object (see [`Cur::row_end`]), and the statistics; None
+    /// otherwise. The vector path hands the row's end over to this.
     #[inline(always)]
-    pub fn row_end(text: &[u8], i: usize) -> Option<usize> {
+    pub fn row_end(text: &[u8], i: usize) -> Option<(usize, SearchStats)> {
         let mut c = Cur { b: text, i };
-        c.row_end()?;
-        Some(c.i)
+        let stats = c.row_end()?;
+        Some((c.i, stats))
     }
 
     pub fn parse(line: &[u8]) -> Option<RawRow<'_>> {
@@ -1197,7 +1291,7 @@ pub(super) mod fast {
         c.lit(b",\"down\":")?;
         let down = c.opt_float()?;
         c.lit(b"}")?;
-        c.row_end()?;
+        let search = c.row_end()?;
         let row = RawRow {
             seed: seed.map(|v| v as u32),
             step_index: step_index.map(|v| v as u32),
@@ -1206,6 +1300,7 @@ pub(super) mod fast {
             valuation_type,
             board,
             branch_evs: [up, down, left, right],
+            search,
         };
         Some((row, c.i))
     }

@@ -24,6 +24,7 @@ use std::sync::OnceLock;
 
 use super::row::{POW10, RawRow};
 use crate::format::board;
+use crate::format::search::SearchStats;
 
 /// The longest row start this path reads, up to the branch EVs' closing brace; longer ones go to
 /// `row::fast`. (The current logger's `search` object after it is read by `row::fast::row_end`
@@ -100,8 +101,8 @@ pub unsafe fn parse_prefix<'a>(text: &'a [u8], memo: &mut Memo) -> Option<(RawRo
     }
     // The row's end: `}`, or the current logger's `search` object, which the scalar code
     // reads from the text itself (it may reach past the window).
-    let i = if byte(w, i) == b'}' {
-        i + 1
+    let (i, search) = if byte(w, i) == b'}' {
+        (i + 1, SearchStats::default())
     } else {
         super::row::fast::row_end(text, i)?
     };
@@ -113,6 +114,7 @@ pub unsafe fn parse_prefix<'a>(text: &'a [u8], memo: &mut Memo) -> Option<(RawRo
         valuation_type: valuation_type.map(Cow::Borrowed),
         board,
         branch_evs: [up, down, left, right],
+        search,
     };
     Some((row, i))
 }

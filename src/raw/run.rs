@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 
 use crate::format::board::{self, LineTables, MOVE_NAMES};
 use crate::format::row::{ROW_BYTES, StepRow};
+use crate::format::search;
 use crate::format::valuation::{MAX_NAMES, STANDARD_NAMES};
 use crate::raw::discover::{RowsForm, RunSource};
 use crate::raw::gzip::{Fit, Gunzipper, GzipStream, read_maybe_gzipped, trailer_size};
@@ -105,6 +106,11 @@ pub struct ParsedRun {
     /// Line where each name of `valuation_names` first appears (0 for the standard ones).
     pub valuation_first_lines: Vec<u64>,
     pub findings: RunFindings,
+    /// The rows' search statistics, [`search::ROW_BYTES`] per row in the `search` family's
+    /// dtype, when the parser keeps them ([`RunParser::keep_search_stats`]).
+    pub search: Option<Vec<u8>>,
+    /// Rows whose `search` object says `"used":true` (kept or not).
+    pub searched_rows: u64,
 }
 
 impl ParsedRun {
@@ -149,6 +155,7 @@ pub struct RunParser<'t> {
     gunzip: Gunzipper,
     compressed: Vec<u8>,
     text: Vec<u8>,
+    keep_search: bool,
 }
 
 impl<'t> RunParser<'t> {
@@ -158,7 +165,14 @@ impl<'t> RunParser<'t> {
             gunzip: Gunzipper::new(),
             compressed: Vec::new(),
             text: Vec::new(),
+            keep_search: false,
         }
+    }
+
+    /// Keeps each row's search statistics in [`ParsedRun::search`] (off by default).
+    pub fn keep_search_stats(mut self, keep: bool) -> Self {
+        self.keep_search = keep;
+        self
     }
 
     /// Parses a whole run, or says why it is invalid. Rows get `run_id` (the id the run will
@@ -211,14 +225,21 @@ impl<'t> RunParser<'t> {
                 Err(e) => return Err(FileError::File(e.0)),
                 Ok(Fit::Whole) => {
                     let rows_bound = self.text.len() / MIN_ROW_BYTES + 1;
-                    let mut rows = RowBuilder::new(sidecar, run_id, self.tables, rows_bound);
+                    let mut rows =
+                        RowBuilder::new(sidecar, run_id, self.tables, rows_bound, self.keep_search);
                     rows.feed(&self.text, true).map_err(FileError::row)?;
                     return Ok(rows.finish());
                 }
                 Ok(Fit::TooLarge) => {}
             }
         }
-        let rows = RowBuilder::new(sidecar, run_id, self.tables, STREAMED_ROWS_RESERVED);
+        let rows = RowBuilder::new(
+            sidecar,
+            run_id,
+            self.tables,
+            STREAMED_ROWS_RESERVED,
+            self.keep_search,
+        );
         let mut stream = GzipStream::new(data).map_err(|e| FileError::File(e.0))?;
         // A gzip error anywhere in the file wins over a bad line before it.
         let fill = |buf: &mut [u8]| stream.read(buf).map_err(|e| FileError::File(e.0));
@@ -238,7 +259,7 @@ impl<'t> RunParser<'t> {
         let mut file = std::fs::File::open(path).map_err(cannot_read)?;
         let size = file.metadata().map_err(cannot_read)?.len();
         let rows_bound = usize::try_from(size / MIN_ROW_BYTES as u64 + 1).unwrap_or(usize::MAX);
-        let rows = RowBuilder::new(sidecar, run_id, self.tables, rows_bound);
+        let rows = RowBuilder::new(sidecar, run_id, self.tables, rows_bound, self.keep_search);
         let mut first = true;
         let fill = |buf: &mut [u8]| {
             let n = read_retrying(&mut file, buf).map_err(cannot_read)?;
@@ -359,7 +380,13 @@ struct RowBuilder<'t> {
 
 impl<'t> RowBuilder<'t> {
     /// A run with room for the sidecar's `num_moves` rows, but never more than `rows_bound`.
-    fn new(sidecar: Sidecar, run_id: u32, tables: &'t LineTables, rows_bound: usize) -> Self {
+    fn new(
+        sidecar: Sidecar,
+        run_id: u32,
+        tables: &'t LineTables,
+        rows_bound: usize,
+        keep_search: bool,
+    ) -> Self {
         let expected = usize::try_from(sidecar.num_moves)
             .unwrap_or(0)
             .min(rows_bound);
@@ -371,6 +398,8 @@ impl<'t> RowBuilder<'t> {
                 valuation_names: STANDARD_NAMES.iter().map(|s| s.to_string()).collect(),
                 valuation_first_lines: vec![0; STANDARD_NAMES.len()],
                 findings: RunFindings::default(),
+                search: keep_search.then(|| Vec::with_capacity(expected * search::ROW_BYTES)),
+                searched_rows: 0,
                 sidecar,
             },
             tables,
@@ -526,6 +555,10 @@ impl<'t> RowBuilder<'t> {
         };
         run.rows.extend_from_slice(&row.to_bytes());
         run.row_count += 1;
+        run.searched_rows += u64::from(raw.search.used);
+        if let Some(kept) = &mut run.search {
+            kept.extend_from_slice(&raw.search.to_bytes());
+        }
         Ok(())
     }
 }
