@@ -6,6 +6,7 @@
 //! scores per run, runs by depth, tiles reached, valuation types overall and by phase of game,
 //! EV distributions, moves) returned as one [`Stats`] struct. Printing is the commands' job.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
@@ -15,6 +16,7 @@ use crate::cli::WhereArgs;
 use crate::companions;
 use crate::format::metadata::{self, RunDetails, RunRow};
 use crate::format::row::{ROW_BYTES, offset};
+use crate::format::search;
 use crate::format::valuation::ValuationTable;
 use crate::ordered::ordered_try_map;
 use crate::pack_reader::{self, RunSlots, Shard};
@@ -680,6 +682,9 @@ pub struct Stats {
     pub session: Vec<(String, String)>,
     /// Search effort per depth, when the pack has a `search` companion family.
     pub search: Option<SearchEffort>,
+    /// Rows whose search statistics were read but not kept (packed without --search-stats),
+    /// as the session records them (summed over a merge's inputs); None when it does not.
+    pub search_rows_not_kept: Option<u64>,
     /// Companion arrays: name, dtype and trailing shape, bytes; and families that do not line up.
     pub companions: Vec<(String, String, u64)>,
     pub companion_problems: Vec<String>,
@@ -705,6 +710,7 @@ pub fn gather(dir: &Path, workers: usize, where_args: &WhereArgs) -> Result<Stat
     } else {
         None
     };
+    let session = metadata::read_session(&conn)?;
     let only = match where_args.run_ids(&conn)? {
         None => None,
         Some(ids) => {
@@ -776,7 +782,8 @@ pub fn gather(dir: &Path, workers: usize, where_args: &WhereArgs) -> Result<Stat
         } else {
             None
         },
-        session: metadata::read_session(&conn)?,
+        search_rows_not_kept: inherited_count(&session, "", search::ROWS_NOT_KEPT),
+        session,
         search,
         companions: scan
             .families
@@ -790,9 +797,35 @@ pub fn gather(dir: &Path, workers: usize, where_args: &WhereArgs) -> Result<Stat
     })
 }
 
-/// The companion family whose values `report` charts as search effort per depth: one number
-/// per row (nodes searched, say), written by whatever tool searched.
-pub const SEARCH_FAMILY: &str = "search";
+/// A count the session records under `prefix` + `key`, or else the sum of the inputs' own
+/// (a shuffle records its input's session under `input.`, a merge each input's under
+/// `input.N.`); None when neither records it.
+fn inherited_count(session: &[(String, String)], prefix: &str, key: &str) -> Option<u64> {
+    let get = |k: &str| session.iter().find(|(name, _)| name == k).map(|(_, v)| v);
+    if let Some(v) = get(&format!("{prefix}{key}")) {
+        return v.parse().ok();
+    }
+    let shuffled_from = format!("{prefix}input.");
+    if get(&format!("{shuffled_from}command")).is_some() {
+        return inherited_count(session, &shuffled_from, key);
+    }
+    let mut total = None;
+    for i in 0.. {
+        let input = format!("{prefix}input.{i}.");
+        if get(&format!("{input}command")).is_none() {
+            break;
+        }
+        if let Some(n) = inherited_count(session, &input, key) {
+            total = Some(total.unwrap_or(0) + n);
+        }
+    }
+    total
+}
+
+/// The companion family whose values `stats` and `report` show as search effort per depth:
+/// the statistics `pack --search-stats` keeps (nodes searched per move: `total_nodes` of the
+/// rows whose search was used), or one number per row written by another tool.
+pub const SEARCH_FAMILY: &str = search::FAMILY;
 
 /// The `search` family summed per depth, or why it cannot be.
 #[derive(Debug, Clone)]
@@ -806,12 +839,98 @@ pub struct SearchEffort {
     pub problem: Option<String>,
 }
 
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Default)]
 pub struct SearchDepth {
     pub depth: Option<i64>,
+    /// Rows with a value: for the search statistics, the rows whose search was used.
     pub rows: u64,
     pub sum: f64,
     pub max: f64,
+    /// The values' distribution, for the median (see [`CountHistogram`]); only for
+    /// non-negative integer values (the search statistics' `total_nodes`).
+    pub counts: Option<CountHistogram>,
+}
+
+impl SearchDepth {
+    /// The median of the values (nodes per move), when they are counts and there are any.
+    pub fn median(&self) -> Option<f64> {
+        self.counts.as_ref().and_then(CountHistogram::median)
+    }
+
+    fn add(&mut self, v: f64) {
+        self.rows += 1;
+        self.sum += v;
+        self.max = if self.rows == 1 { v } else { self.max.max(v) };
+    }
+
+    fn merge(&mut self, p: SearchDepth) {
+        if p.rows > 0 {
+            self.max = if self.rows == 0 {
+                p.max
+            } else {
+                self.max.max(p.max)
+            };
+        }
+        self.rows += p.rows;
+        self.sum += p.sum;
+        match (&mut self.counts, p.counts) {
+            (Some(a), Some(b)) => a.merge(&b),
+            (a @ None, b) => *a = b,
+            _ => {}
+        }
+    }
+}
+
+/// Non-negative integers in bounded memory, for their median: exact below 4,096, then in
+/// buckets 1/2,048 of their value wide (a median there is its bucket's lowest value, within
+/// 0.05% below the true one). Node counts span 10 to 10^8, so most buckets stay empty: they
+/// are kept in an ordered map.
+#[derive(Debug, Clone, Default)]
+pub struct CountHistogram {
+    buckets: BTreeMap<u64, u64>,
+    n: u64,
+}
+
+impl CountHistogram {
+    /// The lowest value of `v`'s bucket.
+    fn bucket(v: u64) -> u64 {
+        if v < 4096 {
+            return v;
+        }
+        let shift = 63 - v.leading_zeros() - 11;
+        (v >> shift) << shift
+    }
+
+    pub fn add(&mut self, v: u64) {
+        *self.buckets.entry(Self::bucket(v)).or_default() += 1;
+        self.n += 1;
+    }
+
+    fn merge(&mut self, other: &CountHistogram) {
+        for (&b, &c) in &other.buckets {
+            *self.buckets.entry(b).or_default() += c;
+        }
+        self.n += other.n;
+    }
+
+    /// The median: the middle value, or the mean of the two middle values; None when empty.
+    pub fn median(&self) -> Option<f64> {
+        if self.n == 0 {
+            return None;
+        }
+        let nth = |rank: u64| {
+            let mut before = 0;
+            for (&b, &c) in &self.buckets {
+                before += c;
+                if before > rank {
+                    return b as f64;
+                }
+            }
+            unreachable!("rank below n")
+        };
+        let (lo, hi) = ((self.n - 1) / 2, self.n / 2);
+        Some((nth(lo) + nth(hi)) / 2.0)
+    }
 }
 
 /// Reads one value of a companion row as f64.
@@ -838,6 +957,14 @@ fn scalar_reader(descr: &str) -> Option<(usize, ReadValue)> {
     Some((size, f))
 }
 
+/// How a row of the `search` family gives its value: the search statistics' `total_nodes`
+/// (rows whose search was not used give none), or a scalar number.
+#[derive(Clone, Copy)]
+enum SearchValue {
+    Stats,
+    Scalar(ReadValue),
+}
+
 /// One pass over the `search` family beside the shards' run ids, summing its values per depth
 /// over the selected `runs`.
 fn search_effort(
@@ -848,13 +975,19 @@ fn search_effort(
     workers: usize,
 ) -> Result<SearchEffort> {
     let dtype = family.describe();
-    let reader = scalar_reader(&family.descr).filter(|_| family.trailing.is_empty());
-    let Some((size, read)) = reader else {
+    let reader = if family.descr == search::DESCR && family.trailing.is_empty() {
+        Some((search::ROW_BYTES, SearchValue::Stats))
+    } else {
+        scalar_reader(&family.descr)
+            .filter(|_| family.trailing.is_empty())
+            .map(|(size, read)| (size, SearchValue::Scalar(read)))
+    };
+    let Some((size, value_of)) = reader else {
         return Ok(SearchEffort {
             dtype: dtype.clone(),
             depths: Vec::new(),
             problem: Some(format!(
-                "the search family holds {dtype}, not one number per row"
+                "the search family holds {dtype}, neither the search statistics of pack --search-stats nor one number per row"
             )),
         });
     };
@@ -870,8 +1003,15 @@ fn search_effort(
         let d = details.get(&r.id).and_then(|d| d.depth);
         slot_of[r.id as usize] = depths.binary_search(&d).expect("listed") as u32;
     }
+    let empty = || match value_of {
+        SearchValue::Stats => SearchDepth {
+            counts: Some(CountHistogram::default()),
+            ..SearchDepth::default()
+        },
+        SearchValue::Scalar(_) => SearchDepth::default(),
+    };
     let chunks = pack_reader::chunks(shards, CHUNK_ROWS);
-    let mut total = vec![SearchDepth::default(); depths.len()];
+    let mut total = vec![empty(); depths.len()];
     ordered_try_map(
         &chunks,
         workers,
@@ -880,7 +1020,7 @@ fn search_effort(
         |buf, &(si, start, count)| -> Result<Vec<SearchDepth>> {
             let rows = shards[si].map_rows(start, count)?;
             family.open(si)?.read_rows(start, count, buf)?;
-            let mut part = vec![SearchDepth::default(); depths.len()];
+            let mut part = vec![empty(); depths.len()];
             let row_ids = rows.chunks_exact(shards[si].row_bytes());
             for (row, value) in row_ids.zip(buf.chunks_exact(size)) {
                 let id = u32::from_le_bytes(row[..4].try_into().unwrap()) as usize;
@@ -888,20 +1028,24 @@ fn search_effort(
                     continue;
                 };
                 let p = &mut part[slot as usize];
-                let v = read(value);
-                p.rows += 1;
-                p.sum += v;
-                p.max = if p.rows == 1 { v } else { p.max.max(v) };
+                match value_of {
+                    SearchValue::Stats => {
+                        let stats = search::SearchStats::from_bytes(value);
+                        if stats.used {
+                            p.add(stats.total_nodes() as f64);
+                            if let Some(h) = &mut p.counts {
+                                h.add(stats.total_nodes());
+                            }
+                        }
+                    }
+                    SearchValue::Scalar(read) => p.add(read(value)),
+                }
             }
             Ok(part)
         },
         |_, part| {
             for (t, p) in total.iter_mut().zip(part?) {
-                if p.rows > 0 {
-                    t.max = if t.rows == 0 { p.max } else { t.max.max(p.max) };
-                }
-                t.rows += p.rows;
-                t.sum += p.sum;
+                t.merge(p);
             }
             Ok(())
         },

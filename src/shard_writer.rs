@@ -14,6 +14,7 @@ use crate::UsageError;
 use crate::format::metadata::{RowLocation, ShardRecord};
 use crate::format::npy;
 use crate::format::row::ROW_BYTES;
+use crate::format::search;
 
 /// At most this many shards: the 5-digit index runs 00000..=99999.
 pub const MAX_SHARDS: u64 = 100_000;
@@ -53,6 +54,17 @@ impl FileLayout {
             descr: npy::STEP_ROW_DESCR.into(),
             trailing: Vec::new(),
             row_bytes: ROW_BYTES,
+        }
+    }
+
+    /// The `search` companion family: the current logger's search statistics, one
+    /// [`search::DESCR`] row per step row.
+    pub fn search() -> FileLayout {
+        FileLayout {
+            prefix: search::FAMILY.into(),
+            descr: search::DESCR.into(),
+            trailing: Vec::new(),
+            row_bytes: search::ROW_BYTES,
         }
     }
 
@@ -220,7 +232,17 @@ impl ShardWriter {
     /// rows continue after theirs, the next shard written is `kept.len()`, and
     /// [`ShardWriter::finish`] lists them first.
     pub fn after(dir: &Path, shard_rows: Option<u64>, kept: Vec<ShardRecord>) -> ShardWriter {
-        let mut w = ShardWriter::new(dir, shard_rows);
+        ShardWriter::after_with_layout(dir, shard_rows, FileLayout::steps(), kept)
+    }
+
+    /// [`ShardWriter::after`] for the files of another layout (a companion family's).
+    pub fn after_with_layout(
+        dir: &Path,
+        shard_rows: Option<u64>,
+        layout: FileLayout,
+        kept: Vec<ShardRecord>,
+    ) -> ShardWriter {
+        let mut w = ShardWriter::with_layout(dir, shard_rows, layout);
         w.next_index = kept.len() as u32;
         w.total_rows = kept.iter().map(|s| s.rows).sum();
         w.written = kept;

@@ -13,6 +13,7 @@ use clap::Args;
 use serde_json::json;
 
 use crate::UsageError;
+use crate::companions;
 use crate::findings::{DUPLICATE_RUN, Duplicates, Tally, duplicate_detail};
 use crate::format::board::LineTables;
 use crate::format::fingerprint::{self, Fingerprint, RunFacts};
@@ -20,13 +21,14 @@ use crate::format::metadata::{
     self, FindingRecord, MetadataWriter, PackFacts, RunDetails, RunRecord, ShardRecord,
 };
 use crate::format::row::remap_rows;
+use crate::format::search;
 use crate::format::valuation::{MAX_NAMES, ValuationTable};
 use crate::ordered::ordered_try_map;
 use crate::pack_dir::{OutputDir, write_valuations};
 use crate::progress::{self, count, thousands};
 use crate::raw::discover::{Discovery, RunSource, discover, orphan_detail};
 use crate::raw::run::{FindingKind, ParsedRun, RunError, RunParser};
-use crate::shard_writer::ShardWriter;
+use crate::shard_writer::{FileLayout, ShardWriter};
 
 #[derive(Args, Debug)]
 #[command(after_help = "Examples:
@@ -48,6 +50,13 @@ copied whole to be extended, so pack growing datasets with --shard-rows. A run p
 BASE.jsonl whose rows were gzipped since (or unzipped) is read once: the same content is the same
 run (nothing added, the pack records the new file), other content is a changed run. If PACK_DIR
 holds no pack yet, --update is a plain pack.
+
+Search statistics: rows of the current logger end with a `search` object (nodes searched, cache
+hits, …). Without --search-stats they are read (and checked) but not kept, and the session fact
+search_rows_not_kept counts the rows whose statistics were dropped. With --search-stats they are
+kept as the companion family `search`: read it with NumPy (np.load(\"search-00000.npy\")), with
+Pack(...).batches(companions=[\"search\"]) in Python, or see it in `stats` and `show`:
+  dataset-packer pack --input raw/ --output packs/d6 --search-stats
 
 Rows files: BASE.jsonl.gz (any number of gzip members) or plain BASE.jsonl (the logger without
 -Z); one drop can mix both, e.g.
@@ -86,6 +95,11 @@ pub struct PackArgs {
     /// the new runs); repeatable. Without it, --update refuses a pack that has companions.
     #[arg(long = "drop-companion", value_name = "NAME", requires = "update")]
     pub drop_companion: Vec<String>,
+    /// Keep each row's search statistics (the current logger's `search` object) in the
+    /// companion family `search` (search-NNNNN.npy beside the shards, one structured row per
+    /// step row). With --update, required when the pack has that family, refused when it has not.
+    #[arg(long)]
+    pub search_stats: bool,
     /// Leave invalid runs out (listed in the summary and metadata.db) instead of stopping.
     #[arg(long)]
     pub skip_invalid: bool,
@@ -177,6 +191,9 @@ pub(crate) fn pack_new(args: &PackArgs, out: OutputDir, started: Instant) -> Res
     let mut packer = Packer::new(
         PackerStart {
             shards: ShardWriter::new(&staging, args.shard_rows),
+            search: args
+                .search_stats
+                .then(|| ShardWriter::with_layout(&staging, args.shard_rows, FileLayout::search())),
             db: MetadataWriter::create(&staging.join(metadata::FILE_NAME))?,
             next_run_id: 0,
             valuations: ValuationTable::new(),
@@ -215,6 +232,10 @@ pub(crate) fn pack_new(args: &PackArgs, out: OutputDir, started: Instant) -> Res
         ("source_root", input.display().to_string()),
         ("skipped_runs", packed.skipped.len().to_string()),
         ("orphan_rows_files", found.orphans.len().to_string()),
+        (
+            search::ROWS_NOT_KEPT,
+            packed.search_rows_not_kept.to_string(),
+        ),
     ];
     for (k, v) in &session {
         packed.db.set_session(k, v)?;
@@ -279,13 +300,14 @@ pub(crate) fn parse_and_write(
     let bar = progress::bytes_bar(total_bytes, quiet, "pack");
     // Each run carries the id it gets if no run before it is left out.
     let first_id = packer.next_run_id;
+    let keep_search = packer.search.is_some();
     let items: Vec<(u32, &RunSource)> = (first_id..).zip(runs.iter().copied()).collect();
     let rows_before = packer.shards.total_rows();
     let outcome = ordered_try_map(
         &items,
         workers,
         workers * 2,
-        || RunParser::new(&tables),
+        || RunParser::new(&tables).keep_search_stats(keep_search),
         |parser, &(id, src)| parse_one(parser, src, id),
         |i, parsed| {
             let src = items[i].1;
@@ -326,6 +348,8 @@ fn parse_one(parser: &mut RunParser, src: &RunSource, id: u32) -> Result<Parsed,
 /// What the writer starts from: nothing (a new pack) or an existing pack it extends.
 pub(crate) struct PackerStart {
     pub shards: ShardWriter,
+    /// The `search` family's writer, split like `shards`, when the search statistics are kept.
+    pub search: Option<ShardWriter>,
     pub db: MetadataWriter,
     pub next_run_id: u32,
     pub valuations: ValuationTable,
@@ -341,6 +365,9 @@ pub(crate) struct PackerStart {
 /// The single writer: receives parsed runs in run order and writes them.
 pub(crate) struct Packer {
     shards: ShardWriter,
+    search: Option<ShardWriter>,
+    /// Rows written whose search statistics (`"used":true`) were not kept.
+    search_rows_not_kept: u64,
     db: MetadataWriter,
     valuations: ValuationTable,
     skip_invalid: bool,
@@ -366,6 +393,8 @@ impl Packer {
         let rows_before = start.shards.total_rows();
         Packer {
             shards: start.shards,
+            search: start.search,
+            search_rows_not_kept: 0,
             db: start.db,
             valuations: start.valuations,
             skip_invalid: args.skip_invalid,
@@ -541,6 +570,11 @@ impl Packer {
         }
         let first_row = self.shards.position();
         self.shards.write_rows(&run.rows)?;
+        match (&mut self.search, &run.search) {
+            (Some(writer), Some(stats)) => writer.write_rows(stats)?,
+            (None, _) => self.search_rows_not_kept += run.searched_rows,
+            (Some(_), None) => bail!("internal error: a run parsed without its search statistics"),
+        }
         let s = &run.sidecar;
         let source_path = rel_string(&src.rel_sidecar);
         self.db.forget_skipped(&source_path)?;
@@ -659,6 +693,13 @@ impl Packer {
         for shard in &shards {
             self.db.insert_shard(shard)?;
         }
+        if let Some(writer) = self.search {
+            // An update's kept files come first in `finish`: the family is recorded whole.
+            self.db.delete_companion(search::FAMILY)?;
+            for record in companions::records(&FileLayout::search(), &writer.finish()?) {
+                self.db.insert_companion(&record)?;
+            }
+        }
         for (kind, count) in &self.findings.counts {
             self.db.set_finding_count(kind, *count)?;
         }
@@ -666,6 +707,7 @@ impl Packer {
             self.db.insert_finding(example)?;
         }
         Ok(Packed {
+            search_rows_not_kept: self.search_rows_not_kept,
             db: self.db,
             valuations: self.valuations,
             total_rows: rows_written,
@@ -684,6 +726,8 @@ impl Packer {
 /// A pack whose rows are written, with its metadata still open for the caller's session facts.
 pub(crate) struct Packed {
     pub db: MetadataWriter,
+    /// Rows this command wrote whose search statistics were not kept.
+    pub search_rows_not_kept: u64,
     pub valuations: ValuationTable,
     pub total_rows: u64,
     /// Rows of the runs this command wrote.

@@ -21,12 +21,13 @@ use crate::companions::{self, Scan};
 use crate::fingerprints;
 use crate::format::fingerprint::Fingerprint;
 use crate::format::metadata::{self, MetadataWriter, RunDetails, RunRow, ShardRecord};
+use crate::format::search;
 use crate::format::valuation::ValuationTable;
 use crate::pack_dir::OutputDir;
 use crate::pack_reader::{self, Shard};
 use crate::progress::{count, thousands};
 use crate::raw::discover::{Discovery, RunSource};
-use crate::shard_writer::ShardWriter;
+use crate::shard_writer::{FileLayout, ShardWriter};
 
 /// Rows copied per read when the last shard is rewritten (≈ 1 MiB).
 const COPY_ROWS: u64 = 21_845;
@@ -41,7 +42,9 @@ pub fn run(args: &PackArgs, started: Instant) -> Result<()> {
         return pack::pack_new(args, out, started);
     }
     let existing = Existing::open(&args.output, args.shard_rows)?;
-    let dropped = companions_to_drop(&existing, &args.drop_companion)?;
+    check_search_family(&existing, args)?;
+    let extended = args.search_stats.then_some(search::FAMILY);
+    let dropped = companions_to_drop(&existing, &args.drop_companion, extended)?;
     let found = discover_runs(&args.input)?;
     let sorted = sort_runs(&existing, &found);
     if !sorted.changed.is_empty() && !args.skip_invalid {
@@ -162,6 +165,15 @@ impl Existing {
         })
     }
 
+    /// A count the session records (0 when it records none: a pack from an older version).
+    fn session_count(&self, key: &str) -> u64 {
+        self.session
+            .iter()
+            .find(|(k, _)| k == key)
+            .and_then(|(_, v)| v.parse().ok())
+            .unwrap_or(0)
+    }
+
     fn total_rows(&self) -> u64 {
         self.records.iter().map(|r| r.rows).sum()
     }
@@ -176,12 +188,44 @@ impl Existing {
     }
 }
 
+/// The pack and the update agree on the search statistics: a pack that keeps them (the
+/// `search` family) is updated with --search-stats (or drops the family), and --search-stats
+/// extends only a pack that has them (its existing rows would have none).
+fn check_search_family(existing: &Existing, args: &PackArgs) -> Result<()> {
+    let has = Scan::all_files(&existing.dir)?
+        .iter()
+        .any(|f| companions::parse_file_name(f).is_some_and(|(name, _)| name == search::FAMILY));
+    let dropping = args.drop_companion.iter().any(|d| d == search::FAMILY);
+    let dir = existing.dir.display();
+    match (has, args.search_stats, dropping) {
+        (_, true, true) => Err(usage(
+            "--search-stats keeps the search statistics and --drop-companion search removes them: pass one of them".into(),
+        )),
+        (true, false, false) => Err(usage(format!(
+            "{dir} keeps search statistics (companion family `search`, from pack --search-stats) and the new rows would have none; pass --search-stats to keep theirs too, or --drop-companion search to remove the family"
+        ))),
+        (false, true, _) => Err(usage(format!(
+            "--search-stats: {dir} was packed without it, so its {} rows have no search statistics for the family to hold; pack the drop again with --search-stats into a new folder, or update without --search-stats",
+            thousands(existing.total_rows())
+        ))),
+        _ => Ok(()),
+    }
+}
+
 /// The pack's companion families (name, files) that the update removes: every family must be
-/// named by --drop-companion (the new rows would have no companion rows), and only those.
-fn companions_to_drop(existing: &Existing, drop: &[String]) -> Result<Vec<(String, Vec<String>)>> {
+/// named by --drop-companion (the new rows would have no companion rows), and only those;
+/// `extended` is the family the update writes rows of (`search` with --search-stats).
+fn companions_to_drop(
+    existing: &Existing,
+    drop: &[String],
+    extended: Option<&str>,
+) -> Result<Vec<(String, Vec<String>)>> {
     let mut families: Vec<(String, Vec<String>)> = Vec::new();
     for file in Scan::all_files(&existing.dir)? {
         let (name, _) = companions::parse_file_name(&file).expect("a companion file name");
+        if Some(name) == extended {
+            continue;
+        }
         match families.iter_mut().find(|(n, _)| n == name) {
             Some((_, files)) => files.push(file),
             None => families.push((name.to_string(), vec![file])),
@@ -372,6 +416,10 @@ fn extend(
     if let Some(last) = rewritten {
         copy_shard(&existing.shards[last], &existing.records[last], &mut shards)?;
     }
+    let search = match args.search_stats {
+        true => Some(search_writer(existing, staging, kept.len(), rewritten)?),
+        false => None,
+    };
     let in_pack: HashMap<Fingerprint, u32> = existing
         .runs
         .iter()
@@ -398,6 +446,7 @@ fn extend(
     let mut packer = Packer::new(
         PackerStart {
             shards,
+            search,
             db,
             next_run_id: u32::try_from(existing.runs.len()).context("more than 2^32 runs")?,
             valuations: existing.valuations.clone(),
@@ -437,6 +486,11 @@ fn extend(
         ("shard_count", packed.shards.len().to_string()),
         ("skipped_runs", packed.db.count_skipped()?.to_string()),
         ("orphan_rows_files", found.orphans.len().to_string()),
+        (
+            search::ROWS_NOT_KEPT,
+            (existing.session_count(search::ROWS_NOT_KEPT) + packed.search_rows_not_kept)
+                .to_string(),
+        ),
         ("updates", history),
     ];
     for (k, v) in &facts {
@@ -454,6 +508,10 @@ fn extend(
             std::fs::remove_file(staging.join(&s.file_name))
                 .with_context(|| format!("removing the staged copy of {}", s.file_name))?;
             kept_shards.push(s.file_name.clone());
+        }
+        for name in Scan::all_files(staging)? {
+            std::fs::remove_file(staging.join(&name))
+                .with_context(|| format!("removing the staged copy of {name}"))?;
         }
     }
     Ok(Report {
@@ -487,27 +545,132 @@ fn extend(
 /// checksum the pack recorded (a damaged shard is never extended).
 fn copy_shard(shard: &Shard, record: &ShardRecord, writer: &mut ShardWriter) -> Result<()> {
     let file = shard.open()?;
+    let data_len = (shard.header.rows as usize) * shard.row_bytes();
+    copy_checked(
+        shard.header.rows,
+        &shard.path,
+        record,
+        writer,
+        |start, n, buf| file.read_raw_into(start, n, buf),
+        |data_crc| Ok(shard.file_crc(data_crc, data_len)?),
+    )
+}
+
+/// Copies `rows` rows of the file at `path` into `writer` (`read` gives rows `start..start+n`),
+/// and checks the file's checksum (`file_crc` of the data's) against its record.
+fn copy_checked(
+    rows: u64,
+    path: &Path,
+    record: &ShardRecord,
+    writer: &mut ShardWriter,
+    read: impl Fn(u64, u64, &mut Vec<u8>) -> Result<()>,
+    file_crc: impl Fn(u32) -> Result<u32>,
+) -> Result<()> {
     let mut buf = Vec::new();
     let mut data_crc = 0u32;
     let mut done = 0u64;
-    while done < shard.header.rows {
-        let n = (shard.header.rows - done).min(COPY_ROWS);
-        file.read_raw_into(done, n, &mut buf)?;
+    while done < rows {
+        let n = (rows - done).min(COPY_ROWS);
+        read(done, n, &mut buf)?;
         let crc = crate::crc::crc32c(&buf);
         data_crc = crate::crc::combine(data_crc, crc, buf.len());
         writer.write_rows_with_crc(&buf, crc)?;
         done += n;
     }
-    let data_len = (shard.header.rows as usize) * shard.row_bytes();
-    let crc = shard.file_crc(data_crc, data_len)?;
+    let crc = file_crc(data_crc)?;
     if crc != record.crc32c {
         bail!(
             "{} does not match its recorded checksum (crc32c recorded {:08x}, computed {crc:08x}); nothing was written; run `dataset-packer validate`",
-            shard.path.display(),
+            path.display(),
             record.crc32c
         );
     }
     Ok(())
+}
+
+/// The writer of the `search` family, continuing the pack's: its files before shard `kept` stay
+/// in place (their records carry over), and the file of the rewritten last shard is copied
+/// into staging first, checked against its recorded checksum.
+fn search_writer(
+    existing: &Existing,
+    staging: &Path,
+    kept: usize,
+    rewritten: Option<usize>,
+) -> Result<ShardWriter> {
+    let dir = existing.dir.display();
+    let scan = companions::scan(&existing.dir, &existing.shards)?;
+    if let Some((_, problem)) = scan.problems.iter().find(|(n, _)| n == search::FAMILY) {
+        bail!(
+            "{dir}: the search family does not line up with the shards: {problem}; run `dataset-packer validate {dir}`"
+        );
+    }
+    let family = scan
+        .family(search::FAMILY)
+        .expect("checked: the pack has the family");
+    let layout = FileLayout::search();
+    if family.layout() != layout {
+        bail!(
+            "{dir}: its search family holds {}, not the search statistics this version writes ({}); --search-stats cannot extend it",
+            family.describe(),
+            layout.descr
+        );
+    }
+    let conn = pack_reader::open_metadata(&existing.dir)?;
+    let mut records: Vec<ShardRecord> = metadata::read_companions(&conn)?
+        .into_iter()
+        .filter(|r| r.name == search::FAMILY)
+        .map(|r| ShardRecord {
+            shard: r.shard,
+            file_name: r.file_name,
+            rows: r.rows,
+            bytes: r.bytes,
+            crc32c: r.crc32c,
+        })
+        .collect();
+    records.sort_by_key(|r| r.shard);
+    let on_disk: Vec<(&str, u64)> = family
+        .files
+        .iter()
+        .map(|f| (f.file_name.as_str(), f.header.rows()))
+        .collect();
+    let recorded: Vec<(&str, u64)> = records
+        .iter()
+        .map(|r| (r.file_name.as_str(), r.rows))
+        .collect();
+    if on_disk != recorded {
+        bail!(
+            "{dir}: the search files do not match the companions table of metadata.db; run `dataset-packer validate {dir}`"
+        );
+    }
+    let mut writer = ShardWriter::after_with_layout(
+        staging,
+        existing.shard_rows,
+        layout,
+        records[..kept].to_vec(),
+    );
+    if let Some(last) = rewritten {
+        copy_companion_file(family, last, &records[last], &mut writer)?;
+    }
+    Ok(writer)
+}
+
+/// Copies file `shard` of a companion family into `writer`, checked against its record.
+fn copy_companion_file(
+    family: &companions::Family,
+    shard: usize,
+    record: &ShardRecord,
+    writer: &mut ShardWriter,
+) -> Result<()> {
+    let file = family.open(shard)?;
+    let f = &family.files[shard];
+    copy_checked(
+        f.header.rows(),
+        &f.path,
+        record,
+        writer,
+        |start, n, buf| file.read_rows(start, n, buf),
+        |data_crc| file.file_crc(data_crc),
+    )
 }
 
 /// The session's `updates` history with this update appended (a JSON array).

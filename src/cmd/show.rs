@@ -12,13 +12,16 @@ use anyhow::{Result, bail};
 use clap::Args;
 use serde_json::{Value, json};
 
+use crate::companions;
 use crate::format::board::{self, MOVE_NAMES};
 use crate::format::metadata::{self, RowLocation, RunLookup};
 use crate::format::row::{ROW_BYTES, StepRow};
+use crate::format::search::{self, SearchStats};
 use crate::format::valuation::ValuationTable;
 use crate::pack_reader::{self, Shard};
 use crate::progress::thousands;
 use crate::run_index;
+use crate::shard_writer::FileLayout;
 
 #[derive(Args, Debug)]
 #[command(after_help = "Examples:
@@ -74,6 +77,10 @@ pub fn run(args: &ShowArgs) -> Result<()> {
     // One row past the page tells the step the next page starts at.
     let mut page = rows.read(start, limit + 1)?;
     let next = (page.len() as u64 > limit).then(|| page.pop().expect("a row past the page"));
+    let search = match search_family(&args.pack, &shards)? {
+        Some(family) => Some(rows.read_search(&family, start, page.len() as u64)?),
+        None => None,
+    };
     let last_step = match (page.is_empty(), rows.len) {
         (true, n) if n > 0 => Some(rows.read(n - 1, 1)?[0].step_index),
         _ => None,
@@ -83,6 +90,7 @@ pub fn run(args: &ShowArgs) -> Result<()> {
         rows: &rows,
         start,
         steps: page,
+        search,
         next_from: next.map(|r| r.step_index),
         last_step,
     };
@@ -177,6 +185,16 @@ impl<'a> RunRows<'a> {
     /// Rows `from..from + count` of the run (fewer at its end), decoded.
     fn read(&self, from: u64, count: u64) -> Result<Vec<StepRow>> {
         let mut out = Vec::new();
+        for (si, start, n) in self.pieces(from, count) {
+            out.extend(self.map(si, start, n)?);
+        }
+        Ok(out)
+    }
+
+    /// Where rows `from..from + count` of the run (fewer at its end) are: (shard, first row
+    /// in it, rows), in order.
+    fn pieces(&self, from: u64, count: u64) -> Vec<(usize, u64, u64)> {
+        let mut out = Vec::new();
         let (mut skip, mut want) = (from, count.min(self.len.saturating_sub(from)));
         for &(si, start, rows) in &self.segments {
             if want == 0 {
@@ -187,9 +205,29 @@ impl<'a> RunRows<'a> {
                 continue;
             }
             let n = want.min(rows - skip);
-            out.extend(self.map(si, start + skip, n)?);
+            out.push((si, start + skip, n));
             want -= n;
             skip = 0;
+        }
+        out
+    }
+
+    /// The search statistics of the same rows as [`RunRows::read`], from the pack's `search`
+    /// family.
+    fn read_search(
+        &self,
+        family: &companions::Family,
+        from: u64,
+        count: u64,
+    ) -> Result<Vec<SearchStats>> {
+        let mut out = Vec::new();
+        let mut buf = Vec::new();
+        for (si, start, n) in self.pieces(from, count) {
+            family.open(si)?.read_rows(start, n, &mut buf)?;
+            out.extend(
+                buf.chunks_exact(search::ROW_BYTES)
+                    .map(SearchStats::from_bytes),
+            );
         }
         Ok(out)
     }
@@ -259,10 +297,22 @@ struct Page<'a> {
     /// Position in the run of the page's first row.
     start: u64,
     steps: Vec<StepRow>,
+    /// The steps' search statistics, when the pack keeps them (`pack --search-stats`).
+    search: Option<Vec<SearchStats>>,
     /// The step_index the next page starts at, if there are more rows.
     next_from: Option<u32>,
     /// The run's last step_index (None for a run without rows); read only for an empty page.
     last_step: Option<u32>,
+}
+
+/// The pack's `search` family when it holds the search statistics of `pack --search-stats`
+/// (a family of that name from another tool is not shown).
+fn search_family(dir: &Path, shards: &[Shard]) -> Result<Option<companions::Family>> {
+    let scan = companions::scan(dir, shards)?;
+    Ok(scan
+        .family(search::FAMILY)
+        .filter(|f| f.layout() == FileLayout::search())
+        .cloned())
 }
 
 /// The 4×4 board as tile values (0 = empty), row-major.
@@ -299,8 +349,9 @@ fn page_json(p: &Page, names: &ValuationTable) -> Value {
     let steps: Vec<Value> = p
         .steps
         .iter()
-        .map(|s| {
-            json!({
+        .enumerate()
+        .map(|(i, s)| {
+            let mut step = json!({
                 "step_index": s.step_index,
                 "board": tiles(s),
                 "board_eval": s.board_eval,
@@ -312,7 +363,11 @@ fn page_json(p: &Page, names: &ValuationTable) -> Value {
                 "legal": MOVE_NAMES.iter().enumerate()
                     .map(|(k, m)| (m.to_string(), json!(legal(s, k)))).collect::<serde_json::Map<_, _>>(),
                 "seed": s.seed,
-            })
+            });
+            if let Some(stats) = &p.search {
+                step["search"] = search_json(&stats[i]);
+            }
+            step
         })
         .collect();
     json!({
@@ -335,6 +390,22 @@ fn page_json(p: &Page, names: &ValuationTable) -> Value {
     })
 }
 
+/// A step's search statistics under their log names (`null` counts when not used, as logged).
+fn search_json(s: &SearchStats) -> Value {
+    let mut m = serde_json::Map::new();
+    m.insert("used".into(), json!(s.used));
+    let mut counts = s.counts.iter();
+    for (k, name) in search::FIELDS.iter().enumerate() {
+        let v = if k == search::HIT_RATE {
+            f32_json(s.cache_hit_rate)
+        } else {
+            json!(counts.next().expect("13 counts"))
+        };
+        m.insert(name.to_string(), if s.used { v } else { Value::Null });
+    }
+    m.into()
+}
+
 /// An f32 as the JSON number with the fewest digits that reads back as the same f32 (`json!`
 /// would widen it to f64 first and print `-13502.326171875` for `-13502.326`).
 fn f32_json(v: f32) -> Value {
@@ -347,9 +418,9 @@ fn f32_json(v: f32) -> Value {
 
 fn print_page(p: &Page, names: &ValuationTable, args: &ShowArgs) {
     print_facts(p);
-    for s in &p.steps {
+    for (i, s) in p.steps.iter().enumerate() {
         println!();
-        print_step(s, names);
+        print_step(s, names, p.search.as_ref().map(|v| &v[i]));
     }
     println!();
     print_footer(p, args);
@@ -405,9 +476,14 @@ fn print_facts(p: &Page) {
 ///       .     .     .     .     > left     0.9512
 ///       .     .     .     .       right    0.1873
 /// ```
-fn print_step(s: &StepRow, names: &ValuationTable) {
+fn print_step(s: &StepRow, names: &ValuationTable, search: Option<&SearchStats>) {
+    let nodes = match search {
+        None => String::new(),
+        Some(st) if st.used => format!("   nodes {}", thousands(st.total_nodes())),
+        Some(_) => "   nodes -".into(),
+    };
     println!(
-        "step {}   played {}   {}   board_eval {}",
+        "step {}   played {}   {}   board_eval {}{nodes}",
         s.step_index,
         move_name(s.move_dir),
         valuation_name(names, s.valuation_type),

@@ -10,6 +10,7 @@ use serde_json::{Value, json};
 
 use crate::cli::WhereArgs;
 use crate::format::board::MOVE_NAMES;
+use crate::format::search;
 use crate::pack_stats::{Spread, Stats, TypeRows, gather};
 use crate::progress::thousands;
 
@@ -129,8 +130,10 @@ fn to_json(s: &Stats) -> Value {
             "depths": e.depths.iter().map(|d| json!({
                 "depth": d.depth, "rows": d.rows, "sum": d.sum, "max": d.max,
                 "mean": if d.rows == 0 { 0.0 } else { d.sum / d.rows as f64 },
+                "median": d.median(),
             })).collect::<Vec<_>>(),
         })),
+        "search_rows_not_kept": s.search_rows_not_kept,
         "findings_scope": if s.selection.is_some() { "whole pack" } else { "pack" },
         "where": s.selection,
         "params": s.params,
@@ -230,6 +233,7 @@ fn print_human(s: &Stats) {
     print_per_run(s);
     print_score_bins(s);
     print_depths(s);
+    print_search(s);
     print_tiles(s);
     print_types(s);
     print_phases(s);
@@ -327,6 +331,51 @@ fn print_depths(s: &Stats) {
             number(d.max_score as f64),
             d.max_tile
         );
+    }
+}
+
+/// Search effort per depth from the `search` family, or how many rows' statistics were not
+/// kept; nothing when the pack has neither.
+fn print_search(s: &Stats) {
+    match (&s.search, s.search_rows_not_kept) {
+        (Some(e), _) => {
+            if e.dtype == search::DESCR {
+                println!("\nSearch effort by depth (companion search: nodes searched per move)");
+            } else {
+                println!("\nSearch effort by depth (companion search: {})", e.dtype);
+            }
+            if let Some(problem) = &e.problem {
+                println!("  {problem}");
+                return;
+            }
+            println!(
+                "  {:>6}  {:>13}  {:>13}  {:>13}  {:>13}",
+                "depth", "searched rows", "median nodes", "mean nodes", "max nodes"
+            );
+            for d in &e.depths {
+                println!(
+                    "  {:>6}  {:>13}  {:>13}  {:>13}  {:>13}",
+                    d.depth.map_or("?".to_string(), |v| v.to_string()),
+                    thousands(d.rows),
+                    d.median().map_or("-".to_string(), number),
+                    if d.rows == 0 {
+                        "-".to_string()
+                    } else {
+                        number(d.sum / d.rows as f64)
+                    },
+                    if d.rows == 0 {
+                        "-".to_string()
+                    } else {
+                        number(d.max)
+                    },
+                );
+            }
+        }
+        (None, Some(n)) if n > 0 => println!(
+            "\nSearch statistics: not kept for {} rows (packed without --search-stats)",
+            thousands(n)
+        ),
+        _ => {}
     }
 }
 
