@@ -43,10 +43,10 @@ def executable() -> str:
     found = shutil.which(NAME)
     if found:
         return found
-    looked = ", ".join(str(f) for f in _scripts_folders()) or "no scripts folder"
+    looked = ", ".join(str(f) for f in _scripts_folders()) or "the package is not installed in it"
     raise ExecutableNotFoundError(
-        f"no {NAME} command: not in ${ENV}, in this environment's scripts folder ({looked}) "
-        f"or on PATH. Install the package with the command (`pip install .` from the "
+        f"no {NAME} command: ${ENV} is not set, and there is none in this environment's "
+        f"scripts folder ({looked}) or on PATH. Install the package with the command (`pip install .` from the "
         f"repository root, or a dataset-packer wheel), or run `cargo install --path .`, or "
         f"set ${ENV} to the binary")
 
