@@ -12,9 +12,11 @@ function of (pack, selection, seed, epoch), split exactly between ranks and work
 optional symmetry augmentation. Companion arrays (`embeddings-00000.npy`, … beside the
 shards) are memory-mapped and aligned with the rows: `pack.companion("embeddings")[rows]`,
 `pack.batches(..., companions=["embeddings"])`. `dataset_packer.torch` wraps it as a
-PyTorch IterableDataset (imported only when used).
+PyTorch IterableDataset (imported only when used). `executable()` finds the
+`dataset-packer` command (the one installed with this package first), for running it.
 """
 
+from ._cli import ExecutableNotFoundError, executable
 from ._codec import (CELL_SOURCE, MOVE_NAMES, MOVE_SOURCE, MOVE_TARGET, apply_symmetries,
                      board_eval, decode_exps, encode_board, legal_moves)
 from ._companions import Companion
@@ -28,7 +30,7 @@ from ._pack import Pack, Selection
 __all__ = [
     "Pack", "Selection", "Mixture", "Companion", "STEP_ROW_DTYPE", "LEGACY_ROW_DTYPE", "MOVE_NAMES",
     "PackError", "NotAPackError", "RunIndexError", "SelectionError", "EmptySelectionError",
-    "CompanionError",
+    "CompanionError", "executable", "ExecutableNotFoundError",
     "decode_exps", "encode_board", "board_eval", "legal_moves", "apply_symmetries",
     "CELL_SOURCE", "MOVE_TARGET", "MOVE_SOURCE", "EpochPlan", "Permutation",
 ]
