@@ -466,6 +466,35 @@ fn shuffle_and_export_carry_the_statistics_with_their_rows() {
     check_family(&part, &selected);
     let out = run_ok(&["validate", "--deep", s(&part)]);
     assert!(out.contains("VALID"), "{out}");
+
+    // JSONL: each row ends with its `search` object again, so packing the export with
+    // --search-stats gives the same steps and statistics, byte for byte.
+    let again_raw = tmp.path().join("again_raw");
+    run_ok(&[
+        "export",
+        s(&kept),
+        "--format",
+        "jsonl",
+        "--output",
+        s(&again_raw),
+        "--quiet",
+    ]);
+    let again = tmp.path().join("again");
+    pack(
+        &again_raw,
+        &again,
+        &["--search-stats", "--shard-rows", "100"],
+    );
+    let steps_and_search =
+        |p: &Path| files(p, |n| n.starts_with("steps") || n.starts_with("search"));
+    assert_eq!(steps_and_search(&again), steps_and_search(&kept));
+    // Rows without statistics are written as the logger writes tuple rows.
+    let first = read_gz(&again_raw.join("run-0000000000.jsonl.gz"));
+    let tuple = first.lines().nth(3).unwrap();
+    assert!(
+        tuple.ends_with("\"search\":{\"used\":false,\"total_nodes\":null,\"move_nodes\":null,\"tile_nodes\":null,\"tile_branches\":null,\"eval_calls\":null,\"prune_score\":null,\"prune_depth\":null,\"prune_prob\":null,\"cache_lookups\":null,\"cache_hits\":null,\"cache_updates\":null,\"cache_collisions\":null,\"cache_hit_rate\":null,\"max_move_depth\":null}}"),
+        "{tuple}"
+    );
 }
 
 #[test]

@@ -12,8 +12,11 @@ use clap::{Args, ValueEnum};
 
 use crate::UsageError;
 use crate::cli::WhereArgs;
+use crate::companions::Family;
 use crate::export::{SourcePack, jsonl, pack, parquet, select};
+use crate::format::search;
 use crate::progress::{count, thousands};
+use crate::shard_writer::FileLayout;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum Format {
@@ -113,8 +116,18 @@ pub fn run(args: &ExportArgs) -> Result<()> {
         .into());
     }
     let companions = source.carried_companions(&args.drop_companion)?;
-    if args.format == Format::Jsonl && !companions.is_empty() {
-        let names: Vec<&str> = companions.iter().map(|f| f.name.as_str()).collect();
+    // The raw format has a place for the search statistics (each row's `search` object), and
+    // for no other family.
+    let search = companions
+        .iter()
+        .copied()
+        .find(|f| f.name == search::FAMILY && f.layout() == FileLayout::search());
+    let others: Vec<&&Family> = companions
+        .iter()
+        .filter(|f| search.is_none_or(|s| s.name != f.name))
+        .collect();
+    if args.format == Format::Jsonl && !others.is_empty() {
+        let names: Vec<&str> = others.iter().map(|f| f.name.as_str()).collect();
         return Err(UsageError(format!(
             "{} has companion arrays ({}) and the JSONL format has no place for them; pass {} to export the rows without them",
             args.pack.display(),
@@ -151,6 +164,7 @@ pub fn run(args: &ExportArgs) -> Result<()> {
                 jsonl::write_file(
                     &source,
                     &selection,
+                    search,
                     &args.output,
                     args.overwrite,
                     workers,
@@ -160,6 +174,7 @@ pub fn run(args: &ExportArgs) -> Result<()> {
                 jsonl::write_dir(
                     &source,
                     &selection,
+                    search,
                     &args.output,
                     args.overwrite,
                     workers,

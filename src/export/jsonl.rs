@@ -18,9 +18,11 @@ use flate2::write::GzEncoder;
 
 use super::output::{StagedDir, StagedFile};
 use super::{Piece, RowCounts, Selection, SourcePack, tally};
+use crate::companions::Family;
 use crate::format::board::{self, MOVE_NAMES};
 use crate::format::metadata::{RunDetails, RunRow};
 use crate::format::row::StepRow;
+use crate::format::search::{self, SearchStats};
 use crate::format::valuation::ValuationTable;
 use crate::ordered::ordered_try_map;
 use crate::progress;
@@ -68,6 +70,9 @@ pub struct RowFormatter {
     names: Vec<String>,
     /// Start each row with its `run_id` (a single file holding several runs).
     run_ids: bool,
+    /// The pack's `search` family (`pack --search-stats`): each row ends with its `search`
+    /// object, as the current logger writes it.
+    search: Option<Family>,
 }
 
 impl RowFormatter {
@@ -80,7 +85,14 @@ impl RowFormatter {
         RowFormatter {
             names,
             run_ids: false,
+            search: None,
         }
+    }
+
+    /// Ends each row with its statistics from the `search` family (None: no `search` object).
+    pub fn with_search(mut self, family: Option<&Family>) -> RowFormatter {
+        self.search = family.cloned();
+        self
     }
 
     /// Writes each row's pack `run_id` first (the raw format has none).
@@ -89,8 +101,13 @@ impl RowFormatter {
         self
     }
 
-    /// Appends one row as a JSON line (with its `\n`).
-    pub fn write_row(&self, out: &mut Vec<u8>, r: &StepRow) -> Result<()> {
+    /// Appends one row as a JSON line (with its `\n`), with its `search` object when given.
+    pub fn write_row(
+        &self,
+        out: &mut Vec<u8>,
+        r: &StepRow,
+        search: Option<&SearchStats>,
+    ) -> Result<()> {
         let name = self.names.get(r.valuation_type as usize).with_context(|| {
             format!(
                 "valuation_type id {} is not in valuation_types.json",
@@ -129,9 +146,37 @@ impl RowFormatter {
             write!(out, "\"{key}\":")?;
             write_ev(out, r.branch_evs[k], r.ev_legal & (1 << k) != 0)?;
         }
-        out.extend_from_slice(b"}}\n");
+        out.push(b'}');
+        if let Some(stats) = search {
+            write_search(out, stats)?;
+        }
+        out.extend_from_slice(b"}\n");
         Ok(())
     }
+}
+
+/// `,"search":{…}` as the current logger writes it: `used`, then the 14 fields in log order;
+/// all `null` on a row whose search was not used and counted nothing (how the logger writes
+/// tuple rows), the numbers otherwise. The hit rate is the shortest decimal of its f32.
+fn write_search(out: &mut Vec<u8>, s: &SearchStats) -> Result<()> {
+    let nulls = !s.used && *s == SearchStats::default();
+    write!(out, ",\"search\":{{\"used\":{}", s.used)?;
+    let mut counts = s.counts.iter();
+    for (k, name) in search::FIELDS.iter().enumerate() {
+        write!(out, ",\"{name}\":")?;
+        if nulls {
+            out.extend_from_slice(b"null");
+        } else if k == search::HIT_RATE {
+            if !s.cache_hit_rate.is_finite() {
+                bail!("cache_hit_rate {} is not finite", s.cache_hit_rate);
+            }
+            write!(out, "{}", s.cache_hit_rate)?;
+        } else {
+            write!(out, "{}", counts.next().expect("13 counts"))?;
+        }
+    }
+    out.push(b'}');
+    Ok(())
 }
 
 /// One EV: `null` for +0.0 on an illegal move, else the shortest round-trip decimal.
@@ -193,11 +238,17 @@ fn format_piece(
     only: Option<u32>,
 ) -> Result<Formatted> {
     let rows = source.read(piece)?;
+    let mut stats = Vec::new();
+    if let Some(family) = &fmt.search {
+        family
+            .open(piece.shard)?
+            .read_rows(piece.start, piece.count, &mut stats)?;
+    }
     let mut text = Vec::with_capacity(rows.len() * 5);
     let mut counts = Vec::new();
     let mut i = 0usize;
     selection
-        .for_each_row(&rows, |pos, bytes| {
+        .for_each_row_at(&rows, |at, pos, bytes| {
             i += 1;
             if only.is_some_and(|want| want != pos) {
                 bail!(
@@ -207,8 +258,11 @@ fn format_piece(
                 );
             }
             tally(&mut counts, pos);
-            fmt.write_row(&mut text, &StepRow::from_bytes(bytes))
-                .with_context(|| source.describe(piece, i - 1))
+            let search = fmt.search.as_ref().map(|_| {
+                SearchStats::from_bytes(&stats[at * search::ROW_BYTES..][..search::ROW_BYTES])
+            });
+            fmt.write_row(&mut text, &StepRow::from_bytes(bytes), search.as_ref())
+                .with_context(|| source.describe(piece, at))
         })
         .with_context(|| format!("exporting {}", source.dir.display()))?;
     Ok((text, counts))
@@ -227,6 +281,7 @@ fn gzip(text: &[u8]) -> Result<Vec<u8>> {
 pub fn write_file(
     source: &SourcePack,
     selection: &Selection,
+    search: Option<&Family>,
     target: &Path,
     overwrite: bool,
     workers: usize,
@@ -236,7 +291,9 @@ pub fn write_file(
     let (staged, file) = StagedFile::create(target, overwrite)?;
     let mut out = BufWriter::with_capacity(1 << 20, file);
     // Several runs in one file: each row says which run it belongs to.
-    let fmt = RowFormatter::new(&source.valuations).with_run_ids(selection.len() > 1);
+    let fmt = RowFormatter::new(&source.valuations)
+        .with_run_ids(selection.len() > 1)
+        .with_search(search);
     let plan = source.plan(selection);
     let mut counts = RowCounts::new(selection);
     let bar = progress::rows_bar(plan.iter().map(|p| p.count).sum(), quiet, "export");
@@ -277,6 +334,7 @@ pub fn write_file(
 pub fn write_dir(
     source: &SourcePack,
     selection: &Selection,
+    search: Option<&Family>,
     target: &Path,
     overwrite: bool,
     workers: usize,
@@ -289,7 +347,7 @@ pub fn write_dir(
         );
     }
     let staged = StagedDir::create(target, overwrite, owns)?;
-    let fmt = RowFormatter::new(&source.valuations);
+    let fmt = RowFormatter::new(&source.valuations).with_search(search);
     let positions: Vec<u32> = (0..selection.len() as u32).collect();
     let total: u64 = selection
         .slots
@@ -388,7 +446,7 @@ mod tests {
     fn line(r: &StepRow) -> String {
         let mut out = Vec::new();
         RowFormatter::new(&ValuationTable::new())
-            .write_row(&mut out, r)
+            .write_row(&mut out, r, None)
             .unwrap();
         String::from_utf8(out).unwrap()
     }

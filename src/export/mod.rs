@@ -262,11 +262,21 @@ impl Selection {
         rows: &[u8],
         mut f: impl FnMut(u32, &[u8]) -> Result<()>,
     ) -> Result<()> {
-        for row in rows.chunks_exact(ROW_BYTES) {
+        self.for_each_row_at(rows, |_, pos, row| f(pos, row))
+    }
+
+    /// [`Selection::for_each_row`], also giving each row's index in `rows` (to find its
+    /// companion rows).
+    pub fn for_each_row_at(
+        &self,
+        rows: &[u8],
+        mut f: impl FnMut(usize, u32, &[u8]) -> Result<()>,
+    ) -> Result<()> {
+        for (at, row) in rows.chunks_exact(ROW_BYTES).enumerate() {
             let id =
                 u32::from_le_bytes(row[offset::RUN_ID..offset::RUN_ID + 4].try_into().unwrap());
             if let Some(pos) = self.position(id)? {
-                f(pos, row)?;
+                f(at, pos, row)?;
             }
         }
         Ok(())
