@@ -4,6 +4,8 @@
 pub mod discover;
 pub mod gzip;
 pub mod row;
+pub mod row_fast;
+pub mod row_types;
 #[cfg(target_arch = "x86_64")]
 pub mod row_x86;
 pub mod run;

@@ -1,6 +1,6 @@
 //! The logger's row layout read with x86-64 vector instructions: `pack`'s hot loop.
 //!
-//! [`super::row`]'s fast path reads a row token by token, and each token's length decides where
+//! [`super::row_fast`] (the scalar fast path) reads a row token by token, and each token's length decides where
 //! the next one starts; that chain of loads, digit tests and adds costs about 1,500 instructions
 //! per row. Here a number is one 16-byte load: a compare gives the mask of its digit bytes, the
 //! mask gives its length and the place of its `.`, and one shuffle plus three multiply-adds turn
@@ -9,7 +9,7 @@
 //! compared in whole words, and every read comes from one fixed window, so nothing is
 //! bounds-checked byte by byte.
 //!
-//! Contract: [`parse_prefix`] accepts exactly the rows `row::fast` accepts, with the same
+//! Contract: [`parse_prefix`] accepts exactly the rows `row_fast` accepts, with the same
 //! values, or gives up (`None`) so the caller takes that path; it never accepts more.
 //! `tests/row_oracle.rs` holds both to the same reference. It gives up on anything unusual: a
 //! row longer than [`MAX_ROW`] bytes, fewer than [`WINDOW`] bytes left in the text, a number of
@@ -22,12 +22,12 @@ use std::arch::x86_64::*;
 use std::borrow::Cow;
 use std::sync::OnceLock;
 
-use super::row::{POW10, RawRow};
+use super::row_types::{POW10, RawRow};
 use crate::format::board;
 use crate::format::search::SearchStats;
 
 /// The longest row start this path reads, up to the branch EVs' closing brace; longer ones go to
-/// `row::fast`. (The current logger's `search` object after it is read by `row::fast::row_end`
+/// `row_fast`. (The current logger's `search` object after it is read by `row_fast::row_end`
 /// from the text, whatever its length.)
 pub const MAX_ROW: usize = 511;
 /// Bytes that must remain in the text from the row's start: every read stays inside them
@@ -63,7 +63,7 @@ pub struct Memo {
 }
 
 /// The row at the start of `text` in the logger's layout and where it ends (after its closing
-/// braces), as `row::fast::parse_prefix` gives them; `None` when this path gives up. `memo`
+/// braces), as `row_fast::parse_prefix` gives them; `None` when this path gives up. `memo`
 /// carries the start of the previous row (any row, or a fresh [`Memo`]).
 ///
 /// Inlined, so the caller must be compiled for the features (`#[target_feature(enable =
@@ -104,7 +104,7 @@ pub unsafe fn parse_prefix<'a>(text: &'a [u8], memo: &mut Memo) -> Option<(RawRo
     let (i, search) = if byte(w, i) == b'}' {
         (i + 1, SearchStats::default())
     } else {
-        super::row::fast::row_end(text, i)?
+        super::row_fast::row_end(text, i)?
     };
     let row = RawRow {
         seed: seed.map(|v| v as u32),
@@ -309,7 +309,7 @@ fn opt_uint(w: &Window, i: &mut usize, max: u64) -> Option<Option<u64>> {
 
 /// A JSON number in the plain `-?digits(.digits)?` form, as a finite f32, or `null` as 0.0.
 /// With at most 14 digits the mantissa is exact, and one division by an exact power of ten
-/// gives the correctly rounded f64, as `row::fast` computes it.
+/// gives the correctly rounded f64, as `row_fast` computes it.
 ///
 /// The shape (a `-` only first, at most one `.` with a digit on each side, no leading zero)
 /// is checked on the masks without branches: which numbers are negative or whole is data, and
@@ -410,7 +410,7 @@ static MOVE_WORDS: [MoveWord; 16] = {
 };
 
 /// `null`, or one of the names the logger writes in quotes; another name is left to
-/// `row::fast`.
+/// `row_fast`.
 #[inline(always)]
 fn valuation_name(w: &Window, i: &mut usize) -> Option<Option<&'static str>> {
     let x = word(w, *i);
