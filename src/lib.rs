@@ -17,6 +17,7 @@ pub mod ordered;
 pub mod pack_dir;
 pub mod pack_reader;
 pub mod pack_stats;
+pub(crate) mod packer;
 pub mod progress;
 pub mod raw;
 pub mod report;
@@ -41,3 +42,8 @@ impl std::fmt::Display for UsageError {
 }
 
 impl std::error::Error for UsageError {}
+
+/// A [`UsageError`] as an `anyhow::Error` (exit code 2).
+pub(crate) fn usage(message: String) -> anyhow::Error {
+    UsageError(message).into()
+}

@@ -53,6 +53,7 @@ fn main() -> ExitCode {
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn")).init();
     let cli = Cli::parse();
     let result = match &cli.command {
+        Command::Pack(args) if args.update => cmd::pack_update::run(args).map(|()| true),
         Command::Pack(args) => cmd::pack::run(args).map(|()| true),
         Command::Validate(args) => cmd::validate::run(args),
         Command::Merge(args) => cmd::merge::run(args).map(|()| true),

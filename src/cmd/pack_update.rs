@@ -14,9 +14,7 @@ use std::time::Instant;
 use anyhow::{Context, Result, bail};
 use serde_json::json;
 
-use crate::cmd::pack::{
-    self, PackArgs, Packer, PackerStart, discover_runs, parse_and_write, rel_string, usage,
-};
+use crate::cmd::pack::{self, PackArgs};
 use crate::companions::{self, Scan};
 use crate::fingerprints;
 use crate::format::fingerprint::Fingerprint;
@@ -25,14 +23,20 @@ use crate::format::search;
 use crate::format::valuation::ValuationTable;
 use crate::pack_dir::OutputDir;
 use crate::pack_reader::{self, Shard};
+use crate::packer::{
+    self, PackOptions, Packer, PackerStart, changed_sources, discover_runs, parse_and_write,
+    rel_string,
+};
 use crate::progress::{count, thousands};
 use crate::raw::discover::{Discovery, RunSource};
 use crate::shard_writer::{FileLayout, ShardWriter};
+use crate::usage;
 
 /// Rows copied per read when the last shard is rewritten (≈ 1 MiB).
 const COPY_ROWS: u64 = 21_845;
 
-pub fn run(args: &PackArgs, started: Instant) -> Result<()> {
+pub fn run(args: &PackArgs) -> Result<()> {
+    let started = Instant::now();
     let (out, has_pack) = OutputDir::open_for_update(&args.output)?;
     if !has_pack {
         log::info!(
@@ -288,23 +292,6 @@ fn check_layout(
     Ok(())
 }
 
-/// The error for packed runs whose source changed (one reason per run).
-pub(crate) fn changed_sources(reasons: &[&str]) -> anyhow::Error {
-    anyhow::anyhow!(
-        "{} changed after it was packed; nothing was written:\n{}\n(a packed run is never re-packed or duplicated; move the changed file out of the input, or pass --skip-invalid to record it as skipped)",
-        if reasons.len() == 1 {
-            "a source run".to_string()
-        } else {
-            format!("{} source runs", reasons.len())
-        },
-        reasons
-            .iter()
-            .map(|r| format!("  {r}"))
-            .collect::<Vec<_>>()
-            .join("\n")
-    )
-}
-
 /// A raw run packed before whose files changed since.
 struct Changed {
     path: String,
@@ -454,7 +441,10 @@ fn extend(
             recheck,
             finding_counts: existing.finding_counts.clone(),
         },
-        args,
+        PackOptions {
+            skip_invalid: args.skip_invalid,
+            dedupe: args.dedupe,
+        },
     );
     for c in &sorted.changed {
         packer.skip(c.path.clone(), c.reason.clone())?;
@@ -677,7 +667,7 @@ fn copy_companion_file(
 fn update_history(
     existing: &Existing,
     args: &PackArgs,
-    packed: &pack::Packed,
+    packed: &packer::Packed,
     rewrote_last: bool,
 ) -> Result<String> {
     let mut history: Vec<serde_json::Value> = existing
@@ -718,7 +708,7 @@ struct Report {
     reformed: Vec<(String, u32)>,
     total_runs: u64,
     total_rows: u64,
-    summary: pack::Summary,
+    summary: packer::Summary,
 }
 
 impl Report {
@@ -734,7 +724,7 @@ impl Report {
             reformed: Vec::new(),
             total_runs: existing.runs.len() as u64,
             total_rows: existing.total_rows(),
-            summary: pack::Summary {
+            summary: packer::Summary {
                 runs: 0,
                 rows: 0,
                 shards: Vec::new(),
@@ -807,7 +797,7 @@ impl Report {
                 self.removed_companions.join(", ")
             );
         }
-        s.print_details(elapsed);
+        pack::print_details(s, elapsed);
     }
 }
 

@@ -1,0 +1,598 @@
+//! The writer of packs from raw runs, shared by `pack` and `pack --update`: parses runs on
+//! worker threads (each also fingerprints its run), hands them to the single [`Packer`] in
+//! run-id order through a bounded window, which writes their rows into staged shards (and the
+//! `search` family when the statistics are kept) and their facts into metadata.db; a run whose
+//! content is already in the pack is a duplicate, reported or left out. The caller opens the
+//! output, adds its session facts and publishes.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use anyhow::{Context, Result, bail};
+use serde_json::json;
+
+use crate::companions;
+use crate::findings::{DUPLICATE_RUN, Duplicates, Tally, duplicate_detail};
+use crate::format::board::LineTables;
+use crate::format::fingerprint::{self, Fingerprint, RunFacts};
+use crate::format::metadata::{FindingRecord, MetadataWriter, RunDetails, RunRecord, ShardRecord};
+use crate::format::row::remap_rows;
+use crate::format::search;
+use crate::format::valuation::{MAX_NAMES, ValuationTable};
+use crate::ordered::ordered_try_map;
+use crate::pack_dir::write_valuations;
+use crate::progress::{self, thousands};
+use crate::raw::discover::{Discovery, RunSource, discover, orphan_detail};
+use crate::raw::run::{FindingKind, ParsedRun, RunError, RunParser};
+use crate::shard_writer::{FileLayout, ShardWriter};
+
+/// How the writer treats invalid and duplicate runs.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct PackOptions {
+    /// Leave invalid runs out (recorded in skipped_runs) instead of failing.
+    pub skip_invalid: bool,
+    /// Leave out runs whose content equals an earlier run's.
+    pub dedupe: bool,
+}
+
+/// Walks the input; a drop without runs is an error.
+pub(crate) fn discover_runs(input: &Path) -> Result<Discovery> {
+    let found = discover(input)?;
+    for w in &found.warnings {
+        log::warn!("{w}");
+    }
+    if found.runs.is_empty() {
+        bail!(
+            "no runs in {}: no *.meta.json or *.meta.json.gz sidecars found{}",
+            input.display(),
+            if found.orphans.is_empty() {
+                String::new()
+            } else {
+                format!(
+                    " ({} rows files, .jsonl.gz or .jsonl, without a sidecar)",
+                    found.orphans.len()
+                )
+            }
+        );
+    }
+    Ok(found)
+}
+
+/// A parsed run and its fingerprint.
+pub(crate) struct Parsed {
+    run: ParsedRun,
+    fingerprint: Fingerprint,
+}
+
+/// Parses `runs` on `workers` threads and hands them to `packer` in order.
+pub(crate) fn parse_and_write(
+    runs: &[&RunSource],
+    packer: &mut Packer,
+    workers: usize,
+    quiet: bool,
+    started: Instant,
+) -> Result<()> {
+    let tables = LineTables::new();
+    let total_bytes: u64 = runs.iter().map(|r| r.rows_bytes).sum();
+    let bar = progress::bytes_bar(total_bytes, quiet, "pack");
+    // Each run carries the id it gets if no run before it is left out.
+    let first_id = packer.next_run_id;
+    let keep_search = packer.search.is_some();
+    let items: Vec<(u32, &RunSource)> = (first_id..).zip(runs.iter().copied()).collect();
+    let rows_before = packer.shards.total_rows();
+    let outcome = ordered_try_map(
+        &items,
+        workers,
+        workers * 2,
+        || RunParser::new(&tables).keep_search_stats(keep_search),
+        |parser, &(id, src)| parse_one(parser, src, id),
+        |i, parsed| {
+            let src = items[i].1;
+            let accepted = packer.accept(src, parsed);
+            bar.inc(src.rows_bytes);
+            let rows = packer.shards.total_rows() - rows_before;
+            let rate = rows as f64 / started.elapsed().as_secs_f64().max(1e-9);
+            bar.set_message(format!(
+                "{} rows, {} rows/s",
+                thousands(rows),
+                thousands(rate as u64)
+            ));
+            accepted
+        },
+    );
+    bar.finish_and_clear();
+    outcome
+}
+
+/// Parses and fingerprints one run (on a worker thread).
+fn parse_one(parser: &mut RunParser, src: &RunSource, id: u32) -> Result<Parsed, RunError> {
+    let run = parser.parse(src, id)?;
+    let facts = RunFacts {
+        seed: i64::from(run.sidecar.seed),
+        steps: run.row_count,
+        max_score: run.sidecar.score,
+        highest_tile: run.sidecar.max_tile,
+    };
+    let fingerprint =
+        fingerprint::of_rows(facts, &run.rows, &run.valuation_names).map_err(|e| RunError {
+            file: src.rows.clone(),
+            line: None,
+            message: format!("{e:#}"),
+        })?;
+    Ok(Parsed { run, fingerprint })
+}
+
+/// What the writer starts from: nothing (a new pack) or an existing pack it extends.
+pub(crate) struct PackerStart {
+    pub shards: ShardWriter,
+    /// The `search` family's writer, split like `shards`, when the search statistics are kept.
+    pub search: Option<ShardWriter>,
+    pub db: MetadataWriter,
+    pub next_run_id: u32,
+    pub valuations: ValuationTable,
+    /// Fingerprints of the runs already in the pack, with their ids.
+    pub in_pack: HashMap<Fingerprint, u32>,
+    /// Packed runs (by sidecar path) whose rows file changed form since (gzipped or unzipped):
+    /// their id and fingerprint, which the new file's content must match.
+    pub recheck: HashMap<String, (u32, Fingerprint)>,
+    /// The pack's finding counts so far.
+    pub finding_counts: BTreeMap<String, u64>,
+}
+
+/// The single writer: receives parsed runs in run order and writes them.
+pub(crate) struct Packer {
+    shards: ShardWriter,
+    search: Option<ShardWriter>,
+    /// Rows written whose search statistics (`"used":true`) were not kept.
+    search_rows_not_kept: u64,
+    db: MetadataWriter,
+    valuations: ValuationTable,
+    skip_invalid: bool,
+    dedupe: bool,
+    first_run_id: u32,
+    next_run_id: u32,
+    /// Rows in the writer before the first run of this command (an extended pack's).
+    rows_before: u64,
+    skipped: Vec<(String, String)>,
+    findings: Tally,
+    in_pack: HashMap<Fingerprint, u32>,
+    /// Runs written by this command, by fingerprint.
+    written: Duplicates,
+    /// Runs skipped because the pack already holds their content: (sidecar path, run id).
+    already_packed: Vec<(String, u32)>,
+    recheck: HashMap<String, (u32, Fingerprint)>,
+    /// Rechecked runs whose new rows file holds their packed content: (sidecar path, run id).
+    reformed: Vec<(String, u32)>,
+}
+
+impl Packer {
+    pub fn new(start: PackerStart, options: PackOptions) -> Packer {
+        let rows_before = start.shards.total_rows();
+        Packer {
+            shards: start.shards,
+            search: start.search,
+            search_rows_not_kept: 0,
+            db: start.db,
+            valuations: start.valuations,
+            skip_invalid: options.skip_invalid,
+            dedupe: options.dedupe,
+            first_run_id: start.next_run_id,
+            next_run_id: start.next_run_id,
+            rows_before,
+            skipped: Vec::new(),
+            findings: Tally {
+                counts: start.finding_counts,
+                examples: Vec::new(),
+            },
+            in_pack: start.in_pack,
+            written: Duplicates::default(),
+            already_packed: Vec::new(),
+            recheck: start.recheck,
+            reformed: Vec::new(),
+        }
+    }
+
+    /// Runs left out so far (invalid, or duplicates with `dedupe`).
+    pub fn skipped_runs(&self) -> usize {
+        self.skipped.len()
+    }
+
+    pub fn runs_written(&self) -> u32 {
+        self.next_run_id - self.first_run_id
+    }
+
+    /// Writes a parsed run, or deals with an invalid or duplicate one; an error ends the pack.
+    fn accept(&mut self, src: &RunSource, parsed: Result<Parsed, RunError>) -> Result<()> {
+        let parsed = match parsed {
+            Ok(p) => p,
+            Err(e) => return self.reject(src, e),
+        };
+        let path = rel_string(&src.rel_sidecar);
+        if let Some(&(id, packed)) = self.recheck.get(&path) {
+            return self.recheck(src, path, id, packed, parsed.fingerprint);
+        }
+        if let Some(&id) = self.in_pack.get(&parsed.fingerprint) {
+            log::info!("{path}: already packed as run {id} (same content)");
+            self.already_packed.push((path, id));
+            return Ok(());
+        }
+        let earlier = self.written.get(&parsed.fingerprint).cloned();
+        if let Some(kept) = &earlier
+            && self.dedupe
+        {
+            let reason = format!("duplicate: {}", duplicate_detail(kept, &parsed.fingerprint));
+            return self.skip(path, reason);
+        }
+        let run = match self.assign_valuations(src, parsed.run) {
+            Ok(run) => run,
+            Err(e) => return self.reject(src, e),
+        };
+        let run_id = self.write_run(src, run, parsed.fingerprint)?;
+        match earlier {
+            Some(kept) => {
+                let example = FindingRecord {
+                    kind: DUPLICATE_RUN.into(),
+                    run_id: Some(run_id),
+                    source_path: path,
+                    line: None,
+                    step_index: None,
+                    detail: duplicate_detail(&kept, &parsed.fingerprint),
+                };
+                self.findings.add(DUPLICATE_RUN, 1, [example]);
+            }
+            None => self.written.insert(parsed.fingerprint, (run_id, path)),
+        }
+        Ok(())
+    }
+
+    /// A packed run whose rows file changed form (`BASE.jsonl` gzipped, or the other way): the
+    /// same run when its content is the packed run's (the pack then records the new file),
+    /// otherwise a changed source, which is never packed again: skipped with --skip-invalid,
+    /// else the end of the update.
+    fn recheck(
+        &mut self,
+        src: &RunSource,
+        path: String,
+        id: u32,
+        packed: Fingerprint,
+        now: Fingerprint,
+    ) -> Result<()> {
+        if now == packed {
+            log::info!(
+                "{path}: rows file now {}, same content as run {id}",
+                src.rel_rows.display()
+            );
+            let rows_path = rel_string(&src.rel_rows);
+            self.db
+                .set_rows_file(i64::from(id), &rows_path, src.rows_bytes as i64)?;
+            self.reformed.push((path, id));
+            return Ok(());
+        }
+        let reason = format!(
+            "{path}: changed since it was packed as run {id} (its rows file is now {} and its content differs)",
+            src.rel_rows.display()
+        );
+        if !self.skip_invalid {
+            return Err(changed_sources(&[&reason]));
+        }
+        self.skip(path, reason)
+    }
+
+    /// An invalid run: skipped and recorded with --skip-invalid, otherwise the end of the pack.
+    fn reject(&mut self, src: &RunSource, e: RunError) -> Result<()> {
+        if !self.skip_invalid {
+            bail!(
+                "invalid run: {e}\n(nothing was written; pass --skip-invalid to leave invalid runs out)"
+            );
+        }
+        log::info!("skipping invalid run: {e}"); // the summary lists it
+        self.skip(rel_string(&src.rel_sidecar), e.to_string())
+    }
+
+    /// Records a run left out (and why) in metadata.db and the summary.
+    pub fn skip(&mut self, path: String, reason: String) -> Result<()> {
+        self.db.insert_skipped(&path, &reason)?;
+        self.skipped.push((path, reason));
+        Ok(())
+    }
+
+    /// Maps the run's local valuation ids to pack ids, adding new names in first-appearance
+    /// order; a run that would bring a 257th name is invalid.
+    fn assign_valuations(
+        &mut self,
+        src: &RunSource,
+        mut run: ParsedRun,
+    ) -> Result<ParsedRun, RunError> {
+        if !run.has_extra_valuations() {
+            return Ok(run);
+        }
+        let names = run.valuation_names.iter().map(String::as_str);
+        let new = self.valuations.count_new(names);
+        if self.valuations.len() + new > MAX_NAMES {
+            // Find the line of the name that would be the 257th.
+            let mut room = MAX_NAMES - self.valuations.len();
+            let mut line = None;
+            for (name, first_line) in run.valuation_names.iter().zip(&run.valuation_first_lines) {
+                if self.valuations.id(name).is_none() {
+                    if room == 0 {
+                        line = Some((*first_line, name.clone()));
+                        break;
+                    }
+                    room -= 1;
+                }
+            }
+            let (line, name) = line.expect("an overflowing name exists");
+            return Err(RunError {
+                file: src.rows.clone(),
+                line: Some(line),
+                message: format!(
+                    "valuation_type {name:?} would be the 257th distinct name; at most {MAX_NAMES} fit"
+                ),
+            });
+        }
+        let mut map = [0u8; 256];
+        for (local, name) in run.valuation_names.iter().enumerate() {
+            map[local] = self.valuations.intern(name).expect("room was checked");
+        }
+        remap_rows(&mut run.rows, |id| id, Some(&map));
+        Ok(run)
+    }
+
+    /// Writes the run's rows and metadata under the next run id, which it returns.
+    fn write_run(
+        &mut self,
+        src: &RunSource,
+        mut run: ParsedRun,
+        fingerprint: Fingerprint,
+    ) -> Result<u32> {
+        let run_id = self.next_run_id;
+        self.next_run_id = run_id.checked_add(1).context("more than 2^32 runs")?;
+        if run.stamped_run_id != run_id {
+            remap_rows(&mut run.rows, |_| run_id, None);
+        }
+        let first_row = self.shards.position();
+        self.shards.write_rows(&run.rows)?;
+        match (&mut self.search, &run.search) {
+            (Some(writer), Some(stats)) => writer.write_rows(stats)?,
+            (None, _) => self.search_rows_not_kept += run.searched_rows,
+            (Some(_), None) => bail!("internal error: a run parsed without its search statistics"),
+        }
+        let s = &run.sidecar;
+        let source_path = rel_string(&src.rel_sidecar);
+        self.db.forget_skipped(&source_path)?;
+        self.db.insert_run(&RunRecord {
+            run_id,
+            seed: s.seed,
+            steps: run.row_count,
+            max_score: s.score,
+            highest_tile: s.max_tile,
+            details: RunDetails {
+                source_path: Some(source_path.clone()),
+                rows_path: Some(rel_string(&src.rel_rows)),
+                depth: s.depth,
+                game_index: s.game_index,
+                num_moves: Some(s.num_moves),
+                max_rank: s.max_rank,
+                sum_tile: s.sum_tile,
+                seconds: s.seconds,
+                source_pack: None,
+                source_run_id: None,
+                fingerprint: Some(fingerprint.to_string()),
+                sidecar_bytes: Some(src.sidecar_bytes as i64),
+                rows_bytes: Some(src.rows_bytes as i64),
+            },
+            first_row: Some(first_row),
+        })?;
+        self.record_findings(run_id, &source_path, &rel_string(&src.rel_rows), &run);
+        Ok(run_id)
+    }
+
+    /// Tallies a run's findings; row findings name the rows file, run findings the sidecar.
+    fn record_findings(
+        &mut self,
+        run_id: u32,
+        sidecar_path: &str,
+        rows_path: &str,
+        run: &ParsedRun,
+    ) {
+        let record = |kind: &str, line: Option<u64>, step_index, detail: String| FindingRecord {
+            kind: kind.to_string(),
+            run_id: Some(run_id),
+            source_path: if line.is_some() {
+                rows_path
+            } else {
+                sidecar_path
+            }
+            .to_string(),
+            line,
+            step_index,
+            detail,
+        };
+        for kind in [
+            FindingKind::IllegalMovePlayed,
+            FindingKind::EvOnIllegalMove,
+            FindingKind::StepIndexGap,
+        ] {
+            let examples = run
+                .findings
+                .examples
+                .iter()
+                .filter(|f| f.kind == kind)
+                .map(|f| {
+                    record(
+                        kind.name(),
+                        Some(f.line),
+                        Some(f.step_index),
+                        f.detail.clone(),
+                    )
+                });
+            self.findings
+                .add(kind.name(), run.findings.counts[kind as usize], examples);
+        }
+        if run.row_count as i64 != run.sidecar.num_moves {
+            let detail = format!(
+                "sidecar num_moves {} but {} rows",
+                run.sidecar.num_moves, run.row_count
+            );
+            self.findings.add(
+                "num_moves_mismatch",
+                1,
+                [record("num_moves_mismatch", None, None, detail)],
+            );
+        }
+        if run.row_count == 0 {
+            self.findings.add(
+                "empty_run",
+                1,
+                [record(
+                    "empty_run",
+                    None,
+                    None,
+                    "the run has no rows".into(),
+                )],
+            );
+        }
+    }
+
+    /// Closes the shards and records shards, findings and the drop's orphan rows files (which
+    /// replace any recorded before). The caller adds its session facts, then commits.
+    pub fn finish(mut self, orphans: &[PathBuf]) -> Result<Packed> {
+        let orphan_examples = orphans.iter().map(|p| FindingRecord {
+            kind: "orphan_rows_file".into(),
+            run_id: None,
+            source_path: rel_string(p),
+            line: None,
+            step_index: None,
+            detail: orphan_detail(p),
+        });
+        self.findings.counts.remove("orphan_rows_file");
+        self.findings
+            .add("orphan_rows_file", orphans.len() as u64, orphan_examples);
+        let orphan_paths: Vec<String> = orphans.iter().map(|p| rel_string(p)).collect();
+        self.db.replace_orphans(&orphan_paths)?;
+        let rows_written = self.shards.total_rows();
+        let shards = self.shards.finish()?;
+        for shard in &shards {
+            self.db.insert_shard(shard)?;
+        }
+        if let Some(writer) = self.search {
+            // An update's kept files come first in `finish`: the family is recorded whole.
+            self.db.delete_companion(search::FAMILY)?;
+            for record in companions::records(&FileLayout::search(), &writer.finish()?) {
+                self.db.insert_companion(&record)?;
+            }
+        }
+        for (kind, count) in &self.findings.counts {
+            self.db.set_finding_count(kind, *count)?;
+        }
+        for example in &self.findings.examples {
+            self.db.insert_finding(example)?;
+        }
+        Ok(Packed {
+            search_rows_not_kept: self.search_rows_not_kept,
+            db: self.db,
+            valuations: self.valuations,
+            total_rows: rows_written,
+            rows_added: rows_written - self.rows_before,
+            first_run_id: self.first_run_id,
+            next_run_id: self.next_run_id,
+            shards,
+            skipped: self.skipped,
+            findings: self.findings,
+            already_packed: self.already_packed,
+            reformed: self.reformed,
+        })
+    }
+}
+
+/// A pack whose rows are written, with its metadata still open for the caller's session facts.
+pub(crate) struct Packed {
+    pub db: MetadataWriter,
+    /// Rows this command wrote whose search statistics were not kept.
+    pub search_rows_not_kept: u64,
+    pub valuations: ValuationTable,
+    pub total_rows: u64,
+    /// Rows of the runs this command wrote.
+    pub rows_added: u64,
+    pub first_run_id: u32,
+    pub next_run_id: u32,
+    pub shards: Vec<ShardRecord>,
+    pub skipped: Vec<(String, String)>,
+    pub findings: Tally,
+    pub already_packed: Vec<(String, u32)>,
+    /// Packed runs whose rows file changed form, content unchanged: (sidecar path, run id).
+    pub reformed: Vec<(String, u32)>,
+}
+
+impl Packed {
+    /// Commits metadata.db and writes `valuation_types.json` next to it; returns the summary.
+    pub fn commit(self, compressed_bytes: u64) -> Result<Summary> {
+        let staging = self.db.dir();
+        self.db.finish()?;
+        write_valuations(&staging, &self.valuations)?;
+        Ok(Summary {
+            runs: self.next_run_id - self.first_run_id,
+            rows: self.rows_added,
+            shards: self.shards,
+            skipped: self.skipped,
+            findings: self.findings,
+            compressed_bytes,
+        })
+    }
+}
+
+/// A path relative to the input root as stored in metadata.db: '/'-separated.
+pub(crate) fn rel_string(p: &Path) -> String {
+    p.components()
+        .map(|c| c.as_os_str().to_string_lossy())
+        .collect::<Vec<_>>()
+        .join("/")
+}
+
+/// The error for packed runs whose source changed (one reason per run).
+pub(crate) fn changed_sources(reasons: &[&str]) -> anyhow::Error {
+    anyhow::anyhow!(
+        "{} changed after it was packed; nothing was written:\n{}\n(a packed run is never re-packed or duplicated; move the changed file out of the input, or pass --skip-invalid to record it as skipped)",
+        if reasons.len() == 1 {
+            "a source run".to_string()
+        } else {
+            format!("{} source runs", reasons.len())
+        },
+        reasons
+            .iter()
+            .map(|r| format!("  {r}"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    )
+}
+
+/// What a pack run did, for the user.
+pub(crate) struct Summary {
+    pub runs: u32,
+    pub rows: u64,
+    pub shards: Vec<ShardRecord>,
+    pub skipped: Vec<(String, String)>,
+    pub findings: Tally,
+    pub compressed_bytes: u64,
+}
+
+impl Summary {
+    /// The summary as JSON (the update adds its own fields).
+    pub fn to_json(&self, output: &Path, elapsed: f64) -> serde_json::Value {
+        json!({
+            "output": output.display().to_string(),
+            "runs": self.runs,
+            "rows": self.rows,
+            "shards": self.shards.iter().map(|s| json!({"file": s.file_name, "rows": s.rows, "bytes": s.bytes, "crc32c": format!("{:08x}", s.crc32c)})).collect::<Vec<_>>(),
+            "skipped_runs": self.skipped.iter().map(|(p, r)| json!({"path": p, "reason": r})).collect::<Vec<_>>(),
+            "orphan_rows_files": self.findings.count("orphan_rows_file"),
+            "duplicate_runs": self.findings.count(DUPLICATE_RUN),
+            "findings": self.findings.counts,
+            "finding_examples": self.findings.examples.iter().map(|f| json!({"kind": f.kind, "run_id": f.run_id, "source_path": f.source_path, "line": f.line, "step_index": f.step_index, "detail": f.detail})).collect::<Vec<_>>(),
+            "compressed_bytes": self.compressed_bytes,
+            "elapsed_s": elapsed,
+            "rows_per_s": self.rows as f64 / elapsed.max(1e-9),
+        })
+    }
+}
