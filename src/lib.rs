@@ -14,6 +14,7 @@ pub mod fingerprints;
 pub mod format;
 pub mod interrupt;
 pub mod ordered;
+pub mod pack;
 pub mod pack_dir;
 pub mod pack_reader;
 pub mod pack_stats;

@@ -1,0 +1,3 @@
+//! The pack as a library.
+
+pub mod verify;
