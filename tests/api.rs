@@ -394,3 +394,72 @@ fn a_shuffled_pack_reads_by_row_but_has_no_runs() {
     assert!(pack.runs().is_err());
     assert_eq!(pack.select("depth = 6").unwrap().len(), 5);
 }
+
+#[test]
+fn runs_are_found_without_a_run_index_as_in_a_reference_pack() {
+    let t = tempfile::tempdir().unwrap();
+    let p = packed(t.path(), "p", &["--shard-rows", "300"]);
+    let before: Vec<(u32, u64, u64)> = {
+        let pack = Pack::open(&p).unwrap();
+        pack.runs()
+            .unwrap()
+            .map(|r| r.map(|r| (r.id(), r.first_row(), r.len())).unwrap())
+            .collect()
+    };
+    rusqlite::Connection::open(p.join("metadata.db"))
+        .unwrap()
+        .execute_batch("DROP TABLE run_index")
+        .unwrap();
+    let pack = Pack::open(&p).unwrap();
+    let after: Vec<(u32, u64, u64)> = pack
+        .runs()
+        .unwrap()
+        .map(|r| r.map(|r| (r.id(), r.first_row(), r.len())).unwrap())
+        .collect();
+    assert_eq!(after, before);
+    let run = pack.run(4).unwrap();
+    assert_eq!((run.first_row(), run.len()), (before[4].1, before[4].2));
+    assert!(run.steps().all(|s| s.run_id() == 4));
+    // A run index pointing at another run's rows is refused, naming the pack.
+    let q = packed(t.path(), "q", &[]);
+    rusqlite::Connection::open(q.join("metadata.db"))
+        .unwrap()
+        .execute(
+            "UPDATE run_index SET global_row = 0, row_offset = 0 WHERE run_id = 5",
+            [],
+        )
+        .unwrap();
+    let pack = Pack::open(&q).unwrap();
+    let e = pack.run(5).unwrap_err().to_string();
+    assert!(
+        e.contains("global row 0 belongs to run 0, but metadata.db places run 5 there"),
+        "{e}"
+    );
+    assert!(pack.runs().unwrap().any(|r| r.is_err()));
+}
+
+#[test]
+fn a_pack_is_shared_between_threads() {
+    fn send_sync<T: Send + Sync>() {}
+    send_sync::<Pack>();
+    let t = tempfile::tempdir().unwrap();
+    let p = packed(t.path(), "p", &["--shard-rows", "500"]);
+    let pack = Pack::open(&p).unwrap();
+    let whole: u64 = pack.steps().map(|s| u64::from(s.step_index())).sum();
+    let halves: u64 = std::thread::scope(|scope| {
+        let (a, b) = (
+            scope.spawn(|| {
+                pack.steps_in(0..1000)
+                    .map(|s| u64::from(s.step_index()))
+                    .sum::<u64>()
+            }),
+            scope.spawn(|| {
+                pack.steps_in(1000..u64::MAX)
+                    .map(|s| u64::from(s.step_index()))
+                    .sum::<u64>()
+            }),
+        );
+        a.join().unwrap() + b.join().unwrap()
+    });
+    assert_eq!(halves, whole);
+}
