@@ -327,6 +327,12 @@ pub trait CompanionValue: Copy + private::Sealed {
     /// The Rust name, for messages.
     const NAME: &'static str;
     /// Decodes `SIZE` little-endian bytes.
+    ///
+    /// ```
+    /// use dataset_packer::CompanionValue;
+    /// assert_eq!(<i16 as CompanionValue>::from_le(&[0xfe, 0xff]), -2);
+    /// assert_eq!((f32::KIND, f32::SIZE, f32::NAME), ('f', 4, "f32"));
+    /// ```
     fn from_le(bytes: &[u8]) -> Self;
 }
 
