@@ -420,6 +420,28 @@ fn runs_are_found_without_a_run_index_as_in_a_reference_pack() {
     let run = pack.run(4).unwrap();
     assert_eq!((run.first_row(), run.len()), (before[4].1, before[4].2));
     assert!(run.steps().all(|s| s.run_id() == 4));
+    // Without an index, runs.steps that misplace a run (their sum still right) are caught.
+    rusqlite::Connection::open(p.join("metadata.db"))
+        .unwrap()
+        .execute_batch(
+            "UPDATE runs SET steps = steps + 1 WHERE id = 1; UPDATE runs SET steps = steps - 1 WHERE id = 2;",
+        )
+        .unwrap();
+    let pack = Pack::open(&p).unwrap();
+    let listed: Vec<String> = pack
+        .runs()
+        .unwrap()
+        .filter_map(|r| r.err().map(|e| e.to_string()))
+        .collect();
+    assert!(
+        listed[0].contains("belongs to run 2, but metadata.db places run 1 there"),
+        "{listed:?}"
+    );
+    let e = format!("{:#}", pack.run(2).unwrap_err());
+    assert!(
+        e.contains("its rows are not where the runs table places run 2"),
+        "{e}"
+    );
     // A run index pointing at another run's rows is refused, naming the pack.
     let q = packed(t.path(), "q", &[]);
     rusqlite::Connection::open(q.join("metadata.db"))

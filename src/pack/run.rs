@@ -160,6 +160,10 @@ pub struct Runs<'a> {
     /// The run index's entries, by run id (None: the pack records none).
     index: Option<Vec<(i64, RowLocation)>>,
     next: usize,
+    /// Without an index: where the next run starts. Runs lie in id order, each `runs.steps`
+    /// rows long (the rule `run_index::locate_unindexed` rebuilds one run's place by; summed
+    /// here as the runs go by, so listing every run is not quadratic).
+    unindexed_start: u64,
 }
 
 impl<'a> Runs<'a> {
@@ -168,6 +172,7 @@ impl<'a> Runs<'a> {
             pack,
             index,
             next: 0,
+            unindexed_start: 0,
         }
     }
 }
@@ -177,8 +182,12 @@ impl<'a> Iterator for Runs<'a> {
 
     fn next(&mut self) -> Option<Result<Run<'a>>> {
         let &(id, steps) = self.pack.runs.get(self.next)?;
-        let entry = self.index.as_ref().and_then(|i| i.get(self.next));
+        let slot = self.next;
+        let entry = self.index.as_ref().map(|i| i.get(slot));
         self.next += 1;
+        let steps = steps.max(0) as u64;
+        let unindexed_start = self.unindexed_start;
+        self.unindexed_start += steps;
         let Ok(id) = u32::try_from(id) else {
             return Some(Err(anyhow::anyhow!(
                 "{}: runs.id {id} cannot be a run_id",
@@ -188,10 +197,13 @@ impl<'a> Iterator for Runs<'a> {
         Some(match entry {
             // The index lists the runs in id order, as `runs` does; where it does not (a
             // damaged pack), the lookup by id says what is wrong.
-            Some((indexed, at)) if *indexed == i64::from(id) => {
-                Run::at(self.pack, id, at.global_row, steps as u64)
+            Some(Some((indexed, at))) if *indexed == i64::from(id) => {
+                Run::at(self.pack, id, at.global_row, steps)
             }
-            _ => self.pack.run(id),
+            Some(_) => self.pack.run(id),
+            // `Pack::open` checked that the runs add up to the rows; `Run::at` checks that
+            // each run's first and last rows carry its id.
+            None => Run::at(self.pack, id, unindexed_start, steps),
         })
     }
 
