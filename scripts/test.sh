@@ -19,7 +19,7 @@ export DATASET_PACKER_PYTHON="$PWD/$venv/bin/python"
 
 cargo test --release --all-targets "$@"
 # The rustdoc examples of the library's public surface (--all-targets leaves doc tests out).
-cargo test --release --doc "$@"
+cargo test --release --doc
 
 # The Python package: re-installed (offline, no build isolation: flit_core is in the venv)
 # only when its files change, then tested with the binary cargo just built.
