@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Runs the whole test suite: creates the Python venv with NumPy for the interop tests when it
-# is missing (target/test-venv), runs every Rust unit and integration test in release mode,
-# then installs the Python package (python/) into that venv and runs its pytest tests against
-# the release binary.
+# is missing (target/test-venv), runs every Rust unit and integration test and the library's
+# doc tests in release mode, then installs the Python package (python/) into that venv and runs
+# its pytest tests against the release binary.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -18,6 +18,8 @@ fi
 export DATASET_PACKER_PYTHON="$PWD/$venv/bin/python"
 
 cargo test --release --all-targets "$@"
+# The rustdoc examples of the library's public surface (--all-targets leaves doc tests out).
+cargo test --release --doc
 
 # The Python package: re-installed (offline, no build isolation: flit_core is in the venv)
 # only when its files change, then tested with the binary cargo just built.

@@ -97,7 +97,7 @@ impl Family {
         self.descr == other.descr && self.trailing == other.trailing
     }
 
-    /// Opens file `shard` for reading rows with [`CompanionFile::read_rows`].
+    /// Opens file `shard` for reading rows with [`OpenCompanion::read_rows`].
     pub fn open(&self, shard: usize) -> Result<OpenCompanion<'_>> {
         let f = &self.files[shard];
         let file = File::open(&f.path).with_context(|| format!("opening {}", f.path.display()))?;

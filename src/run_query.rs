@@ -26,7 +26,14 @@ use rusqlite::{Connection, Statement};
 
 use crate::format::metadata;
 
-/// A value for an SQL parameter, from `--param`.
+/// A value for an SQL parameter, from `--param` (or for [`crate::Pack::select_with`]).
+///
+/// ```
+/// use dataset_packer::Param;
+/// let p = Param::parse("depth=7").unwrap();
+/// assert_eq!(p.name.as_deref(), Some("depth"));
+/// assert_eq!(p.to_string(), "depth=7");
+/// ```
 #[derive(Debug, Clone, PartialEq)]
 pub struct Param {
     /// `min` for `:min`, `@min` or `$min`; None for a positional `?`.

@@ -423,3 +423,71 @@ fn usage_errors() {
         Some(2)
     );
 }
+
+#[test]
+fn packs_are_positional_and_the_old_flags_are_aliases() {
+    let t = tempfile::tempdir().unwrap();
+    let (a, b) = pack_d6_d7(t.path());
+    let c = t.path().join("all");
+    pack(&fixture("raw"), &c, &[]);
+    let out = |name: &str| t.path().join(name);
+    // Three inputs: positional, and repeated --input.
+    let positional = merge(&[s(&a), s(&b), s(&c), "--output", s(&out("p3"))]);
+    let flagged = merge(&[
+        "--input",
+        s(&a),
+        "--input",
+        s(&b),
+        "--input",
+        s(&c),
+        "--output",
+        s(&out("f3")),
+    ]);
+    assert_eq!(positional["rows"], 2 * 2240);
+    assert_eq!(positional["runs"], flagged["runs"]);
+    assert_eq!(pack_bytes(&out("p3")), pack_bytes(&out("f3")));
+    assert_eq!(runs_table(&out("p3")), runs_table(&out("f3")));
+    // Two inputs: positional, and --left/--right; the order is the order given.
+    merge(&[s(&b), s(&a), "--output", s(&out("p2"))]);
+    merge(&["--left", s(&b), "--right", s(&a), "--output", s(&out("f2"))]);
+    assert_eq!(pack_bytes(&out("p2")), pack_bytes(&out("f2")));
+    assert_eq!(read_rows(&out("p2"))[0], {
+        // B's first row, run 0 of the output.
+        read_rows(&b)[0]
+    });
+    // Both spellings at once is a usage error, not a guess at the order.
+    for args in [
+        vec!["merge", s(&a), "--input", s(&b), "--output", "x"],
+        vec![
+            "merge",
+            s(&a),
+            "--left",
+            s(&a),
+            "--right",
+            s(&b),
+            "--output",
+            "x",
+        ],
+    ] {
+        let o = run(&args);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {}", stderr(&o));
+    }
+    let o = run(&["merge", "--output", s(&out("none"))]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        stderr(&o).contains("merge A B … --output M"),
+        "{}",
+        stderr(&o)
+    );
+}
+
+#[test]
+fn help_shows_the_positional_form() {
+    let help = run_ok(&["merge", "--help"]);
+    assert!(help.contains("[PACK]..."), "{help}");
+    assert!(
+        help.contains("dataset-packer merge packs/d6 packs/d7 --output packs/d6d7"),
+        "{help}"
+    );
+    assert!(help.contains("--left A --right B"), "{help}");
+}

@@ -374,3 +374,35 @@ fn temp_space_and_usage_errors() {
     ]);
     assert_eq!(res.status.code(), Some(1));
 }
+
+#[test]
+fn the_pack_is_positional_and_input_is_an_alias() {
+    let t = tempfile::tempdir().unwrap();
+    let src = source(t.path());
+    let (p, f) = (t.path().join("p"), t.path().join("f"));
+    run_ok(&[
+        "shuffle",
+        s(&src),
+        "--output",
+        s(&p),
+        "--seed",
+        "3",
+        "--quiet",
+    ]);
+    shuffle(&src, &f, &["--seed", "3"]);
+    assert_eq!(pack_bytes(&p), pack_bytes(&f));
+    assert_ne!(read_rows(&p), read_rows(&src), "shuffled");
+    for args in [
+        vec!["shuffle", "--output", "x"],
+        vec!["shuffle", s(&src), "--input", s(&src), "--output", "x"],
+    ] {
+        let o = run(&args);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {}", stderr(&o));
+    }
+    let help = run_ok(&["shuffle", "--help"]);
+    assert!(help.contains("[PACK]"), "{help}");
+    assert!(
+        help.contains("dataset-packer shuffle packs/d6 --output"),
+        "{help}"
+    );
+}

@@ -37,8 +37,12 @@ pub struct AttachArgs {
     /// The pack to add the companion to.
     #[arg(value_name = "PACK")]
     pub pack: PathBuf,
-    /// Name of the family: [a-z][a-z0-9_]*, not "steps" (files NAME-NNNNN.npy).
-    #[arg(long, value_name = "NAME")]
+    // The help is an attribute, not a doc comment: rustdoc would read its brackets as links.
+    #[arg(
+        long,
+        value_name = "NAME",
+        help = "Name of the family: [a-z][a-z0-9_]*, not \"steps\" (files NAME-NNNNN.npy)"
+    )]
     pub name: String,
     /// The arrays (.npy): one per shard in shard order, or one for the whole pack.
     #[arg(long = "from", value_name = "PATH", num_args = 1.., required = true)]

@@ -39,10 +39,13 @@ const COPY_ROWS: usize = 21_845;
 
 #[derive(Args, Debug)]
 #[command(after_help = "Examples:
-  dataset-packer merge --left packs/d6 --right packs/d7 --output packs/d6d7
-  dataset-packer merge --input part-0 --input part-1 --input part-2 --output packs/all --shard-rows 10000000
-  dataset-packer merge --left old --right new --output merged --overwrite --delete-inputs
-  dataset-packer merge --input packs/a --input packs/b --output packs/ab --dedupe
+  dataset-packer merge packs/d6 packs/d7 --output packs/d6d7
+  dataset-packer merge part-0 part-1 part-2 --output packs/all --shard-rows 10000000
+  dataset-packer merge old new --output merged --overwrite --delete-inputs
+  dataset-packer merge packs/a packs/b --output packs/ab --dedupe
+
+The input packs are positional, like every command's; the older spellings --left A --right B
+and --input A --input B … still work and mean the same.
 
 Legacy 46-byte inputs (the reference packer's, 2048former) are upgraded: 48-byte rows, run
 index, fingerprints, and ev_legal recomputed from the board (the rows it changes are counted).
@@ -56,7 +59,10 @@ input with one dtype and shape are carried, their rows in the output's row order
 --delete-inputs deletes an input's companion files with its shards, once they are in the
 verified output; it refuses an input holding a *.npy file it cannot account for.")]
 pub struct MergeArgs {
-    /// First input pack (with --right).
+    /// The input packs, in order (runs are renumbered in this order).
+    #[arg(value_name = "PACK", conflicts_with_all = ["left", "inputs"])]
+    pub packs: Vec<PathBuf>,
+    /// First input pack, with --right (an alias: `merge A B` is the same).
     #[arg(
         long,
         value_name = "PACK",
@@ -64,10 +70,10 @@ pub struct MergeArgs {
         conflicts_with = "inputs"
     )]
     pub left: Option<PathBuf>,
-    /// Second input pack (with --left).
+    /// Second input pack, with --left (an alias: `merge A B` is the same).
     #[arg(long, value_name = "PACK", requires = "left")]
     pub right: Option<PathBuf>,
-    /// Input packs, in order (repeat for N-way merges).
+    /// An input pack, repeated for each (an alias: `merge A B C` is the same).
     #[arg(long = "input", value_name = "PACK")]
     pub inputs: Vec<PathBuf>,
     /// Folder to write the merged pack into.
@@ -107,11 +113,12 @@ impl MergeArgs {
     fn input_list(&self) -> Result<Vec<PathBuf>> {
         let list: Vec<PathBuf> = match (&self.left, &self.right) {
             (Some(l), Some(r)) => vec![l.clone(), r.clone()],
+            _ if !self.packs.is_empty() => self.packs.clone(),
             _ => self.inputs.clone(),
         };
         if list.is_empty() {
             return Err(UsageError(
-                "name the inputs with --left A --right B, or --input A --input B …".into(),
+                "name the input packs: `merge A B … --output M` (or --left A --right B, or --input A --input B …)".into(),
             )
             .into());
         }

@@ -42,13 +42,22 @@ const WORK_DIR: &str = crate::pack_dir::SHUFFLE_WORK;
 
 #[derive(Args, Debug)]
 #[command(after_help = "Examples:
-  dataset-packer shuffle --input packs/d6 --output packs/d6-shuffled --seed 7
-  dataset-packer shuffle --input big --output big-shuffled --memory 4GiB --temp /scratch --shard-rows 10000000
-  dataset-packer shuffle --input big --output big-shuffled --memory 4GiB --temp /scratch --resume")]
+  dataset-packer shuffle packs/d6 --output packs/d6-shuffled --seed 7
+  dataset-packer shuffle big --output big-shuffled --memory 4GiB --temp /scratch --shard-rows 10000000
+  dataset-packer shuffle big --output big-shuffled --memory 4GiB --temp /scratch --resume
+
+The pack is positional, like every command's; the older spelling --input PACK still works.")]
 pub struct ShuffleArgs {
     /// The pack to shuffle.
-    #[arg(long, value_name = "PACK")]
-    pub input: PathBuf,
+    #[arg(
+        value_name = "PACK",
+        required_unless_present = "input_flag",
+        conflicts_with = "input_flag"
+    )]
+    pub pack: Option<PathBuf>,
+    /// The pack to shuffle (an alias: `shuffle PACK` is the same).
+    #[arg(long = "input", id = "input_flag", value_name = "PACK")]
+    pub input_flag: Option<PathBuf>,
     /// Folder for the shuffled pack.
     #[arg(long, value_name = "PACK_DIR")]
     pub output: PathBuf,
@@ -79,6 +88,16 @@ pub struct ShuffleArgs {
     /// Print the summary and quality report as JSON on stdout.
     #[arg(long)]
     pub json: bool,
+}
+
+impl ShuffleArgs {
+    /// The pack to shuffle, however it was given.
+    pub fn input(&self) -> &Path {
+        self.pack
+            .as_deref()
+            .or(self.input_flag.as_deref())
+            .expect("clap requires PACK or --input")
+    }
 }
 
 /// What a shuffle is: the same plan (and input) is required to resume.
@@ -201,18 +220,18 @@ pub fn run(args: &ShuffleArgs) -> Result<()> {
         legacy_ok: true,
         scan_rows: true,
     };
-    pack_reader::check_is_pack(&args.input)?;
-    let report = validate::check(&args.input, &options)?;
+    pack_reader::check_is_pack(args.input())?;
+    let report = validate::check(args.input(), &options)?;
     if !report.valid() {
         bail!(
             "input {} is not a valid pack; nothing was written:\n{}",
-            args.input.display(),
+            args.input().display(),
             report.failures()
         );
     }
-    let shards = pack_reader::open_shards(&args.input, true)?;
-    let families = companions::scan(&args.input, &shards)?.families;
-    let input_conn = metadata::open_read_only(&args.input.join(metadata::FILE_NAME))?;
+    let shards = pack_reader::open_shards(args.input(), true)?;
+    let families = companions::scan(args.input(), &shards)?.families;
+    let input_conn = metadata::open_read_only(&args.input().join(metadata::FILE_NAME))?;
     let plan = make_plan(args, &shards, &families, &input_conn)?;
 
     let mut out = OutputDir::open_with(&args.output, args.overwrite, args.resume)?;
@@ -248,7 +267,7 @@ pub fn run(args: &ShuffleArgs) -> Result<()> {
     let rows = gather(&plan, &families, &mut progress, &work, &staging, args)?;
     let quality = measure_dispersion(&staging, &input_conn)?;
     let upgraded = write_metadata(&staging, &input_conn, &shards, args, &plan, &quality, rows)?;
-    write_valuations(&staging, &pack_reader::read_valuations(&args.input)?)?;
+    write_valuations(&staging, &pack_reader::read_valuations(args.input())?)?;
     out.publish()?;
     std::fs::remove_dir_all(&work).with_context(|| format!("removing {}", work.display()))?;
     print_summary(
@@ -273,7 +292,7 @@ fn make_plan(
     let buckets = bucket_count(args.memory, rows, bytes, !families.is_empty())?;
     let recorded = metadata::session_value(conn, "shard_rows")?.and_then(|v| v.parse().ok());
     Ok(Plan {
-        input: std::fs::canonicalize(&args.input)?.display().to_string(),
+        input: std::fs::canonicalize(args.input())?.display().to_string(),
         input_rows: rows,
         input_fingerprint: shards
             .iter()
@@ -769,7 +788,7 @@ fn write_metadata(
     let mut details = metadata::read_run_details(input)?;
     let input_shuffled = metadata::session_value(input, "shuffled")?.as_deref() == Some("true");
     if fingerprints::recorded(&runs, &details).is_none() && !input_shuffled {
-        let valuations = pack_reader::read_valuations(&args.input)?;
+        let valuations = pack_reader::read_valuations(args.input())?;
         let workers = args
             .workers
             .map_or_else(crate::default_workers, |w| w as usize);

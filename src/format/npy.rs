@@ -208,7 +208,7 @@ fn bad(msg: impl Into<String>) -> HeaderError {
 
 /// Parses a shard's `.npy` header from the first bytes of its file (at least the whole
 /// header), by meaning as NumPy reads it: the dict in any key order and spacing, with or
-/// without trailing commas, and the dtype compared field by field (see [`classify`]), so the
+/// without trailing commas, and the dtype compared field by field (see `classify`), so the
 /// spelling of another writer (npyz writes `'<u1'` where `np.save` writes `'|u1'`) is no
 /// obstacle.
 pub fn parse_header(bytes: &[u8]) -> Result<Header, HeaderError> {

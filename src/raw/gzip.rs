@@ -8,7 +8,7 @@
 //!
 //! Both are strict about what a valid file is: an empty file, a bad CRC, a truncated member or
 //! bytes after the last member are errors, and both say which with the same message (their
-//! diagnosis comes from the same decoder, see [`describe_read_error`]).
+//! diagnosis comes from the same decoder, see `describe_read_error`).
 
 use std::io::Read;
 

@@ -1,0 +1,531 @@
+//! The pack as a library: what a Rust program uses to read a pack.
+//!
+//! ```
+//! # fn main() -> anyhow::Result<()> {
+//! # let fixture = dataset_packer::pack::doc_support::fixture_pack()?;
+//! # let path = fixture.path();
+//! use dataset_packer::Pack;
+//!
+//! let pack = Pack::open(path)?; // read-only, memory-mapped; headers, dtype, metadata.db checked
+//! println!("{} rows in {} runs", pack.len(), pack.num_runs());
+//! let run = pack.run(3)?; // run 3's rows in step order
+//! for step in run.steps() {
+//!     let _ = (step.step_index(), step.move_dir(), step.exponents(), step.branch_evs());
+//! }
+//! pack.verify()?; // everything `dataset-packer validate` checks
+//! # Ok(()) }
+//! ```
+//!
+//! # Stability
+//!
+//! The names re-exported at the crate root — [`Pack`], [`Run`], [`Step`], [`Steps`],
+//! [`Runs`], [`Companion`], [`CompanionValue`] and [`Param`] — and their methods are the
+//! public surface: they follow semantic versioning. Everything else the crate exports
+//! (`cmd`, `pack_reader`, `format`, …, and [`verify`]'s report types) is the command-line
+//! tool's machinery, public only so its own tests reach it, and may change in any release.
+//!
+//! # What `open` checks, and what `verify` adds
+//!
+//! [`Pack::open`] reads only headers and `metadata.db`: the folder is a pack, its shards are
+//! named and numbered as the format says, every header has the pack's row dtype (a legacy
+//! packed 46-byte shard is refused with the command that upgrades it) and the size it
+//! promises, `metadata.db` has the schema, its shard records match the files, and its runs
+//! add up to the shards' rows. [`Pack::verify`] reads every byte: checksums, every row, every
+//! run, companions, fingerprints, as `validate` does. Rows read through the API are not
+//! checksummed on the way; call `verify` once when the pack's provenance is in doubt.
+
+mod companion;
+#[doc(hidden)]
+pub mod doc_support;
+mod run;
+mod step;
+pub mod verify;
+
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+use anyhow::{Context, Result, bail};
+use memmap2::Mmap;
+
+pub use companion::{Companion, CompanionValue};
+pub use run::{Run, Runs};
+pub use step::{Step, Steps};
+
+use crate::companions::Scan;
+use crate::format::metadata;
+use crate::format::row::ROW_BYTES;
+use crate::pack_reader::{self, Shard};
+
+/// An open pack: its shards memory-mapped read-only, its `metadata.db` open read-only.
+///
+/// `Pack` is `Send + Sync`: share one between threads with `&Pack` or an `Arc`.
+///
+/// ```
+/// # fn main() -> anyhow::Result<()> {
+/// # let fixture = dataset_packer::pack::doc_support::fixture_pack()?;
+/// let pack = dataset_packer::Pack::open(fixture.path())?;
+/// assert_eq!((pack.len(), pack.num_runs()), (2240, 10));
+/// # Ok(()) }
+/// ```
+pub struct Pack {
+    dir: PathBuf,
+    shards: Vec<Shard>,
+    /// Each shard's data section (None for a shard of no rows, which cannot be mapped).
+    maps: Vec<Option<Mmap>>,
+    /// The global row where each shard starts, then the total.
+    starts: Vec<u64>,
+    /// In a Mutex only so that `Pack` is `Sync` (a connection is `Send`, not `Sync`).
+    conn: Mutex<rusqlite::Connection>,
+    valuation_names: Vec<String>,
+    /// Run ids in ascending order, with their `runs.steps`.
+    runs: Vec<(i64, i64)>,
+    shuffled: bool,
+    companions: Scan,
+}
+
+impl std::fmt::Debug for Pack {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Pack")
+            .field("dir", &self.dir)
+            .field("rows", &self.len())
+            .field("runs", &self.num_runs())
+            .field("shards", &self.shards.len())
+            .finish()
+    }
+}
+
+impl Pack {
+    /// Opens the pack in folder `path` read-only: every shard memory-mapped, `metadata.db`
+    /// opened read-only, and the structure checked (see the module doc); nothing is read row
+    /// by row. An error names the file at fault.
+    ///
+    /// ```
+    /// # fn main() -> anyhow::Result<()> {
+    /// # let fixture = dataset_packer::pack::doc_support::fixture_pack()?;
+    /// use dataset_packer::Pack;
+    /// let pack = Pack::open(fixture.path())?;
+    /// assert_eq!(pack.path(), fixture.path());
+    /// let missing = Pack::open(fixture.path().join("nope")).unwrap_err();
+    /// assert!(missing.to_string().ends_with("nope does not exist"));
+    /// # Ok(()) }
+    /// ```
+    pub fn open(path: impl AsRef<Path>) -> Result<Pack> {
+        let dir = path.as_ref().to_path_buf();
+        let conn = pack_reader::open_metadata(&dir)?;
+        let invalid = |what: String| {
+            anyhow::anyhow!(
+                "{} is not a valid pack: {what}; `dataset-packer validate {}` says more",
+                dir.display(),
+                dir.display()
+            )
+        };
+        let problems = metadata::schema_problems(&conn)
+            .with_context(|| format!("reading {}", dir.join(metadata::FILE_NAME).display()))?;
+        if let Some(p) = problems.first() {
+            return Err(invalid(format!("{}: {p}", metadata::FILE_NAME)));
+        }
+        let shards = pack_reader::open_shards(&dir, false)?;
+        let starts = pack_reader::shard_starts(&shards);
+        let runs = metadata::read_run_steps(&conn)?;
+        let mut checks = vec![verify::check_total_steps(
+            &runs,
+            *starts.last().expect("a start per shard and the end"),
+        )];
+        if let Some(records) = metadata::read_shard_records(&conn)? {
+            checks.push(verify::check_checksums(&records, &shards, None));
+        }
+        if let Some(failed) = checks.iter().find(|c| c.failures > 0) {
+            return Err(invalid(format!(
+                "{}: {}",
+                failed.name,
+                failed.examples.first().map_or("", String::as_str)
+            )));
+        }
+        let valuation_names = pack_reader::read_valuations(&dir)?.names().to_vec();
+        let shuffled = metadata::session_value(&conn, "shuffled")?.as_deref() == Some("true");
+        let maps = shards
+            .iter()
+            .map(|s| {
+                (s.header.rows > 0)
+                    .then(|| s.map_rows(0, s.header.rows))
+                    .transpose()
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let companions = crate::companions::scan(&dir, &shards)?;
+        Ok(Pack {
+            dir,
+            shards,
+            maps,
+            starts,
+            conn: Mutex::new(conn),
+            valuation_names,
+            runs,
+            shuffled,
+            companions,
+        })
+    }
+
+    /// The folder the pack was opened from.
+    ///
+    /// ```
+    /// # fn main() -> anyhow::Result<()> {
+    /// # let fixture = dataset_packer::pack::doc_support::fixture_pack()?;
+    /// let pack = dataset_packer::Pack::open(fixture.path())?;
+    /// assert!(pack.path().join("metadata.db").is_file());
+    /// # Ok(()) }
+    /// ```
+    pub fn path(&self) -> &Path {
+        &self.dir
+    }
+
+    /// Rows (steps) in the pack, across all shards.
+    ///
+    /// ```
+    /// # fn main() -> anyhow::Result<()> {
+    /// # let fixture = dataset_packer::pack::doc_support::fixture_pack()?;
+    /// let pack = dataset_packer::Pack::open(fixture.path())?;
+    /// assert_eq!(pack.len(), pack.steps().count() as u64);
+    /// # Ok(()) }
+    /// ```
+    pub fn len(&self) -> u64 {
+        *self.starts.last().expect("a start per shard and the end")
+    }
+
+    /// Whether the pack holds no rows.
+    ///
+    /// ```
+    /// # fn main() -> anyhow::Result<()> {
+    /// # let fixture = dataset_packer::pack::doc_support::fixture_pack()?;
+    /// assert!(!dataset_packer::Pack::open(fixture.path())?.is_empty());
+    /// # Ok(()) }
+    /// ```
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Runs (games) in the pack: the rows of its `runs` table.
+    ///
+    /// ```
+    /// # fn main() -> anyhow::Result<()> {
+    /// # let fixture = dataset_packer::pack::doc_support::fixture_pack()?;
+    /// let pack = dataset_packer::Pack::open(fixture.path())?;
+    /// assert_eq!(pack.num_runs(), pack.run_ids().len());
+    /// # Ok(()) }
+    /// ```
+    pub fn num_runs(&self) -> usize {
+        self.runs.len()
+    }
+
+    /// The run ids, ascending (what [`Pack::run`] takes).
+    ///
+    /// ```
+    /// # fn main() -> anyhow::Result<()> {
+    /// # let fixture = dataset_packer::pack::doc_support::fixture_pack()?;
+    /// let pack = dataset_packer::Pack::open(fixture.path())?;
+    /// assert_eq!(pack.run_ids(), (0..10).collect::<Vec<u32>>());
+    /// # Ok(()) }
+    /// ```
+    pub fn run_ids(&self) -> Vec<u32> {
+        // Ids that do not fit a row's u32 run_id have no rows; `verify` reports them.
+        self.runs
+            .iter()
+            .filter_map(|&(id, _)| u32::try_from(id).ok())
+            .collect()
+    }
+
+    /// The valuation type names: index = the `valuation_type` id a [`Step`] carries.
+    ///
+    /// ```
+    /// # fn main() -> anyhow::Result<()> {
+    /// # let fixture = dataset_packer::pack::doc_support::fixture_pack()?;
+    /// let pack = dataset_packer::Pack::open(fixture.path())?;
+    /// let step = pack.row(0)?;
+    /// let name = &pack.valuation_names()[step.valuation_type() as usize];
+    /// assert!(!name.is_empty());
+    /// # Ok(()) }
+    /// ```
+    pub fn valuation_names(&self) -> &[String] {
+        &self.valuation_names
+    }
+
+    /// Whether the pack is a shuffled copy (`shuffle`'s output): its rows are in random
+    /// order, so a run's rows are scattered and [`Pack::run`] cannot find them.
+    ///
+    /// ```
+    /// # fn main() -> anyhow::Result<()> {
+    /// # let fixture = dataset_packer::pack::doc_support::fixture_pack()?;
+    /// assert!(!dataset_packer::Pack::open(fixture.path())?.is_shuffled());
+    /// # Ok(()) }
+    /// ```
+    pub fn is_shuffled(&self) -> bool {
+        self.shuffled
+    }
+
+    /// The row at global index `index` (rows numbered across shards, in file order).
+    ///
+    /// ```
+    /// # fn main() -> anyhow::Result<()> {
+    /// # let fixture = dataset_packer::pack::doc_support::fixture_pack()?;
+    /// let pack = dataset_packer::Pack::open(fixture.path())?;
+    /// let first = pack.row(0)?;
+    /// assert_eq!((first.run_id(), first.step_index()), (0, 0));
+    /// assert!(pack.row(pack.len()).is_err());
+    /// # Ok(()) }
+    /// ```
+    pub fn row(&self, index: u64) -> Result<Step<'_>> {
+        if index >= self.len() {
+            bail!(
+                "row {index} is past the end of {} ({} rows)",
+                self.dir.display(),
+                self.len()
+            );
+        }
+        let shard = self.starts.partition_point(|&s| s <= index) - 1;
+        let at = (index - self.starts[shard]) as usize;
+        Ok(Step::new(&self.shard_rows(shard)[at]))
+    }
+
+    /// Every row of the pack, in file order.
+    ///
+    /// ```
+    /// # fn main() -> anyhow::Result<()> {
+    /// # let fixture = dataset_packer::pack::doc_support::fixture_pack()?;
+    /// let pack = dataset_packer::Pack::open(fixture.path())?;
+    /// let moves_up = pack.steps().filter(|s| s.move_dir() == 0).count();
+    /// assert!(moves_up > 0);
+    /// # Ok(()) }
+    /// ```
+    pub fn steps(&self) -> Steps<'_> {
+        self.steps_in(0..self.len())
+    }
+
+    /// The rows with global indices in `range`, in file order (clipped to the pack's end):
+    /// what a reader that splits the pack between workers takes.
+    ///
+    /// ```
+    /// # fn main() -> anyhow::Result<()> {
+    /// # let fixture = dataset_packer::pack::doc_support::fixture_pack()?;
+    /// let pack = dataset_packer::Pack::open(fixture.path())?;
+    /// let some: Vec<u32> = pack.steps_in(10..13).map(|s| s.step_index()).collect();
+    /// assert_eq!(some, [10, 11, 12]);
+    /// # Ok(()) }
+    /// ```
+    pub fn steps_in(&self, range: std::ops::Range<u64>) -> Steps<'_> {
+        let end = range.end.min(self.len());
+        let start = range.start.min(end);
+        Steps::new(self, start, end)
+    }
+
+    /// Run `id`'s rows in step order, found through the pack's run index (or, in a pack
+    /// from another tool that records none, rebuilt from the runs table). A shuffled pack
+    /// has no run order: it is an error there.
+    ///
+    /// ```
+    /// # fn main() -> anyhow::Result<()> {
+    /// # let fixture = dataset_packer::pack::doc_support::fixture_pack()?;
+    /// let pack = dataset_packer::Pack::open(fixture.path())?;
+    /// let run = pack.run(7)?;
+    /// assert!(run.steps().all(|s| s.run_id() == 7));
+    /// assert!(pack.run(99).is_err());
+    /// # Ok(()) }
+    /// ```
+    pub fn run(&self, id: u32) -> Result<Run<'_>> {
+        self.refuse_shuffled()?;
+        let conn = self.conn();
+        let Some(found) = metadata::read_run(&conn, i64::from(id))? else {
+            let (count, min, max) = metadata::run_id_range(&conn)?;
+            let ids = match (min, max) {
+                (Some(a), Some(b)) => format!("ids {a}–{b}"),
+                _ => "no ids".into(),
+            };
+            bail!(
+                "run {id} is not in {} (its runs table has {count} runs, {ids})",
+                self.dir.display()
+            );
+        };
+        let steps = found.run.steps as u64;
+        let at = match found.first_row {
+            Some(at) => at,
+            None if metadata::has_table(&conn, "run_index")? => bail!(
+                "{}/metadata.db has no run_index entry for run {id}; `dataset-packer validate {}` says more",
+                self.dir.display(),
+                self.dir.display()
+            ),
+            None => crate::run_index::locate_unindexed(&conn, &self.shards, i64::from(id), steps)?,
+        };
+        drop(conn);
+        Run::at(self, id, at.global_row, steps)
+    }
+
+    /// Every run, in id order (each as [`Pack::run`] gives it).
+    ///
+    /// ```
+    /// # fn main() -> anyhow::Result<()> {
+    /// # let fixture = dataset_packer::pack::doc_support::fixture_pack()?;
+    /// let pack = dataset_packer::Pack::open(fixture.path())?;
+    /// let mut rows = 0;
+    /// for run in pack.runs()? {
+    ///     rows += run?.len();
+    /// }
+    /// assert_eq!(rows, pack.len());
+    /// # Ok(()) }
+    /// ```
+    pub fn runs(&self) -> Result<Runs<'_>> {
+        self.refuse_shuffled()?;
+        let index = metadata::read_run_index(&self.conn())?;
+        Ok(Runs::new(self, index))
+    }
+
+    /// The run ids that `sql` selects, ascending: the same SQL, with the same rules, as
+    /// `dataset-packer export --where` — a WHERE expression over the columns of `runs` and
+    /// `run_details`, or a query that returns run ids.
+    ///
+    /// ```
+    /// # fn main() -> anyhow::Result<()> {
+    /// # let fixture = dataset_packer::pack::doc_support::fixture_pack()?;
+    /// let pack = dataset_packer::Pack::open(fixture.path())?;
+    /// let deep = pack.select("depth = 7")?;
+    /// assert_eq!(deep.len(), 5);
+    /// let best = pack.select("SELECT id FROM runs ORDER BY max_score DESC LIMIT 1")?;
+    /// assert_eq!(best.len(), 1);
+    /// assert!(pack.select("DELETE FROM runs").is_err());
+    /// # Ok(()) }
+    /// ```
+    pub fn select(&self, sql: &str) -> Result<Vec<u32>> {
+        self.select_with(sql, &[])
+    }
+
+    /// [`Pack::select`] with values for the SQL's parameters (`?`, `:name`), as `--param`
+    /// gives them.
+    ///
+    /// ```
+    /// # fn main() -> anyhow::Result<()> {
+    /// # let fixture = dataset_packer::pack::doc_support::fixture_pack()?;
+    /// use dataset_packer::{Pack, Param};
+    /// let pack = Pack::open(fixture.path())?;
+    /// let min = Param::parse("min=5000").map_err(anyhow::Error::msg)?;
+    /// let ids = pack.select_with("max_score > :min", &[min])?;
+    /// assert!(ids.iter().all(|&id| id < 10));
+    /// # Ok(()) }
+    /// ```
+    pub fn select_with(&self, sql: &str, params: &[Param]) -> Result<Vec<u32>> {
+        let ids = crate::run_query::run_ids(&self.conn(), sql, params, "select")?;
+        ids.into_iter()
+            .map(|id| {
+                u32::try_from(id).with_context(|| {
+                    format!("{}: runs.id {id} cannot be a run_id", self.dir.display())
+                })
+            })
+            .collect()
+    }
+
+    /// The names of the companion arrays that line up with the pack (`embeddings` for
+    /// `embeddings-00000.npy` …), sorted.
+    ///
+    /// ```
+    /// # fn main() -> anyhow::Result<()> {
+    /// # let fixture = dataset_packer::pack::doc_support::fixture_pack_with_companion()?;
+    /// let pack = dataset_packer::Pack::open(fixture.path())?;
+    /// assert_eq!(pack.companion_names(), ["score"]);
+    /// # Ok(()) }
+    /// ```
+    pub fn companion_names(&self) -> Vec<&str> {
+        self.companions
+            .families
+            .iter()
+            .map(|f| f.name.as_str())
+            .collect()
+    }
+
+    /// The companion array `name`, memory-mapped: its rows aligned one to one with the pack's.
+    /// An error says what is wrong with a family that does not line up.
+    ///
+    /// ```
+    /// # fn main() -> anyhow::Result<()> {
+    /// # let fixture = dataset_packer::pack::doc_support::fixture_pack_with_companion()?;
+    /// let pack = dataset_packer::Pack::open(fixture.path())?;
+    /// let score = pack.companion("score")?;
+    /// assert_eq!((score.descr(), score.len()), ("'<f4'", pack.len()));
+    /// assert!(pack.companion("nope").is_err());
+    /// # Ok(()) }
+    /// ```
+    pub fn companion(&self, name: &str) -> Result<Companion<'_>> {
+        if let Some(family) = self.companions.family(name) {
+            return Companion::open(self, family);
+        }
+        if let Some((_, problem)) = self.companions.problems.iter().find(|(n, _)| n == name) {
+            bail!(
+                "{}: companion {name} does not line up with the shards: {problem}",
+                self.dir.display()
+            );
+        }
+        bail!(
+            "{} has no companion array {name} (it has: {})",
+            self.dir.display(),
+            match self.companion_names() {
+                names if names.is_empty() => "none".to_string(),
+                names => names.join(", "),
+            }
+        )
+    }
+
+    /// Checks everything `dataset-packer validate` checks, reading every byte (on all cores):
+    /// an error lists the failed checks, each with an example naming the file (and row).
+    ///
+    /// ```
+    /// # fn main() -> anyhow::Result<()> {
+    /// # let fixture = dataset_packer::pack::doc_support::fixture_pack()?;
+    /// let pack = dataset_packer::Pack::open(fixture.path())?;
+    /// pack.verify()?;
+    /// # Ok(()) }
+    /// ```
+    pub fn verify(&self) -> Result<()> {
+        let options = verify::Options {
+            deep: false,
+            workers: crate::default_workers(),
+            quiet: true,
+            legacy_ok: false,
+            scan_rows: true,
+        };
+        let report = verify::check(&self.dir, &options)?;
+        if !report.valid() {
+            bail!(
+                "{} is not valid:\n{}",
+                self.dir.display(),
+                report.failures()
+            );
+        }
+        Ok(())
+    }
+
+    fn refuse_shuffled(&self) -> Result<()> {
+        if self.shuffled {
+            bail!(
+                "{} is shuffled (session shuffled=true): a run's rows are scattered and there is no run index; read the run in the pack it was shuffled from",
+                self.dir.display()
+            );
+        }
+        Ok(())
+    }
+
+    fn conn(&self) -> std::sync::MutexGuard<'_, rusqlite::Connection> {
+        // A panic while holding the lock leaves the read-only connection as good as before.
+        self.conn.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Shard `shard`'s rows.
+    fn shard_rows(&self, shard: usize) -> &[[u8; ROW_BYTES]] {
+        match &self.maps[shard] {
+            Some(map) => map.as_chunks::<ROW_BYTES>().0,
+            None => &[],
+        }
+    }
+
+    /// The global row where each shard starts, then the total.
+    fn starts(&self) -> &[u64] {
+        &self.starts
+    }
+}
+
+/// A value for an SQL parameter of [`Pack::select_with`].
+pub use crate::run_query::Param;

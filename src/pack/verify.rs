@@ -1,0 +1,1139 @@
+//! What `validate` checks, as library functions: one per family of checks (shard files and
+//! headers, `metadata.db`, the valuation table, checksums, companions, the per-row checks of
+//! one streaming pass over every row, runs against the rows, the run index, fingerprints).
+//! [`check`] runs them all in report order and returns a [`Report`]; the `validate` command
+//! prints it, [`crate::Pack::verify`] turns a failed one into an error.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+
+use anyhow::Result;
+
+use crate::companions;
+use crate::findings;
+use crate::fingerprints;
+use crate::format::board::{self, LineTables};
+use crate::format::fingerprint::Fingerprint;
+use crate::format::metadata::{self, RowLocation};
+use crate::format::row::{ROW_BYTES, StepRow, padding_is_zero};
+use crate::format::valuation;
+use crate::ordered::ordered_try_map;
+use crate::pack_reader::{self, RunSlots, Shard};
+use crate::progress;
+
+/// Rows per memory-mapped chunk (6 MiB): small enough that resident memory stays bounded.
+const CHUNK_ROWS: u64 = 128 * 1024;
+/// Examples kept per failed check or finding.
+const EXAMPLES: usize = 5;
+
+/// One check's outcome: failures counted, first examples kept.
+#[derive(Debug, Clone)]
+pub struct Check {
+    /// What is checked, as the report names it.
+    pub name: &'static str,
+    /// False when the check could not run (its `note` says why).
+    pub ran: bool,
+    pub failures: u64,
+    /// The first few failures, each naming the file (and row) at fault.
+    pub examples: Vec<String>,
+    pub note: Option<String>,
+}
+
+impl Check {
+    fn new(name: &'static str) -> Check {
+        Check {
+            name,
+            ran: true,
+            failures: 0,
+            examples: Vec::new(),
+            note: None,
+        }
+    }
+
+    fn skipped(name: &'static str, why: impl Into<String>) -> Check {
+        Check {
+            ran: false,
+            note: Some(why.into()),
+            ..Check::new(name)
+        }
+    }
+
+    fn fail(&mut self, example: impl FnOnce() -> String) {
+        self.failures += 1;
+        if self.examples.len() < EXAMPLES {
+            self.examples.push(example());
+        }
+    }
+
+    fn absorb(&mut self, other: &Tally) {
+        self.failures += other.count;
+        for e in &other.examples {
+            if self.examples.len() < EXAMPLES {
+                self.examples.push(e.clone());
+            }
+        }
+    }
+}
+
+/// A count with its first examples (for per-row checks and findings, merged across chunks).
+#[derive(Debug, Clone, Default)]
+pub struct Tally {
+    pub count: u64,
+    pub examples: Vec<String>,
+}
+
+impl Tally {
+    fn add(&mut self, example: impl FnOnce() -> String) {
+        self.count += 1;
+        if self.examples.len() < EXAMPLES {
+            self.examples.push(example());
+        }
+    }
+
+    fn merge(&mut self, other: Tally) {
+        self.count += other.count;
+        let room = EXAMPLES.saturating_sub(self.examples.len());
+        self.examples.extend(other.examples.into_iter().take(room));
+    }
+}
+
+/// Per-row checks, in report order.
+const ROW_CHECKS: [&str; 8] = [
+    "run_id in runs",
+    "valuation_type defined",
+    "move_dir <= 3",
+    "ev_legal <= 15",
+    "padding bytes zero",
+    "tile_65536_mask on nibble-15 cells only",
+    "branch_evs finite",
+    "deep: board_eval and ev_legal recomputed",
+];
+const FINDINGS: [&str; 3] = [
+    "illegal_move_played",
+    "ev_on_illegal_move",
+    "max_rank_mismatch",
+];
+
+/// What one run looks like in the rows seen so far (mergeable in row order).
+#[derive(Debug, Clone, Copy)]
+struct RunAgg {
+    count: u64,
+    first_row: u64,
+    first_step: u32,
+    last_step: u32,
+    /// step_index strictly increasing within the rows seen.
+    increasing: bool,
+    /// Number of separate stretches of rows.
+    segments: u32,
+    min_step: u32,
+    max_step: u32,
+    step_hash: u64,
+}
+
+fn mix(step: u32) -> u64 {
+    let mut z = u64::from(step).wrapping_add(0x9e37_79b9_7f4a_7c15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+impl RunAgg {
+    fn start(step: u32, row: u64) -> RunAgg {
+        RunAgg {
+            count: 1,
+            first_row: row,
+            first_step: step,
+            last_step: step,
+            increasing: true,
+            segments: 1,
+            min_step: step,
+            max_step: step,
+            step_hash: mix(step),
+        }
+    }
+
+    fn push(&mut self, step: u32) {
+        self.count += 1;
+        self.increasing &= step > self.last_step;
+        self.last_step = step;
+        self.min_step = self.min_step.min(step);
+        self.max_step = self.max_step.max(step);
+        self.step_hash = self.step_hash.wrapping_add(mix(step));
+    }
+
+    /// Appends `later` (rows after ours); `adjacent` when it continues our last stretch.
+    fn merge(&mut self, later: &RunAgg, adjacent: bool) {
+        self.count += later.count;
+        self.increasing &= later.increasing && later.first_step > self.last_step;
+        self.last_step = later.last_step;
+        self.segments += later.segments - u32::from(adjacent);
+        self.min_step = self.min_step.min(later.min_step);
+        self.max_step = self.max_step.max(later.max_step);
+        self.step_hash = self.step_hash.wrapping_add(later.step_hash);
+    }
+
+    /// For a shuffled pack: whether the steps are certainly distinct. True when they are
+    /// exactly the contiguous range min..=max (count and hash sum both match); None when the
+    /// range has gaps, so only an exact check can tell.
+    fn distinct_steps(&self) -> Option<bool> {
+        let span = u64::from(self.max_step - self.min_step) + 1;
+        if self.count > span {
+            return Some(false);
+        }
+        if self.count < span {
+            return None;
+        }
+        let expected = (self.min_step..=self.max_step).fold(0u64, |h, s| h.wrapping_add(mix(s)));
+        Some(expected == self.step_hash)
+    }
+}
+
+/// What the row pass learned from one chunk.
+struct ChunkScan {
+    /// (run slot, aggregate) in order of appearance; consecutive rows of a run share an entry.
+    segments: Vec<(u32, RunAgg)>,
+    /// Used instead of segments in shuffled packs, where every row may start a new run.
+    by_run: HashMap<u32, RunAgg>,
+    rows: [Tally; 8],
+    findings: [Tally; 3],
+    crc: u32,
+    bytes: usize,
+}
+
+/// Largest nibble of every 16-bit value: four lookups give a board's largest exponent.
+fn max_nibble_table() -> Vec<u8> {
+    (0..=u16::MAX)
+        .map(|v| {
+            [v >> 12, (v >> 8) & 0xf, (v >> 4) & 0xf, v & 0xf]
+                .into_iter()
+                .max()
+                .unwrap() as u8
+        })
+        .collect()
+}
+
+/// Read-only facts the row pass needs.
+struct Context<'a> {
+    slot_of: &'a RunSlots,
+    max_nibble: &'a [u8],
+    names: usize,
+    shuffled: bool,
+    deep: bool,
+    tables: &'a LineTables,
+}
+
+fn board_max_rank(table: &[u8], board: u64, mask: u16) -> u8 {
+    if mask != 0 {
+        return 16;
+    }
+    let m = |k: u32| table[((board >> (16 * k)) & 0xffff) as usize];
+    m(0).max(m(1)).max(m(2)).max(m(3))
+}
+
+fn scan_chunk(
+    ctx: &Context,
+    shard: &Shard,
+    start: u64,
+    count: u64,
+    first_global: u64,
+) -> Result<ChunkScan> {
+    let rows = shard.read_aligned(start, count)?;
+    let bytes: &[u8] = &rows;
+    let mut out = ChunkScan {
+        segments: Vec::new(),
+        by_run: HashMap::new(),
+        rows: Default::default(),
+        findings: Default::default(),
+        crc: crate::crc::crc32c(rows.raw()),
+        bytes: rows.raw().len(),
+    };
+    let at = |i: usize, run: u32| format!("{} row {} (run {run})", shard.name, start + i as u64);
+    let mut last_slot: Option<u32> = None;
+    let mut last_lookup: Option<(u32, Option<u32>)> = None;
+    for (i, raw) in bytes.chunks_exact(ROW_BYTES).enumerate() {
+        let r = StepRow::from_bytes(raw);
+        let global = first_global + i as u64;
+        let slot = match last_lookup {
+            Some((id, slot)) if id == r.run_id => slot,
+            _ => {
+                let slot = ctx.slot_of.get(r.run_id);
+                last_lookup = Some((r.run_id, slot));
+                slot
+            }
+        };
+        match slot {
+            None => out.rows[0]
+                .add(|| format!("{}: run_id {} is not in runs", at(i, r.run_id), r.run_id)),
+            Some(slot) => {
+                if ctx.shuffled {
+                    out.by_run
+                        .entry(slot)
+                        .and_modify(|a| a.push(r.step_index))
+                        .or_insert_with(|| RunAgg::start(r.step_index, global));
+                } else if last_slot == Some(slot) {
+                    out.segments
+                        .last_mut()
+                        .expect("a segment is open")
+                        .1
+                        .push(r.step_index);
+                } else {
+                    out.segments
+                        .push((slot, RunAgg::start(r.step_index, global)));
+                    last_slot = Some(slot);
+                }
+            }
+        }
+        if r.valuation_type as usize >= ctx.names {
+            out.rows[1].add(|| {
+                format!(
+                    "{}: valuation_type {} is not defined",
+                    at(i, r.run_id),
+                    r.valuation_type
+                )
+            });
+        }
+        if r.move_dir > 3 {
+            out.rows[2].add(|| format!("{}: move_dir is {}", at(i, r.run_id), r.move_dir));
+        }
+        if r.ev_legal > 15 {
+            out.rows[3].add(|| format!("{}: ev_legal is {}", at(i, r.run_id), r.ev_legal));
+        }
+        if !padding_is_zero(raw) {
+            out.rows[4].add(|| {
+                format!(
+                    "{}: padding bytes are {:02x} {:02x}",
+                    at(i, r.run_id),
+                    raw[26],
+                    raw[27]
+                )
+            });
+        }
+        let mask = r.tile_65536_mask;
+        if mask != 0
+            && (0..16).any(|c| mask & (1 << c) != 0 && (r.board >> (60 - 4 * c)) & 0xf != 15)
+        {
+            out.rows[5].add(|| {
+                format!(
+                    "{}: mask {mask:#06x} marks a cell whose nibble is not 15",
+                    at(i, r.run_id)
+                )
+            });
+        }
+        if !r.branch_evs.iter().all(|e| e.is_finite()) {
+            out.rows[6].add(|| format!("{}: branch_evs {:?}", at(i, r.run_id), r.branch_evs));
+        }
+        if r.move_dir <= 3 && r.ev_legal & (1 << r.move_dir) == 0 {
+            out.findings[0].add(|| {
+                format!(
+                    "{}: played {} but ev_legal is {:04b}",
+                    at(i, r.run_id),
+                    board::MOVE_NAMES[r.move_dir as usize],
+                    r.ev_legal
+                )
+            });
+        }
+        if (0..4).any(|k| r.branch_evs[k] != 0.0 && r.ev_legal & (1 << k) == 0) {
+            out.findings[1].add(|| {
+                format!(
+                    "{}: EVs {:?} with ev_legal {:04b}",
+                    at(i, r.run_id),
+                    r.branch_evs,
+                    r.ev_legal
+                )
+            });
+        }
+        let max_rank = board_max_rank(ctx.max_nibble, r.board, mask);
+        if r.max_rank != max_rank {
+            out.findings[2].add(|| {
+                format!(
+                    "{}: max_rank {} but the board's largest exponent is {max_rank}",
+                    at(i, r.run_id),
+                    r.max_rank
+                )
+            });
+        }
+        if ctx.deep {
+            let cells = board::unpack(r.board, mask);
+            let (eval, legal) = ctx.tables.eval_and_legal(&cells, r.board, mask);
+            if eval != r.board_eval || legal != r.ev_legal {
+                out.rows[7].add(|| {
+                    format!(
+                        "{}: stored board_eval {} ev_legal {:04b}, recomputed {eval} {legal:04b}",
+                        at(i, r.run_id),
+                        r.board_eval,
+                        r.ev_legal
+                    )
+                });
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Everything the checks found.
+#[derive(Debug)]
+pub struct Report {
+    pub pack: PathBuf,
+    /// Every check, in report order.
+    pub checks: Vec<Check>,
+    /// What the source logs did (reported, not failures), by kind.
+    pub findings: Vec<(&'static str, Tally)>,
+    pub rows: u64,
+    pub runs: usize,
+    pub shards: usize,
+    /// Bytes of the shard files.
+    pub bytes: u64,
+    pub deep: bool,
+}
+
+impl Report {
+    pub fn valid(&self) -> bool {
+        self.checks.iter().all(|c| c.failures == 0)
+    }
+
+    /// The failed checks with their first example, one per line (for other commands' errors).
+    pub fn failures(&self) -> String {
+        self.checks
+            .iter()
+            .filter(|c| c.failures > 0)
+            .map(|c| {
+                format!(
+                    "{}: {}",
+                    c.name,
+                    c.examples.first().map_or("", String::as_str)
+                )
+            })
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
+
+    pub fn rows(&self) -> u64 {
+        self.rows
+    }
+
+    /// Whether the shard checksums were recorded (and so were checked).
+    pub fn has_checksums(&self) -> bool {
+        self.checks
+            .iter()
+            .any(|c| c.name == "shard checksums" && c.ran)
+    }
+}
+
+/// How to check a pack.
+#[derive(Debug, Clone, Copy)]
+pub struct Options {
+    pub deep: bool,
+    pub workers: usize,
+    pub quiet: bool,
+    /// Accept legacy packed 46-byte shards (merge reads them) instead of failing them.
+    pub legacy_ok: bool,
+    /// Stream every row (checksums, per-row and per-run checks). Without it only the structure
+    /// and metadata are checked: for a caller that reads every row itself and verifies the
+    /// recorded checksums as it goes (merge), so the pack is not read twice.
+    pub scan_rows: bool,
+}
+
+/// Runs every check on the pack at `dir`, family by family, in report order.
+pub fn check(dir: &Path, options: &Options) -> Result<Report> {
+    let Options {
+        deep,
+        workers,
+        quiet,
+        legacy_ok,
+        scan_rows,
+    } = *options;
+    let mut checks = Vec::new();
+    let (files, shards) = check_shard_files(dir, legacy_ok)?;
+    checks.push(files);
+    let (db_check, conn) = check_metadata_db(dir);
+    checks.push(db_check);
+    let (vt_check, names) = check_valuation_table(dir);
+    checks.push(vt_check);
+
+    // What metadata.db says.
+    let runs = match &conn {
+        Some(c) => metadata::read_run_steps(c)?,
+        None => Vec::new(),
+    };
+    let shuffled = match &conn {
+        Some(c) => metadata::session_value(c, "shuffled")?.as_deref() == Some("true"),
+        None => false,
+    };
+    let (bad_ids, ids) = check_run_ids(&runs);
+    if bad_ids.failures > 0 {
+        checks.push(bad_ids);
+    }
+    let slot_of = RunSlots::new(&ids);
+    let shard_first_global = pack_reader::shard_starts(&shards);
+    let total_rows = *shard_first_global
+        .last()
+        .expect("a start per shard and the end");
+    let total_bytes: u64 = shards.iter().map(|s| s.file_len).sum();
+
+    let max_nibble = max_nibble_table();
+    let tables = LineTables::new();
+    let ctx = Context {
+        slot_of: &slot_of,
+        max_nibble: &max_nibble,
+        names,
+        shuffled,
+        deep,
+        tables: &tables,
+    };
+    let pass = scan_rows_once(
+        &ctx,
+        &shards,
+        &shard_first_global,
+        runs.len(),
+        scan_rows,
+        workers,
+        quiet,
+    )?;
+
+    checks.push(check_shard_checksums(
+        conn.as_ref(),
+        &shards,
+        scan_rows.then_some(&pass.data_crcs[..]),
+    )?);
+    checks.push(check_companions(dir, conn.as_ref(), &shards, scan_rows)?);
+    checks.push(check_leftovers(dir));
+    if !scan_rows {
+        if conn.is_some() {
+            checks.push(check_total_steps(&runs, total_rows));
+        }
+        return Ok(Report {
+            pack: dir.to_path_buf(),
+            checks,
+            findings: Vec::new(),
+            rows: total_rows,
+            runs: runs.len(),
+            shards: shards.len(),
+            bytes: total_bytes,
+            deep,
+        });
+    }
+
+    checks.extend(row_checks(&pass.row_tallies, deep, conn.is_some()));
+
+    // Runs as metadata.db describes them vs the rows found.
+    if let Some(conn) = &conn {
+        checks.push(check_run_steps(&runs, &pass.aggs, total_rows));
+        checks.push(check_step_order(
+            &runs, &pass.aggs, shuffled, &shards, &slot_of,
+        )?);
+        checks.push(match metadata::read_run_index(conn)? {
+            _ if shuffled => Check::skipped("run index", "not applicable: the pack is shuffled"),
+            None => Check::skipped("run index", "no run index recorded"),
+            Some(index) => {
+                check_run_index(&index, &runs, &pass.aggs, &shard_first_global, total_rows)
+            }
+        });
+        // Recomputing reads every run where the runs table places it: only on a sound pack.
+        let sound = checks.iter().all(|c| c.failures == 0);
+        let recompute = (deep && !shuffled && sound).then_some((&shards[..], workers));
+        checks.push(check_fingerprints(dir, conn, recompute, shuffled)?);
+    }
+
+    Ok(Report {
+        pack: dir.to_path_buf(),
+        checks,
+        findings: FINDINGS.iter().copied().zip(pass.finding_tallies).collect(),
+        rows: total_rows,
+        runs: runs.len(),
+        shards: shards.len(),
+        bytes: total_bytes,
+        deep,
+    })
+}
+
+/// Shard files and headers: names, contiguity, readable headers of the pack dtype, sizes the
+/// headers promise; legacy packed shards fail unless `legacy_ok`. Returns the usable shards.
+pub fn check_shard_files(dir: &Path, legacy_ok: bool) -> Result<(Check, Vec<Shard>)> {
+    let listing = pack_reader::list_shards(dir)?;
+    let mut files = Check::new("shard files and headers");
+    for p in &listing.problems {
+        files.fail(|| p.clone());
+    }
+    // Legacy shards are read like the others (their rows checked), but are not loader-ready.
+    if !legacy_ok {
+        for name in &listing.legacy {
+            files.fail(|| {
+                format!(
+                    "{name} is a legacy packed 46-byte shard (no padding); {}",
+                    pack_reader::upgrade_hint(dir)
+                )
+            });
+        }
+    }
+    Ok((files, listing.shards))
+}
+
+/// `metadata.db` exists, opens read-only and has the schema; the connection when it is usable.
+pub fn check_metadata_db(dir: &Path) -> (Check, Option<rusqlite::Connection>) {
+    let db_path = dir.join(metadata::FILE_NAME);
+    let mut db_check = Check::new("metadata.db schema");
+    let conn = if db_path.exists() {
+        match metadata::open_read_only(&db_path) {
+            Ok(c) => match metadata::schema_problems(&c) {
+                Ok(problems) if problems.is_empty() => Some(c),
+                Ok(problems) => {
+                    for p in problems {
+                        db_check.fail(|| p);
+                    }
+                    None
+                }
+                Err(e) => {
+                    db_check.fail(|| format!("metadata.db cannot be read: {e:#}"));
+                    None
+                }
+            },
+            Err(e) => {
+                db_check.fail(|| format!("{e:#}"));
+                None
+            }
+        }
+    } else {
+        db_check.fail(|| "metadata.db is missing".into());
+        None
+    };
+    (db_check, conn)
+}
+
+/// `valuation_types.json` reads; how many valuation names it defines (the most a row may use
+/// when it does not read, so rows are not failed twice for one problem).
+pub fn check_valuation_table(dir: &Path) -> (Check, usize) {
+    let mut vt_check = Check::new("valuation_types.json");
+    let names = match pack_reader::read_valuations(dir) {
+        Ok(t) => t.len(),
+        Err(e) => {
+            vt_check.fail(|| format!("{e:#}"));
+            valuation::MAX_NAMES
+        }
+    };
+    (vt_check, names)
+}
+
+/// Every `runs.id` fits the rows' u32 `run_id`; the ids as rows carry them (u32::MAX for one
+/// that does not fit).
+fn check_run_ids(runs: &[(i64, i64)]) -> (Check, Vec<u32>) {
+    let mut bad_ids = Check::new("runs ids fit u32");
+    let ids: Vec<u32> = runs
+        .iter()
+        .map(|(id, _)| {
+            u32::try_from(*id).unwrap_or_else(|_| {
+                bad_ids.fail(|| format!("runs.id {id} cannot be a run_id"));
+                u32::MAX
+            })
+        })
+        .collect();
+    (bad_ids, ids)
+}
+
+/// What the one pass over every row found, merged in row order.
+struct RowPass {
+    aggs: Vec<Option<RunAgg>>,
+    row_tallies: [Tally; 8],
+    finding_tallies: [Tally; 3],
+    /// (CRC-32C, bytes) of each shard's data section.
+    data_crcs: Vec<(u32, usize)>,
+}
+
+/// Streams every row once (memory-mapped chunks, in parallel on `workers` threads, merged in
+/// order) for the per-row checks, the per-run aggregates and the data checksums; reads
+/// nothing unless `scan_rows`.
+fn scan_rows_once(
+    ctx: &Context,
+    shards: &[Shard],
+    shard_first_global: &[u64],
+    runs: usize,
+    scan_rows: bool,
+    workers: usize,
+    quiet: bool,
+) -> Result<RowPass> {
+    let chunk_list = pack_reader::chunks(shards, CHUNK_ROWS);
+    let total_rows = *shard_first_global
+        .last()
+        .expect("a start per shard and the end");
+    let mut pass = RowPass {
+        aggs: vec![None; runs],
+        row_tallies: Default::default(),
+        finding_tallies: Default::default(),
+        data_crcs: vec![(0, 0); shards.len()],
+    };
+    let mut last_slot: Option<u32> = None;
+    let bar = progress::rows_bar(total_rows, quiet, "validate");
+    let scanned = if scan_rows { &chunk_list[..] } else { &[] };
+    let outcome = ordered_try_map(
+        scanned,
+        workers,
+        workers * 2,
+        || (),
+        |_, &(si, start, count)| {
+            scan_chunk(
+                ctx,
+                &shards[si],
+                start,
+                count,
+                shard_first_global[si] + start,
+            )
+        },
+        |i, scan| {
+            let scan = scan?;
+            let (si, _, count) = chunk_list[i];
+            let (crc, len) = pass.data_crcs[si];
+            pass.data_crcs[si] = (
+                crate::crc::combine(crc, scan.crc, scan.bytes),
+                len + scan.bytes,
+            );
+            for (slot, agg) in &scan.segments {
+                let adjacent = last_slot == Some(*slot);
+                match &mut pass.aggs[*slot as usize] {
+                    Some(a) => a.merge(agg, adjacent),
+                    none => *none = Some(*agg),
+                }
+                last_slot = Some(*slot);
+            }
+            for (slot, agg) in &scan.by_run {
+                match &mut pass.aggs[*slot as usize] {
+                    Some(a) => {
+                        a.merge(agg, false);
+                        a.first_row = a.first_row.min(agg.first_row);
+                    }
+                    none => *none = Some(*agg),
+                }
+            }
+            for (t, s) in pass.row_tallies.iter_mut().zip(scan.rows) {
+                t.merge(s);
+            }
+            for (t, s) in pass.finding_tallies.iter_mut().zip(scan.findings) {
+                t.merge(s);
+            }
+            bar.inc(count);
+            Ok(())
+        },
+    );
+    bar.finish_and_clear();
+    outcome?;
+    Ok(pass)
+}
+
+/// The recorded shard facts against the files (see [`check_checksums`]), skipped when
+/// `metadata.db` is unusable or records none.
+fn check_shard_checksums(
+    conn: Option<&rusqlite::Connection>,
+    shards: &[Shard],
+    data_crcs: Option<&[(u32, usize)]>,
+) -> Result<Check> {
+    Ok(match conn {
+        None => Check::skipped("shard checksums", "metadata.db is unusable"),
+        Some(c) => match metadata::read_shard_records(c)? {
+            None => Check::skipped(
+                "shard checksums",
+                "no checksums recorded (a pack from another tool)",
+            ),
+            Some(records) => check_checksums(&records, shards, data_crcs),
+        },
+    })
+}
+
+/// What interrupted runs left in the folder. Not a fault of the pack (loaders ignore hidden
+/// folders): said, not failed.
+fn check_leftovers(dir: &Path) -> Check {
+    let mut leftovers = Check::new("leftovers of interrupted runs");
+    let found = crate::pack_dir::leftovers(dir);
+    leftovers.note = Some(if found.is_empty() {
+        "none".into()
+    } else {
+        found.join("; ")
+    });
+    leftovers
+}
+
+/// The per-row checks from the row pass's tallies, in report order (the deep one only with
+/// `deep`; run_id skipped when `metadata.db` is unusable).
+fn row_checks(tallies: &[Tally; 8], deep: bool, have_db: bool) -> Vec<Check> {
+    let mut out = Vec::new();
+    for (k, name) in ROW_CHECKS.iter().enumerate() {
+        if k == 7 && !deep {
+            continue;
+        }
+        let mut c = Check::new(name);
+        if k == 0 && !have_db {
+            c = Check::skipped(name, "metadata.db is unusable");
+        }
+        c.absorb(&tallies[k]);
+        out.push(c);
+    }
+    out
+}
+
+/// Companion arrays line up with the shards (names, row counts, one dtype per family), and
+/// (with `verify`, when `metadata.db` records them) match their recorded sizes and CRC-32C.
+fn check_companions(
+    dir: &Path,
+    conn: Option<&rusqlite::Connection>,
+    shards: &[Shard],
+    verify: bool,
+) -> Result<Check> {
+    let mut check = Check::new("companion arrays");
+    let scan = companions::scan(dir, shards)?;
+    for (_, p) in &scan.problems {
+        check.fail(|| format!("does not line up with the shards: {p}"));
+    }
+    let recorded = match conn {
+        Some(c) => metadata::read_companions(c)?,
+        None => Vec::new(),
+    };
+    let mut names: Vec<&str> = recorded.iter().map(|r| r.name.as_str()).collect();
+    names.dedup();
+    for name in names {
+        let records: Vec<_> = recorded.iter().filter(|r| r.name == name).collect();
+        let Some(family) = scan.family(name) else {
+            if !scan.problems.iter().any(|(n, _)| n == name) {
+                check.fail(|| {
+                    format!("metadata.db records companion {name}, but its files are missing")
+                });
+            }
+            continue;
+        };
+        if records.len() != family.files.len() {
+            check.fail(|| {
+                format!(
+                    "{name}: metadata.db records {} files, the folder holds {}",
+                    records.len(),
+                    family.files.len()
+                )
+            });
+            continue;
+        }
+        for (r, f) in records.iter().zip(&family.files) {
+            if r.file_name != f.file_name || r.descr != family.descr {
+                check.fail(|| {
+                    format!(
+                        "{}: metadata.db records {} of {}",
+                        f.file_name, r.file_name, r.descr
+                    )
+                });
+                continue;
+            }
+            if !verify {
+                continue;
+            }
+            let crc = companions::file_crc(&f.path)?;
+            let len = std::fs::metadata(&f.path)?.len();
+            if crc != r.crc32c || len != r.bytes {
+                check.fail(|| {
+                    format!(
+                        "{}: {len} bytes, crc32c {crc:08x}; metadata.db records {} bytes, crc32c {:08x}",
+                        f.file_name, r.bytes, r.crc32c
+                    )
+                });
+            }
+        }
+    }
+    if check.failures == 0 {
+        check.note = Some(if scan.families.is_empty() {
+            "none".to_string()
+        } else {
+            scan.families
+                .iter()
+                .map(|f| {
+                    let recorded = recorded.iter().any(|r| r.name == f.name);
+                    format!(
+                        "{} {}{}",
+                        f.name,
+                        f.describe(),
+                        if recorded {
+                            ""
+                        } else {
+                            " (no checksums recorded)"
+                        }
+                    )
+                })
+                .collect::<Vec<_>>()
+                .join("; ")
+        });
+    }
+    Ok(check)
+}
+
+/// Every run has a well-formed fingerprint, the recorded `duplicate_run` count matches the
+/// runs that share an earlier run's fingerprint, and (with `recompute`: `--deep` on a pack in
+/// run order) each fingerprint equals the one computed from the run's rows.
+fn check_fingerprints(
+    dir: &Path,
+    conn: &rusqlite::Connection,
+    recompute: Option<(&[Shard], usize)>,
+    shuffled: bool,
+) -> Result<Check> {
+    const NAME: &str = "run fingerprints";
+    let runs = metadata::read_runs(conn)?;
+    let details = metadata::read_run_details(conn)?;
+    if !details.values().any(|d| d.fingerprint.is_some()) && !runs.is_empty() {
+        return Ok(Check::skipped(
+            NAME,
+            "no fingerprints recorded (a pack from before fingerprints, or from another tool); merge, export --format pack or pack --update computes them",
+        ));
+    }
+    let mut check = Check::new(NAME);
+    let mut seen = std::collections::HashSet::new();
+    let mut duplicates = 0u64;
+    for run in &runs {
+        match details.get(&run.id).and_then(|d| d.fingerprint.as_deref()) {
+            None => check.fail(|| format!("run {}: no fingerprint recorded", run.id)),
+            Some(text) => match Fingerprint::from_hex(text) {
+                None => check.fail(|| {
+                    format!(
+                        "run {}: fingerprint {text:?} is not 32 lowercase hex digits",
+                        run.id
+                    )
+                }),
+                Some(fp) => duplicates += u64::from(!seen.insert(fp)),
+            },
+        }
+    }
+    let recorded: i64 = metadata::read_finding_counts(conn)?
+        .into_iter()
+        .find(|(k, _)| k == findings::DUPLICATE_RUN)
+        .map_or(0, |(_, n)| n);
+    if recorded != duplicates as i64 {
+        check.fail(|| {
+            format!(
+                "{duplicates} runs have the fingerprint of an earlier run, but finding_counts records {recorded} {}",
+                findings::DUPLICATE_RUN
+            )
+        });
+    }
+    match recompute {
+        _ if check.failures > 0 => {}
+        None if shuffled => {
+            check.note =
+                Some("not recomputed: the rows of a shuffled pack are not in run order".into())
+        }
+        None => check.note = Some("well formed; --deep also recomputes them from the rows".into()),
+        Some((shards, workers)) => {
+            let valuations = pack_reader::read_valuations(dir)?;
+            let computed = match fingerprints::compute(shards, &runs, &valuations, workers) {
+                Ok(c) => c,
+                Err(e) => {
+                    check.fail(|| format!("cannot recompute: {e:#}"));
+                    return Ok(check);
+                }
+            };
+            for (run, fp) in runs.iter().zip(&computed) {
+                let stored = details.get(&run.id).and_then(|d| d.fingerprint());
+                if stored != Some(*fp) {
+                    check.fail(|| {
+                        format!(
+                            "run {}: fingerprint {} recorded, {fp} computed from its rows",
+                            run.id,
+                            stored.map_or("none".into(), |f| f.to_string())
+                        )
+                    });
+                }
+            }
+        }
+    }
+    Ok(check)
+}
+
+/// Recorded shard facts against the files; the CRCs too when the data was read (`data_crcs`).
+pub(crate) fn check_checksums(
+    records: &[metadata::ShardRecord],
+    shards: &[Shard],
+    data_crcs: Option<&[(u32, usize)]>,
+) -> Check {
+    let mut c = Check::new("shard checksums");
+    if records.len() != shards.len() {
+        c.fail(|| {
+            format!(
+                "metadata.db records {} shards, the folder has {}",
+                records.len(),
+                shards.len()
+            )
+        });
+    }
+    for (i, (rec, shard)) in records.iter().zip(shards).enumerate() {
+        if rec.file_name != shard.name {
+            c.fail(|| {
+                format!(
+                    "shard {} is recorded as {}, found {}",
+                    rec.shard, rec.file_name, shard.name
+                )
+            });
+            continue;
+        }
+        if rec.rows != shard.header.rows || rec.bytes != shard.file_len {
+            c.fail(|| {
+                format!(
+                    "{}: recorded {} rows / {} bytes, found {} rows / {} bytes",
+                    shard.name, rec.rows, rec.bytes, shard.header.rows, shard.file_len
+                )
+            });
+            continue;
+        }
+        let Some(&(data_crc, data_len)) = data_crcs.and_then(|d| d.get(i)) else {
+            continue;
+        };
+        let crc = match shard.file_crc(data_crc, data_len) {
+            Ok(crc) => crc,
+            Err(e) => {
+                c.fail(|| format!("{}: {e}", shard.name));
+                continue;
+            }
+        };
+        if crc != rec.crc32c {
+            c.fail(|| {
+                format!(
+                    "{}: crc32c recorded {:08x}, computed {crc:08x}",
+                    shard.name, rec.crc32c
+                )
+            });
+        }
+    }
+    c
+}
+
+/// Σ runs.steps against the rows the shard headers promise (when the rows are not scanned).
+pub(crate) fn check_total_steps(runs: &[(i64, i64)], total_rows: u64) -> Check {
+    let mut c = Check::new("Σ runs.steps = rows");
+    let sum: i64 = runs.iter().map(|(_, steps)| steps).sum();
+    if sum as u64 != total_rows {
+        c.fail(|| format!("Σ runs.steps is {sum}, the shards hold {total_rows} rows"));
+    }
+    c
+}
+
+fn check_run_steps(runs: &[(i64, i64)], aggs: &[Option<RunAgg>], total_rows: u64) -> Check {
+    let mut c = Check::new("rows per run = runs.steps");
+    let sum: i64 = runs.iter().map(|(_, steps)| steps).sum();
+    if sum as u64 != total_rows {
+        c.fail(|| format!("Σ runs.steps is {sum}, the shards hold {total_rows} rows"));
+    }
+    for ((id, steps), agg) in runs.iter().zip(aggs) {
+        let found = agg.map_or(0, |a| a.count);
+        if found as i64 != *steps {
+            c.fail(|| format!("run {id}: runs.steps is {steps}, rows found {found}"));
+        }
+    }
+    c
+}
+
+fn check_step_order(
+    runs: &[(i64, i64)],
+    aggs: &[Option<RunAgg>],
+    shuffled: bool,
+    shards: &[Shard],
+    slot_of: &RunSlots,
+) -> Result<Check> {
+    if !shuffled {
+        let mut c = Check::new("run rows contiguous, step_index increasing");
+        for ((id, _), agg) in runs.iter().zip(aggs) {
+            let Some(a) = agg else { continue };
+            if a.segments > 1 {
+                c.fail(|| {
+                    format!(
+                        "run {id}: its rows are split into {} separate stretches",
+                        a.segments
+                    )
+                });
+            } else if !a.increasing {
+                c.fail(|| format!("run {id}: step_index is not strictly increasing"));
+            }
+        }
+        return Ok(c);
+    }
+    let mut c = Check::new("(run_id, step_index) unique");
+    let mut unsure: Vec<u32> = Vec::new();
+    for (slot, ((id, _), agg)) in runs.iter().zip(aggs).enumerate() {
+        let Some(a) = agg else { continue };
+        match a.distinct_steps() {
+            Some(true) => {}
+            Some(false) => c.fail(|| format!("run {id}: a step_index appears more than once")),
+            None => unsure.push(slot as u32),
+        }
+    }
+    if !unsure.is_empty() {
+        for id in exact_duplicates(&unsure, shards, slot_of)? {
+            c.fail(|| format!("run {id}: a step_index appears more than once"));
+        }
+    }
+    Ok(c)
+}
+
+/// The exact check for the few runs whose steps have gaps: collect their step indices (only
+/// theirs) and look for repeats. Returns the ids of runs with a repeat.
+fn exact_duplicates(slots: &[u32], shards: &[Shard], slot_of: &RunSlots) -> Result<Vec<u32>> {
+    let mut steps: BTreeMap<u32, Vec<u32>> = BTreeMap::new();
+    for (si, start, count) in pack_reader::chunks(shards, CHUNK_ROWS) {
+        let map = shards[si].map_rows(start, count)?;
+        for raw in map.chunks_exact(shards[si].row_bytes()) {
+            let r = StepRow::from_bytes(raw);
+            if slot_of.contains_slot(r.run_id, slots) {
+                steps.entry(r.run_id).or_default().push(r.step_index);
+            }
+        }
+    }
+    let mut out = Vec::new();
+    for (id, mut v) in steps {
+        v.sort_unstable();
+        if v.windows(2).any(|w| w[0] == w[1]) {
+            out.push(id);
+        }
+    }
+    Ok(out)
+}
+
+fn check_run_index(
+    index: &[(i64, RowLocation)],
+    runs: &[(i64, i64)],
+    aggs: &[Option<RunAgg>],
+    shard_first_global: &[u64],
+    total_rows: u64,
+) -> Check {
+    let mut c = Check::new("run index points at each run's first row");
+    let by_id: HashMap<i64, &RowLocation> = index.iter().map(|(id, loc)| (*id, loc)).collect();
+    for ((id, _), agg) in runs.iter().zip(aggs) {
+        let Some(loc) = by_id.get(id) else {
+            c.fail(|| format!("run {id} has no run_index entry"));
+            continue;
+        };
+        let via_shard = shard_first_global
+            .get(loc.shard as usize)
+            .map(|first| first + loc.row_offset);
+        if via_shard != Some(loc.global_row) {
+            c.fail(|| {
+                format!(
+                    "run {id}: shard {} row {} is not global row {}",
+                    loc.shard, loc.row_offset, loc.global_row
+                )
+            });
+            continue;
+        }
+        match agg {
+            Some(a) if a.first_row != loc.global_row => c.fail(|| {
+                format!(
+                    "run {id}: run_index says global row {}, its first row is {}",
+                    loc.global_row, a.first_row
+                )
+            }),
+            None if loc.global_row > total_rows => c.fail(|| {
+                format!(
+                    "run {id}: run_index global row {} is past the end",
+                    loc.global_row
+                )
+            }),
+            _ => {}
+        }
+    }
+    if index.len() != runs.len() {
+        c.fail(|| {
+            format!(
+                "run_index has {} entries for {} runs",
+                index.len(),
+                runs.len()
+            )
+        });
+    }
+    c
+}
