@@ -16,31 +16,9 @@ use anyhow::{Context, Result, bail};
 
 use crate::format::metadata::CompanionRecord;
 use crate::format::npy::{self, ArrayHeader};
-use crate::pack_dir::is_shard_name;
+use crate::pack_files::parse_file_name;
 use crate::pack_reader::Shard;
 use crate::shard_writer::{FileLayout, file_name};
-
-/// Whether `name` can name a companion family: `[a-z][a-z0-9_]*`, not `steps`.
-pub fn valid_name(name: &str) -> bool {
-    let mut bytes = name.bytes();
-    bytes.next().is_some_and(|b| b.is_ascii_lowercase())
-        && bytes.all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_')
-        && name != "steps"
-}
-
-/// The family and shard index of a companion file name: `NAME-NNNNN.npy` → (NAME, Some(N)),
-/// `NAME.npy` → (NAME, None); None for any other name (and for the pack's own shards).
-pub fn parse_file_name(file: &str) -> Option<(&str, Option<u32>)> {
-    let stem = file.strip_suffix(".npy")?;
-    if let Some((name, digits)) = stem.rsplit_once('-')
-        && digits.len() == 5
-        && digits.bytes().all(|b| b.is_ascii_digit())
-        && valid_name(name)
-    {
-        return Some((name, Some(digits.parse().expect("five digits"))));
-    }
-    valid_name(stem).then_some((stem, None))
-}
 
 /// One file of a family.
 #[derive(Debug, Clone)]
@@ -172,19 +150,6 @@ pub struct Scan {
 impl Scan {
     pub fn family(&self, name: &str) -> Option<&Family> {
         self.families.iter().find(|f| f.name == name)
-    }
-
-    /// Every file of every family (lined up or not), for commands that must not orphan them.
-    pub fn all_files(dir: &Path) -> Result<Vec<String>> {
-        let mut names = Vec::new();
-        for entry in std::fs::read_dir(dir).with_context(|| format!("listing {}", dir.display()))? {
-            let name = entry?.file_name().to_string_lossy().into_owned();
-            if !is_shard_name(&name) && parse_file_name(&name).is_some() {
-                names.push(name);
-            }
-        }
-        names.sort();
-        Ok(names)
     }
 }
 
@@ -410,22 +375,6 @@ pub fn verify_family(
     crate::pack_reader::verify_files(dir, &files, workers)
 }
 
-/// The CRC-32C of a whole file, read in 1 MiB pieces.
-pub fn file_crc(path: &Path) -> Result<u32> {
-    let mut file = File::open(path).with_context(|| format!("opening {}", path.display()))?;
-    let mut buf = vec![0u8; 1 << 20];
-    let mut crc = 0u32;
-    loop {
-        let n = file
-            .read(&mut buf)
-            .with_context(|| format!("reading {}", path.display()))?;
-        if n == 0 {
-            return Ok(crc);
-        }
-        crc = crate::crc::combine(crc, crate::crc::crc32c(&buf[..n]), n);
-    }
-}
-
 /// The families a command carries: every family of every input (by name, same dtype and shape
 /// everywhere) except those `dropped`; a family missing from some input, or of another kind
 /// there, is an error naming it.
@@ -464,24 +413,4 @@ pub fn common_families(inputs: &[(&Path, &Scan)], dropped: &[String]) -> Result<
         }
     }
     Ok(names)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn names() {
-        assert_eq!(
-            parse_file_name("embeddings-00003.npy"),
-            Some(("embeddings", Some(3)))
-        );
-        assert_eq!(parse_file_name("emb_2.npy"), Some(("emb_2", None)));
-        assert_eq!(parse_file_name("steps-00000.npy"), None);
-        assert_eq!(parse_file_name("Embeddings.npy"), None);
-        assert_eq!(parse_file_name("x-1.npy"), None);
-        assert_eq!(parse_file_name("2x.npy"), None);
-        assert_eq!(parse_file_name("a.b.npy"), None);
-        assert!(!valid_name("steps") && valid_name("steps2") && !valid_name(""));
-    }
 }

@@ -70,6 +70,25 @@ pub fn append(crc: u32, data: &[u8]) -> u32 {
     combine(crc, crc32c(data), data.len())
 }
 
+/// The CRC-32C of a whole file, read in 1 MiB pieces.
+pub fn file_crc(path: &std::path::Path) -> anyhow::Result<u32> {
+    use anyhow::Context;
+    use std::io::Read;
+    let mut file =
+        std::fs::File::open(path).with_context(|| format!("opening {}", path.display()))?;
+    let mut buf = vec![0u8; 1 << 20];
+    let mut crc = 0u32;
+    loop {
+        let n = file
+            .read(&mut buf)
+            .with_context(|| format!("reading {}", path.display()))?;
+        if n == 0 {
+            return Ok(crc);
+        }
+        crc = combine(crc, crc32c(&buf[..n]), n);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -39,6 +39,7 @@ pub mod interrupt;
 pub mod ordered;
 pub mod pack;
 pub mod pack_dir;
+pub mod pack_files;
 pub mod pack_reader;
 pub mod pack_stats;
 pub(crate) mod packer;

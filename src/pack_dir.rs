@@ -17,6 +17,7 @@ use anyhow::{Context, Result, bail};
 
 use crate::format::{metadata, valuation};
 use crate::interrupt::{self, OnInterrupt};
+use crate::pack_files::{is_pack_file, is_shard_name};
 
 const STAGING: &str = ".dataset-packer-staging";
 /// The work folder of a shuffle writing into this folder (bucket files, progress).
@@ -38,25 +39,6 @@ pub fn write_valuations(dir: &Path, table: &valuation::ValuationTable) -> Result
     let path = dir.join(valuation::FILE_NAME);
     fs::write(&path, table.to_json()).with_context(|| format!("writing {}", path.display()))?;
     sync_file(&path)
-}
-
-/// Whether `name` is a file a pack consists of (and so a file this tool may replace).
-pub fn is_pack_file(name: &str) -> bool {
-    is_shard_name(name)
-        || name == metadata::FILE_NAME
-        || name == valuation::FILE_NAME
-        || ["-wal", "-shm", "-journal"]
-            .iter()
-            .any(|s| name.strip_prefix(metadata::FILE_NAME) == Some(s))
-}
-
-/// `steps.npy` or `steps-NNNNN.npy` (exactly five digits).
-pub fn is_shard_name(name: &str) -> bool {
-    name == "steps.npy"
-        || name
-            .strip_prefix("steps-")
-            .and_then(|s| s.strip_suffix(".npy"))
-            .is_some_and(|d| d.len() == 5 && d.bytes().all(|b| b.is_ascii_digit()))
 }
 
 /// Names in `dir` that look like shards to a loader's glob but are not pack shards.
@@ -160,7 +142,7 @@ impl OutputDir {
     /// caller to continue from instead of being deleted.
     pub fn open_with(dir: &Path, overwrite: bool, resume: bool) -> Result<OutputDir> {
         let out = OutputDir::lock_and_recover(dir, resume)?;
-        let companions = crate::companions::Scan::all_files(dir)?;
+        let companions = crate::pack_files::companion_files(dir)?;
         if !companions.is_empty() {
             bail!(
                 "{} holds {} next to the pack: arrays aligned row by row with it (companions), which a new pack there would orphan; move {} away, or `dataset-packer detach` the family, first",
@@ -438,16 +420,6 @@ fn staged_files(staging: &Path) -> Result<Vec<String>> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn knows_its_files() {
-        assert!(is_shard_name("steps.npy"));
-        assert!(is_shard_name("steps-00042.npy"));
-        assert!(!is_shard_name("steps-0042.npy"));
-        assert!(!is_shard_name("steps-old.npy"));
-        assert!(is_pack_file("metadata.db-wal"));
-        assert!(!is_pack_file("notes.txt"));
-    }
 
     fn write(dir: &Path, name: &str, body: &str) {
         fs::write(dir.join(name), body).unwrap();

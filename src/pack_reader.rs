@@ -11,7 +11,7 @@ use memmap2::{Mmap, MmapOptions};
 
 use crate::format::npy::{self, Header, RowLayout};
 use crate::format::valuation::{self, ValuationTable};
-use crate::pack_dir::is_shard_name;
+use crate::pack_files::is_shard_name;
 
 /// One shard file and what its header says.
 #[derive(Debug, Clone)]
@@ -476,7 +476,7 @@ pub fn verify_files(dir: &Path, files: &[(&Path, &str, u64, u32)], workers: usiz
             let len = std::fs::metadata(path)
                 .with_context(|| format!("reading {}", path.display()))?
                 .len();
-            let computed = crate::companions::file_crc(path)?;
+            let computed = crate::crc::file_crc(path)?;
             if len != bytes || computed != crc {
                 bail!(
                     "{}: {name} does not match its recorded checksum ({len} bytes, crc32c {computed:08x}; recorded {bytes} bytes, crc32c {crc:08x}): the pack is damaged; run `dataset-packer validate {}`",

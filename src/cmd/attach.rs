@@ -11,10 +11,11 @@ use anyhow::{Context, Result, bail};
 use clap::Args;
 
 use crate::UsageError;
-use crate::companions::{self, Scan, describe};
+use crate::companions::{self, describe};
 use crate::format::metadata::{self, MetadataWriter};
 use crate::format::npy::ArrayHeader;
 use crate::pack_dir::OutputDir;
+use crate::pack_files;
 use crate::pack_reader::{self, Shard};
 use crate::progress::{self, thousands};
 use crate::shard_writer::{FileLayout, ShardWriter};
@@ -126,7 +127,7 @@ pub fn run(args: &AttachArgs) -> Result<()> {
 
 /// A family name is `[a-z][a-z0-9_]*` and not `steps` (exit 2 otherwise).
 pub fn check_name(name: &str) -> Result<()> {
-    if !companions::valid_name(name) {
+    if !pack_files::valid_name(name) {
         return Err(UsageError(format!(
             "--name {name:?}: a companion's name is [a-z][a-z0-9_]* and not \"steps\""
         ))
@@ -137,9 +138,9 @@ pub fn check_name(name: &str) -> Result<()> {
 
 /// A pack that already has files (or records) of the family is refused.
 fn refuse_existing(pack: &Path, name: &str) -> Result<()> {
-    let files: Vec<String> = Scan::all_files(pack)?
+    let files: Vec<String> = pack_files::companion_files(pack)?
         .into_iter()
-        .filter(|f| companions::parse_file_name(f).is_some_and(|(n, _)| n == name))
+        .filter(|f| pack_files::parse_file_name(f).is_some_and(|(n, _)| n == name))
         .collect();
     let recorded = metadata::read_companions(&pack_reader::open_metadata(pack)?)?
         .iter()

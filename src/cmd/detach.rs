@@ -8,9 +8,9 @@ use anyhow::{Result, bail};
 use clap::Args;
 
 use crate::cmd::attach::check_name;
-use crate::companions::{self, Scan};
 use crate::format::metadata::{self, MetadataWriter};
 use crate::pack_dir::{OutputDir, list_names};
+use crate::pack_files;
 use crate::pack_reader;
 
 #[derive(Args, Debug)]
@@ -35,9 +35,9 @@ pub struct DetachArgs {
 pub fn run(args: &DetachArgs) -> Result<()> {
     check_name(&args.name)?;
     let out = OutputDir::open_existing(&args.pack)?;
-    let files: Vec<String> = Scan::all_files(&args.pack)?
+    let files: Vec<String> = pack_files::companion_files(&args.pack)?
         .into_iter()
-        .filter(|f| companions::parse_file_name(f).is_some_and(|(n, _)| n == args.name))
+        .filter(|f| pack_files::parse_file_name(f).is_some_and(|(n, _)| n == args.name))
         .collect();
     let recorded = metadata::read_companions(&pack_reader::open_metadata(&args.pack)?)?
         .iter()

@@ -28,7 +28,8 @@ use crate::format::row::{
     ROW_BYTES, StepRow, legacy_rows_to_aligned, recompute_ev_legal, remap_rows,
 };
 use crate::format::valuation::ValuationTable;
-use crate::pack_dir::{OutputDir, is_pack_file, list_names, write_valuations};
+use crate::pack_dir::{OutputDir, list_names, write_valuations};
+use crate::pack_files::is_pack_file;
 use crate::pack_reader::{self, RunSlots, Shard};
 use crate::progress::{self, count, thousands};
 use crate::run_index::RunStarts;

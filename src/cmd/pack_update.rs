@@ -15,13 +15,14 @@ use anyhow::{Context, Result, bail};
 use serde_json::json;
 
 use crate::cmd::pack::{self, PackArgs};
-use crate::companions::{self, Scan};
+use crate::companions;
 use crate::fingerprints;
 use crate::format::fingerprint::Fingerprint;
 use crate::format::metadata::{self, MetadataWriter, RunDetails, RunRow, ShardRecord};
 use crate::format::search;
 use crate::format::valuation::ValuationTable;
 use crate::pack_dir::OutputDir;
+use crate::pack_files;
 use crate::pack_reader::{self, Shard};
 use crate::packer::{
     self, PackOptions, Packer, PackerStart, changed_sources, discover_runs, parse_and_write,
@@ -196,9 +197,9 @@ impl Existing {
 /// `search` family) is updated with --search-stats (or drops the family), and --search-stats
 /// extends only a pack that has them (its existing rows would have none).
 fn check_search_family(existing: &Existing, args: &PackArgs) -> Result<()> {
-    let has = Scan::all_files(&existing.dir)?
+    let has = pack_files::companion_files(&existing.dir)?
         .iter()
-        .any(|f| companions::parse_file_name(f).is_some_and(|(name, _)| name == search::FAMILY));
+        .any(|f| pack_files::parse_file_name(f).is_some_and(|(name, _)| name == search::FAMILY));
     let dropping = args.drop_companion.iter().any(|d| d == search::FAMILY);
     let dir = existing.dir.display();
     match (has, args.search_stats, dropping) {
@@ -225,8 +226,8 @@ fn companions_to_drop(
     extended: Option<&str>,
 ) -> Result<Vec<(String, Vec<String>)>> {
     let mut families: Vec<(String, Vec<String>)> = Vec::new();
-    for file in Scan::all_files(&existing.dir)? {
-        let (name, _) = companions::parse_file_name(&file).expect("a companion file name");
+    for file in pack_files::companion_files(&existing.dir)? {
+        let (name, _) = pack_files::parse_file_name(&file).expect("a companion file name");
         if Some(name) == extended {
             continue;
         }
@@ -499,7 +500,7 @@ fn extend(
                 .with_context(|| format!("removing the staged copy of {}", s.file_name))?;
             kept_shards.push(s.file_name.clone());
         }
-        for name in Scan::all_files(staging)? {
+        for name in pack_files::companion_files(staging)? {
             std::fs::remove_file(staging.join(&name))
                 .with_context(|| format!("removing the staged copy of {name}"))?;
         }

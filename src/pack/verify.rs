@@ -819,7 +819,7 @@ fn check_companions(
             if !verify {
                 continue;
             }
-            let crc = companions::file_crc(&f.path)?;
+            let crc = crate::crc::file_crc(&f.path)?;
             let len = std::fs::metadata(&f.path)?.len();
             if crc != r.crc32c || len != r.bytes {
                 check.fail(|| {
