@@ -25,7 +25,6 @@ use crate::shard_writer::{FileLayout, file_name};
 pub struct CompanionFile {
     pub file_name: String,
     pub path: PathBuf,
-    pub shard: u32,
     pub header: ArrayHeader,
 }
 
@@ -246,7 +245,6 @@ fn line_up(
         out.push(CompanionFile {
             file_name: f.clone(),
             path,
-            shard: shard.index,
             header,
         });
     }

@@ -19,37 +19,44 @@
 //! # Ok(()) }
 //! ```
 //!
-//! # The tool's machinery
+//! # What is public
 //!
+//! The names at the crate root ([`Pack`], [`Run`], [`Step`], …) are the stable surface.
 //! `format` is the pack contract (row layout, board codec, npy header, metadata.db, valuation
-//! table); `raw` is the input side (discovery, gzip, row and sidecar parsing); `pack` is the
-//! reader library and `validate`'s checks; `cmd` holds one module per subcommand; the rest is
-//! machinery shared between commands. These modules are public for the tool's own tests and
-//! are not a stable interface.
+//! table, the `search` family's dtype), public so that its constants can be used, but not
+//! stable. The rest of the crate (the writers, the publish protocol, the shard reader the
+//! commands share) is private to it; `cli`, `cmd`, `interrupt`, `raw` and `rng` are public
+//! only for the `dataset-packer` binary and the tool's own tests and benches, and hidden from
+//! these docs.
 
+#[doc(hidden)]
 pub mod cli;
+#[doc(hidden)]
 pub mod cmd;
-pub mod companions;
-pub mod crc;
-pub mod export;
-pub mod findings;
-pub mod fingerprints;
+pub(crate) mod companions;
+pub(crate) mod crc;
+pub(crate) mod export;
+pub(crate) mod findings;
+pub(crate) mod fingerprints;
 pub mod format;
+#[doc(hidden)]
 pub mod interrupt;
-pub mod ordered;
+pub(crate) mod ordered;
 pub mod pack;
-pub mod pack_dir;
-pub mod pack_files;
-pub mod pack_reader;
-pub mod pack_stats;
+pub(crate) mod pack_dir;
+pub(crate) mod pack_files;
+pub(crate) mod pack_reader;
+pub(crate) mod pack_stats;
 pub(crate) mod packer;
-pub mod progress;
+pub(crate) mod progress;
+#[doc(hidden)]
 pub mod raw;
-pub mod report;
+pub(crate) mod report;
+#[doc(hidden)]
 pub mod rng;
-pub mod run_index;
-pub mod run_query;
-pub mod shard_writer;
+pub(crate) mod run_index;
+pub(crate) mod run_query;
+pub(crate) mod shard_writer;
 
 pub use pack::{Companion, CompanionValue, Pack, Param, Run, Runs, Step, Steps};
 

@@ -19,11 +19,6 @@ use crate::format::search;
 /// At most this many shards: the 5-digit index runs 00000..=99999.
 pub const MAX_SHARDS: u64 = 100_000;
 
-/// File name of shard `index` (`shard_rows` None: the single `steps.npy`).
-pub fn shard_file_name(shard_rows: Option<u64>, index: u32) -> String {
-    file_name("steps", shard_rows, index)
-}
-
 /// File name of file `index` of a family (`steps`, or a companion array's name): `NAME.npy`
 /// when the pack is one file (`shard_rows` None), else `NAME-NNNNN.npy`.
 pub fn file_name(prefix: &str, shard_rows: Option<u64>, index: u32) -> String {

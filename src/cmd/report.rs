@@ -1,6 +1,6 @@
 //! `report`: one self-contained HTML page of charts describing one or more packs. The story:
-//! gather each pack's figures with [`crate::pack_stats::gather`] (the numbers `stats --json`
-//! prints), lay them out with [`crate::report::page`], and write the page atomically (a
+//! gather each pack's figures with `pack_stats::gather` (the numbers `stats --json`
+//! prints), lay them out with `report::page`, and write the page atomically (a
 //! temporary file renamed over the target). The packs are only read.
 
 use std::io::Write;

@@ -1,5 +1,5 @@
 //! `stats`: what is in a pack, or in the runs an SQL expression picks, at a glance: the figures
-//! of [`crate::pack_stats`] printed as aligned tables with small histograms, or as one JSON
+//! of `pack_stats` printed as aligned tables with small histograms, or as one JSON
 //! document.
 
 use std::path::PathBuf;

@@ -256,17 +256,8 @@ impl Selection {
         Ok((pos != u32::MAX).then_some(pos))
     }
 
-    /// Calls `f(position, row)` for every row of `rows` whose run is selected.
-    pub fn for_each_row(
-        &self,
-        rows: &[u8],
-        mut f: impl FnMut(u32, &[u8]) -> Result<()>,
-    ) -> Result<()> {
-        self.for_each_row_at(rows, |_, pos, row| f(pos, row))
-    }
-
-    /// [`Selection::for_each_row`], also giving each row's index in `rows` (to find its
-    /// companion rows).
+    /// Calls `f(index, position, row)` for every row of `rows` whose run is selected: the row's
+    /// index in `rows` (to find its companion rows) and its run's position in the selection.
     pub fn for_each_row_at(
         &self,
         rows: &[u8],

@@ -354,7 +354,7 @@ impl Cur<'_> {
 }
 
 /// Where the row ends when what follows the branch EVs' closing brace at `i` is `}` or the
-/// current logger's `search` object (see [`Cur::row_end`]), and the statistics; None
+/// current logger's `search` object (see `Cur::row_end`), and the statistics; None
 /// otherwise. The vector path hands the row's end over to this.
 #[inline(always)]
 pub fn row_end(text: &[u8], i: usize) -> Option<(usize, SearchStats)> {
