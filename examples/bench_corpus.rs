@@ -3,7 +3,7 @@
 //! ```text
 //! cargo run --release --example bench_corpus -- --out DIR --runs 200 --rows-per-run 20000 \
 //!     [--threads 2] [--seed N] [--layout stream|flush:N|members:N] [--rows current|design]
-//!     [--depth 6|6-7|2-3]
+//!     [--depth 6-7|2-3|D]
 //! ```
 //!
 //! Writes `DIR/d{depth}_bench/depth{depth:02}_worker{w:02}_seed{seed:010}_game{g:06}.{jsonl.gz,meta.json}`
@@ -14,8 +14,8 @@
 //!   `null`s on tuple rows), `null` on every illegal move; ≈500 bytes of JSON a row at depth 2–3,
 //!   ≈545 at depth 6–7. `--rows design`: the design notes' rows (no `search` object, `0.0` on a
 //!   tuple row's illegal moves), ≈235 bytes. Both layouts hold the same games, moves and EVs.
-//! - `--depth D` or `--depth LO-HI`: the search depth each run is labelled with (file name,
-//!   folder, sidecar `depth`), runs taking the depths of the range in turn. It scales the
+//! - `--depth LO-HI` (default `6-7`) or `--depth D`: the search depth each run is labelled with
+//!   (file name, folder, sidecar `depth`), runs taking the depths of the range in turn. It scales the
 //!   `search` counters (≈6x per ply: about a hundred nodes a move at depth 2, most of a million
 //!   at depth 7); the moves themselves always come from the same small search.
 //!
@@ -65,7 +65,7 @@ use flate2::{Compress, Compression, Crc, FlushCompress, Status};
 /// gzip `--layout` (then default a member every 10 rows: ratio ≈0.22; the default is now
 /// `stream`, whose bytes have not changed).
 /// v3: `--rows current` (the default: the `search` object, `null` on every illegal move) and
-/// `--depth`; `--rows design --depth 6` writes v2's bytes.
+/// `--depth` (default 6-7); `--rows design --depth 6` writes v2's bytes.
 const GENERATOR_VERSION: u32 = 3;
 const DEFAULT_SEED: u64 = 0x2048_D6BE_4C11_0001;
 const MARKER: &str = ".complete";
@@ -931,7 +931,7 @@ fn parse_args() -> Args {
     let mut seed = DEFAULT_SEED;
     let mut layout = DEFAULT_LAYOUT;
     let mut rows = Rows::Current;
-    let mut depths = (6, 6);
+    let mut depths = (6, 7);
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
         let mut value = || it.next().unwrap_or_else(|| usage());
