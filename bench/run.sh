@@ -71,7 +71,7 @@ for MODE in "$@"; do
       for m in "${COMMAND_MODES[@]}"; do add_cmd "$m"; done
       ;;
     -h | --help)
-      sed -n '2,46p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
+      sed -n '2,/^set -euo/p' "${BASH_SOURCE[0]}" | sed '$d' | sed 's/^# \{0,1\}//'
       exit 0
       ;;
     *)
