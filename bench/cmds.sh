@@ -434,21 +434,27 @@ bench_export() {
 }
 
 # ------------------------------------------------------------------ pack --update (issue 10)
-# A drop of symlinks: d6_bench -> the 4M corpus's games (200 runs), packed with --shard-rows
-# 250000; then d6_new -> 10 more games (5%, bench_corpus --seed 10), and three measurements in
+# A drop of symlinks: d6_bench, d7_bench -> the 4M corpus's games (200 runs), packed with
+# --shard-rows 250000; then d6_bench_new, d7_bench_new -> 10 more games (5%, bench_corpus
+# --seed 10), and three measurements in
 # the same run: a full pack of the union (the reference), `pack --update` of a copy of the base
 # pack, and a second `--update` with nothing new. The same update of a base twice as large
 # (corpus-8m's 400 runs) must take no longer.
 UPDATE_SHARD_ROWS=250000
+# link_runs CORPUS DROP SUFFIX: a symlink DROP/<folder>SUFFIX to each depth folder of CORPUS.
+link_runs() {
+  local sub
+  for sub in "$(realpath "$1")"/d*_bench; do ln -s "$sub" "$2/$(basename "$sub")$3"; done
+}
 bench_update() {
   need_cmd update pack || return 0
   local new="$BENCH_DIR/update-new-10" c8
   c8=$(corpus_dir 8m)
   prepare update-new "$CORPUS_GEN" --out "$new" --runs 10 --rows-per-run "$ROWS_PER_RUN" --seed 10 \
-    --threads "$BENCH_GEN_THREADS" --layout "$BENCH_LAYOUT" ||
+    --threads "$BENCH_GEN_THREADS" --layout "$BENCH_LAYOUT" "${MAIN_ROWS[@]}" ||
     { mode_failed update "generating the 10 new runs failed"; return 0; }
   prepare corpus-8m "$CORPUS_GEN" --out "$c8" --runs 400 --rows-per-run "$ROWS_PER_RUN" \
-    --threads "$BENCH_GEN_THREADS" --layout "$BENCH_LAYOUT" ||
+    --threads "$BENCH_GEN_THREADS" --layout "$BENCH_LAYOUT" "${MAIN_ROWS[@]}" ||
     { mode_failed update "generating corpus-8m failed"; return 0; }
   local sec="" fmt="%-28s %10s %9s %9s %10s %5s\n" size
   sec+="== pack --update (issue 10): base packed with --shard-rows $UPDATE_SHARD_ROWS, update adds a folder of 10 runs (5% of 4M), page cache warm"$'\n'
@@ -459,12 +465,12 @@ bench_update() {
     local out="$BENCH_DIR/update-pack-$size" full="$BENCH_DIR/update-full-$size" corpus
     corpus=$(corpus_dir "$size")
     rm -rf "$drop" && mkdir -p "$drop"
-    ln -s "$(realpath "$corpus")/d6_bench" "$drop/d6_bench"
+    link_runs "$corpus" "$drop" ""
     warm "$corpus"
     prepare "update-base-$size" "$PACKER" pack --input "$drop" --output "$base" --shard-rows "$UPDATE_SHARD_ROWS" \
       --workers "$BENCH_THREADS" --overwrite --quiet ||
       { mode_failed update "packing the base failed"; return 0; }
-    ln -s "$(realpath "$new")/d6_bench" "$drop/d6_new"
+    link_runs "$new" "$drop" _new
     warm "$drop"
     if [[ $size == 4m ]]; then
       prep_full() { rm -rf "$full"; warm "$drop"; }

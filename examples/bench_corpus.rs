@@ -2,11 +2,22 @@
 //!
 //! ```text
 //! cargo run --release --example bench_corpus -- --out DIR --runs 200 --rows-per-run 20000 \
-//!     [--threads 2] [--seed N] [--layout stream|flush:N|members:N]
+//!     [--threads 2] [--seed N] [--layout stream|flush:N|members:N] [--rows current|design]
+//!     [--depth 6-7|2-3|D]
 //! ```
 //!
-//! Writes `DIR/d6_bench/depth06_worker{w:02}_seed{seed:010}_game{g:06}.{jsonl.gz,meta.json}` in the
-//! raw format (`raw-format.md`), rows of the real shape, key order and size (≈235 bytes of JSON).
+//! Writes `DIR/d{depth}_bench/depth{depth:02}_worker{w:02}_seed{seed:010}_game{g:06}.{jsonl.gz,meta.json}`
+//! in the raw format (`raw-format.md`), rows of the real shape, key order and size.
+//!
+//! - `--rows current` (default): the current logger's rows ("The current logger build"), each
+//!   ending with the `search` object (`used` and 14 counters on search rows, `false` and 14
+//!   `null`s on tuple rows), `null` on every illegal move; ≈500 bytes of JSON a row at depth 2–3,
+//!   ≈545 at depth 6–7. `--rows design`: the design notes' rows (no `search` object, `0.0` on a
+//!   tuple row's illegal moves), ≈235 bytes. Both layouts hold the same games, moves and EVs.
+//! - `--depth LO-HI` (default `6-7`) or `--depth D`: the search depth each run is labelled with
+//!   (file name, folder, sidecar `depth`), runs taking the depths of the range in turn. It scales the
+//!   `search` counters (≈6x per ply: about a hundred nodes a move at depth 2, most of a million
+//!   at depth 7); the moves themselves always come from the same small search.
 //!
 //! - Boards come from really playing 2048 (4x4 exponents, slide/merge rules, a 2 with p=0.9 or a 4
 //!   with p=0.1 on a uniformly chosen empty cell, a move is legal iff it changes the board; two
@@ -22,8 +33,9 @@
 //!   negative or far above 1 (`-0.930449`, `89.840418`); `null` for illegal moves. Once a game's
 //!   biggest tile reaches its switch rank (4096, or 2048 in a quarter of the games), its rows
 //!   become `tuple11` (or, in 30% of the games, `tuple10`): probabilities in [0, 1] with six
-//!   varying decimals (`0.817631`), highest for the best move, `0.0` for illegal moves. The
-//!   played move is the best EV, so it is always legal, and `valuation` is its EV.
+//!   varying decimals (`0.817631`), highest for the best move, illegal moves `null` (`0.0` in
+//!   the design layout). The played move is the best EV, so it is always legal, and
+//!   `valuation` is its EV.
 //! - gzip (flate2, default level 6) `--layout`: `stream` (default) is one plain member per file,
 //!   which is what the self-play script produces (it runs `gzip` at its default level on each
 //!   finished log; see bench/README.md); `members:N` starts a new gzip member every N rows, as a
@@ -32,8 +44,8 @@
 //!   `members:10` (the default until issue 15) gives 0.22, the ratio quoted for real logs, but
 //!   real files are one member.
 //!
-//! The output depends only on `--runs`, `--rows-per-run`, `--seed` and `--layout` (not on
-//! `--threads`). When the corpus is complete, `DIR/.complete` records the generator version, the
+//! The output depends only on `--runs`, `--rows-per-run`, `--seed`, `--layout`, `--rows` and
+//! `--depth` (not on `--threads`). When the corpus is complete, `DIR/.complete` records the generator version, the
 //! parameters and totals (bytes, gzip ratio, games and the biggest tile they reached); a later
 //! invocation with the same version and parameters exits immediately, anything else regenerates
 //! the corpus.
@@ -52,9 +64,10 @@ use flate2::{Compress, Compression, Crc, FlushCompress, Status};
 /// v2: real games (a new one on game over), Macroxue-heuristic EVs with six varying decimals,
 /// gzip `--layout` (then default a member every 10 rows: ratio ≈0.22; the default is now
 /// `stream`, whose bytes have not changed).
-const GENERATOR_VERSION: u32 = 2;
+/// v3: `--rows current` (the default: the `search` object, `null` on every illegal move) and
+/// `--depth` (default 6-7); `--rows design --depth 6` writes v2's bytes.
+const GENERATOR_VERSION: u32 = 3;
 const DEFAULT_SEED: u64 = 0x2048_D6BE_4C11_0001;
-const SUBDIR: &str = "d6_bench";
 const MARKER: &str = ".complete";
 /// Worker count encoded in file names (`worker{w:02}`); runs are dealt round-robin.
 const NAME_WORKERS: usize = 8;
@@ -545,18 +558,32 @@ struct Run {
     seed: u32,
     worker: usize,
     game: usize,
+    depth: u32,
 }
 
 impl Run {
     fn base(&self) -> String {
         format!(
-            "depth06_worker{:02}_seed{:010}_game{:06}",
-            self.worker, self.seed, self.game
+            "depth{:02}_worker{:02}_seed{:010}_game{:06}",
+            self.depth, self.worker, self.seed, self.game
         )
+    }
+
+    /// The run's folder under the corpus root, one per depth as the self-play script makes.
+    fn subdir(&self) -> String {
+        format!("d{}_bench", self.depth)
+    }
+
+    /// `out/subdir/base.suffix`.
+    fn path(&self, out: &Path, suffix: &str) -> PathBuf {
+        out.join(self.subdir())
+            .join(format!("{}.{suffix}", self.base()))
     }
 }
 
-fn runs(count: usize, seed: u64) -> Vec<Run> {
+/// Runs take the depths of `depths` in turn.
+fn runs(count: usize, seed: u64, depths: (u32, u32)) -> Vec<Run> {
+    let span = (depths.1 - depths.0 + 1) as usize;
     (0..count)
         .map(|index| Run {
             index,
@@ -565,8 +592,133 @@ fn runs(count: usize, seed: u64) -> Vec<Run> {
             seed: (mix(seed, index as u64) as u32).max(1),
             worker: index % NAME_WORKERS,
             game: index / NAME_WORKERS,
+            depth: depths.0 + (index % span) as u32,
         })
         .collect()
+}
+
+/// The row layout written (raw-format.md).
+#[derive(Clone, Copy, PartialEq, Debug)]
+enum Rows {
+    /// The current logger build: a `search` object last, `null` on every illegal move.
+    Current,
+    /// The design notes: no `search` object, `0.0` on a tuple row's illegal moves.
+    Design,
+}
+
+impl Rows {
+    fn parse(s: &str) -> Option<Rows> {
+        match s {
+            "current" => Some(Rows::Current),
+            "design" => Some(Rows::Design),
+            _ => None,
+        }
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            Rows::Current => "current",
+            Rows::Design => "design",
+        }
+    }
+}
+
+/// `D` or `LO-HI` (1 ≤ LO ≤ HI ≤ 12).
+fn parse_depths(s: &str) -> Option<(u32, u32)> {
+    let (lo, hi) = s.split_once('-').unwrap_or((s, s));
+    let (lo, hi) = (lo.parse().ok()?, hi.parse().ok()?);
+    (1 <= lo && lo <= hi && hi <= 12).then_some((lo, hi))
+}
+
+fn depths_name((lo, hi): (u32, u32)) -> String {
+    if lo == hi {
+        lo.to_string()
+    } else {
+        format!("{lo}-{hi}")
+    }
+}
+
+/// The `search` object's members after `used`, in log order.
+const SEARCH_KEYS: [&str; 14] = [
+    "total_nodes",
+    "move_nodes",
+    "tile_nodes",
+    "tile_branches",
+    "eval_calls",
+    "prune_score",
+    "prune_depth",
+    "prune_prob",
+    "cache_lookups",
+    "cache_hits",
+    "cache_updates",
+    "cache_collisions",
+    "cache_hit_rate",
+    "max_move_depth",
+];
+
+/// `n` times a random whole percentage in `lo..hi`.
+fn pct(rng: &mut SplitMix64, n: u64, lo: u64, hi: u64) -> u64 {
+    n * (lo + rng.below(hi - lo)) / 100
+}
+
+/// Appends `,"search":{…}` as the current logger writes it: on a searched row `used` and the
+/// counters of a search at `depth` on `board` with `legal` legal moves (consistent with each other: total = move + tile
+/// nodes, lookups = hits + updates, the hit rate their ratio), else `false` and 14 nulls.
+/// The counters are drawn (from their own `rng`), not counted, so they cost nothing to make.
+fn push_search(
+    out: &mut Vec<u8>,
+    rng: &mut SplitMix64,
+    depth: u32,
+    board: u64,
+    legal: u64,
+    searched: bool,
+) {
+    out.extend_from_slice(b",\"search\":{\"used\":");
+    if !searched {
+        out.extend_from_slice(b"false");
+        for key in SEARCH_KEYS {
+            write!(out, ",\"{key}\":null").unwrap();
+        }
+        out.push(b'}');
+        return;
+    }
+    out.extend_from_slice(b"true");
+    let empty = u64::from(count_empty(board));
+    // More empty cells and more legal moves: more spawns and moves to search.
+    let base = 25 * 6u64.pow(depth - 1);
+    let total = (base * (2 + empty) * legal * (500 + rng.below(700)) / 40_000).max(4 * legal);
+    let moves = pct(rng, total, 20, 30).max(legal);
+    let tiles = total - moves;
+    let lookups = pct(rng, moves, 20, 40);
+    let hits = pct(rng, lookups, 15, 45);
+    let updates = lookups - hits;
+    let counts = [
+        total,
+        moves,
+        tiles,
+        moves - pct(rng, moves, 0, 5),
+        tiles - pct(rng, tiles, 0, 10),
+        pct(rng, tiles, 10, 20),
+        pct(rng, tiles, 60, 95),
+        pct(rng, tiles, 40, 65),
+        lookups,
+        hits,
+        updates,
+        pct(rng, updates, 5, 20),
+    ];
+    for (key, n) in SEARCH_KEYS.iter().zip(counts) {
+        write!(out, ",\"{key}\":{n}").unwrap();
+    }
+    let rate = if lookups == 0 {
+        0.0
+    } else {
+        100.0 * hits as f64 / lookups as f64
+    };
+    write!(
+        out,
+        ",\"cache_hit_rate\":{rate:.6},\"max_move_depth\":{depth}}}"
+    )
+    .unwrap();
 }
 
 /// Heuristic gap to the best move (relative to its value, plus this floor) that costs a tuple
@@ -576,18 +728,30 @@ const TUPLE_GAP_RELATIVE: f64 = 0.02;
 
 /// Plays `rows` moves (games back to back), writes them gzipped in `layout` and then the
 /// sidecar; returns the run's statistics.
-fn write_run(
-    player: &mut Player,
-    dir: &Path,
-    run: &Run,
-    rows: usize,
+/// What a corpus is made of, besides its runs.
+#[derive(Clone, Copy)]
+struct Shape {
+    rows_per_run: usize,
     seed: u64,
     layout: Layout,
-) -> Result<RunStats> {
+    rows: Rows,
+}
+
+fn write_run(player: &mut Player, out: &Path, run: &Run, shape: Shape) -> Result<RunStats> {
+    let Shape {
+        rows_per_run: rows,
+        seed,
+        layout,
+        rows: row_layout,
+    } = shape;
     let t = player.t;
     let mut rng = SplitMix64(mix(seed ^ 0x5EED, run.index as u64));
+    // The search counters have their own generator: both row layouts hold the same games.
+    let mut search_rng = SplitMix64(mix(seed ^ 0x5EA7C4, run.index as u64));
     let base = run.base();
-    let steps = dir.join(format!("{base}.jsonl.gz"));
+    let subdir = run.subdir();
+    let steps = run.path(out, "jsonl.gz");
+    fs::create_dir_all(out.join(&subdir))?;
     let mut file = File::create(&steps)?;
     let mut gz = GzSink::new(layout);
     let rows_per_cut = layout.rows_per_cut();
@@ -661,10 +825,12 @@ fn write_run(
             MOVES[chosen],
             valuation.name()
         )?;
-        let push = |out: &mut Vec<u8>, ev: Option<i64>| match (valuation, ev) {
-            (_, Some(v)) => push_micro(out, v),
-            (Valuation::Search, None) => out.extend_from_slice(b"null"),
-            (_, None) => out.extend_from_slice(b"0.0"),
+        let push = |out: &mut Vec<u8>, ev: Option<i64>| match (valuation, ev, row_layout) {
+            (_, Some(v), _) => push_micro(out, v),
+            (Valuation::Search, None, _) | (_, None, Rows::Current) => {
+                out.extend_from_slice(b"null")
+            }
+            (_, None, Rows::Design) => out.extend_from_slice(b"0.0"),
         };
         push(&mut buf, evs[chosen]);
         buf.extend_from_slice(b",\"board\":[");
@@ -682,7 +848,13 @@ fn write_run(
             write!(buf, "\"{name}\":")?;
             push(&mut buf, evs[k]);
         }
-        buf.extend_from_slice(b"}}\n");
+        buf.push(b'}');
+        if row_layout == Rows::Current {
+            let legal = evs.iter().flatten().count() as u64;
+            let searched = valuation == Valuation::Search;
+            push_search(&mut buf, &mut search_rng, run.depth, board, legal, searched);
+        }
+        buf.extend_from_slice(b"}\n");
         let cut = (step + 1) % rows_per_cut == 0;
         if cut || buf.len() >= (1 << 20) - 512 {
             stats.json_bytes += buf.len() as u64;
@@ -716,8 +888,9 @@ fn write_run(
         .sum();
     let seconds = rows as f64 * (0.0016 + 0.0004 * rng.unit());
     let meta = format!(
-        "{{\"seed\":{},\"depth\":6,\"game_index\":{},\"steps_file\":\"selfplay_logs/{SUBDIR}/{base}.jsonl.gz\",\"num_moves\":{},\"score\":{},\"max_tile\":{},\"max_rank\":{},\"sum_tile\":{},\"seconds\":{:.6}}}\n",
+        "{{\"seed\":{},\"depth\":{},\"game_index\":{},\"steps_file\":\"selfplay_logs/{subdir}/{base}.jsonl.gz\",\"num_moves\":{},\"score\":{},\"max_tile\":{},\"max_rank\":{},\"sum_tile\":{},\"seconds\":{:.6}}}\n",
         run.seed,
+        run.depth,
         run.game,
         rows,
         total_score,
@@ -726,7 +899,7 @@ fn write_run(
         sum_tile,
         seconds
     );
-    fs::write(dir.join(format!("{base}.meta.json")), meta)?;
+    fs::write(run.path(out, "meta.json"), meta)?;
     Ok(stats)
 }
 
@@ -739,11 +912,13 @@ struct Args {
     threads: usize,
     seed: u64,
     layout: Layout,
+    rows: Rows,
+    depths: (u32, u32),
 }
 
 fn usage() -> ! {
     eprintln!(
-        "usage: bench_corpus --out DIR [--runs 200] [--rows-per-run 20000] [--threads N] [--seed N] [--layout stream|flush:N|members:N]"
+        "usage: bench_corpus --out DIR [--runs 200] [--rows-per-run 20000] [--threads N] [--seed N] [--layout stream|flush:N|members:N] [--rows current|design] [--depth D|LO-HI]"
     );
     std::process::exit(2);
 }
@@ -755,6 +930,8 @@ fn parse_args() -> Args {
     let mut threads = std::thread::available_parallelism().map_or(2, |n| n.get());
     let mut seed = DEFAULT_SEED;
     let mut layout = DEFAULT_LAYOUT;
+    let mut rows = Rows::Current;
+    let mut depths = (6, 7);
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
         let mut value = || it.next().unwrap_or_else(|| usage());
@@ -766,6 +943,8 @@ fn parse_args() -> Args {
             "--threads" => threads = num(value()).max(1) as usize,
             "--seed" => seed = num(value()),
             "--layout" => layout = Layout::parse(&value()).unwrap_or_else(|| usage()),
+            "--rows" => rows = Rows::parse(&value()).unwrap_or_else(|| usage()),
+            "--depth" => depths = parse_depths(&value()).unwrap_or_else(|| usage()),
             "-h" | "--help" => usage(),
             _ => usage(),
         }
@@ -777,29 +956,36 @@ fn parse_args() -> Args {
         threads,
         seed,
         layout,
+        rows,
+        depths,
     }
 }
 
 fn main() -> Result<()> {
     let args = parse_args();
     let params = format!(
-        "bench_corpus v{GENERATOR_VERSION} runs={} rows_per_run={} seed={} layout={}",
+        "bench_corpus v{GENERATOR_VERSION} runs={} rows_per_run={} seed={} layout={} rows={} depth={}",
         args.runs,
         args.rows_per_run,
         args.seed,
-        args.layout.name()
+        args.layout.name(),
+        args.rows.name(),
+        depths_name(args.depths)
     );
-    let dir = args.out.join(SUBDIR);
     let marker = args.out.join(MARKER);
-    let all_runs = runs(args.runs, args.seed);
+    let all_runs = runs(args.runs, args.seed, args.depths);
+    let shape = Shape {
+        rows_per_run: args.rows_per_run,
+        seed: args.seed,
+        layout: args.layout,
+        rows: args.rows,
+    };
 
     if let Ok(text) = fs::read_to_string(&marker) {
         let mut lines = text.lines();
         let complete = lines.next() == Some(params.as_str())
             && all_runs.iter().all(|r| {
-                let base = r.base();
-                dir.join(format!("{base}.jsonl.gz")).is_file()
-                    && dir.join(format!("{base}.meta.json")).is_file()
+                r.path(&args.out, "jsonl.gz").is_file() && r.path(&args.out, "meta.json").is_file()
             });
         if complete {
             println!("corpus already complete: {} ({params})", args.out.display());
@@ -810,12 +996,14 @@ fn main() -> Result<()> {
         }
     }
 
-    // Start from scratch: only our own marker and sub-directory are removed.
+    // Start from scratch: only our own marker and sub-directories (`d{depth}_bench`) are removed.
     let _ = fs::remove_file(&marker);
-    if dir.exists() {
-        fs::remove_dir_all(&dir)?;
+    for depth in 1..=12 {
+        let dir = args.out.join(format!("d{depth}_bench"));
+        if dir.exists() {
+            fs::remove_dir_all(&dir)?;
+        }
     }
-    fs::create_dir_all(&dir)?;
 
     let started = Instant::now();
     let tables = Tables::new();
@@ -825,10 +1013,12 @@ fn main() -> Result<()> {
     let first_error: Mutex<Option<String>> = Mutex::new(None);
     let threads = args.threads.min(args.runs.max(1));
     eprintln!(
-        "generating {} runs x {} rows into {} with {threads} threads",
+        "generating {} runs x {} rows ({} layout, depth {}) into {} with {threads} threads",
         args.runs,
         args.rows_per_run,
-        dir.display()
+        args.rows.name(),
+        depths_name(args.depths),
+        args.out.display()
     );
     std::thread::scope(|s| {
         for _ in 0..threads {
@@ -839,14 +1029,7 @@ fn main() -> Result<()> {
                     if i >= all_runs.len() || first_error.lock().unwrap().is_some() {
                         break;
                     }
-                    match write_run(
-                        &mut player,
-                        &dir,
-                        &all_runs[i],
-                        args.rows_per_run,
-                        args.seed,
-                        args.layout,
-                    ) {
+                    match write_run(&mut player, &args.out, &all_runs[i], shape) {
                         Ok(st) => stats.lock().unwrap()[i] = Some(st),
                         Err(e) => {
                             first_error
@@ -896,8 +1079,10 @@ fn main() -> Result<()> {
         .collect::<Vec<_>>()
         .join(",");
     let totals = format!(
-        "{{\"version\":{GENERATOR_VERSION},\"layout\":\"{}\",\"runs\":{},\"rows\":{rows},\"json_bytes\":{json_bytes},\"compressed_bytes\":{compressed_bytes},\"json_bytes_per_row\":{:.1},\"compressed_bytes_per_row\":{:.1},\"ratio\":{:.3},\"tuple_rows_pct\":{:.1},\"games\":{games},\"finished_games\":{finished},\"moves_per_finished_game\":{:.0},\"finished_max_tile\":{{{max_tiles}}},\"generate_seconds\":{seconds:.1},\"threads\":{threads}}}",
+        "{{\"version\":{GENERATOR_VERSION},\"layout\":\"{}\",\"rows_layout\":\"{}\",\"depth\":\"{}\",\"runs\":{},\"rows\":{rows},\"json_bytes\":{json_bytes},\"compressed_bytes\":{compressed_bytes},\"json_bytes_per_row\":{:.1},\"compressed_bytes_per_row\":{:.1},\"ratio\":{:.3},\"tuple_rows_pct\":{:.1},\"games\":{games},\"finished_games\":{finished},\"moves_per_finished_game\":{:.0},\"finished_max_tile\":{{{max_tiles}}},\"generate_seconds\":{seconds:.1},\"threads\":{threads}}}",
         args.layout.name(),
+        args.rows.name(),
+        depths_name(args.depths),
         args.runs,
         json_bytes as f64 / rows.max(1) as f64,
         compressed_bytes as f64 / rows.max(1) as f64,
@@ -1036,15 +1221,110 @@ mod tests {
         &row[start..end]
     }
 
+    fn shape(rows_per_run: usize, seed: u64, layout: Layout, rows: Rows) -> Shape {
+        Shape {
+            rows_per_run,
+            seed,
+            layout,
+            rows,
+        }
+    }
+
+    /// The run's rows, written in `rows` layout.
+    fn run_text(run: &Run, n: usize, seed: u64, rows: Rows, name: &str) -> String {
+        let dir = temp_dir(name);
+        let shape = shape(n, seed, Layout::Stream, rows);
+        let stats = write_run(&mut Player::new(&Tables::new()), &dir, run, shape).unwrap();
+        assert!(
+            n < 6000 || stats.games >= 2,
+            "a 6000-row run spans several games"
+        );
+        let text = gunzip(&run.path(&dir, "jsonl.gz"));
+        let meta = fs::read_to_string(run.path(&dir, "meta.json")).unwrap();
+        assert!(
+            meta.contains(&format!("\"depth\":{},", run.depth)),
+            "{meta}"
+        );
+        fs::remove_dir_all(&dir).unwrap();
+        text
+    }
+
+    /// The `search` object of a current-layout row: `used`, then the 14 members in log order,
+    /// counters consistent with each other; -> (used, total_nodes).
+    fn check_search(row: &str, depth: u32) -> (bool, u64) {
+        let at = row.find(",\"search\":{").expect("a search object") + 10;
+        let text = &row[at..row.len() - 1];
+        let obj: serde_json::Value = serde_json::from_str(text).unwrap();
+        let mut pos = text.find("\"used\":").unwrap();
+        for key in SEARCH_KEYS {
+            let next = text.find(&format!("\"{key}\":")).unwrap();
+            assert!(next > pos, "{key} out of order: {row}");
+            pos = next;
+        }
+        assert_eq!(obj.as_object().unwrap().len(), 15, "{row}");
+        if obj["used"] == false {
+            assert!(SEARCH_KEYS.iter().all(|k| obj[k].is_null()), "{row}");
+            return (false, 0);
+        }
+        let n = |k: &str| obj[k].as_u64().unwrap_or_else(|| panic!("{k} in {row}"));
+        assert_eq!(n("total_nodes"), n("move_nodes") + n("tile_nodes"), "{row}");
+        assert_eq!(
+            n("cache_lookups"),
+            n("cache_hits") + n("cache_updates"),
+            "{row}"
+        );
+        assert!(n("tile_branches") <= n("move_nodes") && n("eval_calls") <= n("tile_nodes"));
+        let rate = field(row, "cache_hit_rate");
+        assert_eq!(rate.split_once('.').unwrap().1.len(), 6, "{row}");
+        assert_eq!(n("max_move_depth"), u64::from(depth));
+        (true, n("total_nodes"))
+    }
+
     #[test]
     fn rows_are_real_moves_in_the_logger_layout() {
-        let t = Tables::new();
-        let dir = temp_dir("rows");
-        let run = &runs(3, 11)[2];
+        let run = &runs(3, 11, (6, 7))[2];
         let rows = 6000;
-        let stats = write_run(&mut Player::new(&t), &dir, run, rows, 11, Layout::Stream).unwrap();
-        assert!(stats.games >= 2, "a 6000-row run spans several games");
-        let text = gunzip(&dir.join(format!("{}.jsonl.gz", run.base())));
+        let current = run_text(run, rows, 11, Rows::Current, "rows_current");
+        let design = run_text(run, rows, 11, Rows::Design, "rows_design");
+        for (text, row_layout) in [(&current, Rows::Current), (&design, Rows::Design)] {
+            check_rows(text, run, rows, row_layout);
+        }
+        // The same games in both layouts: a current row is its design row with `null` for a
+        // tuple row's `0.0` and the search object added.
+        for (c, d) in current.lines().zip(design.lines()) {
+            let cut = c.find(",\"search\":").unwrap();
+            assert_eq!(
+                format!("{}}}", &c[..cut]),
+                d.replace(":0.0,", ":null,").replace(":0.0}", ":null}")
+            );
+        }
+    }
+
+    #[test]
+    fn search_counters_grow_steeply_with_depth_and_rows_are_the_logged_size() {
+        let mut medians = Vec::new();
+        for depths in [(2, 2), (3, 3), (6, 6), (7, 7)] {
+            let run = &runs(1, 3, depths)[0];
+            let text = run_text(run, 3000, 3, Rows::Current, "depth");
+            let mut totals: Vec<u64> = text
+                .lines()
+                .map(|row| check_search(row, depths.0))
+                .filter(|&(used, _)| used)
+                .map(|(_, n)| n)
+                .collect();
+            totals.sort_unstable();
+            medians.push(totals[totals.len() / 2]);
+            let mean = text.len() as f64 / 3000.0;
+            assert!(
+                (480.0..=560.0).contains(&mean),
+                "depth {depths:?}: {mean} bytes a row"
+            );
+        }
+        assert!(medians.windows(2).all(|w| w[1] > 4 * w[0]), "{medians:?}");
+        assert!(medians[3] > 1000 * medians[0], "{medians:?}");
+    }
+
+    fn check_rows(text: &str, run: &Run, rows: usize, row_layout: Rows) {
         let lines: Vec<&str> = text.lines().collect();
         assert_eq!(lines.len(), rows);
         let mut prev_board: Option<[u8; 16]> = None;
@@ -1074,6 +1354,16 @@ mod tests {
                     .unwrap_or_else(|| panic!("{key} missing or out of order in {row}"));
             }
             assert!(row.ends_with("}}"));
+            if row_layout == Rows::Current {
+                let kind = field(row, "valuation_type");
+                assert_eq!(
+                    check_search(row, run.depth).0,
+                    kind == "\"search\"",
+                    "{row}"
+                );
+            } else {
+                assert!(!row.contains("\"search\":{"), "{row}");
+            }
 
             let board: Vec<u8> = row
                 .split("\"board\":[")
@@ -1098,7 +1388,11 @@ mod tests {
             for (k, name) in MOVES.iter().enumerate() {
                 let ev = field(row, name);
                 if naive_play(cells, k) == cells {
-                    let want = if kind == "search" { "null" } else { "0.0" };
+                    let want = if kind == "search" || row_layout == Rows::Current {
+                        "null"
+                    } else {
+                        "0.0"
+                    };
                     assert_eq!(ev, want, "{row}");
                 } else {
                     let (_, decimals) = ev.split_once('.').unwrap();
@@ -1124,15 +1418,14 @@ mod tests {
         }
         assert!(kinds.contains("search"));
         assert!(kinds.len() >= 2, "{kinds:?}");
-        fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]
     fn layouts_differ_only_in_gzip_structure_and_runs_do_not_depend_on_history() {
         let t = Tables::new();
         let dir = temp_dir("layouts");
-        let run = &runs(1, 5)[0];
-        let path = dir.join(format!("{}.jsonl.gz", run.base()));
+        let run = &runs(1, 5, (6, 6))[0];
+        let path = run.path(&dir, "jsonl.gz");
         let mut player = Player::new(&t);
         let mut texts = Vec::new();
         let mut sizes = Vec::new();
@@ -1145,7 +1438,13 @@ mod tests {
             (0, Layout::Stream),
         ] {
             // The same player keeps its cache between runs: the output must not depend on it.
-            write_run(&mut player, &dir, run, rows, 5, layout).unwrap();
+            write_run(
+                &mut player,
+                &dir,
+                run,
+                shape(rows, 5, layout, Rows::Current),
+            )
+            .unwrap();
             let text = gunzip(&path);
             assert_eq!(text.lines().count(), rows);
             let bytes = fs::read(&path).unwrap();
@@ -1162,10 +1461,25 @@ mod tests {
         assert!(texts[0].starts_with(&texts[3]));
         assert!(texts[4].is_empty() && texts[5].is_empty());
         assert!(sizes[1] > sizes[0] && sizes[2] > sizes[0], "{sizes:?}");
-        let fresh = write_run(&mut Player::new(&t), &dir, run, 777, 5, Layout::Stream).unwrap();
+        let stream = shape(777, 5, Layout::Stream, Rows::Current);
+        let fresh = write_run(&mut Player::new(&t), &dir, run, stream).unwrap();
         assert_eq!(gunzip(&path), texts[0]);
         assert_eq!(fresh.compressed_bytes as usize, sizes[0]);
         fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn depth_ranges_parse_and_runs_take_them_in_turn() {
+        assert_eq!(parse_depths("6"), Some((6, 6)));
+        assert_eq!(parse_depths("2-3"), Some((2, 3)));
+        for bad in ["0", "3-2", "13", "x", "2-", ""] {
+            assert_eq!(parse_depths(bad), None, "{bad}");
+        }
+        let depths: Vec<u32> = runs(5, 1, (6, 7)).iter().map(|r| r.depth).collect();
+        assert_eq!(depths, [6, 7, 6, 7, 6]);
+        assert_eq!(runs(2, 1, (2, 3))[1].base()[..7], *"depth03");
+        assert_eq!(Rows::parse("design").unwrap().name(), "design");
+        assert_eq!(Rows::parse("old"), None);
     }
 
     #[test]

@@ -22,7 +22,8 @@ fn drop_with_run(
     d
 }
 
-const ROW: &[u8] = br#"{"move":"up","board":[1,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0]}"#;
+/// A row as the current logger writes it (raw-format.md's example).
+const ROW: &[u8] = br#"{"seed":1000,"step_index":2999,"max_rank":12,"move":"up","valuation_type":"search","valuation":244.033997,"board":[12,11,1,5,6,5,8,2,3,4,2,1,0,1,2,1],"branch_evs":{"up":244.034000,"left":206.432000,"right":null,"down":-690.786000},"search":{"used":true,"total_nodes":396,"move_nodes":89,"tile_nodes":307,"tile_branches":88,"eval_calls":307,"prune_score":52,"prune_depth":277,"prune_prob":182,"cache_lookups":25,"cache_hits":6,"cache_updates":19,"cache_collisions":3,"cache_hit_rate":24.000000,"max_move_depth":2}}"#;
 const SIDECAR: &[u8] = br#"{"seed":1,"num_moves":1,"score":0,"max_tile":2}"#;
 
 /// (case, rows file text, sidecar text, sidecar gzipped, where the message points)

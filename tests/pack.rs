@@ -69,6 +69,111 @@ fn expected_facts_of_the_fixture_drop() {
     assert_eq!(steps.iter().sum::<i64>(), 2240);
 }
 
+/// The rows of every rows file under `dir` (blank lines left out), by file.
+fn rows_of_drop(dir: &std::path::Path) -> Vec<(String, Vec<String>)> {
+    let mut out = Vec::new();
+    let mut entries: Vec<_> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    entries.sort();
+    for p in entries {
+        if p.is_dir() {
+            out.extend(rows_of_drop(&p));
+        } else if p.to_str().unwrap().ends_with(".jsonl.gz") {
+            let text = read_gz(&p);
+            let rows = text.lines().map(str::trim_end).filter(|l| !l.is_empty());
+            out.push((s(&p).to_string(), rows.map(String::from).collect()));
+        }
+    }
+    out
+}
+
+/// Each fixture drop (the current logger's layout at depths 6–7 and at 2–3, the design notes'
+/// layout) packs to its facts file's runs, rows and valuation types with no findings, and
+/// agrees with the Python oracle row by row.
+#[test]
+fn every_fixture_drop_matches_its_facts_and_the_python_oracle() {
+    let t = tempfile::tempdir().unwrap();
+    for drop in ["raw", "raw_d23", "raw_design"] {
+        let out = t.path().join(drop);
+        let summary: Value =
+            serde_json::from_str(&pack(&fixture(drop), &out, &["--json"])).unwrap();
+        let facts = std::fs::read(fixture(&format!("{drop}_expected.json"))).unwrap();
+        let expected: Value = serde_json::from_slice(&facts).unwrap();
+        assert_eq!(summary["runs"], expected["runs"], "{drop}");
+        assert_eq!(summary["rows"], expected["rows"], "{drop}");
+        // A clean drop: the summary lists no finding kind, the facts count 0 of each.
+        assert_eq!(summary["findings"], serde_json::json!({}), "{drop}");
+        let none = expected["findings"].as_object().unwrap().values();
+        assert!(none.into_iter().all(|n| n == 0), "{drop}");
+        let vt: Value =
+            serde_json::from_slice(&std::fs::read(out.join("valuation_types.json")).unwrap())
+                .unwrap();
+        assert_eq!(vt, expected["valuation_types"], "{drop}");
+        let steps: Vec<i64> = runs_table(&out).iter().map(|r| r.2).collect();
+        let want: Vec<i64> = expected["run_list"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| r["rows"].as_i64().unwrap())
+            .collect();
+        assert_eq!(steps, want, "{drop}");
+        let ok = python_ok(
+            "check_pack.py",
+            &["--raw", s(&fixture(drop)), "--pack", s(&out)],
+        );
+        assert!(
+            ok.contains(&format!(
+                "OK: {} runs, {} rows",
+                want.len(),
+                summary["rows"]
+            )),
+            "{ok}"
+        );
+    }
+}
+
+/// fixtures/raw and fixtures/raw_design hold the same games in the two layouts: the `search`
+/// object and `null` instead of `0.0` on illegal tuple moves change nothing a pack stores, so
+/// the shards are the same bytes. And the drops are what they say: every row of the current
+/// layout ends with a `search` object, 480–560 bytes a row on average, none in the design one.
+#[test]
+fn both_layouts_of_the_same_games_pack_to_the_same_rows() {
+    let t = tempfile::tempdir().unwrap();
+    let (current, design) = (t.path().join("current"), t.path().join("design"));
+    pack(&fixture("raw"), &current, &["--shard-rows", "1000"]);
+    pack(&fixture("raw_design"), &design, &["--shard-rows", "1000"]);
+    assert_eq!(pack_view(&current), pack_view(&design));
+    for drop in ["raw", "raw_d23"] {
+        let files = rows_of_drop(&fixture(drop));
+        let rows: Vec<&String> = files.iter().flat_map(|(_, rows)| rows).collect();
+        let bytes: usize = rows.iter().map(|r| r.len() + 1).sum();
+        let mean = bytes as f64 / rows.len() as f64;
+        assert!(
+            (480.0..=560.0).contains(&mean),
+            "{drop}: {mean} bytes a row"
+        );
+        for (file, rows) in &files {
+            for (i, row) in rows.iter().enumerate() {
+                let search = row.find(",\"search\":{\"used\":").map(|at| &row[at..]);
+                let search = search.unwrap_or_else(|| panic!("{file} row {}: {row}", i + 1));
+                let used = search.starts_with(",\"search\":{\"used\":true,");
+                let tuple = row.contains("\"valuation_type\":\"tuple");
+                assert_eq!(used, !tuple, "{file} row {}: {row}", i + 1);
+                assert_eq!(
+                    search.matches(":null").count(),
+                    if used { 0 } else { 14 },
+                    "{row}"
+                );
+            }
+        }
+    }
+    for (file, rows) in rows_of_drop(&fixture("raw_design")) {
+        assert!(rows.iter().all(|r| !r.contains("\"search\":")), "{file}");
+    }
+}
+
 #[test]
 fn deterministic_across_worker_counts() {
     let t = tempfile::tempdir().unwrap();
@@ -554,7 +659,7 @@ fn streamed_rows_files_pack_and_fail_exactly_like_whole_ones() {
 #[test]
 fn a_long_run_streams_in_pieces_with_lines_split_anywhere() {
     let t = tempfile::tempdir().unwrap();
-    // 12 000 rows (≈2.8 MB of text, several stream buffers), in three gzip members that
+    // 12 000 rows (≈6.5 MB of text, several stream buffers), in three gzip members that
     // each end mid-line, and with CRLF line ends in the middle third.
     let sidecar = std::fs::read(fixture(
         "raw/d6_10g_v1/depth06_worker00_seed0272350805_game000000.meta.json",

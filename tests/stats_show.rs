@@ -477,12 +477,14 @@ fn stats_quartile_among_zero_evs_is_zero() {
     let t = tempfile::tempdir().unwrap();
     let raw = t.path().join("raw");
     std::fs::create_dir_all(&raw).unwrap();
-    // A 2 in the top-left corner: up and left are illegal, right and down legal.
+    // A 2 in the top-left corner: up and left are illegal, right and down legal. Rows as the
+    // current logger writes them.
     let mut rows = String::new();
     for i in 0..40 {
         rows += &format!(
-            "{{\"seed\":5,\"step_index\":{i},\"move\":\"down\",\"valuation_type\":\"tuple11\",\"board\":[1,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0],\"branch_evs\":{{\"up\":null,\"left\":null,\"right\":0.000000,\"down\":0.{:06}}}}}\n",
-            500_000 + i * 1000
+            "{{\"seed\":5,\"step_index\":{i},\"move\":\"down\",\"valuation_type\":\"tuple11\",\"board\":[1,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0],\"branch_evs\":{{\"up\":null,\"left\":null,\"right\":0.000000,\"down\":0.{:06}}}{}}}\n",
+            500_000 + i * 1000,
+            common::logger::unsearched()
         );
     }
     write_gz(&raw.join("g.jsonl.gz"), rows.as_bytes());

@@ -103,8 +103,20 @@ fn same_both_ways(input: &Path) -> bool {
 
 #[test]
 fn the_fixture_drops_pack_the_same_both_ways() {
-    assert!(same_both_ways(&fixture("raw")));
-    assert!(same_both_ways(&fixture("findings")));
+    for drop in ["raw", "raw_d23", "raw_design", "findings"] {
+        assert!(same_both_ways(&fixture(drop)), "{drop}");
+    }
+}
+
+/// The logger lines `0..n` of `seed`, in the current logger's layout (`current`, with the
+/// `search` object) or the design notes' (without).
+fn logger_lines(n: u64, seed: u64, current: bool) -> Vec<String> {
+    (0..n)
+        .map(|k| {
+            let line = logger_line(k, seed);
+            if current { with_search(&line, k) } else { line }
+        })
+        .collect()
 }
 
 /// A row in the logger's layout; `k` varies every number's length and sign, the board's
@@ -158,9 +170,15 @@ fn write_run(dir: &Path, seed: u64, lines: &[String]) {
 
 #[test]
 fn varied_rows_pack_the_same_both_ways() {
+    for current in [true, false] {
+        varied_rows_in_a_layout_pack_the_same_both_ways(current);
+    }
+}
+
+fn varied_rows_in_a_layout_pack_the_same_both_ways(current: bool) {
     let tmp = tempfile::tempdir().unwrap();
     let seed = 4_294_967_295;
-    let mut lines: Vec<String> = (0..3000).map(|k| logger_line(k, seed)).collect();
+    let mut lines = logger_lines(3000, seed, current);
     // Rows the vector path leaves to the scalar paths, in the middle of the file: another
     // valuation name, a long number, spaces, keys in another order, a CRLF line end, a blank
     // line.
@@ -207,8 +225,9 @@ fn a_bad_row_mid_file_gives_the_same_error_both_ways() {
     ];
     let seed = 4_294_967_295;
     let tmp = tempfile::tempdir().unwrap();
-    for (n, (from, to)) in damages.iter().enumerate() {
-        let mut lines: Vec<String> = (0..80).map(|k| logger_line(k, seed)).collect();
+    for ((n, (from, to)), current) in damages.iter().enumerate().zip([true, false].iter().cycle()) {
+        // Half the damages on rows of the current logger, half on the design notes' rows.
+        let mut lines = logger_lines(80, seed, *current);
         assert!(lines[40].contains(from), "{from} not in {}", lines[40]);
         lines[40] = lines[40].replacen(from, to, 1);
         let dir = tmp.path().join(format!("bad{n}"));
@@ -244,9 +263,9 @@ fn a_seed_that_changes_between_rows_is_read_again() {
     ];
     let mut lines = Vec::new();
     let mut expected = Vec::new();
-    for k in 0..120u64 {
-        let (text, value) = seeds[(k as usize / 3) % seeds.len()];
-        lines.push(logger_line(k, seed).replacen(
+    for (k, line) in logger_lines(120, seed, true).iter().enumerate() {
+        let (text, value) = seeds[(k / 3) % seeds.len()];
+        lines.push(line.replacen(
             &format!("{{\"seed\":{seed},"),
             &format!("{{\"seed\":{text},"),
             1,

@@ -19,3 +19,13 @@ pub const SEARCH_KEYS: [&str; 14] = [
     "cache_hit_rate",
     "max_move_depth",
 ];
+
+/// `,"search":{…}` as the current logger ends a row the search did not value (a tuple row):
+/// `used` false and 14 nulls.
+pub fn unsearched() -> String {
+    let nulls: Vec<String> = SEARCH_KEYS
+        .iter()
+        .map(|k| format!("\"{k}\":null"))
+        .collect();
+    format!(",\"search\":{{\"used\":false,{}}}", nulls.join(","))
+}
