@@ -47,7 +47,7 @@ impl Param {
     /// (always text), or else the text as written.
     ///
     /// ```
-    /// use dataset_packer::run_query::Param;
+    /// use dataset_packer::Param;
     /// use rusqlite::types::Value;
     /// assert_eq!(Param::parse("50000").unwrap().value, Value::Integer(50000));
     /// let p = Param::parse("min=0.5").unwrap();
@@ -243,19 +243,6 @@ fn first_word(sql: &str) -> &str {
 
 /// The run ids (ascending, each once) that `sql` selects, with `params` bound. `option` names
 /// where the text came from (`--where`), for messages.
-///
-/// ```
-/// use dataset_packer::run_query::{Param, run_ids};
-/// let conn = rusqlite::Connection::open_in_memory().unwrap();
-/// conn.execute_batch(
-///     "CREATE TABLE runs (id INTEGER PRIMARY KEY, seed INT, steps INT, max_score INT, highest_tile INT);
-///      INSERT INTO runs VALUES (0, 7, 10, 500, 64), (1, 8, 20, 900, 128), (2, 9, 30, 100, 16);",
-/// ).unwrap();
-/// assert_eq!(run_ids(&conn, "max_score > 400", &[], "--where").unwrap(), [0, 1]);
-/// let over = [Param::parse("400").unwrap()];
-/// assert_eq!(run_ids(&conn, "SELECT id FROM runs WHERE max_score > ?", &over, "--where").unwrap(), [0, 1]);
-/// assert!(run_ids(&conn, "SELECT id, seed FROM runs", &[], "--where").is_err());
-/// ```
 pub fn run_ids(conn: &Connection, sql: &str, params: &[Param], option: &str) -> Result<Vec<i64>> {
     let details = metadata::has_table(conn, "run_details")?;
     let explain = |noun: &'static str, prefix_len: usize| {
@@ -615,6 +602,31 @@ fn columns(conn: &Connection, details: bool) -> Result<Vec<(&'static str, String
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn run_ids_reads_expressions_and_queries() {
+        let conn = rusqlite::Connection::open_in_memory().unwrap();
+        conn.execute_batch(
+            "CREATE TABLE runs (id INTEGER PRIMARY KEY, seed INT, steps INT, max_score INT, highest_tile INT);
+             INSERT INTO runs VALUES (0, 7, 10, 500, 64), (1, 8, 20, 900, 128), (2, 9, 30, 100, 16);",
+        ).unwrap();
+        assert_eq!(
+            run_ids(&conn, "max_score > 400", &[], "--where").unwrap(),
+            [0, 1]
+        );
+        let over = [Param::parse("400").unwrap()];
+        assert_eq!(
+            run_ids(
+                &conn,
+                "SELECT id FROM runs WHERE max_score > ?",
+                &over,
+                "--where"
+            )
+            .unwrap(),
+            [0, 1]
+        );
+        assert!(run_ids(&conn, "SELECT id, seed FROM runs", &[], "--where").is_err());
+    }
 
     fn conn() -> Connection {
         let conn = Connection::open_in_memory().unwrap();
