@@ -10,6 +10,10 @@ the stream), so data-loader workers see `set_epoch` even when they outlive an ep
 (`persistent_workers=True`): each iteration reads them afresh. The array travels to workers by
 inheritance (fork) or with the worker's start-up arguments (spawn); a stream pickled any other
 way (a deep copy) gets an array of its own with the same values.
+
+An `Iteration` is one pass of a share over the epoch that counts the batches it has yielded,
+so that a state taken while it runs says where that share stands: what torchdata's
+`StatefulDataLoader` saves for each worker after every batch, and restores in the worker.
 """
 
 from __future__ import annotations
@@ -96,6 +100,8 @@ class EpochStream:
                             (start_batch, "start_batch")):
             if isinstance(value, bool) or int(value) != value or value < 0:
                 raise ValueError(f"{name} must be an integer ≥ 0, not {value!r}")
+        if start_batch and start_sample:
+            raise ValueError("give start_sample or start_batch, not both")
         self._shared[:] = [int(epoch), int(start_sample), int(start_batch)]
 
     def _items(self) -> int:
@@ -120,11 +126,21 @@ class EpochStream:
 
     def load_state_dict(self, state: dict) -> None:
         """Resumes from `state_dict()`: the next iteration continues that epoch."""
+        self.check_state(state)
+        if WORKER_BATCHES in state:
+            raise ValueError(
+                f"this is the state of one DataLoader worker (worker {state['worker']} of "
+                f"{state['num_workers']}), which only that worker can resume: restore it "
+                "through the StatefulDataLoader that saved it, or resume from "
+                "PackLoader.state_dict(), which holds for every worker and rank")
+        self.set_epoch(state["epoch"], start_sample=state["start_sample"])
+
+    def check_state(self, state: dict) -> None:
+        """Refuses a state saved with another seed: it would not continue the same order."""
         seed = self.options.get("seed", 0)
         if state.get("seed", seed) != seed:
             raise ValueError(f"the state was saved with seed={state['seed']}, this stream has "
                              f"seed={seed}: resuming would not continue the same epoch order")
-        self.set_epoch(state["epoch"], start_sample=state["start_sample"])
 
     def __getstate__(self):
         state = dict(self.__dict__)
@@ -150,13 +166,72 @@ class EpochStream:
 
     def batches(self, part: Part) -> Iterator[dict]:
         """The batches of the current epoch that this (rank, worker) share reads."""
-        common = dict(self.options, epoch=self.epoch, start_sample=self.start_sample,
-                      start_batch=self.start_batch, rank=part.rank,
+        return iter(self.iteration(part))
+
+    def iteration(self, part: Part, state: Optional[dict] = None) -> "Iteration":
+        """This share's pass over the epoch from the shared epoch and resume point, or from
+        `state` (a `state_dict()`, or an `Iteration.state_dict()` of this very share)."""
+        if state is None:
+            state = self.state_dict(0, part.world_size)
+        self.check_state(state)
+        done = 0
+        if WORKER_BATCHES in state:
+            if (state["worker"], state["num_workers"]) != (part.worker, part.num_workers):
+                raise ValueError(
+                    f"this state was saved by DataLoader worker {state['worker']} of "
+                    f"{state['num_workers']}, and is loaded into worker {part.worker} of "
+                    f"{part.num_workers}: resume with as many workers as before, or from "
+                    "PackLoader.state_dict(), which holds for any number of workers")
+            done = state[WORKER_BATCHES]
+        return Iteration(self, part, state["epoch"], state["start_sample"], done)
+
+    def _batches(self, part: Part, epoch: int, start_sample: int) -> Iterator[dict]:
+        common = dict(self.options, epoch=epoch, start_sample=start_sample, rank=part.rank,
                       world_size=part.world_size, worker=part.worker,
                       num_workers=part.num_workers)
         if self.window is None:
             return self.pack.batches(self.batch_size, **common)
         return self.pack.windows(self.window, self.batch_size, **common)
+
+
+#: The key of a worker's own state: how many of its batches it has yielded.
+WORKER_BATCHES = "worker_batches"
+
+
+class Iteration:
+    """One pass of a (rank, worker) share over an epoch from `start_sample`, after the first
+    `done` of its own batches; `done` counts on as batches are yielded."""
+
+    def __init__(self, stream: EpochStream, part: Part, epoch: int, start_sample: int,
+                 done: int = 0):
+        self.stream, self.part = stream, part
+        self.epoch, self.start_sample, self.done = int(epoch), int(start_sample), int(done)
+
+    def __iter__(self) -> Iterator[dict]:
+        part, stream = self.part, self.stream
+        start = self.start_sample
+        # The share's next batch is the rank's batch `first`; the epoch resumed at that
+        # batch's step, read round-robin as worker 0 of as many, is the rest of this share.
+        first = part.worker + self.done * part.num_workers
+        if first:
+            step = stream.batch_size * part.world_size
+            start = min(start + first * step, stream._items())
+        rest = Part(part.rank, part.world_size, 0, part.num_workers)
+        for batch in stream._batches(rest, self.epoch, start):
+            # Counted before it is handed on: a state taken once the batch is out includes it.
+            self.done += 1
+            yield batch
+
+    def state_dict(self) -> dict:
+        """Where this share stands. Without other workers, the elastic state (epoch, samples
+        consumed by all ranks, seed); a worker's own state adds (worker, num_workers,
+        worker_batches), since the other workers' progress is not known here."""
+        state = {"epoch": self.epoch, "start_sample": self.start_sample,
+                 "seed": self.stream.options.get("seed", 0)}
+        if self.part.num_workers == 1:
+            return self.stream.advance(state, self.done, self.part.world_size)
+        return dict(state, worker=self.part.worker, num_workers=self.part.num_workers,
+                    **{WORKER_BATCHES: self.done})
 
 
 def split_fields(batch: dict) -> dict:

@@ -11,7 +11,8 @@
 
 `companions=["embeddings"]` (an option of `Pack.batches`) adds companion rows as tensors too.
 The dataset yields whole batches, so a plain DataLoader needs `batch_size=None` (`PackLoader`
-sets it, and refuses any other). Each worker reads its own batches (from `get_worker_info()`),
+sets it, and refuses any other); a DataLoader that would stack several of them into one (any
+`batch_size`, its default 1 included) gets a ValueError when it starts iterating. Each worker reads its own batches (from `get_worker_info()`),
 each rank its own share (from `torch.distributed` when initialised, or `rank=`/`world_size=`);
 the DataLoader's round-robin over workers gives back the rank's batches in order. Tensors are
 made with `torch.from_numpy` (no copy).
@@ -20,13 +21,18 @@ made with `torch.from_numpy` (no copy).
 kept in shared memory, so workers see them whether they are started anew each epoch or kept
 (`persistent_workers=True`). `PackLoader` counts the batches the training loop took, and its
 `state_dict()` is (epoch, samples consumed, seed): `load_state_dict` resumes after those
-samples with any world size, batch size or number of workers (`PackDataset.state_dict()` /
-`load_state_dict()` do the same for the dataset alone, at the start of its current resume
-point).
+samples with any world size, batch size or number of workers.
+
+`PackDataset.state_dict()` / `load_state_dict()` are what torchdata's `StatefulDataLoader`
+calls (`batch_size=None` there too): while an iteration runs in a process, the state says how
+far that process got. In the main process (`num_workers=0`) it is the elastic (epoch, samples
+consumed, seed); in a worker, that worker's own place (which of its batches come next), which
+StatefulDataLoader restores in the same worker: it resumes with the same number of workers.
 """
 
 from __future__ import annotations
 
+import sys
 from typing import Iterator, Optional
 
 import numpy as np
@@ -81,19 +87,38 @@ class PackDataset(IterableDataset):
         self.columns = None if columns is None else list(columns)
         # Set by PackLoader, which unpacks: workers then send one buffer per batch.
         self.packed = False
+        # This process's iteration under way (for state_dict), and in a worker the state
+        # StatefulDataLoader restored for its next iteration.
+        self._iteration = None
+        self._restored = None
 
     def set_epoch(self, epoch: int, start_batch: int = 0, *, start_sample: int = 0) -> None:
         """The next iteration yields this epoch, after its first `start_sample` samples (any
         world size, batch size or workers), or from each rank's batch `start_batch` on."""
+        self._iteration = None
         self.stream.set_epoch(epoch, start_batch, start_sample=start_sample)
 
     def state_dict(self) -> dict:
-        """(epoch, start_sample, seed) of the next iteration: its resume point."""
+        """Where to resume: while this process iterates, after the batches it has yielded
+        (in a DataLoader worker, that worker's own state); otherwise the resume point of the
+        next iteration, (epoch, start_sample, seed)."""
+        if self._iteration is not None:
+            return self._iteration.state_dict()
+        return self._resume_point()
+
+    def _resume_point(self) -> dict:
         return self.stream.state_dict(0, self._part().world_size)
 
     def load_state_dict(self, state: dict) -> None:
-        """Resumes from a `state_dict()` of this dataset or of a `PackLoader`."""
-        self.stream.load_state_dict(state)
+        """Resumes from a `state_dict()` of this dataset or of a `PackLoader`. In a
+        DataLoader worker (StatefulDataLoader restoring one) it holds for that worker's next
+        iteration only: the shared resume point belongs to the main process."""
+        if get_worker_info() is None:
+            self._iteration = None
+            self.stream.load_state_dict(state)
+        else:
+            self.stream.check_state(state)
+            self._restored = state
 
     def _part(self):
         dist_rank, dist_world = _distributed()
@@ -101,8 +126,16 @@ class PackDataset(IterableDataset):
                          self.stream.world_size)
 
     def __iter__(self) -> Iterator[dict]:
+        # Not a generator: the loader's misuse is refused, and the resume point read, when
+        # the loader asks for the iterator.
+        _refuse_auto_collation(self)
+        state, self._restored = self._restored, None
+        self._iteration = self.stream.iteration(self._part(), state)
+        return self._tensors(self._iteration)
+
+    def _tensors(self, batches) -> Iterator[dict]:
         in_worker = get_worker_info() is not None
-        for batch in self.stream.batches(self._part()):
+        for batch in batches:
             batch = select_columns(batch, self.columns)
             if self.packed and in_worker:
                 buffer, layout, rest = pack_batch(batch)
@@ -113,6 +146,28 @@ class PackDataset(IterableDataset):
     def __len__(self) -> int:
         """Batches per rank in the current epoch (all workers together)."""
         return self.stream.num_batches(self._part().world_size)
+
+
+def _refuse_auto_collation(dataset: PackDataset) -> None:
+    """Raises when the DataLoader asking for an iterator would collate several of the
+    dataset's batches into one (it was given a batch_size, or kept its default of 1), which
+    would silently give (n, B, …) tensors. The loader's fetcher, which calls `iter(dataset)`
+    in the main process or in a worker, says so in its `auto_collation`; it is the caller a
+    few frames up (torch's DataLoader and torchdata's StatefulDataLoader alike)."""
+    frame = sys._getframe(2)
+    for _ in range(4):
+        if frame is None:
+            return
+        fetcher = frame.f_locals.get("self")
+        if getattr(fetcher, "dataset", None) is dataset and hasattr(fetcher, "auto_collation"):
+            if fetcher.auto_collation:
+                raise ValueError(
+                    f"{type(dataset).__name__} yields whole batches (of "
+                    f"{dataset.stream.batch_size}), but this DataLoader has a batch_size (its "
+                    "default is 1) and would stack several of them into one: give it "
+                    "batch_size=None, or use PackLoader, which does")
+            return
+        frame = frame.f_back
 
 
 class _Packed:
@@ -153,12 +208,12 @@ class PackLoader(DataLoader):
         dataset.packed = True
         super().__init__(dataset, **options)
         self._taken = 0
-        self._state = dataset.state_dict()
+        self._state = dataset._resume_point()
 
     def __iter__(self):
         # The resume point this iteration starts from, kept should set_epoch be called before
         # state_dict is asked for.
-        self._state = self.dataset.state_dict()
+        self._state = self.dataset._resume_point()
         self._taken = 0
         for batch in super().__iter__():
             self._taken += 1

@@ -15,6 +15,8 @@ from dataset_packer._loader import EpochStream, WorkerInfo, partition
 
 HAVE_TORCH = importlib.util.find_spec("torch") is not None
 needs_torch = pytest.mark.skipif(not HAVE_TORCH, reason="torch is not installed")
+HAVE_TORCHDATA = HAVE_TORCH and importlib.util.find_spec("torchdata") is not None
+needs_torchdata = pytest.mark.skipif(not HAVE_TORCHDATA, reason="torchdata is not installed")
 
 
 def round_robin(streams):
@@ -187,6 +189,120 @@ def test_state_dict_resumes_elastically(sharded):
         EpochStream(sharded.path, 64, seed=7).load_state_dict(state)
     with pytest.raises(ValueError, match="epoch must be"):
         stream.set_epoch(-1)
+
+
+@pytest.mark.parametrize("workers", [1, 2, 3])
+def test_an_iteration_resumes_from_its_own_state(sharded, workers):
+    """Each worker's iteration, stopped mid-epoch and resumed from its own state (what
+    StatefulDataLoader saves and restores per worker), yields the rest of its share: in
+    round-robin, exactly the batches the uninterrupted epoch had left."""
+    stream = EpochStream(sharded, 100, seed=5, augment=True)
+    stream.set_epoch(1, start_sample=150)
+    want = [b["row"].tolist() for b in sharded.batches(100, seed=5, epoch=1, start_sample=150,
+                                                        augment=True)]
+    parts = [partition(WorkerInfo(w, workers), None, None) for w in range(workers)]
+    runs = [stream.iteration(part) for part in parts]
+    running = [iter(run) for run in runs]
+    taken = [next(running[k % workers])["row"].tolist() for k in range(7)]
+    states = [run.state_dict() for run in runs]
+    if workers == 1:
+        assert states == [{"epoch": 1, "start_sample": 150 + 700, "seed": 5}]
+    else:
+        assert [s["worker_batches"] for s in states] == [len(range(w, 7, workers))
+                                                         for w in range(workers)]
+    # A new stream (a restarted job, whose shared epoch is another) resumes from the states.
+    again = EpochStream(sharded, 100, seed=5, augment=True)
+    again.set_epoch(9)
+    resumed = [again.iteration(part, state) for part, state in zip(parts, states)]
+    nxt = 7 % workers
+    rest = round_robin([iter(r) for r in resumed[nxt:] + resumed[:nxt]])
+    assert taken + [b["row"].tolist() for b in rest] == want
+    if workers > 1:
+        with pytest.raises(ValueError, match="worker 0 of 2"):
+            again.iteration(partition(WorkerInfo(0, 3), None, None),
+                            dict(states[0], num_workers=2))
+        with pytest.raises(ValueError, match="only that worker can resume"):
+            again.load_state_dict(states[0])
+
+
+@needs_torch
+@pytest.mark.parametrize("workers", [0, 2])
+@pytest.mark.parametrize("batch_size", [4, 1, "default"])
+def test_a_dataloader_that_would_stack_batches_is_refused(sharded, workers, batch_size):
+    """Forgetting batch_size=None (or giving any batch size) would stack several batches
+    into (n, B, …) tensors: the iteration refuses it, in the main process and in workers."""
+    import torch
+
+    from dataset_packer.torch import PackDataset
+
+    data = PackDataset(sharded.path, 100, seed=3)
+    given = {} if batch_size == "default" else {"batch_size": batch_size}
+    loader = torch.utils.data.DataLoader(data, num_workers=workers, **given)
+    with pytest.raises(ValueError, match=r"yields whole batches \(of 100\).*batch_size=None"):
+        next(iter(loader))
+    custom = torch.utils.data.DataLoader(data, batch_size=2, num_workers=workers,
+                                         collate_fn=lambda batches: batches)
+    with pytest.raises(ValueError, match="batch_size=None"):
+        next(iter(custom))
+    right = torch.utils.data.DataLoader(data, batch_size=None, num_workers=workers)
+    assert [len(b["row"]) for b in right][:2] == [100, 100]
+
+
+@needs_torchdata
+@pytest.mark.parametrize("workers", [0, 1, 2, 3])
+def test_stateful_dataloader_resumes_mid_epoch(sharded, workers):
+    """torchdata's StatefulDataLoader saves the dataset's state (per worker) and restores it
+    in a new loader: the rest of the epoch comes exactly, then the next epoch in full."""
+    from torchdata.stateful_dataloader import StatefulDataLoader
+
+    from dataset_packer.torch import PackDataset
+
+    def make():
+        data = PackDataset(sharded.path, 100, seed=3, augment=True)
+        return data, StatefulDataLoader(data, batch_size=None, num_workers=workers,
+                                        persistent_workers=workers > 0)
+
+    def epoch(e):
+        return [(b["row"].tolist(), b["exps"].tobytes())
+                for b in sharded.batches(100, seed=3, epoch=e, augment=True)]
+
+    def seen(batches):
+        return [(b["row"].numpy().tolist(), b["exps"].numpy().tobytes()) for b in batches]
+
+    data, loader = make()
+    data.set_epoch(2)
+    taken = seen(itertools.islice(loader, 5))
+    state = loader.state_dict()
+    data.set_epoch(7)  # what the saving job does next must not change the saved state
+    assert seen(loader) == epoch(7)
+
+    data, loader = make()
+    loader.load_state_dict(state)
+    assert taken + seen(loader) == epoch(2)
+    data.set_epoch(3)
+    assert seen(loader) == epoch(3)
+
+
+@needs_torchdata
+def test_stateful_dataloader_needs_the_same_workers_to_resume(sharded):
+    from torchdata.stateful_dataloader import StatefulDataLoader
+
+    from dataset_packer.torch import PackDataset
+
+    data = PackDataset(sharded.path, 100, seed=3)
+    loader = StatefulDataLoader(data, batch_size=None, num_workers=2)
+    next(iter(loader))
+    state = loader.state_dict()
+    again = StatefulDataLoader(PackDataset(sharded.path, 100, seed=3), batch_size=None,
+                               num_workers=3)
+    again.load_state_dict(state)
+    with pytest.raises(ValueError, match="as many workers as before"):
+        list(again)
+    other_seed = StatefulDataLoader(PackDataset(sharded.path, 100, seed=4), batch_size=None,
+                                    num_workers=2)
+    other_seed.load_state_dict(state)
+    with pytest.raises(ValueError, match="seed=3"):
+        list(other_seed)
 
 
 @needs_torch
