@@ -263,18 +263,18 @@ def pack_batch(batch: dict) -> tuple[np.ndarray, tuple, dict]:
         layout.append((path, array.dtype.str, array.shape, offset))
         offset += -(-array.nbytes // _ALIGN) * _ALIGN
     buffer = np.empty(offset, dtype=np.uint8)
-    for (path, dtype, shape, at), (_, array) in zip(layout, flat):
-        buffer[at:at + array.nbytes].view(array.dtype).reshape(shape)[...] = array
+    for (_, _, shape, at), (_, array) in zip(layout, flat):
+        np.ndarray(shape, array.dtype, buffer, at)[...] = array
     return buffer, tuple(layout), rest
 
 
-def unpack_batch(buffer, layout, rest, view) -> dict:
-    """The batch `pack_batch` packed, each array a view of `buffer` made by
-    `view(buffer, start, stop, dtype, shape)` (NumPy's or torch's), nested as it was."""
+def unpack_batch(buffer: np.ndarray, layout, rest, convert=None) -> dict:
+    """The batch `pack_batch` packed, nested as it was: each array a NumPy view of `buffer`
+    (no copy), passed through `convert` when given (e.g. `torch.from_numpy`)."""
     out: dict = {}
     for path, dtype, shape, at in layout:
-        nbytes = int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
-        _put(out, path, view(buffer, at, at + nbytes, np.dtype(dtype), shape))
+        view = np.ndarray(shape, dtype, buffer, at)
+        _put(out, path, view if convert is None else convert(view))
     for path, value in rest.items():
         _put(out, path, value)
     return out
@@ -295,9 +295,6 @@ def _put(out: dict, path: tuple, value) -> None:
         out = out.setdefault(key, {})
     out[path[-1]] = value
 
-
-def numpy_view(buffer: np.ndarray, start: int, stop: int, dtype: np.dtype, shape) -> np.ndarray:
-    return buffer[start:stop].view(dtype).reshape(shape)
 
 
 def select_columns(batch: dict, columns) -> dict:

@@ -365,7 +365,7 @@ def test_torch_reads_a_mixture(packs):
 
 
 def test_a_packed_batch_unpacks_to_the_same_arrays(sharded):
-    from dataset_packer._loader import numpy_view, pack_batch, select_columns, unpack_batch
+    from dataset_packer._loader import pack_batch, select_columns, unpack_batch
 
     batch = next(sharded.batches(37, seed=1, augment=True))
     batch["notes"] = np.zeros(37, dtype=[("a", "<i2"), ("b", "<f8", (3,))])
@@ -373,7 +373,7 @@ def test_a_packed_batch_unpacks_to_the_same_arrays(sharded):
     batch["names"] = np.array(["x"] * 37, dtype=object)
     buffer, layout, rest = pack_batch(batch)
     assert buffer.dtype == np.uint8 and all(at % 64 == 0 for _, _, _, at in layout)
-    back = unpack_batch(buffer, layout, rest, numpy_view)
+    back = unpack_batch(buffer, layout, rest)
     for key in batch:
         if key == "notes":
             for field in ("a", "b"):
