@@ -217,7 +217,10 @@ class EpochPlan:
     def positions(self, rank: int, batch: int) -> np.ndarray:
         """The positions of a rank's batch (int64), padding wrapped around."""
         first, count = self.span(rank, batch)
-        return np.arange(first, first + count, dtype=np.int64) % max(self.items, 1)
+        positions = np.arange(first, first + count, dtype=np.int64)
+        if first + count > self.items:  # padding: an int64 division only then
+            positions %= max(self.items, 1)
+        return positions
 
     def batches_of(self, part: Part) -> range:
         """The rank's batch numbers this worker reads."""
