@@ -68,6 +68,7 @@ class Mixture:
             raise ValueError(f"length must be ≥ 1, not {length}")
         self.counts = _apportion(self.weights, self.length)
         self._starts = np.concatenate([[0], np.cumsum(self.counts)]).astype(np.int64)
+        self._start_list = self._starts.tolist()
         self._levels = (len(self.sources) - 1).bit_length()
         # The distinct Pack objects, and each source's among them: rows are read per pack.
         self._packs: list[Pack] = []
@@ -133,41 +134,29 @@ class Mixture:
         return self._batches(plan, rank, numbers, shuffle, seed, epoch, augment, illegal_ev,
                              families)
 
-    def _locate(self, spans: list) -> tuple[np.ndarray, np.ndarray]:
-        """(source, index among that source's positions of the epoch) of the epoch positions
-        in these [a, b) ranges, in order (a batch is one range, or two where padding wraps
-        round to the epoch's start)."""
-        found = [self._locate_range(a, b) for a, b in spans]
-        if len(found) == 1:
-            return found[0]
-        return (np.concatenate([source for source, _ in found]),
-                np.concatenate([index for _, index in found]))
-
-    def _locate_range(self, a: int, b: int) -> tuple[np.ndarray, np.ndarray]:
-        """`_locate` of positions a..b-1: one halving of each position's range of sources
-        per level, all positions at once (a range already down to one source has no left
-        part, so it stays as it is). At the first level the range is every source for every
-        position, and the positions are consecutive, so Bresenham's count of left positions
-        below each is computed once for all of them."""
-        t = np.arange(a, b, dtype=np.int64)
+    def _sources(self, a: int, b: int) -> np.ndarray:
+        """The source of each epoch position a..b-1: one halving of each position's range of
+        sources per level, all positions at once (a range already down to one source has no
+        left part, so it stays as it is). At the first level the range is every source for
+        every position, and the positions are consecutive, so Bresenham's count of left
+        positions below each is computed once for all of them."""
         count = len(self.sources)
         if count == 1:
-            return np.zeros(t.size, dtype=np.int64), t
+            return np.zeros(b - a, dtype=np.int64)
         starts = self._starts
         mid = count >> 1
         below = np.arange(a, b + 1, dtype=np.int64)
         below *= int(starts[mid])
         below //= int(starts[count])
         left = below[1:] > below[:-1]
-        index = t - below[1:]
-        np.copyto(index, below[:-1], where=left)
         lo = (~left).astype(np.int64)
         if mid != 1:
             lo *= mid
         if self._levels == 1:
-            return lo, index
+            return lo
+        t = np.arange(a, b, dtype=np.int64) - below[1:]
+        np.copyto(t, below[:-1], where=left)
         hi = np.where(left, mid, count)
-        t = index
         for _ in range(self._levels - 1):
             mid = (lo + hi) >> 1
             total = starts[hi] - starts[lo]
@@ -177,21 +166,43 @@ class Mixture:
             t = np.where(left, before - 1, t - before)
             hi = np.where(left, mid, hi)
             lo = np.where(left, lo, mid)
-        return lo, t
+        return lo
+
+    def _before(self, i: int, t: int) -> int:
+        """How many of the epoch's positions below t are source i's: the same halving for
+        one source, counting (Bresenham's count of a range's left positions below t is
+        ⌊t·A/N⌋). A source's positions among consecutive epoch positions are therefore the
+        next ones of its own sequence."""
+        starts = self._start_list
+        lo, hi = 0, len(self.sources)
+        while hi - lo > 1:
+            mid = (lo + hi) >> 1
+            left = t * (starts[mid] - starts[lo]) // (starts[hi] - starts[lo])
+            if i < mid:
+                t, hi = left, mid
+            else:
+                t, lo = t - left, mid
+        return t
 
     def _batches(self, plan, rank, numbers, shuffle, seed, epoch, augment, illegal_ev,
                  families):
         orders: dict = {}
         present = np.flatnonzero(self.counts).tolist()
         for b in numbers:
-            source, index = self._locate(plan.spans(rank, b))
-            pieces = []
-            for i in present:
-                # One source: every position, no scatter.
-                at = np.flatnonzero(source == i) if len(present) > 1 else slice(None)
-                stream = epoch * int(self.counts[i]) + index[at]
-                if stream.size:
-                    pieces.extend(self._cycles(i, at, stream))
+            spans = plan.spans(rank, b)
+            found = [self._sources(a, z) for a, z in spans]
+            source = found[0] if len(found) == 1 else np.concatenate(found)
+            pieces, offset = [], 0
+            for (a, z), mine in zip(spans, found):
+                for i in present:
+                    # One source: every position, no scatter.
+                    at = (np.flatnonzero(mine == i) + offset if len(present) > 1
+                          else slice(offset, offset + z - a))
+                    first = epoch * int(self.counts[i]) + self._before(i, a)
+                    size = at.size if len(present) > 1 else z - a
+                    if size:
+                        pieces.extend(self._cycles(i, at, first, size))
+                offset += z - a
             rows = np.empty(source.size, dtype=np.int64)
             for (i, _, at, _), items in zip(pieces, self._items(pieces, shuffle, seed, orders)):
                 rows[at] = self._ranges[i].rows_at(items)
@@ -233,18 +244,23 @@ class Mixture:
             parts.append((p, at, groups))
         return raw, parts
 
-    def _cycles(self, i: int, at, stream: np.ndarray) -> list:
-        """Positions `stream` of source i's endless stream (at batch positions `at`) as
-        (source, cycle, batch positions, positions in that cycle's order) per cycle met: one,
-        or a few at a boundary (or where padding wraps round to the epoch's start)."""
+    def _cycles(self, i: int, at, first: int, size: int) -> list:
+        """Positions first..first+size-1 of source i's endless stream (at batch positions
+        `at`, an index array or a slice) as (source, cycle, batch positions, positions in
+        that cycle's order) per cycle met: one, or two at a cycle's end."""
         n = self._ranges[i].total
-        first, last = int(stream.min()) // n, int(stream.max()) // n
-        if first == last:
-            return [(i, first, at, stream - first * n)]
-        if isinstance(at, slice):
-            at = np.arange(stream.size)
-        cycle, local = np.divmod(stream, n)
-        return [(i, k, at[cycle == k], local[cycle == k]) for k in range(first, last + 1)]
+        out = []
+        done = 0
+        while done < size:
+            cycle, local = divmod(first + done, n)
+            take = min(size - done, n - local)
+            if isinstance(at, slice):
+                mine = slice(at.start + done, at.start + done + take)
+            else:
+                mine = at if take == size else at[done:done + take]
+            out.append((i, cycle, mine, np.arange(local, local + take, dtype=np.int64)))
+            done += take
+        return out
 
     def _items(self, pieces: list, shuffle: bool, seed: int, orders: dict) -> list:
         """Each piece's items of its source: its positions in the source's own epoch order
