@@ -251,21 +251,133 @@ def _fields(value):
 _ALIGN = 64
 
 
-def pack_batch(batch: dict) -> tuple[np.ndarray, tuple, dict]:
+def pack_batch(batch: dict, into=None) -> tuple[np.ndarray, tuple, dict]:
     """The batch's arrays in one uint8 buffer, for one transfer from a data-loader worker
     instead of one per column: (buffer, layout, rest). `layout` holds (path, dtype, shape,
     offset) per array, the path a tuple of keys (a structured companion's fields nest under
-    its key); `rest` the arrays that cannot be viewed in a buffer (objects), as they are."""
+    its key); `rest` the arrays that cannot be viewed in a buffer (objects), as they are.
+    `into(size)` gives the buffer (a shared-memory slot), or None to have a new one made;
+    then the buffer returned is None."""
     flat, rest = [], {}
     _flatten((), split_fields(batch), flat, rest)
     layout, offset = [], 0
     for path, array in flat:
         layout.append((path, array.dtype.str, array.shape, offset))
         offset += -(-array.nbytes // _ALIGN) * _ALIGN
-    buffer = np.empty(offset, dtype=np.uint8)
+    buffer = np.empty(offset, dtype=np.uint8) if into is None else into(offset)
+    if buffer is None:
+        return None, tuple(layout), rest
     for (_, _, shape, at), (_, array) in zip(layout, flat):
         np.ndarray(shape, array.dtype, buffer, at)[...] = array
     return buffer, tuple(layout), rest
+
+
+class BatchRing:
+    """Shared-memory slots through which data-loader workers hand packed batches to the
+    main process: a few slots per worker, made before the workers start (they travel with
+    the dataset). A worker packs a batch straight into a free slot of its own and sends
+    only (slot, ticket) through its result pipe; the main process copies the batch out and
+    frees the slot. Nothing waits: a worker that finds no free slot, or a batch that does
+    not fit, sends the batch through the pipe as before.
+
+    A slot is FREE, WRITING (a worker packs into it), FULL (packed, not taken) or READING
+    (the main process copies it out); the changes happen under the worker's lock, whose
+    acquire and release also order the data written before them. Each packed batch gets a
+    new ticket, checked when it is taken, so a batch is never read from a slot that holds
+    another. Batches of an iteration the main process left stay FULL until `reclaim()`,
+    called when the next iteration starts."""
+
+    FREE, WRITING, FULL, READING = 0, 1, 2, 3
+
+    def __init__(self, workers: int, slot_bytes: int, slots: int, context=None):
+        context = context or multiprocessing.get_context()
+        self.slots = int(slots)
+        self.slot_bytes = -(-int(slot_bytes) // _ALIGN) * _ALIGN
+        self._data = context.RawArray("B", int(workers) * self.slots * self.slot_bytes)
+        # Per slot: state, ticket; per worker, at the end: the last ticket given.
+        self._table = context.RawArray("q", int(workers) * (self.slots * 2 + 1))
+        self._locks = [context.Lock() for _ in range(int(workers))]
+        self._view = None
+
+    def _bytes(self) -> np.ndarray:
+        if self._view is None:  # per process: the array's memory as NumPy bytes
+            self._view = np.frombuffer(self._data, dtype=np.uint8)
+        return self._view
+
+    def __getstate__(self):
+        return dict(self.__dict__, _view=None)
+
+    def _row(self, worker: int) -> int:
+        return worker * (self.slots * 2 + 1)
+
+    def put(self, worker: int, batch: dict):
+        """Packs the batch into a free slot of `worker`'s: (slot, ticket, size, layout,
+        rest), or None (no slot free, or too big): the caller sends the batch itself."""
+        claimed = []
+
+        def into(size):
+            if size > self.slot_bytes:
+                return None
+            slot = self._claim(worker)
+            if slot is None:
+                return None
+            claimed.append(slot)
+            start = (worker * self.slots + slot[0]) * self.slot_bytes
+            return self._bytes()[start:start + size]
+        try:
+            buffer, layout, rest = pack_batch(batch, into)
+        except BaseException:
+            for slot, _ in claimed:
+                self._set(worker, slot, self.FREE)
+            raise
+        if buffer is None:
+            return None
+        slot, ticket = claimed[0]
+        self._set(worker, slot, self.FULL)
+        return slot, ticket, buffer.size, layout, rest
+
+    def _claim(self, worker: int):
+        row, table = self._row(worker), self._table
+        with self._locks[worker]:
+            for slot in range(self.slots):
+                if table[row + 2 * slot] == self.FREE:
+                    ticket = table[row + 2 * self.slots] + 1
+                    table[row + 2 * self.slots] = ticket
+                    table[row + 2 * slot] = self.WRITING
+                    table[row + 2 * slot + 1] = ticket
+                    return slot, ticket
+        return None
+
+    def _set(self, worker: int, slot: int, state: int) -> None:
+        with self._locks[worker]:
+            self._table[self._row(worker) + 2 * slot] = state
+
+    def take(self, worker: int, slot: int, ticket: int, size: int) -> np.ndarray:
+        """The buffer `put` packed (a copy: the slot is free again when this returns)."""
+        row, table = self._row(worker), self._table
+        with self._locks[worker]:
+            if (table[row + 2 * slot], table[row + 2 * slot + 1]) != (self.FULL, ticket):
+                raise RuntimeError(
+                    f"a batch of DataLoader worker {worker} is no longer in its shared-memory "
+                    "slot (a batch of an iteration left before, taken after a new one "
+                    "started); iterate a PackLoader one iteration at a time")
+            table[row + 2 * slot] = self.READING
+        try:
+            start = (worker * self.slots + slot) * self.slot_bytes
+            buffer = self._bytes()[start:start + size].copy()
+        finally:
+            self._set(worker, slot, self.FREE)
+        return buffer
+
+    def reclaim(self) -> None:
+        """Frees the FULL slots: called as an iteration starts, when no batch packed
+        before it will be taken (a new ticket is needed to fill them again)."""
+        for worker, lock in enumerate(self._locks):
+            row = self._row(worker)
+            with lock:
+                for slot in range(self.slots):
+                    if self._table[row + 2 * slot] == self.FULL:
+                        self._table[row + 2 * slot] = self.FREE
 
 
 def unpack_batch(buffer: np.ndarray, layout, rest, convert=None) -> dict:

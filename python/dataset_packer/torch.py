@@ -12,10 +12,14 @@
 `companions=["embeddings"]` (an option of `Pack.batches`) adds companion rows as tensors too.
 The dataset yields whole batches, so a plain DataLoader needs `batch_size=None` (`PackLoader`
 sets it, and refuses any other); a DataLoader that would stack several of them into one (any
-`batch_size`, its default 1 included) gets a ValueError when it starts iterating. Each worker reads its own batches (from `get_worker_info()`),
-each rank its own share (from `torch.distributed` when initialised, or `rank=`/`world_size=`);
-the DataLoader's round-robin over workers gives back the rank's batches in order. Tensors are
-made with `torch.from_numpy` (no copy).
+`batch_size`, its default 1 included) gets a ValueError when it starts iterating. Each worker
+reads its own batches (from `get_worker_info()`), each rank its own share (from
+`torch.distributed` when initialised, or `rank=`/`world_size=`); the DataLoader's round-robin
+over workers gives back the rank's batches in order. Tensors are made with `torch.from_numpy`
+(no copy). Under `PackLoader`, a worker packs each batch into one buffer in shared memory
+(`BatchRing`: a few slots per worker, made by the loader) and sends only where it is; the main
+process copies it out once and frees the slot. Without a free slot, the packed batch goes
+through the worker's result pipe instead.
 
 `set_epoch` is called in the main process before iterating; the epoch and resume point are
 kept in shared memory, so workers see them whether they are started anew each epoch or kept
@@ -32,14 +36,19 @@ StatefulDataLoader restores in the same worker: it resumes with the same number 
 
 from __future__ import annotations
 
+import multiprocessing
 import sys
+import uuid
+import weakref
+from multiprocessing import context as _mp_context
 from typing import Iterator, Optional
 
 import torch
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
-from ._loader import (EpochStream, WorkerInfo, pack_batch, partition, select_columns,
-                      split_fields, unpack_batch)
+from ._loader import (BatchRing, EpochStream, WorkerInfo, pack_batch, partition,
+                      select_columns, split_fields, unpack_batch)
+from ._order import Part
 
 
 def _distributed() -> tuple[Optional[int], Optional[int]]:
@@ -84,8 +93,10 @@ class PackDataset(IterableDataset):
         self.stream = EpochStream(pack, batch_size, window=window, rank=rank,
                                   world_size=world_size, **options)
         self.columns = None if columns is None else list(columns)
-        # Set by PackLoader, which unpacks: workers then send one buffer per batch.
+        # Set by PackLoader, which unpacks: workers then send one buffer per batch, through
+        # its shared-memory slots when they have room.
         self.packed = False
+        self._ring = None
         # This process's iteration under way (for state_dict), and in a worker the state
         # StatefulDataLoader restored for its next iteration.
         self._iteration = None
@@ -119,6 +130,13 @@ class PackDataset(IterableDataset):
             self.stream.check_state(state)
             self._restored = state
 
+    def __getstate__(self):
+        state = dict(self.__dict__)
+        if _mp_context.get_spawning_popen() is None:
+            # Not a worker start-up: shared-memory slots only go to workers.
+            state["_ring"] = None
+        return state
+
     def _part(self):
         dist_rank, dist_world = _distributed()
         return partition(_worker(), dist_rank, dist_world, self.stream.rank,
@@ -133,17 +151,26 @@ class PackDataset(IterableDataset):
         return self._tensors(self._iteration)
 
     def _tensors(self, batches) -> Iterator[dict]:
-        in_worker = get_worker_info() is not None
+        worker = get_worker_info()
         for batch in batches:
             batch = select_columns(batch, self.columns)
-            if self.packed and in_worker:
-                yield _Packed(*pack_batch(batch))
+            if self.packed and worker is not None:
+                ring, token = self._ring or (None, None)
+                sent = None if ring is None else ring.put(worker.id, batch)
+                if sent is None:
+                    yield _Packed(*pack_batch(batch))
+                else:
+                    yield _InRing(token, worker.id, *sent)
             else:
                 yield to_tensors(batch)
 
     def __len__(self) -> int:
         """Batches per rank in the current epoch (all workers together)."""
         return self.stream.num_batches(self._part().world_size)
+
+
+#: PackLoaders' rings by token, for the batches workers left in them.
+_RINGS: "weakref.WeakValueDictionary[str, BatchRing]" = weakref.WeakValueDictionary()
 
 
 def _refuse_auto_collation(dataset: PackDataset) -> None:
@@ -183,6 +210,24 @@ class _Packed:
         return unpack_batch(self.buffer, self.layout, rest, _tensor)
 
 
+class _InRing:
+    """A batch a worker packed into a shared-memory slot of PackLoader's ring: only where
+    it is travels through the pipe."""
+
+    def __init__(self, token, worker, slot, ticket, size, layout, rest):
+        self.token, self.worker, self.slot, self.ticket = token, worker, slot, ticket
+        self.size, self.layout, self.rest = size, layout, rest
+
+    def unpack(self) -> dict:
+        ring = _RINGS.get(self.token)
+        if ring is None:
+            raise RuntimeError("a batch left in the shared memory of a PackLoader that is "
+                               "gone")
+        buffer = ring.take(self.worker, self.slot, self.ticket, self.size)
+        rest = {path: _tensor(value) for path, value in self.rest.items()}
+        return unpack_batch(buffer, self.layout, rest, _tensor)
+
+
 class PackLoader(DataLoader):
     """A DataLoader over a `PackDataset` (whole batches: `batch_size=None`) that counts the
     batches the training loop has taken in the current epoch, so that `state_dict()` says
@@ -195,21 +240,44 @@ class PackLoader(DataLoader):
         if options.setdefault("batch_size", None) is not None:
             raise ValueError("a PackDataset yields whole batches: give its batch size to "
                              "PackDataset, and batch_size=None (the default here) to the loader")
-        # Workers send each batch as one buffer, unpacked here into views: one transfer
-        # instead of one per column.
+        # Workers send each batch as one buffer (in shared memory when a slot is free),
+        # unpacked here into views: one transfer instead of one per column.
         dataset.packed = True
         super().__init__(dataset, **options)
         self._taken = 0
         self._state = dataset._resume_point()
+        self._ring = self._make_ring() if self.num_workers > 0 else None
+
+    def _make_ring(self) -> Optional[tuple]:
+        """Shared-memory slots for the batches in flight from the workers (the prefetched
+        ones and two more each), as big as a full packed batch: one is packed here to know.
+        The workers get them with the dataset when they start."""
+        stream = self.dataset.stream
+        first = stream._batches(Part(0, 1, 0, 1), 0, 0)
+        try:
+            batch = select_columns(next(iter(first)), self.dataset.columns)
+        except StopIteration:
+            return None
+        size = pack_batch(batch)[0].size
+        context = self.multiprocessing_context or multiprocessing.get_context()
+        ring = BatchRing(self.num_workers, size, (self.prefetch_factor or 1) + 2, context)
+        token = uuid.uuid4().hex
+        _RINGS[token] = ring
+        return ring, token
 
     def __iter__(self):
         # The resume point this iteration starts from, kept should set_epoch be called before
         # state_dict is asked for.
         self._state = self.dataset._resume_point()
         self._taken = 0
+        if self._ring is not None:
+            # Batches packed for an earlier iteration will not be taken: their slots are
+            # free again. Workers started from here on get this loader's slots.
+            self._ring[0].reclaim()
+            self.dataset._ring = self._ring
         for batch in super().__iter__():
             self._taken += 1
-            yield batch.unpack() if isinstance(batch, _Packed) else batch
+            yield batch.unpack() if isinstance(batch, (_Packed, _InRing)) else batch
 
     def state_dict(self) -> dict:
         """Where to resume: after the batches taken so far in this epoch, on every rank."""

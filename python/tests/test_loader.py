@@ -388,6 +388,74 @@ def test_a_packed_batch_unpacks_to_the_same_arrays(sharded):
         select_columns(batch, ["board"])
 
 
+def _ring_worker(ring, batches, out):
+    for batch in batches:
+        out.put(ring.put(0, batch))
+
+
+def assert_same_batch(got: dict, want: dict) -> None:
+    assert got.keys() == want.keys()
+    for key in want:
+        assert got[key].dtype == want[key].dtype and got[key].shape == want[key].shape, key
+        assert got[key].tobytes() == want[key].tobytes(), key  # NaN EVs too
+
+
+@pytest.mark.parametrize("method", ["fork", "spawn"])
+def test_a_batch_ring_hands_batches_over_in_shared_memory(sharded, method):
+    import multiprocessing
+
+    from dataset_packer._loader import BatchRing, pack_batch, unpack_batch
+
+    context = multiprocessing.get_context(method)
+    batches = list(sharded.batches(100, seed=1, augment=True))[:6]
+    ring = BatchRing(1, pack_batch(batches[0])[0].size, 2, context)
+    out = context.Queue()
+    worker = context.Process(target=_ring_worker, args=(ring, batches[:2], out))
+    worker.start()
+    sent = [out.get(timeout=60) for _ in range(2)]
+    worker.join(60)
+    assert None not in sent
+    # Both slots are full: a third batch is not packed (its sender sends it itself).
+    assert ring.put(0, batches[2]) is None
+    for want, (slot, ticket, size, layout, rest) in zip(batches, sent):
+        assert_same_batch(unpack_batch(ring.take(0, slot, ticket, size), layout, rest), want)
+    with pytest.raises(RuntimeError, match="no longer in its shared-memory slot"):
+        ring.take(0, *sent[0][:3])
+    # A batch never taken (its iteration was left) holds its slot until reclaim().
+    left = ring.put(0, batches[3])
+    assert ring.put(0, batches[4]) is not None and ring.put(0, batches[5]) is None
+    ring.reclaim()
+    again = ring.put(0, batches[5])
+    assert again is not None and again[0] == left[0]
+    with pytest.raises(RuntimeError, match="no longer in its shared-memory slot"):
+        ring.take(0, *left[:3])
+    assert_same_batch(unpack_batch(ring.take(0, *again[:3]), again[3], again[4]), batches[5])
+    ring.reclaim()
+    assert ring.put(0, next(sharded.batches(200))) is None  # bigger than a slot
+
+
+@needs_torch
+@pytest.mark.parametrize("context", [None, "spawn"])
+def test_packloader_batches_come_through_shared_memory(sharded, context):
+    """PackLoader's workers hand batches over in shared-memory slots: the batches are
+    those of the pack, through an epoch left in the middle and the epochs after it."""
+    from dataset_packer.torch import PackDataset, PackLoader
+
+    data = PackDataset(sharded.path, 128, seed=6, augment=True)
+    loader = PackLoader(data, num_workers=2, persistent_workers=True,
+                        multiprocessing_context=context)
+    ring = loader._ring[0]
+    for epoch, stop in [(0, 3), (1, None), (2, 5), (3, None)]:
+        data.set_epoch(epoch)
+        want = list(sharded.batches(128, seed=6, epoch=epoch, augment=True))[:stop]
+        got = list(itertools.islice(loader, stop))
+        assert len(got) == len(want)
+        for a, b in zip(got, want):
+            assert_same_batch({k: v.numpy() for k, v in a.items()}, b)
+    tickets = [ring._table[ring._row(w) + 2 * ring.slots] for w in range(2)]
+    assert min(tickets) > 0 and sum(tickets) >= 20
+
+
 @needs_torch
 def test_packed_batches_from_workers_equal_the_plain_ones(sharded):
     import torch
