@@ -40,7 +40,6 @@ import multiprocessing
 import sys
 import uuid
 import weakref
-from multiprocessing import context as _mp_context
 from typing import Iterator, Optional
 
 import torch
@@ -93,10 +92,6 @@ class PackDataset(IterableDataset):
         self.stream = EpochStream(pack, batch_size, window=window, rank=rank,
                                   world_size=world_size, **options)
         self.columns = None if columns is None else list(columns)
-        # Set by PackLoader, which unpacks: workers then send one buffer per batch, through
-        # its shared-memory slots when they have room.
-        self.packed = False
-        self._ring = None
         # This process's iteration under way (for state_dict), and in a worker the state
         # StatefulDataLoader restored for its next iteration.
         self._iteration = None
@@ -130,13 +125,6 @@ class PackDataset(IterableDataset):
             self.stream.check_state(state)
             self._restored = state
 
-    def __getstate__(self):
-        state = dict(self.__dict__)
-        if _mp_context.get_spawning_popen() is None:
-            # Not a worker start-up: shared-memory slots only go to workers.
-            state["_ring"] = None
-        return state
-
     def _part(self):
         dist_rank, dist_world = _distributed()
         return partition(_worker(), dist_rank, dist_world, self.stream.rank,
@@ -154,8 +142,8 @@ class PackDataset(IterableDataset):
         worker = get_worker_info()
         for batch in batches:
             batch = select_columns(batch, self.columns)
-            if self.packed and worker is not None:
-                ring, token = self._ring or (None, None)
+            if _PACKING is not None and worker is not None:
+                ring, token = _PACKING
                 sent = None if ring is None else ring.put(worker.id, batch)
                 if sent is None:
                     yield _Packed(*pack_batch(batch))
@@ -171,6 +159,25 @@ class PackDataset(IterableDataset):
 
 #: PackLoaders' rings by token, for the batches workers left in them.
 _RINGS: "weakref.WeakValueDictionary[str, BatchRing]" = weakref.WeakValueDictionary()
+
+#: In a worker of a PackLoader (set by its worker_init_fn): (ring, token) of that loader, or
+#: (None, None) without a ring. Workers of any other loader yield tensors as usual.
+_PACKING: Optional[tuple] = None
+
+
+class _PackingWorker:
+    """PackLoader's worker_init_fn: marks the worker as one whose batches PackLoader unpacks,
+    and hands it the loader's shared-memory slots; then runs the user's worker_init_fn.
+    (The dataset itself is left as the user made it, for any other loader.)"""
+
+    def __init__(self, ring: Optional[tuple], then=None):
+        self.ring, self.then = ring, then
+
+    def __call__(self, worker_id: int) -> None:
+        global _PACKING
+        _PACKING = self.ring or (None, None)
+        if self.then is not None:
+            self.then(worker_id)
 
 
 def _refuse_auto_collation(dataset: PackDataset) -> None:
@@ -240,13 +247,13 @@ class PackLoader(DataLoader):
         if options.setdefault("batch_size", None) is not None:
             raise ValueError("a PackDataset yields whole batches: give its batch size to "
                              "PackDataset, and batch_size=None (the default here) to the loader")
-        # Workers send each batch as one buffer (in shared memory when a slot is free),
-        # unpacked here into views: one transfer instead of one per column.
-        dataset.packed = True
         super().__init__(dataset, **options)
         self._taken = 0
         self._state = dataset._resume_point()
         self._ring = self._make_ring() if self.num_workers > 0 else None
+        # Workers send each batch as one buffer (in shared memory when a slot is free),
+        # unpacked here into views: one transfer instead of one per column.
+        self.worker_init_fn = _PackingWorker(self._ring, self.worker_init_fn)
 
     def _make_ring(self) -> Optional[tuple]:
         """Shared-memory slots for the batches in flight from the workers (the prefetched
@@ -272,9 +279,8 @@ class PackLoader(DataLoader):
         self._taken = 0
         if self._ring is not None:
             # Batches packed for an earlier iteration will not be taken: their slots are
-            # free again. Workers started from here on get this loader's slots.
+            # free again.
             self._ring[0].reclaim()
-            self.dataset._ring = self._ring
         for batch in super().__iter__():
             self._taken += 1
             yield batch.unpack() if isinstance(batch, (_Packed, _InRing)) else batch

@@ -456,15 +456,35 @@ def test_packloader_batches_come_through_shared_memory(sharded, context):
     assert min(tickets) > 0 and sum(tickets) >= 20
 
 
+def _count_worker(counter, worker_id):
+    with counter.get_lock():
+        counter.value += 1 + worker_id * 10
+
+
+@needs_torch
+def test_packloader_runs_the_users_worker_init_fn(sharded):
+    import functools
+    import multiprocessing
+
+    from dataset_packer.torch import PackDataset, PackLoader
+
+    counter = multiprocessing.Value("i", 0)
+    loader = PackLoader(PackDataset(sharded.path, 300, seed=2), num_workers=2,
+                        worker_init_fn=functools.partial(_count_worker, counter))
+    assert len(list(loader)) == len(sharded) // 300 + 1
+    assert counter.value == 1 + 11
+
+
 @needs_torch
 def test_packed_batches_from_workers_equal_the_plain_ones(sharded):
     import torch
 
     from dataset_packer.torch import PackDataset, PackLoader
 
-    plain = torch.utils.data.DataLoader(PackDataset(sharded.path, 300, seed=2, augment=True),
-                                        batch_size=None, num_workers=2)
-    packed = PackLoader(PackDataset(sharded.path, 300, seed=2, augment=True), num_workers=2)
+    data = PackDataset(sharded.path, 300, seed=2, augment=True)
+    packed = list(PackLoader(data, num_workers=2))
+    # The same dataset in a plain DataLoader afterwards: PackLoader left it as it was.
+    plain = torch.utils.data.DataLoader(data, batch_size=None, num_workers=2)
     for a, b in zip(plain, packed, strict=True):
         assert a.keys() == b.keys()
         for key in a:
