@@ -113,9 +113,17 @@ class EpochStream:
         """Where to resume: the epoch, and the position after `batches` batches per rank of
         `world_size` ranks from the resume point (elastic: any world size, batch size or
         workers can resume from it), with the seed as a check."""
-        start = self.start_sample + self.start_batch * self.batch_size * world_size
-        state = {"epoch": self.epoch, "start_sample": start, "seed": self.options.get("seed", 0)}
+        state = {"epoch": self.epoch, "start_sample": self._start(world_size),
+                 "seed": self.options.get("seed", 0)}
         return self.advance(state, batches, world_size)
+
+    def _start(self, world_size: int) -> int:
+        """The resume point as a position: `start_sample` as set (a batch plan refuses one
+        past the epoch's end), or `start_batch` steps of `world_size` ranks, at most the
+        whole epoch."""
+        if self.start_batch:
+            return min(self.start_batch * self.batch_size * world_size, self._items())
+        return self.start_sample
 
     def advance(self, state: dict, batches: int, world_size: int = 1) -> dict:
         """`state` moved on by `batches` batches per rank of `world_size` ranks (capped at
@@ -172,7 +180,7 @@ class EpochStream:
         """This share's pass over the epoch from the shared epoch and resume point, or from
         `state` (a `state_dict()`, or an `Iteration.state_dict()` of this very share)."""
         if state is None:
-            state = self.state_dict(0, part.world_size)
+            return Iteration(self, part, self.epoch, self._start(part.world_size))
         self.check_state(state)
         done = 0
         if WORKER_BATCHES in state:

@@ -189,6 +189,11 @@ def test_state_dict_resumes_elastically(sharded):
         EpochStream(sharded.path, 64, seed=7).load_state_dict(state)
     with pytest.raises(ValueError, match="epoch must be"):
         stream.set_epoch(-1)
+    stream.set_epoch(2, start_sample=len(sharded) + 1)
+    with pytest.raises(ValueError, match="past the end of an epoch"):
+        next(stream.batches(partition(None, None, None)))
+    with pytest.raises(ValueError, match="not both"):
+        stream.set_epoch(2, 1, start_sample=5)
 
 
 @pytest.mark.parametrize("workers", [1, 2, 3])
