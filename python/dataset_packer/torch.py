@@ -251,6 +251,11 @@ class PackLoader(DataLoader):
         if options.setdefault("batch_size", None) is not None:
             raise ValueError("a PackDataset yields whole batches: give its batch size to "
                              "PackDataset, and batch_size=None (the default here) to the loader")
+        if options.get("in_order", True) is False:
+            # Its state counts the batches taken as the epoch's first ones.
+            raise ValueError("PackLoader needs in_order=True: out of order, the batches taken "
+                             "are not the epoch's first ones, and a resume from its "
+                             "state_dict() would skip some rows and repeat others")
         super().__init__(dataset, **options)
         self._taken = 0
         self._state = dataset._resume_point()

@@ -348,6 +348,8 @@ def test_torch_loader_state_resumes_on_another_world_size(sharded):
     np.testing.assert_array_equal(got[:len(sharded) - 800], order[800:])
     with pytest.raises(ValueError, match="batch_size=None"):
         PackLoader(data, batch_size=4)
+    with pytest.raises(ValueError, match="in_order=True"):
+        PackLoader(data, num_workers=2, in_order=False)
     # Resumed with start_batch on two ranks, then two more batches taken: 3 steps of 2 × 100.
     data.set_epoch(5, start_batch=1)
     for k, _ in enumerate(loader):
