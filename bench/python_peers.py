@@ -41,7 +41,10 @@ rows/s, best of `--rounds`:
   random (`sample`) and epoch batches; the goal is ≤ 10% slower.
 
 A measurement stops after `--budget` seconds (at least 3 batches), so a slow system reads only
-part of an epoch; the table says how much. The load average is printed with every system.
+part of an epoch; the table says how much. The load average is printed with every system, and
+for ours the CPU milliseconds per batch of the in-process epoch and of the DataLoader's main
+process and workers: other builds on the machine slow the wall time, far less the CPU per
+batch, from which the DataLoader's share of in-process speed on 2 idle cores is bounded.
 """
 
 from __future__ import annotations
@@ -213,26 +216,41 @@ def warm(folder: Path) -> int:
     return total
 
 
-def rate(batches, budget: float, rounds: int, make=None) -> dict:
+def rate(batches, budget: float, rounds: int, make=None, cpu=None) -> dict:
     """Best rows/s over `rounds` of draining `batches()` (a fresh iterator of row counts per
     round) for at most `budget` seconds each; `make` is excluded from the time (a loader's
-    start-up: timing begins at its first batch)."""
-    best, rows_done = 0.0, 0
+    start-up: timing begins at its first batch). With it, the CPU milliseconds per batch of
+    the best round: this process's, and `cpu()`'s (cumulative seconds of other processes,
+    a loader's workers), which other load on the machine changes far less than the wall
+    time."""
+    best, rows_done, per_batch = 0.0, 0, [0.0, 0.0]
     for _ in range(rounds):
         it = batches()
         if make:
             next(it)
-        rows, start = 0, time.perf_counter()
-        count = 0
+        rows, count = 0, 0
+        used = (time.process_time(), cpu() if cpu else 0.0)
+        start = time.perf_counter()
         for n in it:
             rows += n
             count += 1
             if time.perf_counter() - start > budget and count >= 3:
                 break
         seconds = time.perf_counter() - start
+        used = (time.process_time() - used[0], (cpu() if cpu else 0.0) - used[1])
         if rows and rows / seconds > best:
             best, rows_done = rows / seconds, rows
-    return {"rows_per_s": best, "rows": rows_done}
+            per_batch = [1e3 * u / count for u in used]
+    return {"rows_per_s": best, "rows": rows_done, "cpu_ms_per_batch": per_batch}
+
+
+def process_cpu(pids) -> float:
+    """User + system CPU seconds of these processes so far (/proc/PID/stat)."""
+    total = 0
+    for pid in pids:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        total += int(fields[11]) + int(fields[12])
+    return total / os.sysconf("SC_CLK_TCK")
 
 
 def random_indices(n: int, batch: int, seed: int):
@@ -267,7 +285,11 @@ def loader_ours(source, args, columns) -> dict:
         data.set_epoch(epoch[0])
         epoch[0] += 1
         return (len(b["move"]) for b in loader)
-    return rate(run, args.budget, args.rounds, make=True)
+
+    def workers_cpu():
+        # The persistent workers of the loader's iterator (started by the first batch).
+        return process_cpu(w.pid for w in loader._iterator._workers)
+    return rate(run, args.budget, args.rounds, make=True, cpu=workers_cpu)
 
 
 def measure_mixture(args, paths) -> dict:
@@ -483,8 +505,11 @@ def report(results: dict, args) -> None:
         for what in ("epoch", "loader"):
             single, mixed = mix[f"single_{what}"], mix[f"mixture_{what}"]
             cost = single["rows_per_s"] / mixed["rows_per_s"] - 1 if mixed["rows_per_s"] else 0
+            cpu_single, cpu_mixed = (sum(r["cpu_ms_per_batch"]) for r in (single, mixed))
             print(f"mixture of two halves, {what}: {mrows(mixed)} M rows/s against the single "
                   f"pack's {mrows(single)}: {100 * cost:+.1f}% time per row (goal ≤ +10%); "
+                  f"CPU per batch (all processes) {cpu_mixed:.3f} against {cpu_single:.3f} ms: "
+                  f"{100 * (cpu_mixed / cpu_single - 1):+.1f}%; "
                   f"load {mix['load'][0]:.2f} → {mix['load'][1]:.2f}")
     ours = results.get("ours")
     if ours and ours.get("loader_columns"):
@@ -492,6 +517,14 @@ def report(results: dict, args) -> None:
         print(f"ours through the DataLoader (columns=) / in-process epoch batches: "
               f"{ours['loader_columns']['rows_per_s'] / in_process:.2f} (goal ≥ 0.8 where the "
               f"cores allow); all keys: {ours['loader']['rows_per_s'] / in_process:.2f}")
+        alone = ours["epoch"]["cpu_ms_per_batch"][0]
+        for what in ("loader", "loader_columns"):
+            main, workers = ours[what]["cpu_ms_per_batch"]
+            # On 2 idle cores: the processes' CPU shared by both cores, the main one alone
+            # on one of them at most.
+            bound = alone * min(2 / (main + workers), 1 / main) if main else 0
+            print(f"CPU ms per batch, {what}: main {main:.3f} + workers {workers:.3f} against "
+                  f"{alone:.3f} in process: at most {bound:.2f} of in-process on 2 idle cores")
 
 
 def main() -> int:

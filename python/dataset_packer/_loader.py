@@ -10,6 +10,10 @@ the stream), so data-loader workers see `set_epoch` even when they outlive an ep
 (`persistent_workers=True`): each iteration reads them afresh. The array travels to workers by
 inheritance (fork) or with the worker's start-up arguments (spawn); a stream pickled any other
 way (a deep copy) gets an array of its own with the same values.
+
+An `Iteration` is one pass of a share over the epoch that counts the batches it has yielded,
+so that a state taken while it runs says where that share stands: what torchdata's
+`StatefulDataLoader` saves for each worker after every batch, and restores in the worker.
 """
 
 from __future__ import annotations
@@ -96,6 +100,8 @@ class EpochStream:
                             (start_batch, "start_batch")):
             if isinstance(value, bool) or int(value) != value or value < 0:
                 raise ValueError(f"{name} must be an integer ≥ 0, not {value!r}")
+        if start_batch and start_sample:
+            raise ValueError("give start_sample or start_batch, not both")
         self._shared[:] = [int(epoch), int(start_sample), int(start_batch)]
 
     def _items(self) -> int:
@@ -107,9 +113,17 @@ class EpochStream:
         """Where to resume: the epoch, and the position after `batches` batches per rank of
         `world_size` ranks from the resume point (elastic: any world size, batch size or
         workers can resume from it), with the seed as a check."""
-        start = self.start_sample + self.start_batch * self.batch_size * world_size
-        state = {"epoch": self.epoch, "start_sample": start, "seed": self.options.get("seed", 0)}
+        state = {"epoch": self.epoch, "start_sample": self._start(world_size),
+                 "seed": self.options.get("seed", 0)}
         return self.advance(state, batches, world_size)
+
+    def _start(self, world_size: int) -> int:
+        """The resume point as a position: `start_sample` as set (a batch plan refuses one
+        past the epoch's end), or `start_batch` steps of `world_size` ranks, at most the
+        whole epoch."""
+        if self.start_batch:
+            return min(self.start_batch * self.batch_size * world_size, self._items())
+        return self.start_sample
 
     def advance(self, state: dict, batches: int, world_size: int = 1) -> dict:
         """`state` moved on by `batches` batches per rank of `world_size` ranks (capped at
@@ -120,11 +134,21 @@ class EpochStream:
 
     def load_state_dict(self, state: dict) -> None:
         """Resumes from `state_dict()`: the next iteration continues that epoch."""
+        self.check_state(state)
+        if WORKER_BATCHES in state:
+            raise ValueError(
+                f"this is the state of one DataLoader worker (worker {state['worker']} of "
+                f"{state['num_workers']}), which only that worker can resume: restore it "
+                "through the StatefulDataLoader that saved it, or resume from "
+                "PackLoader.state_dict(), which holds for every worker and rank")
+        self.set_epoch(state["epoch"], start_sample=state["start_sample"])
+
+    def check_state(self, state: dict) -> None:
+        """Refuses a state saved with another seed: it would not continue the same order."""
         seed = self.options.get("seed", 0)
         if state.get("seed", seed) != seed:
             raise ValueError(f"the state was saved with seed={state['seed']}, this stream has "
                              f"seed={seed}: resuming would not continue the same epoch order")
-        self.set_epoch(state["epoch"], start_sample=state["start_sample"])
 
     def __getstate__(self):
         state = dict(self.__dict__)
@@ -150,13 +174,72 @@ class EpochStream:
 
     def batches(self, part: Part) -> Iterator[dict]:
         """The batches of the current epoch that this (rank, worker) share reads."""
-        common = dict(self.options, epoch=self.epoch, start_sample=self.start_sample,
-                      start_batch=self.start_batch, rank=part.rank,
+        return iter(self.iteration(part))
+
+    def iteration(self, part: Part, state: Optional[dict] = None) -> "Iteration":
+        """This share's pass over the epoch from the shared epoch and resume point, or from
+        `state` (a `state_dict()`, or an `Iteration.state_dict()` of this very share)."""
+        if state is None:
+            return Iteration(self, part, self.epoch, self._start(part.world_size))
+        self.check_state(state)
+        done = 0
+        if WORKER_BATCHES in state:
+            if (state["worker"], state["num_workers"]) != (part.worker, part.num_workers):
+                raise ValueError(
+                    f"this state was saved by DataLoader worker {state['worker']} of "
+                    f"{state['num_workers']}, and is loaded into worker {part.worker} of "
+                    f"{part.num_workers}: resume with as many workers as before, or from "
+                    "PackLoader.state_dict(), which holds for any number of workers")
+            done = state[WORKER_BATCHES]
+        return Iteration(self, part, state["epoch"], state["start_sample"], done)
+
+    def _batches(self, part: Part, epoch: int, start_sample: int) -> Iterator[dict]:
+        common = dict(self.options, epoch=epoch, start_sample=start_sample, rank=part.rank,
                       world_size=part.world_size, worker=part.worker,
                       num_workers=part.num_workers)
         if self.window is None:
             return self.pack.batches(self.batch_size, **common)
         return self.pack.windows(self.window, self.batch_size, **common)
+
+
+#: The key of a worker's own state: how many of its batches it has yielded.
+WORKER_BATCHES = "worker_batches"
+
+
+class Iteration:
+    """One pass of a (rank, worker) share over an epoch from `start_sample`, after the first
+    `done` of its own batches; `done` counts on as batches are yielded."""
+
+    def __init__(self, stream: EpochStream, part: Part, epoch: int, start_sample: int,
+                 done: int = 0):
+        self.stream, self.part = stream, part
+        self.epoch, self.start_sample, self.done = int(epoch), int(start_sample), int(done)
+
+    def __iter__(self) -> Iterator[dict]:
+        part, stream = self.part, self.stream
+        start = self.start_sample
+        # The share's next batch is the rank's batch `first`; the epoch resumed at that
+        # batch's step, read round-robin as worker 0 of as many, is the rest of this share.
+        first = part.worker + self.done * part.num_workers
+        if first:
+            step = stream.batch_size * part.world_size
+            start = min(start + first * step, stream._items())
+        rest = Part(part.rank, part.world_size, 0, part.num_workers)
+        for batch in stream._batches(rest, self.epoch, start):
+            # Counted before it is handed on: a state taken once the batch is out includes it.
+            self.done += 1
+            yield batch
+
+    def state_dict(self) -> dict:
+        """Where this share stands. Without other workers, the elastic state (epoch, samples
+        consumed by all ranks, seed); a worker's own state adds (worker, num_workers,
+        worker_batches), since the other workers' progress is not known here."""
+        state = {"epoch": self.epoch, "start_sample": self.start_sample,
+                 "seed": self.stream.options.get("seed", 0)}
+        if self.part.num_workers == 1:
+            return self.stream.advance(state, self.done, self.part.world_size)
+        return dict(state, worker=self.part.worker, num_workers=self.part.num_workers,
+                    **{WORKER_BATCHES: self.done})
 
 
 def split_fields(batch: dict) -> dict:
@@ -176,30 +259,142 @@ def _fields(value):
 _ALIGN = 64
 
 
-def pack_batch(batch: dict) -> tuple[np.ndarray, tuple, dict]:
+def pack_batch(batch: dict, into=None) -> tuple[np.ndarray, tuple, dict]:
     """The batch's arrays in one uint8 buffer, for one transfer from a data-loader worker
     instead of one per column: (buffer, layout, rest). `layout` holds (path, dtype, shape,
     offset) per array, the path a tuple of keys (a structured companion's fields nest under
-    its key); `rest` the arrays that cannot be viewed in a buffer (objects), as they are."""
+    its key); `rest` the arrays that cannot be viewed in a buffer (objects), as they are.
+    `into(size)` gives the buffer (a shared-memory slot), or None to have a new one made;
+    then the buffer returned is None."""
     flat, rest = [], {}
     _flatten((), split_fields(batch), flat, rest)
     layout, offset = [], 0
     for path, array in flat:
         layout.append((path, array.dtype.str, array.shape, offset))
         offset += -(-array.nbytes // _ALIGN) * _ALIGN
-    buffer = np.empty(offset, dtype=np.uint8)
-    for (path, dtype, shape, at), (_, array) in zip(layout, flat):
-        buffer[at:at + array.nbytes].view(array.dtype).reshape(shape)[...] = array
+    buffer = np.empty(offset, dtype=np.uint8) if into is None else into(offset)
+    if buffer is None:
+        return None, tuple(layout), rest
+    for (_, _, shape, at), (_, array) in zip(layout, flat):
+        np.ndarray(shape, array.dtype, buffer, at)[...] = array
     return buffer, tuple(layout), rest
 
 
-def unpack_batch(buffer, layout, rest, view) -> dict:
-    """The batch `pack_batch` packed, each array a view of `buffer` made by
-    `view(buffer, start, stop, dtype, shape)` (NumPy's or torch's), nested as it was."""
+class BatchRing:
+    """Shared-memory slots through which data-loader workers hand packed batches to the
+    main process: a few slots per worker, made before the workers start (they travel with
+    the dataset). A worker packs a batch straight into a free slot of its own and sends
+    only (slot, ticket) through its result pipe; the main process copies the batch out and
+    frees the slot. Nothing waits: a worker that finds no free slot, or a batch that does
+    not fit, sends the batch through the pipe as before.
+
+    A slot is FREE, WRITING (a worker packs into it), FULL (packed, not taken) or READING
+    (the main process copies it out); the changes happen under the worker's lock, whose
+    acquire and release also order the data written before them. Each packed batch gets a
+    new ticket, checked when it is taken, so a batch is never read from a slot that holds
+    another. Batches of an iteration the main process left stay FULL until `reclaim()`,
+    called when the next iteration starts."""
+
+    FREE, WRITING, FULL, READING = 0, 1, 2, 3
+
+    def __init__(self, workers: int, slot_bytes: int, slots: int, context=None):
+        context = context or multiprocessing.get_context()
+        self.slots = int(slots)
+        self.slot_bytes = -(-int(slot_bytes) // _ALIGN) * _ALIGN
+        self._data = context.RawArray("B", int(workers) * self.slots * self.slot_bytes)
+        # Per slot: state, ticket; per worker, at the end: the last ticket given.
+        self._table = context.RawArray("q", int(workers) * (self.slots * 2 + 1))
+        self._locks = [context.Lock() for _ in range(int(workers))]
+        self._view = None
+
+    def _bytes(self) -> np.ndarray:
+        if self._view is None:  # per process: the array's memory as NumPy bytes
+            self._view = np.frombuffer(self._data, dtype=np.uint8)
+        return self._view
+
+    def __getstate__(self):
+        return dict(self.__dict__, _view=None)
+
+    def _row(self, worker: int) -> int:
+        return worker * (self.slots * 2 + 1)
+
+    def put(self, worker: int, batch: dict):
+        """Packs the batch into a free slot of `worker`'s: (slot, ticket, size, layout,
+        rest), or None (no slot free, or too big): the caller sends the batch itself."""
+        claimed = []
+
+        def into(size):
+            if size > self.slot_bytes:
+                return None
+            slot = self._claim(worker)
+            if slot is None:
+                return None
+            claimed.append(slot)
+            start = (worker * self.slots + slot[0]) * self.slot_bytes
+            return self._bytes()[start:start + size]
+        try:
+            buffer, layout, rest = pack_batch(batch, into)
+        except BaseException:
+            for slot, _ in claimed:
+                self._set(worker, slot, self.FREE)
+            raise
+        if buffer is None:
+            return None
+        slot, ticket = claimed[0]
+        self._set(worker, slot, self.FULL)
+        return slot, ticket, buffer.size, layout, rest
+
+    def _claim(self, worker: int):
+        row, table = self._row(worker), self._table
+        with self._locks[worker]:
+            for slot in range(self.slots):
+                if table[row + 2 * slot] == self.FREE:
+                    ticket = table[row + 2 * self.slots] + 1
+                    table[row + 2 * self.slots] = ticket
+                    table[row + 2 * slot] = self.WRITING
+                    table[row + 2 * slot + 1] = ticket
+                    return slot, ticket
+        return None
+
+    def _set(self, worker: int, slot: int, state: int) -> None:
+        with self._locks[worker]:
+            self._table[self._row(worker) + 2 * slot] = state
+
+    def take(self, worker: int, slot: int, ticket: int, size: int) -> np.ndarray:
+        """The buffer `put` packed (a copy: the slot is free again when this returns)."""
+        row, table = self._row(worker), self._table
+        with self._locks[worker]:
+            if (table[row + 2 * slot], table[row + 2 * slot + 1]) != (self.FULL, ticket):
+                raise RuntimeError(
+                    f"a batch of DataLoader worker {worker} is no longer in its shared-memory "
+                    "slot (a batch of an iteration left before, taken after a new one "
+                    "started); iterate a PackLoader one iteration at a time")
+            table[row + 2 * slot] = self.READING
+        try:
+            start = (worker * self.slots + slot) * self.slot_bytes
+            buffer = self._bytes()[start:start + size].copy()
+        finally:
+            self._set(worker, slot, self.FREE)
+        return buffer
+
+    def reclaim(self) -> None:
+        """Frees the FULL slots: called as an iteration starts, when no batch packed
+        before it will be taken (a new ticket is needed to fill them again)."""
+        for worker, lock in enumerate(self._locks):
+            row = self._row(worker)
+            with lock:
+                for slot in range(self.slots):
+                    if self._table[row + 2 * slot] == self.FULL:
+                        self._table[row + 2 * slot] = self.FREE
+
+
+def unpack_batch(buffer: np.ndarray, layout, rest, convert=None) -> dict:
+    """The batch `pack_batch` packed, nested as it was: each array a NumPy view of `buffer`
+    (no copy), passed through `convert` when given (e.g. `torch.from_numpy`)."""
     out: dict = {}
     for path, dtype, shape, at in layout:
-        nbytes = int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
-        _put(out, path, view(buffer, at, at + nbytes, np.dtype(dtype), shape))
+        view = np.ndarray(shape, dtype, buffer, at)
+        _put(out, path, view if convert is None else convert(view))
     for path, value in rest.items():
         _put(out, path, value)
     return out
@@ -220,9 +415,6 @@ def _put(out: dict, path: tuple, value) -> None:
         out = out.setdefault(key, {})
     out[path[-1]] = value
 
-
-def numpy_view(buffer: np.ndarray, start: int, stop: int, dtype: np.dtype, shape) -> np.ndarray:
-    return buffer[start:stop].view(dtype).reshape(shape)
 
 
 def select_columns(batch: dict, columns) -> dict:

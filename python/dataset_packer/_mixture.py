@@ -19,7 +19,9 @@ steps.
 Everything else is `Pack.batches`: the same plan over the epoch's positions (ranks, workers,
 padding, `start_sample`/`start_batch`), augmentation, companions, plus `source` in every
 batch (the index of the row's source; `row` and `run_id` are the source's own). A row is
-read from its pack as 48 bytes and the batch is decoded once; `valuation` indexes
+read from its pack as 48 bytes and the batch is decoded once; sources that are selections of
+one `Pack` object are read together (one grouping by shard, one gather), so mixing
+selections of a pack costs little more than reading the pack. `valuation` indexes
 `mixture.valuation_names`, the sources' valuation names in order of first appearance.
 """
 
@@ -66,10 +68,18 @@ class Mixture:
             raise ValueError(f"length must be ≥ 1, not {length}")
         self.counts = _apportion(self.weights, self.length)
         self._starts = np.concatenate([[0], np.cumsum(self.counts)]).astype(np.int64)
+        self._start_list = self._starts.tolist()
         self._levels = (len(self.sources) - 1).bit_length()
+        # The distinct Pack objects, and each source's among them: rows are read per pack.
+        self._packs: list[Pack] = []
+        for pack, _ in self.sources:
+            if not any(pack is seen for seen in self._packs):
+                self._packs.append(pack)
+        self._pack_of = np.array([next(k for k, seen in enumerate(self._packs) if seen is pack)
+                                  for pack, _ in self.sources], dtype=np.int64)
         names: list[str] = []
         self._valuation_maps = []
-        for pack, _ in self.sources:
+        for pack in self._packs:
             for name in pack.valuation_names:
                 if name not in names:
                     names.append(name)
@@ -117,22 +127,37 @@ class Mixture:
         """Decoded batches of one mixture epoch, with `Pack.batches`' arguments and keys, plus
         `source`: a pure function of (sources, weights, length, seed, epoch)."""
         _refuse(select, None)
-        families = [pack._companion_keys(companions) for pack, _ in self.sources]
+        families = [pack._companion_keys(companions) for pack in self._packs]
         plan, rank, numbers, _ = _epoch(
             self.length, batch_size, False, seed, epoch, rank, world_size, worker, num_workers,
             drop_last, start_sample, start_batch)
         return self._batches(plan, rank, numbers, shuffle, seed, epoch, augment, illegal_ev,
                              families)
 
-    def _locate(self, positions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """(source, index among that source's positions of the epoch) of epoch positions:
-        one halving of each position's range of sources per level, all positions at once (a
-        range already down to one source has no left part, so it stays as it is)."""
+    def _sources(self, a: int, b: int) -> np.ndarray:
+        """The source of each epoch position a..b-1: one halving of each position's range of
+        sources per level, all positions at once (a range already down to one source has no
+        left part, so it stays as it is). At the first level the range is every source for
+        every position, and the positions are consecutive, so Bresenham's count of left
+        positions below each is computed once for all of them."""
+        count = len(self.sources)
+        if count == 1:
+            return np.zeros(b - a, dtype=np.int64)
         starts = self._starts
-        lo = np.zeros(positions.size, dtype=np.int64)
-        hi = np.full(positions.size, len(self.sources), dtype=np.int64)
-        t = np.asarray(positions, dtype=np.int64).copy()
-        for _ in range(self._levels):
+        mid = count >> 1
+        below = np.arange(a, b + 1, dtype=np.int64)
+        below *= int(starts[mid])
+        below //= int(starts[count])
+        left = below[1:] > below[:-1]
+        lo = (~left).astype(np.int64)
+        if mid != 1:
+            lo *= mid
+        if self._levels == 1:
+            return lo
+        t = np.arange(a, b, dtype=np.int64) - below[1:]
+        np.copyto(t, below[:-1], where=left)
+        hi = np.where(left, mid, count)
+        for _ in range(self._levels - 1):
             mid = (lo + hi) >> 1
             total = starts[hi] - starts[lo]
             left_count = starts[mid] - starts[lo]
@@ -141,40 +166,55 @@ class Mixture:
             t = np.where(left, before - 1, t - before)
             hi = np.where(left, mid, hi)
             lo = np.where(left, lo, mid)
-        return lo, t
+        return lo
+
+    def _before(self, i: int, t: int) -> int:
+        """How many of the epoch's positions below t are source i's: the same halving for
+        one source, counting (Bresenham's count of a range's left positions below t is
+        ⌊t·A/N⌋). A source's positions among consecutive epoch positions are therefore the
+        next ones of its own sequence."""
+        starts = self._start_list
+        lo, hi = 0, len(self.sources)
+        while hi - lo > 1:
+            mid = (lo + hi) >> 1
+            left = t * (starts[mid] - starts[lo]) // (starts[hi] - starts[lo])
+            if i < mid:
+                t, hi = left, mid
+            else:
+                t, lo = t - left, mid
+        return t
 
     def _batches(self, plan, rank, numbers, shuffle, seed, epoch, augment, illegal_ev,
                  families):
         orders: dict = {}
         present = np.flatnonzero(self.counts).tolist()
         for b in numbers:
-            source, index = self._locate(plan.positions(rank, b))
-            picked = []
-            for i in present:
-                # One source: every position, no scatter.
-                at = np.flatnonzero(source == i) if len(present) > 1 else slice(None)
-                stream = epoch * int(self.counts[i]) + index[at]
-                if stream.size == 0:
-                    continue
-                local = self._stream_rows(i, stream, shuffle, seed, orders)
-                pack = self.sources[i][0]
-                groups = pack._groups(local)
-                picked.append((i, at, local, groups, pack._gather(local, groups)))
-            if len(picked) == 1:
-                raw, rows = picked[0][4], picked[0][2]
-            else:
-                raw = np.empty((source.size, ROW_BYTES), dtype=np.uint8)
-                rows = np.empty(source.size, dtype=np.int64)
-                for _, at, local, _, gathered in picked:
-                    raw[at], rows[at] = gathered, local
-            for i, at, _, _, _ in picked:
-                table = self._valuation_maps[i]
+            spans = plan.spans(rank, b)
+            found = [self._sources(a, z) for a, z in spans]
+            source = found[0] if len(found) == 1 else np.concatenate(found)
+            pieces, offset = [], 0
+            for (a, z), mine in zip(spans, found):
+                for i in present:
+                    # One source: every position, no scatter.
+                    at = (np.flatnonzero(mine == i) + offset if len(present) > 1
+                          else slice(offset, offset + z - a))
+                    first = epoch * int(self.counts[i]) + self._before(i, a)
+                    size = at.size if len(present) > 1 else z - a
+                    if size:
+                        pieces.extend(self._cycles(i, at, first, size))
+                offset += z - a
+            rows = np.empty(source.size, dtype=np.int64)
+            for (i, _, at, _), items in zip(pieces, self._items(pieces, shuffle, seed, orders)):
+                rows[at] = self._ranges[i].rows_at(items)
+            raw, parts = self._gather(source, rows)
+            for p, at, _ in parts:
+                table = self._valuation_maps[p]
                 if table is not None:
                     raw[at, _VALUATION] = table[raw[at, _VALUATION]]
             batch = decode_rows(raw, illegal_ev)
             batch["row"] = rows
             batch["source"] = source
-            self._add_companions(batch, families, picked)
+            self._add_companions(batch, families, parts)
             if augment:
                 # Keyed by source too, so equal row numbers of two packs are not tied.
                 symmetry = symmetries_for(rows ^ (batch["source"] << 40), seed, epoch)
@@ -182,35 +222,72 @@ class Mixture:
                 batch["symmetry"] = symmetry
             yield batch
 
-    def _stream_rows(self, i: int, stream: np.ndarray, shuffle: bool, seed: int,
-                     orders: dict) -> np.ndarray:
-        """Global rows of source i at these positions of its endless stream of epochs."""
-        n = self._ranges[i].total
-        cycle, at = np.divmod(stream, n)
-        if shuffle:
-            first, last = int(cycle[0]), int(cycle[-1])
-            # Positions come in order, so a batch meets one cycle, or two at its boundary.
-            for k in range(first, last + 1):
-                order = orders.get((i, k))
-                if order is None:
-                    order = orders[(i, k)] = Permutation(n, seed, k)
-                if first == last:
-                    at = order(at)
-                else:
-                    mine = cycle == k
-                    at[mine] = order(at[mine])
-        return self._ranges[i].rows_at(at)
+    def _gather(self, source: np.ndarray, rows: np.ndarray):
+        """The batch's raw rows, read pack by pack, and per pack present (pack index,
+        positions in the batch, shard groups) for the companions."""
+        if len(self._packs) == 1:
+            groups = self._packs[0]._groups(rows)
+            return self._packs[0]._gather(rows, groups), [(0, slice(None), groups)]
+        pack_of = self._pack_of[source]
+        found = [(p, np.flatnonzero(pack_of == p)) for p in range(len(self._packs))]
+        found = [(p, at) for p, at in found if at.size]
+        if len(found) == 1:
+            p = found[0][0]
+            groups = self._packs[p]._groups(rows)
+            return self._packs[p]._gather(rows, groups), [(p, slice(None), groups)]
+        raw = np.empty((rows.size, ROW_BYTES), dtype=np.uint8)
+        parts = []
+        for p, at in found:
+            local = rows[at]
+            groups = self._packs[p]._groups(local)
+            raw[at] = self._packs[p]._gather(local, groups)
+            parts.append((p, at, groups))
+        return raw, parts
 
-    def _add_companions(self, batch: dict, families: list, picked: list) -> None:
-        """Each requested companion's rows of the batch's rows, source by source (`picked`:
-        the batch's (source, positions, rows, groups, raw rows) per source present)."""
+    def _cycles(self, i: int, at, first: int, size: int) -> list:
+        """Positions first..first+size-1 of source i's endless stream (at batch positions
+        `at`, an index array or a slice) as (source, cycle, batch positions, positions in
+        that cycle's order) per cycle met: one, or two at a cycle's end."""
+        n = self._ranges[i].total
+        out = []
+        done = 0
+        while done < size:
+            cycle, local = divmod(first + done, n)
+            take = min(size - done, n - local)
+            if isinstance(at, slice):
+                mine = slice(at.start + done, at.start + done + take)
+            else:
+                mine = at if take == size else at[done:done + take]
+            out.append((i, cycle, mine, np.arange(local, local + take, dtype=np.int64)))
+            done += take
+        return out
+
+    def _items(self, pieces: list, shuffle: bool, seed: int, orders: dict) -> list:
+        """Each piece's items of its source: its positions in the source's own epoch order
+        of that cycle (`Pack.batches(seed=seed, epoch=cycle)`'s order)."""
+        if not shuffle:
+            return [local for _, _, _, local in pieces]
+        out = []
+        for i, k, _, local in pieces:
+            order = orders.get((i, k))
+            if order is None:
+                order = orders[(i, k)] = Permutation(self._ranges[i].total, seed, k)
+            out.append(order(local))
+        return out
+
+    def _add_companions(self, batch: dict, families: list, parts: list) -> None:
+        """Each requested companion's rows of the batch's rows, pack by pack (`parts`: the
+        batch's (pack index, positions, shard groups) per pack present)."""
         keys = [key for key, _ in families[0]]
         for key_index, key in enumerate(keys):
-            parts = [(at, families[i][key_index][1]._gather_groups(groups))
-                     for i, at, _, groups, _ in picked]
-            first = parts[0][1]
+            found = [(at, families[p][key_index][1]._gather_groups(groups))
+                     for p, at, groups in parts]
+            first = found[0][1]
+            if len(found) == 1:
+                batch[key] = first
+                continue
             out = np.empty((batch["row"].size,) + first.shape[1:], dtype=first.dtype)
-            for at, values in parts:
+            for at, values in found:
                 if values.dtype != out.dtype or values.shape[1:] != out.shape[1:]:
                     raise ValueError(f"companion {key!r} differs between the mixture's "
                                      f"sources: {values.dtype}{values.shape[1:]} against "

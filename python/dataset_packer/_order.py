@@ -106,7 +106,9 @@ class Permutation:
         for r in range(_ROUNDS):
             wl, _ = self._round_widths(r)
             if self._tables is not None:
-                mixed = np.take(self._tables[r], right)
+                # The array's own take: this runs a dozen times per batch, on small arrays
+                # when cycle-walking, where np.take's dispatch is a good part of the cost.
+                mixed = self._tables[r].take(right)
             else:
                 mixed = self._round_function(right.astype(np.uint64), self._keys[r],
                                              np.uint64(64 - wl)).astype(np.int64)
@@ -121,7 +123,7 @@ class Permutation:
         if self.n <= 1:
             return np.asarray(positions, dtype=np.int64).copy()
         out = self._encrypt(np.asarray(positions, dtype=np.int64))
-        todo = np.flatnonzero(out >= self.n)
+        todo = (out >= self.n).nonzero()[0]
         while todo.size:  # cycle-walk: re-encrypt until back in range (a bijection of [0, n))
             again = self._encrypt(out[todo])
             out[todo] = again
@@ -215,7 +217,10 @@ class EpochPlan:
     def positions(self, rank: int, batch: int) -> np.ndarray:
         """The positions of a rank's batch (int64), padding wrapped around."""
         first, count = self.span(rank, batch)
-        return np.arange(first, first + count, dtype=np.int64) % max(self.items, 1)
+        positions = np.arange(first, first + count, dtype=np.int64)
+        if first + count > self.items:  # padding: an int64 division only then
+            positions %= max(self.items, 1)
+        return positions
 
     def batches_of(self, part: Part) -> range:
         """The rank's batch numbers this worker reads."""

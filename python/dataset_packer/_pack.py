@@ -572,7 +572,8 @@ class Pack:
         None keeps the stored values). `companions=["embeddings", …]` adds each companion
         family's rows of exactly the batch's rows as `batch["embeddings"]` (B, *shape); a
         dict {key: name} picks other keys. Augmentation leaves companion rows as stored.
-        See README "Python" for the keys and dtypes."""
+        See README "Python" for the keys and dtypes; `exps` ranges 0..16 (16 is the 65536
+        tile), so an embedding of it needs 17 tokens."""
         families = self._companion_keys(companions)
         ranges = self._row_ranges(select, "batches()")
         plan, rank, numbers, perm = _epoch(

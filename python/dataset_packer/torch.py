@@ -11,30 +11,43 @@
 
 `companions=["embeddings"]` (an option of `Pack.batches`) adds companion rows as tensors too.
 The dataset yields whole batches, so a plain DataLoader needs `batch_size=None` (`PackLoader`
-sets it, and refuses any other). Each worker reads its own batches (from `get_worker_info()`),
-each rank its own share (from `torch.distributed` when initialised, or `rank=`/`world_size=`);
-the DataLoader's round-robin over workers gives back the rank's batches in order. Tensors are
-made with `torch.from_numpy` (no copy).
+sets it, and refuses any other); a DataLoader that would stack several of them into one (any
+`batch_size`, its default 1 included) gets a ValueError when it starts iterating. Each worker
+reads its own batches (from `get_worker_info()`), each rank its own share (from
+`torch.distributed` when initialised, or `rank=`/`world_size=`); the DataLoader's round-robin
+over workers gives back the rank's batches in order. Tensors are made with `torch.from_numpy`
+(no copy). Under `PackLoader`, a worker packs each batch into one buffer in shared memory
+(`BatchRing`: a few slots per worker, made by the loader) and sends only where it is; the main
+process copies it out once and frees the slot. Without a free slot, the packed batch goes
+through the worker's result pipe instead.
 
 `set_epoch` is called in the main process before iterating; the epoch and resume point are
 kept in shared memory, so workers see them whether they are started anew each epoch or kept
 (`persistent_workers=True`). `PackLoader` counts the batches the training loop took, and its
 `state_dict()` is (epoch, samples consumed, seed): `load_state_dict` resumes after those
-samples with any world size, batch size or number of workers (`PackDataset.state_dict()` /
-`load_state_dict()` do the same for the dataset alone, at the start of its current resume
-point).
+samples with any world size, batch size or number of workers.
+
+`PackDataset.state_dict()` / `load_state_dict()` are what torchdata's `StatefulDataLoader`
+calls (`batch_size=None` there too): while an iteration runs in a process, the state says how
+far that process got. In the main process (`num_workers=0`) it is the elastic (epoch, samples
+consumed, seed); in a worker, that worker's own place (which of its batches come next), which
+StatefulDataLoader restores in the same worker: it resumes with the same number of workers.
 """
 
 from __future__ import annotations
 
+import multiprocessing
+import sys
+import uuid
+import weakref
 from typing import Iterator, Optional
 
-import numpy as np
 import torch
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
-from ._loader import (EpochStream, WorkerInfo, pack_batch, partition, select_columns,
-                      split_fields, unpack_batch)
+from ._loader import (BatchRing, EpochStream, WorkerInfo, pack_batch, partition,
+                      select_columns, split_fields, unpack_batch)
+from ._order import Part
 
 
 def _distributed() -> tuple[Optional[int], Optional[int]]:
@@ -79,21 +92,38 @@ class PackDataset(IterableDataset):
         self.stream = EpochStream(pack, batch_size, window=window, rank=rank,
                                   world_size=world_size, **options)
         self.columns = None if columns is None else list(columns)
-        # Set by PackLoader, which unpacks: workers then send one buffer per batch.
-        self.packed = False
+        # This process's iteration under way (for state_dict), and in a worker the state
+        # StatefulDataLoader restored for its next iteration.
+        self._iteration = None
+        self._restored = None
 
     def set_epoch(self, epoch: int, start_batch: int = 0, *, start_sample: int = 0) -> None:
         """The next iteration yields this epoch, after its first `start_sample` samples (any
         world size, batch size or workers), or from each rank's batch `start_batch` on."""
+        self._iteration = None
         self.stream.set_epoch(epoch, start_batch, start_sample=start_sample)
 
     def state_dict(self) -> dict:
-        """(epoch, start_sample, seed) of the next iteration: its resume point."""
+        """Where to resume: while this process iterates, after the batches it has yielded
+        (in a DataLoader worker, that worker's own state); otherwise the resume point of the
+        next iteration, (epoch, start_sample, seed)."""
+        if self._iteration is not None:
+            return self._iteration.state_dict()
+        return self._resume_point()
+
+    def _resume_point(self) -> dict:
         return self.stream.state_dict(0, self._part().world_size)
 
     def load_state_dict(self, state: dict) -> None:
-        """Resumes from a `state_dict()` of this dataset or of a `PackLoader`."""
-        self.stream.load_state_dict(state)
+        """Resumes from a `state_dict()` of this dataset or of a `PackLoader`. In a
+        DataLoader worker (StatefulDataLoader restoring one) it holds for that worker's next
+        iteration only: the shared resume point belongs to the main process."""
+        if get_worker_info() is None:
+            self._iteration = None
+            self.stream.load_state_dict(state)
+        else:
+            self.stream.check_state(state)
+            self._restored = state
 
     def _part(self):
         dist_rank, dist_world = _distributed()
@@ -101,12 +131,24 @@ class PackDataset(IterableDataset):
                          self.stream.world_size)
 
     def __iter__(self) -> Iterator[dict]:
-        in_worker = get_worker_info() is not None
-        for batch in self.stream.batches(self._part()):
+        # Not a generator: the loader's misuse is refused, and the resume point read, when
+        # the loader asks for the iterator.
+        _refuse_auto_collation(self)
+        state, self._restored = self._restored, None
+        self._iteration = self.stream.iteration(self._part(), state)
+        return self._tensors(self._iteration)
+
+    def _tensors(self, batches) -> Iterator[dict]:
+        worker = get_worker_info()
+        for batch in batches:
             batch = select_columns(batch, self.columns)
-            if self.packed and in_worker:
-                buffer, layout, rest = pack_batch(batch)
-                yield _Packed(torch.from_numpy(buffer), layout, rest)
+            if _PACKING is not None and worker is not None:
+                ring, token = _PACKING
+                sent = None if ring is None else ring.put(worker.id, batch)
+                if sent is None:
+                    yield _Packed(*pack_batch(batch))
+                else:
+                    yield _InRing(token, worker.id, *sent)
             else:
                 yield to_tensors(batch)
 
@@ -115,32 +157,93 @@ class PackDataset(IterableDataset):
         return self.stream.num_batches(self._part().world_size)
 
 
+#: PackLoaders' rings by token, for the batches workers left in them.
+_RINGS: "weakref.WeakValueDictionary[str, BatchRing]" = weakref.WeakValueDictionary()
+
+#: In a worker of a PackLoader (set by its worker_init_fn): (ring, token) of that loader, or
+#: (None, None) without a ring. Workers of any other loader yield tensors as usual.
+_PACKING: Optional[tuple] = None
+
+
+class _PackingWorker:
+    """PackLoader's worker_init_fn: marks the worker as one whose batches PackLoader unpacks,
+    and hands it the loader's shared-memory slots; then runs the user's worker_init_fn.
+    (The dataset itself is left as the user made it, for any other loader.)"""
+
+    def __init__(self, ring: Optional[tuple], then=None):
+        self.ring, self.then = ring, then
+
+    def __call__(self, worker_id: int) -> None:
+        global _PACKING
+        _PACKING = self.ring or (None, None)
+        if self.then is not None:
+            self.then(worker_id)
+
+
+def _refuse_auto_collation(dataset: PackDataset) -> None:
+    """Raises when the DataLoader asking for an iterator would collate several of the
+    dataset's batches into one (it was given a batch_size, or kept its default of 1), which
+    would silently give (n, B, …) tensors. The loader's fetcher, which calls `iter(dataset)`
+    in the main process or in a worker, says so in its `auto_collation`; it is the caller a
+    few frames up (torch's DataLoader and torchdata's StatefulDataLoader alike)."""
+    frame = sys._getframe(2)
+    for _ in range(4):
+        if frame is None:
+            return
+        fetcher = frame.f_locals.get("self")
+        if getattr(fetcher, "dataset", None) is dataset and hasattr(fetcher, "auto_collation"):
+            if fetcher.auto_collation:
+                raise ValueError(
+                    f"{type(dataset).__name__} yields whole batches (of "
+                    f"{dataset.stream.batch_size}), but this DataLoader has a batch_size (its "
+                    "default is 1) and would stack several of them into one: give it "
+                    "batch_size=None, or use PackLoader, which does")
+            return
+        frame = frame.f_back
+
+
 class _Packed:
-    """A batch as one tensor (and its layout) on its way from a worker to PackLoader."""
+    """A batch as one buffer (and its layout) on its way from a worker to PackLoader. The
+    buffer is a NumPy array, so that it travels pickled through the worker's result pipe:
+    a tensor would go through a new shared-memory segment and a socket handshake with the
+    worker for its file descriptor, which cost more than the copy (mostly in waiting for
+    the worker's busy process to answer)."""
 
     def __init__(self, buffer, layout, rest):
         self.buffer, self.layout, self.rest = buffer, layout, rest
 
     def unpack(self) -> dict:
         rest = {path: _tensor(value) for path, value in self.rest.items()}
-        return unpack_batch(self.buffer, self.layout, rest, _torch_view)
+        return unpack_batch(self.buffer, self.layout, rest, _tensor)
 
 
-def _torch_view(buffer, start: int, stop: int, dtype, shape):
-    return buffer[start:stop].view(_TORCH_DTYPES[dtype.str]).view(shape)
+class _InRing:
+    """A batch a worker packed into a shared-memory slot of PackLoader's ring: only where
+    it is travels through the pipe."""
 
+    def __init__(self, token, worker, slot, ticket, size, layout, rest):
+        self.token, self.worker, self.slot, self.ticket = token, worker, slot, ticket
+        self.size, self.layout, self.rest = size, layout, rest
 
-_TORCH_DTYPES = {np.dtype(t).str: torch.from_numpy(np.zeros(1, dtype=t)).dtype
-                 for t in (np.bool_, np.uint8, np.int8, np.int16, np.int32, np.int64,
-                           np.uint16, np.uint32, np.uint64, np.float16, np.float32,
-                           np.float64)}
+    def unpack(self) -> dict:
+        ring = _RINGS.get(self.token)
+        if ring is None:
+            raise RuntimeError("a batch left in the shared memory of a PackLoader that is "
+                               "gone")
+        buffer = ring.take(self.worker, self.slot, self.ticket, self.size)
+        rest = {path: _tensor(value) for path, value in self.rest.items()}
+        return unpack_batch(buffer, self.layout, rest, _tensor)
 
 
 class PackLoader(DataLoader):
     """A DataLoader over a `PackDataset` (whole batches: `batch_size=None`) that counts the
     batches the training loop has taken in the current epoch, so that `state_dict()` says
     where to resume: the epoch, the samples consumed by all ranks together, and the seed.
-    `load_state_dict()` resumes there with any world size, batch size or workers."""
+    `load_state_dict()` resumes there with any world size, batch size or workers.
+
+    With workers, it packs one batch when it is made, to size its shared-memory slots:
+    (prefetch_factor + 2) × num_workers packed batches (all keys of a 4096-row batch are
+    336 KB; `columns=` makes them smaller)."""
 
     def __init__(self, dataset: PackDataset, **options):
         if not isinstance(dataset, PackDataset):
@@ -148,21 +251,48 @@ class PackLoader(DataLoader):
         if options.setdefault("batch_size", None) is not None:
             raise ValueError("a PackDataset yields whole batches: give its batch size to "
                              "PackDataset, and batch_size=None (the default here) to the loader")
-        # Workers send each batch as one buffer, unpacked here into views: one transfer
-        # instead of one per column.
-        dataset.packed = True
+        if options.get("in_order", True) is False:
+            # Its state counts the batches taken as the epoch's first ones.
+            raise ValueError("PackLoader needs in_order=True: out of order, the batches taken "
+                             "are not the epoch's first ones, and a resume from its "
+                             "state_dict() would skip some rows and repeat others")
         super().__init__(dataset, **options)
         self._taken = 0
-        self._state = dataset.state_dict()
+        self._state = dataset._resume_point()
+        self._ring = self._make_ring() if self.num_workers > 0 else None
+        # Workers send each batch as one buffer (in shared memory when a slot is free),
+        # unpacked here into views: one transfer instead of one per column.
+        self.worker_init_fn = _PackingWorker(self._ring, self.worker_init_fn)
+
+    def _make_ring(self) -> Optional[tuple]:
+        """Shared-memory slots for the batches in flight from the workers (the prefetched
+        ones and two more each), as big as a full packed batch: one is packed here to know.
+        The workers get them with the dataset when they start."""
+        stream = self.dataset.stream
+        first = stream._batches(Part(0, 1, 0, 1), 0, 0)
+        try:
+            batch = select_columns(next(iter(first)), self.dataset.columns)
+        except StopIteration:
+            return None
+        size = pack_batch(batch)[0].size
+        context = self.multiprocessing_context or multiprocessing.get_context()
+        ring = BatchRing(self.num_workers, size, (self.prefetch_factor or 1) + 2, context)
+        token = uuid.uuid4().hex
+        _RINGS[token] = ring
+        return ring, token
 
     def __iter__(self):
         # The resume point this iteration starts from, kept should set_epoch be called before
         # state_dict is asked for.
-        self._state = self.dataset.state_dict()
+        self._state = self.dataset._resume_point()
         self._taken = 0
+        if self._ring is not None:
+            # Batches packed for an earlier iteration will not be taken: their slots are
+            # free again.
+            self._ring[0].reclaim()
         for batch in super().__iter__():
             self._taken += 1
-            yield batch.unpack() if isinstance(batch, _Packed) else batch
+            yield batch.unpack() if isinstance(batch, (_Packed, _InRing)) else batch
 
     def state_dict(self) -> dict:
         """Where to resume: after the batches taken so far in this epoch, on every rank."""

@@ -325,6 +325,35 @@ def test_torch_tensors_of_companions(pack, whole):
     assert isinstance(batch["notes"]["tag"], np.ndarray)  # bytes: no torch dtype
 
 
+@pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="torch is not installed")
+@pytest.mark.parametrize("window", [None, 8])
+def test_packloader_workers_carry_companions(pack, whole, window):
+    """Through PackLoader's workers (and its shared-memory slots) a batch's companions, a
+    structured one's fields and a field torch has no dtype for come out as in process."""
+    from dataset_packer.torch import PackDataset, PackLoader
+
+    options = dict(seed=1, companions=["embeddings", "notes"], window=window)
+    loader = PackLoader(PackDataset(pack, 32, **options), num_workers=2)
+    alone = PackDataset(pack, 32, **options)
+    count = 0
+    for got, want in zip(loader, alone, strict=True):
+        for key, value in want.items():
+            if isinstance(value, dict):
+                for field, inner in value.items():
+                    a = got[key][field]
+                    a = a if isinstance(a, np.ndarray) else a.numpy()
+                    b = inner if isinstance(inner, np.ndarray) else inner.numpy()
+                    assert a.dtype == b.dtype and a.tobytes() == b.tobytes(), (key, field)
+            else:
+                assert got[key].shape == value.shape and torch_equal(got[key], value), key
+        count += 1
+    assert count == len(alone) and count > 2
+
+
+def torch_equal(a, b) -> bool:
+    return a.dtype == b.dtype and a.numpy().tobytes() == b.numpy().tobytes()
+
+
 def test_pickled_pack_reopens_its_companions(pack, whole):
     import pickle
 

@@ -15,6 +15,8 @@ from dataset_packer._loader import EpochStream, WorkerInfo, partition
 
 HAVE_TORCH = importlib.util.find_spec("torch") is not None
 needs_torch = pytest.mark.skipif(not HAVE_TORCH, reason="torch is not installed")
+HAVE_TORCHDATA = HAVE_TORCH and importlib.util.find_spec("torchdata") is not None
+needs_torchdata = pytest.mark.skipif(not HAVE_TORCHDATA, reason="torchdata is not installed")
 
 
 def round_robin(streams):
@@ -187,6 +189,125 @@ def test_state_dict_resumes_elastically(sharded):
         EpochStream(sharded.path, 64, seed=7).load_state_dict(state)
     with pytest.raises(ValueError, match="epoch must be"):
         stream.set_epoch(-1)
+    stream.set_epoch(2, start_sample=len(sharded) + 1)
+    with pytest.raises(ValueError, match="past the end of an epoch"):
+        next(stream.batches(partition(None, None, None)))
+    with pytest.raises(ValueError, match="not both"):
+        stream.set_epoch(2, 1, start_sample=5)
+
+
+@pytest.mark.parametrize("workers", [1, 2, 3])
+def test_an_iteration_resumes_from_its_own_state(sharded, workers):
+    """Each worker's iteration, stopped mid-epoch and resumed from its own state (what
+    StatefulDataLoader saves and restores per worker), yields the rest of its share: in
+    round-robin, exactly the batches the uninterrupted epoch had left."""
+    stream = EpochStream(sharded, 100, seed=5, augment=True)
+    stream.set_epoch(1, start_sample=150)
+    want = [b["row"].tolist() for b in sharded.batches(100, seed=5, epoch=1, start_sample=150,
+                                                        augment=True)]
+    parts = [partition(WorkerInfo(w, workers), None, None) for w in range(workers)]
+    runs = [stream.iteration(part) for part in parts]
+    running = [iter(run) for run in runs]
+    taken = [next(running[k % workers])["row"].tolist() for k in range(7)]
+    states = [run.state_dict() for run in runs]
+    if workers == 1:
+        assert states == [{"epoch": 1, "start_sample": 150 + 700, "seed": 5}]
+    else:
+        assert [s["worker_batches"] for s in states] == [len(range(w, 7, workers))
+                                                         for w in range(workers)]
+    # A new stream (a restarted job, whose shared epoch is another) resumes from the states.
+    again = EpochStream(sharded, 100, seed=5, augment=True)
+    again.set_epoch(9)
+    resumed = [again.iteration(part, state) for part, state in zip(parts, states)]
+    nxt = 7 % workers
+    rest = round_robin([iter(r) for r in resumed[nxt:] + resumed[:nxt]])
+    assert taken + [b["row"].tolist() for b in rest] == want
+    if workers > 1:
+        with pytest.raises(ValueError, match="worker 0 of 2"):
+            again.iteration(partition(WorkerInfo(0, 3), None, None),
+                            dict(states[0], num_workers=2))
+        with pytest.raises(ValueError, match="only that worker can resume"):
+            again.load_state_dict(states[0])
+
+
+@needs_torch
+@pytest.mark.parametrize("workers", [0, 2])
+@pytest.mark.parametrize("batch_size", [4, 1, "default"])
+def test_a_dataloader_that_would_stack_batches_is_refused(sharded, workers, batch_size):
+    """Forgetting batch_size=None (or giving any batch size) would stack several batches
+    into (n, B, …) tensors: the iteration refuses it, in the main process and in workers."""
+    import torch
+
+    from dataset_packer.torch import PackDataset
+
+    data = PackDataset(sharded.path, 100, seed=3)
+    given = {} if batch_size == "default" else {"batch_size": batch_size}
+    loader = torch.utils.data.DataLoader(data, num_workers=workers, **given)
+    with pytest.raises(ValueError, match=r"yields whole batches \(of 100\).*batch_size=None"):
+        next(iter(loader))
+    custom = torch.utils.data.DataLoader(data, batch_size=2, num_workers=workers,
+                                         collate_fn=lambda batches: batches)
+    with pytest.raises(ValueError, match="batch_size=None"):
+        next(iter(custom))
+    right = torch.utils.data.DataLoader(data, batch_size=None, num_workers=workers)
+    assert [len(b["row"]) for b in right][:2] == [100, 100]
+
+
+@needs_torchdata
+@pytest.mark.parametrize("workers", [0, 1, 2, 3])
+def test_stateful_dataloader_resumes_mid_epoch(sharded, workers):
+    """torchdata's StatefulDataLoader saves the dataset's state (per worker) and restores it
+    in a new loader: the rest of the epoch comes exactly, then the next epoch in full."""
+    from torchdata.stateful_dataloader import StatefulDataLoader
+
+    from dataset_packer.torch import PackDataset
+
+    def make():
+        data = PackDataset(sharded.path, 100, seed=3, augment=True)
+        return data, StatefulDataLoader(data, batch_size=None, num_workers=workers,
+                                        persistent_workers=workers > 0)
+
+    def epoch(e):
+        return [(b["row"].tolist(), b["exps"].tobytes())
+                for b in sharded.batches(100, seed=3, epoch=e, augment=True)]
+
+    def seen(batches):
+        return [(b["row"].numpy().tolist(), b["exps"].numpy().tobytes()) for b in batches]
+
+    data, loader = make()
+    data.set_epoch(2)
+    taken = seen(itertools.islice(loader, 5))
+    state = loader.state_dict()
+    data.set_epoch(7)  # what the saving job does next must not change the saved state
+    assert seen(loader) == epoch(7)
+
+    data, loader = make()
+    loader.load_state_dict(state)
+    assert taken + seen(loader) == epoch(2)
+    data.set_epoch(3)
+    assert seen(loader) == epoch(3)
+
+
+@needs_torchdata
+def test_stateful_dataloader_needs_the_same_workers_to_resume(sharded):
+    from torchdata.stateful_dataloader import StatefulDataLoader
+
+    from dataset_packer.torch import PackDataset
+
+    data = PackDataset(sharded.path, 100, seed=3)
+    loader = StatefulDataLoader(data, batch_size=None, num_workers=2)
+    next(iter(loader))
+    state = loader.state_dict()
+    again = StatefulDataLoader(PackDataset(sharded.path, 100, seed=3), batch_size=None,
+                               num_workers=3)
+    again.load_state_dict(state)
+    with pytest.raises(ValueError, match="as many workers as before"):
+        list(again)
+    other_seed = StatefulDataLoader(PackDataset(sharded.path, 100, seed=4), batch_size=None,
+                                    num_workers=2)
+    other_seed.load_state_dict(state)
+    with pytest.raises(ValueError, match="seed=3"):
+        list(other_seed)
 
 
 @needs_torch
@@ -227,6 +348,8 @@ def test_torch_loader_state_resumes_on_another_world_size(sharded):
     np.testing.assert_array_equal(got[:len(sharded) - 800], order[800:])
     with pytest.raises(ValueError, match="batch_size=None"):
         PackLoader(data, batch_size=4)
+    with pytest.raises(ValueError, match="in_order=True"):
+        PackLoader(data, num_workers=2, in_order=False)
     # Resumed with start_batch on two ranks, then two more batches taken: 3 steps of 2 × 100.
     data.set_epoch(5, start_batch=1)
     for k, _ in enumerate(loader):
@@ -249,7 +372,7 @@ def test_torch_reads_a_mixture(packs):
 
 
 def test_a_packed_batch_unpacks_to_the_same_arrays(sharded):
-    from dataset_packer._loader import numpy_view, pack_batch, select_columns, unpack_batch
+    from dataset_packer._loader import pack_batch, select_columns, unpack_batch
 
     batch = next(sharded.batches(37, seed=1, augment=True))
     batch["notes"] = np.zeros(37, dtype=[("a", "<i2"), ("b", "<f8", (3,))])
@@ -257,7 +380,7 @@ def test_a_packed_batch_unpacks_to_the_same_arrays(sharded):
     batch["names"] = np.array(["x"] * 37, dtype=object)
     buffer, layout, rest = pack_batch(batch)
     assert buffer.dtype == np.uint8 and all(at % 64 == 0 for _, _, _, at in layout)
-    back = unpack_batch(buffer, layout, rest, numpy_view)
+    back = unpack_batch(buffer, layout, rest)
     for key in batch:
         if key == "notes":
             for field in ("a", "b"):
@@ -272,15 +395,103 @@ def test_a_packed_batch_unpacks_to_the_same_arrays(sharded):
         select_columns(batch, ["board"])
 
 
+def _ring_worker(ring, batches, out):
+    for batch in batches:
+        out.put(ring.put(0, batch))
+
+
+def assert_same_batch(got: dict, want: dict) -> None:
+    assert got.keys() == want.keys()
+    for key in want:
+        assert got[key].dtype == want[key].dtype and got[key].shape == want[key].shape, key
+        assert got[key].tobytes() == want[key].tobytes(), key  # NaN EVs too
+
+
+@pytest.mark.parametrize("method", ["fork", "spawn"])
+def test_a_batch_ring_hands_batches_over_in_shared_memory(sharded, method):
+    import multiprocessing
+
+    from dataset_packer._loader import BatchRing, pack_batch, unpack_batch
+
+    context = multiprocessing.get_context(method)
+    batches = list(sharded.batches(100, seed=1, augment=True))[:6]
+    ring = BatchRing(1, pack_batch(batches[0])[0].size, 2, context)
+    out = context.Queue()
+    worker = context.Process(target=_ring_worker, args=(ring, batches[:2], out))
+    worker.start()
+    sent = [out.get(timeout=60) for _ in range(2)]
+    worker.join(60)
+    assert None not in sent
+    # Both slots are full: a third batch is not packed (its sender sends it itself).
+    assert ring.put(0, batches[2]) is None
+    for want, (slot, ticket, size, layout, rest) in zip(batches, sent):
+        assert_same_batch(unpack_batch(ring.take(0, slot, ticket, size), layout, rest), want)
+    with pytest.raises(RuntimeError, match="no longer in its shared-memory slot"):
+        ring.take(0, *sent[0][:3])
+    # A batch never taken (its iteration was left) holds its slot until reclaim().
+    left = ring.put(0, batches[3])
+    assert ring.put(0, batches[4]) is not None and ring.put(0, batches[5]) is None
+    ring.reclaim()
+    again = ring.put(0, batches[5])
+    assert again is not None and again[0] == left[0]
+    with pytest.raises(RuntimeError, match="no longer in its shared-memory slot"):
+        ring.take(0, *left[:3])
+    assert_same_batch(unpack_batch(ring.take(0, *again[:3]), again[3], again[4]), batches[5])
+    ring.reclaim()
+    assert ring.put(0, next(sharded.batches(200))) is None  # bigger than a slot
+
+
+@needs_torch
+@pytest.mark.parametrize("context", [None, "spawn"])
+def test_packloader_batches_come_through_shared_memory(sharded, context):
+    """PackLoader's workers hand batches over in shared-memory slots: the batches are
+    those of the pack, through an epoch left in the middle and the epochs after it."""
+    from dataset_packer.torch import PackDataset, PackLoader
+
+    data = PackDataset(sharded.path, 128, seed=6, augment=True)
+    loader = PackLoader(data, num_workers=2, persistent_workers=True,
+                        multiprocessing_context=context)
+    ring = loader._ring[0]
+    for epoch, stop in [(0, 3), (1, None), (2, 5), (3, None)]:
+        data.set_epoch(epoch)
+        want = list(sharded.batches(128, seed=6, epoch=epoch, augment=True))[:stop]
+        got = list(itertools.islice(loader, stop))
+        assert len(got) == len(want)
+        for a, b in zip(got, want):
+            assert_same_batch({k: v.numpy() for k, v in a.items()}, b)
+    tickets = [ring._table[ring._row(w) + 2 * ring.slots] for w in range(2)]
+    assert min(tickets) > 0 and sum(tickets) >= 20
+
+
+def _count_worker(counter, worker_id):
+    with counter.get_lock():
+        counter.value += 1 + worker_id * 10
+
+
+@needs_torch
+def test_packloader_runs_the_users_worker_init_fn(sharded):
+    import functools
+    import multiprocessing
+
+    from dataset_packer.torch import PackDataset, PackLoader
+
+    counter = multiprocessing.Value("i", 0)
+    loader = PackLoader(PackDataset(sharded.path, 300, seed=2), num_workers=2,
+                        worker_init_fn=functools.partial(_count_worker, counter))
+    assert len(list(loader)) == len(sharded) // 300 + 1
+    assert counter.value == 1 + 11
+
+
 @needs_torch
 def test_packed_batches_from_workers_equal_the_plain_ones(sharded):
     import torch
 
     from dataset_packer.torch import PackDataset, PackLoader
 
-    plain = torch.utils.data.DataLoader(PackDataset(sharded.path, 300, seed=2, augment=True),
-                                        batch_size=None, num_workers=2)
-    packed = PackLoader(PackDataset(sharded.path, 300, seed=2, augment=True), num_workers=2)
+    data = PackDataset(sharded.path, 300, seed=2, augment=True)
+    packed = list(PackLoader(data, num_workers=2))
+    # The same dataset in a plain DataLoader afterwards: PackLoader left it as it was.
+    plain = torch.utils.data.DataLoader(data, batch_size=None, num_workers=2)
     for a, b in zip(plain, packed, strict=True):
         assert a.keys() == b.keys()
         for key in a:

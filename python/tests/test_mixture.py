@@ -158,3 +158,48 @@ def test_many_sources_each_get_their_exact_share(packs, weights):
             10**6, seed=8, epoch=k)]) for k in range(-(-2 * int(mix.counts[i]) // n) + 1)])
         want = stream[int(mix.counts[i]):2 * int(mix.counts[i])]
         np.testing.assert_array_equal(mine, want)
+
+
+def reference_place(counts, t: int) -> tuple[int, int]:
+    """The module docstring's rule, one position at a time: the range of sources halved
+    by Bresenham's rule until one is left; (source, index among its positions)."""
+    starts = [0] + list(itertools.accumulate(int(c) for c in counts))
+    lo, hi = 0, len(counts)
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        left, total = starts[mid] - starts[lo], starts[hi] - starts[lo]
+        before = (t + 1) * left // total
+        if before > t * left // total:
+            t, hi = before - 1, mid
+        else:
+            t, lo = t - before, mid
+    return lo, t
+
+
+@pytest.mark.parametrize("weights", [[1], [1, 3], [3, 1, 2], [5, 1, 2, 1, 3]])
+def test_sources_are_placed_by_the_documented_rule(packs, weights):
+    names = ["plain", "merged", "sharded", "shuffled", "findings"][:len(weights)]
+    mix = Mixture([Pack(packs[n]) for n in names], weights=weights, length=1999)
+    want = [reference_place(mix.counts, t)[0] for t in range(len(mix))]
+    got = np.concatenate([b["source"] for b in mix.batches(300, shuffle=False)])
+    assert got.tolist() == want
+    # Three ranks: their last batches are padded with the epoch's first positions.
+    steps = zip(*[mix.batches(300, shuffle=False, rank=r, world_size=3) for r in range(3)])
+    got = np.concatenate([b["source"] for step in steps for b in step])
+    assert got.tolist() == want + want[:len(got) - len(want)] and len(got) > len(want)
+
+
+def test_padding_of_an_up_weighted_source_follows_its_order(packs):
+    """A source weighted above its size spans two of its permutations in one epoch; the
+    padding that wraps round to the epoch's start is in the first, the rows before it in
+    the second, inside one batch."""
+    plain, merged = Pack(packs["plain"]), Pack(packs["merged"])
+    mix = Mixture([plain, merged.select("depth = 7")], weights=[1, 3], length=2000)
+    order = np.concatenate([b["row"] for b in mix.batches(2000, seed=2, epoch=0)])
+    source = np.concatenate([b["source"] for b in mix.batches(2000, seed=2, epoch=0)])
+    steps = zip(*[mix.batches(300, seed=2, rank=r, world_size=3) for r in range(3)])
+    got = [(b["row"], b["source"]) for step in steps for b in step]
+    rows = np.concatenate([r for r, _ in got])
+    pad = len(rows) - len(order)
+    assert 0 < pad < 3 and source[:pad].tolist() == [1] * pad
+    np.testing.assert_array_equal(rows, np.concatenate([order, order[:pad]]))
