@@ -253,7 +253,10 @@ fn assert_tables_equal_stats(tables: &BTreeMap<String, Table>, name: &str, st: &
 
     let search = match &st["search"] {
         Value::Null => Vec::new(),
-        e => rows_of(&e["depths"], &["depth", "rows", "sum", "mean", "max"]),
+        e => rows_of(
+            &e["depths"],
+            &["depth", "rows", "sum", "mean", "median", "max"],
+        ),
     };
     assert_rows(t("search-effort").of(name), search, "search effort");
 }
@@ -348,6 +351,7 @@ fn the_page_has_every_figure_with_the_numbers_of_stats_json() {
                 n.to_string(),
                 (3 * n).to_string(),
                 "3".into(),
+                String::new(), // no median of a companion from another tool
                 "3".into(),
             ]
             .to_vec()
@@ -711,4 +715,41 @@ fn a_legacy_pack_reports_like_its_original() {
         );
         assert_eq!(table.of("spec"), table.of("legacy"), "{id}");
     }
+}
+
+#[test]
+fn the_search_statistics_of_pack_are_charted_by_their_median() {
+    let t = tempfile::tempdir().unwrap();
+    let kept = t.path().join("kept");
+    pack(&fixture("raw"), &kept, &["--search-stats"]);
+    let out = t.path().join("report.html");
+    run_ok(&["report", s(&kept), "--output", s(&out)]);
+    let html = std::fs::read_to_string(&out).unwrap();
+    let st = stats_json(&kept, &[]);
+    let depths = &st["search"]["depths"];
+    assert!(
+        depths.as_array().is_some_and(|d| !d.is_empty())
+            && depths
+                .as_array()
+                .unwrap()
+                .iter()
+                .all(|d| d["median"].is_number()),
+        "{depths}"
+    );
+    let tables = tables(&html);
+    assert_rows(
+        tables["search-effort"].of("kept"),
+        rows_of(depths, &["depth", "rows", "sum", "mean", "median", "max"]),
+        "search statistics",
+    );
+    let section = between(
+        &html,
+        "<section class=\"figure\" id=\"search-effort",
+        "</section>",
+    );
+    assert!(
+        section[0].contains("median nodes searched per move") && section[0].contains("<svg"),
+        "{}",
+        section[0]
+    );
 }

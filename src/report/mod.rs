@@ -641,7 +641,7 @@ fn board_eval(packs: &[PackFigures]) -> Figure {
 fn search_effort(packs: &[PackFigures]) -> Figure {
     let mut table = Table::new(
         "search-effort",
-        &["pack", "depth", "rows", "sum", "mean", "max"],
+        &["pack", "depth", "rows", "sum", "mean", "median", "max"],
     );
     let mut notes = Vec::new();
     let mut depths = BTreeSet::new();
@@ -660,6 +660,7 @@ fn search_effort(packs: &[PackFigures]) -> Figure {
                         d.rows.into(),
                         d.sum.into(),
                         (d.sum / d.rows.max(1) as f64).into(),
+                        d.median().into(),
                         d.max.into(),
                     ]);
                 }
@@ -677,7 +678,7 @@ fn search_effort(packs: &[PackFigures]) -> Figure {
                     e.depths
                         .iter()
                         .find(|x| x.depth == *d)
-                        .map_or(0.0, |x| x.sum / x.rows.max(1) as f64)
+                        .map_or(0.0, |x| x.median().unwrap_or(x.sum / x.rows.max(1) as f64))
                 })
                 .collect();
             Some(Series {
@@ -694,15 +695,16 @@ fn search_effort(packs: &[PackFigures]) -> Figure {
             "Search effort per depth",
             &Axes {
                 x: "search depth (run_details.depth)",
-                y: "mean of the search companion per row",
+                y: "nodes per move (median), or the companion's mean",
             },
             &depths.iter().map(|d| depth_name(*d)).collect::<Vec<_>>(),
             &series,
         )]
     };
     let mut note = String::from(
-        "The mean per row of the `search` companion array (one number per row, e.g. nodes \
-         searched), for each depth.",
+        "Search effort for each depth: from the search statistics of `pack --search-stats`, \
+         the median nodes searched per move (`total_nodes` of the rows whose search was used); \
+         from a `search` companion of one number per row written by another tool, its mean.",
     );
     for n in notes {
         note.push(' ');
