@@ -245,75 +245,50 @@ impl<'a> Scanner<'a> {
             branch_evs: [0.0; 4],
             search: SearchStats::default(),
         };
-        let mut seen = 0u16;
-        self.ws();
-        if !self.eat(b'}') {
-            loop {
-                self.ws();
-                if self.peek() != Some(b'"') {
-                    return self.syntax("a field name");
+        let seen = self.members("", |s, key| {
+            Ok(match key {
+                "board" => {
+                    s.board(&mut row.board)?;
+                    K_BOARD
                 }
-                let key = self.string()?;
-                self.expect(b':', "':'")?;
-                self.ws();
-                let bit = match key.as_ref() {
-                    "board" => {
-                        self.board(&mut row.board)?;
-                        K_BOARD
-                    }
-                    "move" => {
-                        row.move_dir = self.move_name()?;
-                        K_MOVE
-                    }
-                    "branch_evs" => {
-                        self.branch_evs(&mut row.branch_evs)?;
-                        K_EVS
-                    }
-                    "seed" => {
-                        row.seed = self.opt_uint("seed", u32::MAX as u64)?.map(|v| v as u32);
-                        K_SEED
-                    }
-                    "step_index" => {
-                        row.step_index = self
-                            .opt_uint("step_index", u32::MAX as u64)?
-                            .map(|v| v as u32);
-                        K_STEP
-                    }
-                    "max_rank" => {
-                        row.max_rank = self.opt_uint("max_rank", u8::MAX as u64)?.map(|v| v as u8);
-                        K_RANK
-                    }
-                    "valuation_type" => {
-                        row.valuation_type = self.opt_string("valuation_type")?;
-                        K_VTYPE
-                    }
-                    "valuation" => {
-                        self.opt_float("valuation")?;
-                        K_VALUATION
-                    }
-                    "search" => {
-                        row.search = self.search_stats()?;
-                        K_SEARCH
-                    }
-                    _ => {
-                        self.skip_value(0)?;
-                        0
-                    }
-                };
-                if seen & bit != 0 {
-                    return err(format!("duplicate field \"{key}\""));
+                "move" => {
+                    row.move_dir = s.move_name()?;
+                    K_MOVE
                 }
-                seen |= bit;
-                self.ws();
-                if self.eat(b',') {
-                    continue;
+                "branch_evs" => {
+                    s.branch_evs(&mut row.branch_evs)?;
+                    K_EVS
                 }
-                if self.eat(b'}') {
-                    break;
+                "seed" => {
+                    row.seed = s.opt_uint("seed", u32::MAX as u64)?.map(|v| v as u32);
+                    K_SEED
                 }
-                return self.syntax("',' or '}'");
-            }
-        }
+                "step_index" => {
+                    row.step_index = s.opt_uint("step_index", u32::MAX as u64)?.map(|v| v as u32);
+                    K_STEP
+                }
+                "max_rank" => {
+                    row.max_rank = s.opt_uint("max_rank", u8::MAX as u64)?.map(|v| v as u8);
+                    K_RANK
+                }
+                "valuation_type" => {
+                    row.valuation_type = s.opt_string("valuation_type")?;
+                    K_VTYPE
+                }
+                "valuation" => {
+                    s.opt_float("valuation")?;
+                    K_VALUATION
+                }
+                "search" => {
+                    row.search = s.search_stats()?;
+                    K_SEARCH
+                }
+                _ => {
+                    s.skip_value(0)?;
+                    0
+                }
+            })
+        })?;
         if seen & K_MOVE == 0 {
             return err("missing field \"move\"");
         }
@@ -588,6 +563,43 @@ impl<'a> Scanner<'a> {
         }
     }
 
+    /// The members of an object whose `{` was just consumed, up to its `}`: `member` reads
+    /// each one's value (after the key and colon) and returns its bit in the bits returned
+    /// (0 for a member that may repeat); a bit seen twice is a duplicate, named with `prefix`.
+    fn members(
+        &mut self,
+        prefix: &str,
+        mut member: impl FnMut(&mut Self, &str) -> Res<u16>,
+    ) -> Res<u16> {
+        let mut seen = 0u16;
+        self.ws();
+        if self.eat(b'}') {
+            return Ok(seen);
+        }
+        loop {
+            self.ws();
+            if self.peek() != Some(b'"') {
+                return self.syntax("a field name");
+            }
+            let key = self.string()?;
+            self.expect(b':', "':'")?;
+            self.ws();
+            let bit = member(self, &key)?;
+            if seen & bit != 0 {
+                return err(format!("duplicate field \"{prefix}{key}\""));
+            }
+            seen |= bit;
+            self.ws();
+            if self.eat(b',') {
+                continue;
+            }
+            if self.eat(b'}') {
+                return Ok(seen);
+            }
+            return self.syntax("',' or '}'");
+        }
+    }
+
     /// The `search` object: `null`, or an object whose known members are typed (`used` a
     /// boolean, the counts non-negative integers that fit 64 bits, `cache_hit_rate` a number;
     /// each may be `null`) and whose other members are skipped like unknown row fields.
@@ -602,54 +614,31 @@ impl<'a> Scanner<'a> {
                 self.describe_value()
             ));
         }
-        let mut seen = 0u16;
-        self.ws();
-        if self.eat(b'}') {
-            return Ok(stats);
-        }
-        loop {
-            self.ws();
-            if self.peek() != Some(b'"') {
-                return self.syntax("a field name");
-            }
-            let key = self.string()?;
-            self.expect(b':', "':'")?;
-            self.ws();
+        self.members("search.", |s, key| {
             let field = search::FIELDS.iter().position(|f| *f == key);
-            let bit = match (key.as_ref(), field) {
+            Ok(match (key, field) {
                 ("used", _) => {
-                    stats.used = self.opt_bool("search.used")?.unwrap_or(false);
+                    stats.used = s.opt_bool("search.used")?.unwrap_or(false);
                     1 << 15
                 }
                 (_, Some(search::HIT_RATE)) => {
-                    stats.cache_hit_rate = self.opt_float("search.cache_hit_rate")?.unwrap_or(0.0);
+                    stats.cache_hit_rate = s.opt_float("search.cache_hit_rate")?.unwrap_or(0.0);
                     1 << search::HIT_RATE
                 }
                 (name, Some(k)) => {
                     let count = if k < search::HIT_RATE { k } else { k - 1 };
-                    stats.counts[count] = self
+                    stats.counts[count] = s
                         .opt_uint(&format!("search.{name}"), u64::MAX)?
                         .unwrap_or(0);
                     1 << k
                 }
                 _ => {
-                    self.skip_value(1)?;
+                    s.skip_value(1)?;
                     0
                 }
-            };
-            if seen & bit != 0 {
-                return err(format!("duplicate field \"search.{key}\""));
-            }
-            seen |= bit;
-            self.ws();
-            if self.eat(b',') {
-                continue;
-            }
-            if self.eat(b'}') {
-                return Ok(stats);
-            }
-            return self.syntax("',' or '}'");
-        }
+            })
+        })?;
+        Ok(stats)
     }
 
     fn opt_bool(&mut self, field: &str) -> Res<Option<bool>> {
