@@ -638,23 +638,8 @@ fn depths_name((lo, hi): (u32, u32)) -> String {
     }
 }
 
-/// The `search` object's members after `used`, in log order.
-const SEARCH_KEYS: [&str; 14] = [
-    "total_nodes",
-    "move_nodes",
-    "tile_nodes",
-    "tile_branches",
-    "eval_calls",
-    "prune_score",
-    "prune_depth",
-    "prune_prob",
-    "cache_lookups",
-    "cache_hits",
-    "cache_updates",
-    "cache_collisions",
-    "cache_hit_rate",
-    "max_move_depth",
-];
+/// The `search` object's members after `used`, in log order (the pack format's names).
+const SEARCH_KEYS: [&str; 14] = dataset_packer::format::search::FIELDS;
 
 /// `n` times a random whole percentage in `lo..hi`.
 fn pct(rng: &mut SplitMix64, n: u64, lo: u64, hi: u64) -> u64 {
