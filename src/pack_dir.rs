@@ -285,6 +285,11 @@ impl OutputDir {
         ));
     }
 
+    /// Whether a staging folder is there (an interrupted run's, kept for `--resume`).
+    pub fn has_staging(&self) -> bool {
+        self.staging_path().exists()
+    }
+
     /// The staging folder as a previous, interrupted run left it (created empty if missing).
     pub fn resume_staging(&self) -> Result<PathBuf> {
         let staging = self.staging_path();

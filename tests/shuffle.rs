@@ -406,3 +406,53 @@ fn the_pack_is_positional_and_input_is_an_alias() {
         "{help}"
     );
 }
+
+/// Killed after its publish began (the manifest of a complete staging written, the work
+/// folder not yet removed): opening the output finishes that publish, which takes the staged
+/// shards the work folder's progress continues. `--resume` then shuffles again from the start
+/// and publishes the same bytes, instead of failing on staged files that are gone (seen as a
+/// rare failure of tests/interrupts.rs `shuffle_killed_at_any_moment`). The state is made
+/// exactly: a shuffle stopped by the failure hook, then the manifest written into its staging.
+#[test]
+fn a_shuffle_killed_while_publishing_resumes_to_the_same_bytes() {
+    let t = tempfile::tempdir().unwrap();
+    let src = source(t.path());
+    let reference = t.path().join("ref");
+    shuffle(&src, &reference, &["--seed", "5", "--memory", "16KiB"]);
+    let out = t.path().join("out");
+    let args = [
+        "shuffle",
+        "--input",
+        s(&src),
+        "--output",
+        s(&out),
+        "--seed",
+        "5",
+        "--memory",
+        "16KiB",
+        "--quiet",
+    ];
+    let res = Command::new(env!("CARGO_BIN_EXE_dataset-packer"))
+        .args(args)
+        .env("DATASET_PACKER_FAIL_AFTER_ROWS", "1000")
+        .output()
+        .unwrap();
+    assert_eq!(res.status.code(), Some(1), "{}", stderr(&res));
+    let staging = out.join(".dataset-packer-staging");
+    let staged = names(&staging);
+    assert!(!staged.is_empty(), "the failed run kept its staging");
+    std::fs::write(staging.join(".complete"), staged.join("\n") + "\n").unwrap();
+
+    let resumed = run(&[&args[..], &["--resume", "--overwrite"]].concat());
+    assert!(resumed.status.success(), "{}", stderr(&resumed));
+    assert!(
+        stderr(&resumed).contains("shuffling again from the start"),
+        "{}",
+        stderr(&resumed)
+    );
+    let npy = |p: &Path| files(p, |n| n.ends_with(".npy"));
+    assert_eq!(npy(&out), npy(&reference));
+    assert!(!out.join(".dataset-packer-shuffle").exists());
+    assert!(!staging.exists());
+    assert!(run_ok(&["validate", s(&out)]).contains("VALID"));
+}

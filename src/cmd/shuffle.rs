@@ -250,6 +250,16 @@ pub fn run(args: &ShuffleArgs) -> Result<()> {
     );
     check_space(&work, out.path(), &plan, &families, &progress)?;
 
+    if progress.buckets_done > 0 && !out.has_staging() {
+        // The interrupted run was killed after its publish began: opening the output finished
+        // that publish, which took the staged shards this progress continues, and the buckets
+        // gathered into them are gone. Start over; the same plan publishes the same bytes.
+        log::warn!(
+            "--resume: the interrupted shuffle's output was already being published; shuffling again from the start"
+        );
+        progress.bucket_rows = None;
+        progress.save(&work)?;
+    }
     if progress.bucket_rows.is_none() {
         let (rows, crcs) = scatter(&shards, &families, &plan, &work, args)?;
         progress.bucket_rows = Some(rows);
