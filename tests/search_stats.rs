@@ -643,3 +643,30 @@ fn a_malformed_search_object_is_an_error_naming_the_file_and_line() {
         }
     }
 }
+
+#[test]
+fn the_rust_api_reads_the_family_as_a_typed_view() {
+    use dataset_packer::Pack;
+    use dataset_packer::format::search::SearchStats;
+    let tmp = tempfile::tempdir().unwrap();
+    let raw = tmp.path().join("raw");
+    let truth = write_drop(&raw);
+    let kept = tmp.path().join("kept");
+    pack(&raw, &kept, &["--search-stats", "--shard-rows", "100"]);
+
+    let pack = Pack::open(&kept).unwrap();
+    let family = pack.companion("search").unwrap();
+    assert_eq!(family.field_names()[..2], ["used", "total_nodes"]);
+    assert_eq!(family.len(), truth.len() as u64);
+    for i in 0..pack.len() {
+        let step = pack.row(i).unwrap();
+        let want = &truth[&(u64::from(step.run_id()), u64::from(step.step_index()))];
+        let stats = SearchStats::from_bytes(family.row(i).unwrap());
+        assert_eq!(stats.used, want.used, "row {i}");
+        let total: Vec<u64> = family.field_values(i, "total_nodes").unwrap();
+        assert_eq!(total, [want.values[0].as_u64().unwrap()], "row {i}");
+        assert_eq!(stats.total_nodes(), total[0], "row {i}");
+        let rate: Vec<f32> = family.field_values(i, "cache_hit_rate").unwrap();
+        assert_eq!(rate[0], want.values[12].as_f64().unwrap() as f32, "row {i}");
+    }
+}
