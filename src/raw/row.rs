@@ -82,7 +82,7 @@ pub fn parse_row_in_place<'a>(text: &'a [u8], memo: &mut RowMemo) -> Option<(Raw
         return unsafe { parse_row_in_place_avx2(text, memo) };
     }
     // SAFETY: without the vector path there is nothing to promise.
-    unsafe { parse_row_in_place_with::<false>(text, memo) }
+    unsafe { parse_row_in_place_with::<false, true>(text, memo) }
 }
 
 /// [`parse_row_in_place_with`] with the vector path, compiled for its CPU features.
@@ -93,25 +93,26 @@ unsafe fn parse_row_in_place_avx2<'a>(
     memo: &mut RowMemo,
 ) -> Option<(RawRow<'a>, usize)> {
     // SAFETY: the caller's promise.
-    unsafe { parse_row_in_place_with::<true>(text, memo) }
+    unsafe { parse_row_in_place_with::<true, true>(text, memo) }
 }
 
 /// [`parse_row_in_place`], with the vector path first when `VECTOR` (and the build is for
 /// x86-64): where enough text remains, and unless it gives up. Inlined: with `VECTOR` the
 /// caller must be compiled for the vector path's features (`#[target_feature(enable =
-/// "avx2,bmi1,bmi2,popcnt")]`) for its instructions to be inlined.
+/// "avx2,bmi1,bmi2,popcnt")]`) for its instructions to be inlined. Without `KEEP`, the row's
+/// search statistics are checked but only `used` is read (the counts stay 0).
 ///
 /// # Safety
 /// With `VECTOR`, `row_x86::available()` must have returned true.
 #[inline(always)]
-pub unsafe fn parse_row_in_place_with<'a, const VECTOR: bool>(
+pub unsafe fn parse_row_in_place_with<'a, const VECTOR: bool, const KEEP: bool>(
     text: &'a [u8],
     memo: &mut RowMemo,
 ) -> Option<(RawRow<'a>, usize)> {
     #[cfg(target_arch = "x86_64")]
     let vector = if VECTOR && text.len() >= super::row_x86::WINDOW {
         // SAFETY: the caller's promise.
-        unsafe { super::row_x86::parse_prefix(text, &mut memo.vector) }
+        unsafe { super::row_x86::parse_prefix::<KEEP>(text, &mut memo.vector) }
     } else {
         None
     };
@@ -122,7 +123,7 @@ pub unsafe fn parse_row_in_place_with<'a, const VECTOR: bool>(
     };
     let (row, end) = match vector {
         Some(found) => found,
-        None => fast::parse_prefix(text)?,
+        None => fast::parse_prefix::<KEEP>(text)?,
     };
     with_terminator(text, row, end)
 }
@@ -156,7 +157,7 @@ pub fn parse_row_vectorised(line: &[u8], after: &[u8]) -> Option<Option<RawRow<'
             text.extend_from_slice(if after.is_empty() { b" " } else { after });
         }
         // SAFETY: `available` checked the CPU features.
-        let found = unsafe { parse_prefix(&text, &mut Default::default()) }
+        let found = unsafe { parse_prefix::<true>(&text, &mut Default::default()) }
             .filter(|&(_, end)| end == line.len());
         Some(found.map(|(row, _)| RawRow {
             valuation_type: row.valuation_type.map(|v| Cow::Owned(v.into_owned())),

@@ -327,9 +327,11 @@ impl Cur<'_> {
     /// The row's end after the branch EVs' closing brace: `}` (the layout of the design
     /// notes), or the current logger's `,"search":{…}}` in its exact layout, every value
     /// checked as the general path checks it (any other spelling is left to the general
-    /// path); the statistics it holds.
+    /// path); the statistics it holds: `used`, and with `KEEP` the counts too (without, the
+    /// numbers are checked but their values never computed: a row that is not kept costs
+    /// less).
     #[inline(always)]
-    fn row_end(&mut self) -> Option<SearchStats> {
+    fn row_end<const KEEP: bool>(&mut self) -> Option<SearchStats> {
         let mut stats = SearchStats::default();
         if self.lit(b"}").is_some() {
             return Some(stats);
@@ -342,12 +344,19 @@ impl Cur<'_> {
         }
         for (key, count) in SEARCH_COUNTERS.iter().zip(&mut stats.counts) {
             self.lit_slice(key)?;
-            *count = self.opt_uint(u64::MAX)?.unwrap_or(0);
+            let value = self.opt_uint(u64::MAX)?;
+            if KEEP {
+                *count = value.unwrap_or(0);
+            }
         }
         self.lit(b",\"cache_hit_rate\":")?;
-        stats.cache_hit_rate = self.opt_float()?;
+        let rate = self.opt_float()?;
         self.lit(b",\"max_move_depth\":")?;
-        stats.counts[search::HIT_RATE] = self.opt_uint(u64::MAX)?.unwrap_or(0);
+        let depth = self.opt_uint(u64::MAX)?;
+        if KEEP {
+            stats.cache_hit_rate = rate;
+            stats.counts[search::HIT_RATE] = depth.unwrap_or(0);
+        }
         self.lit(b"}}")?;
         Some(stats)
     }
@@ -355,16 +364,16 @@ impl Cur<'_> {
 
 /// Where the row ends when what follows the branch EVs' closing brace at `i` is `}` or the
 /// current logger's `search` object (see `Cur::row_end`), and the statistics; None
-/// otherwise. The vector path hands the row's end over to this.
+/// otherwise. The vector path hands the row's end over to this. `KEEP`: see `Cur::row_end`.
 #[inline(always)]
-pub fn row_end(text: &[u8], i: usize) -> Option<(usize, SearchStats)> {
+pub fn row_end<const KEEP: bool>(text: &[u8], i: usize) -> Option<(usize, SearchStats)> {
     let mut c = Cur { b: text, i };
-    let stats = c.row_end()?;
+    let stats = c.row_end::<KEEP>()?;
     Some((c.i, stats))
 }
 
 pub fn parse(line: &[u8]) -> Option<RawRow<'_>> {
-    parse_prefix(line)
+    parse_prefix::<true>(line)
         .filter(|&(_, end)| end == line.len())
         .map(|(row, _)| row)
 }
@@ -372,7 +381,7 @@ pub fn parse(line: &[u8]) -> Option<RawRow<'_>> {
 /// The row at the start of `text` in the logger's layout, and where it ends (after its
 /// closing braces); whatever follows is the caller's business.
 #[inline]
-pub fn parse_prefix(text: &[u8]) -> Option<(RawRow<'_>, usize)> {
+pub fn parse_prefix<const KEEP: bool>(text: &[u8]) -> Option<(RawRow<'_>, usize)> {
     let mut c = Cur { b: text, i: 0 };
     c.lit(b"{\"seed\":")?;
     let seed = c.opt_uint(u64::from(u32::MAX))?;
@@ -408,7 +417,7 @@ pub fn parse_prefix(text: &[u8]) -> Option<(RawRow<'_>, usize)> {
     c.lit(b",\"down\":")?;
     let down = c.opt_float()?;
     c.lit(b"}")?;
-    let search = c.row_end()?;
+    let search = c.row_end::<KEEP>()?;
     let row = RawRow {
         seed: seed.map(|v| v as u32),
         step_index: step_index.map(|v| v as u32),

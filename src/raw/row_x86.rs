@@ -72,7 +72,10 @@ pub struct Memo {
 /// # Safety
 /// [`available`] must have returned true.
 #[inline(always)]
-pub unsafe fn parse_prefix<'a>(text: &'a [u8], memo: &mut Memo) -> Option<(RawRow<'a>, usize)> {
+pub unsafe fn parse_prefix<'a, const KEEP: bool>(
+    text: &'a [u8],
+    memo: &mut Memo,
+) -> Option<(RawRow<'a>, usize)> {
     let w: &Window = text.get(..WINDOW)?.try_into().ok()?;
     let (seed, mut i) = seed_and_step_key(w, memo)?;
     let step_index = opt_uint(w, &mut i, u64::from(u32::MAX))?;
@@ -104,7 +107,7 @@ pub unsafe fn parse_prefix<'a>(text: &'a [u8], memo: &mut Memo) -> Option<(RawRo
     let (i, search) = if byte(w, i) == b'}' {
         (i + 1, SearchStats::default())
     } else {
-        super::row_fast::row_end(text, i)?
+        super::row_fast::row_end::<KEEP>(text, i)?
     };
     let row = RawRow {
         seed: seed.map(|v| v as u32),

@@ -430,12 +430,21 @@ impl<'t> RowBuilder<'t> {
         {
             return Err((1, problem));
         }
+        let keep = self.run.search.is_some();
         #[cfg(target_arch = "x86_64")]
         if crate::raw::row_x86::available() {
             // SAFETY: `available` checked the CPU features.
-            return unsafe { self.feed_lines_x86(text) };
+            return unsafe {
+                match keep {
+                    true => self.feed_lines_x86::<true>(text),
+                    false => self.feed_lines_x86::<false>(text),
+                }
+            };
         }
-        self.feed_lines::<false>(text)
+        match keep {
+            true => self.feed_lines::<false, true>(text),
+            false => self.feed_lines::<false, false>(text),
+        }
     }
 
     /// [`Self::feed_lines`] compiled for the vector row path, which it inlines.
@@ -444,14 +453,21 @@ impl<'t> RowBuilder<'t> {
     /// `row_x86::available()` must have returned true.
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "avx2,bmi1,bmi2,popcnt")]
-    unsafe fn feed_lines_x86(&mut self, text: &[u8]) -> Result<(), (u64, String)> {
-        self.feed_lines::<true>(text)
+    unsafe fn feed_lines_x86<const KEEP: bool>(
+        &mut self,
+        text: &[u8],
+    ) -> Result<(), (u64, String)> {
+        self.feed_lines::<true, KEEP>(text)
     }
 
     /// The line loop of [`Self::feed`]; `VECTOR`: try the vector row path first (only from
-    /// [`Self::feed_lines_x86`]).
+    /// [`Self::feed_lines_x86`]); `KEEP`: the run keeps its rows' search statistics (without,
+    /// the fast paths only read `used`).
     #[inline(always)]
-    fn feed_lines<const VECTOR: bool>(&mut self, text: &[u8]) -> Result<(), (u64, String)> {
+    fn feed_lines<const VECTOR: bool, const KEEP: bool>(
+        &mut self,
+        text: &[u8],
+    ) -> Result<(), (u64, String)> {
         let mut pos = 0;
         while pos < text.len() {
             self.line_no += 1;
@@ -459,7 +475,7 @@ impl<'t> RowBuilder<'t> {
             // The logger's exact layout, parsed in place: no separate search for the line end.
             // SAFETY: VECTOR is only set by `feed_lines_x86`, whose caller checked.
             if let Some((raw, used)) =
-                unsafe { parse_row_in_place_with::<VECTOR>(rest, &mut self.memo) }
+                unsafe { parse_row_in_place_with::<VECTOR, KEEP>(rest, &mut self.memo) }
             {
                 self.push::<VECTOR>(raw)?;
                 pos += used;
