@@ -16,6 +16,7 @@ use anyhow::{Context, Result, bail};
 
 use crate::format::metadata::CompanionRecord;
 use crate::format::npy::{self, ArrayHeader};
+use crate::format::search;
 use crate::pack_files::parse_file_name;
 use crate::pack_reader::Shard;
 use crate::shard_writer::{FileLayout, file_name};
@@ -49,6 +50,12 @@ impl Family {
             trailing: self.trailing.clone(),
             row_bytes: self.row_bytes,
         }
+    }
+
+    /// Whether this is the `search` family of `pack --search-stats` (its name and dtype), not
+    /// a family of that name from another tool.
+    pub fn holds_search_stats(&self) -> bool {
+        self.name == search::FAMILY && self.layout() == FileLayout::search()
     }
 
     /// The dtype of the family's items (its first file's).

@@ -16,12 +16,11 @@ use crate::companions;
 use crate::format::board::{self, MOVE_NAMES};
 use crate::format::metadata::{self, RowLocation, RunLookup};
 use crate::format::row::{ROW_BYTES, StepRow};
-use crate::format::search::{self, SearchStats};
+use crate::format::search::{self, FieldValue, SearchStats};
 use crate::format::valuation::ValuationTable;
 use crate::pack_reader::{self, Shard};
 use crate::progress::thousands;
 use crate::run_index;
-use crate::shard_writer::FileLayout;
 
 #[derive(Args, Debug)]
 #[command(after_help = "Examples:
@@ -311,7 +310,7 @@ fn search_family(dir: &Path, shards: &[Shard]) -> Result<Option<companions::Fami
     let scan = companions::scan(dir, shards)?;
     Ok(scan
         .family(search::FAMILY)
-        .filter(|f| f.layout() == FileLayout::search())
+        .filter(|f| f.holds_search_stats())
         .cloned())
 }
 
@@ -394,12 +393,10 @@ fn page_json(p: &Page, names: &ValuationTable) -> Value {
 fn search_json(s: &SearchStats) -> Value {
     let mut m = serde_json::Map::new();
     m.insert("used".into(), json!(s.used));
-    let mut counts = s.counts.iter();
-    for (k, name) in search::FIELDS.iter().enumerate() {
-        let v = if k == search::HIT_RATE {
-            f32_json(s.cache_hit_rate)
-        } else {
-            json!(counts.next().expect("13 counts"))
+    for (name, value) in s.fields() {
+        let v = match value {
+            FieldValue::Count(c) => json!(c),
+            FieldValue::Rate(r) => f32_json(r),
         };
         m.insert(name.to_string(), if s.used { v } else { Value::Null });
     }

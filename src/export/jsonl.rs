@@ -22,7 +22,7 @@ use crate::companions::Family;
 use crate::format::board::{self, MOVE_NAMES};
 use crate::format::metadata::{RunDetails, RunRow};
 use crate::format::row::StepRow;
-use crate::format::search::{self, SearchStats};
+use crate::format::search::{self, FieldValue, SearchStats};
 use crate::format::valuation::ValuationTable;
 use crate::ordered::ordered_try_map;
 use crate::progress;
@@ -161,18 +161,13 @@ impl RowFormatter {
 fn write_search(out: &mut Vec<u8>, s: &SearchStats) -> Result<()> {
     let nulls = !s.used && *s == SearchStats::default();
     write!(out, ",\"search\":{{\"used\":{}", s.used)?;
-    let mut counts = s.counts.iter();
-    for (k, name) in search::FIELDS.iter().enumerate() {
+    for (name, value) in s.fields() {
         write!(out, ",\"{name}\":")?;
-        if nulls {
-            out.extend_from_slice(b"null");
-        } else if k == search::HIT_RATE {
-            if !s.cache_hit_rate.is_finite() {
-                bail!("cache_hit_rate {} is not finite", s.cache_hit_rate);
-            }
-            write!(out, "{}", s.cache_hit_rate)?;
-        } else {
-            write!(out, "{}", counts.next().expect("13 counts"))?;
+        match value {
+            _ if nulls => out.extend_from_slice(b"null"),
+            FieldValue::Count(c) => write!(out, "{c}")?,
+            FieldValue::Rate(r) if !r.is_finite() => bail!("cache_hit_rate {r} is not finite"),
+            FieldValue::Rate(r) => write!(out, "{r}")?,
         }
     }
     out.push(b'}');

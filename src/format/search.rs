@@ -64,42 +64,96 @@ pub struct SearchStats {
     pub cache_hit_rate: f32,
 }
 
+/// One field's value: a count, or the hit rate (a percentage).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum FieldValue {
+    Count(u64),
+    Rate(f32),
+}
+
+/// Where field `k` of [`FIELDS`] is kept in [`SearchStats::counts`]; None for
+/// `cache_hit_rate`, the one field that is not a count.
+///
+/// ```
+/// use dataset_packer::format::search::count_slot;
+/// assert_eq!(count_slot(0), Some(0)); // total_nodes
+/// assert_eq!(count_slot(12), None); // cache_hit_rate
+/// assert_eq!(count_slot(13), Some(12)); // max_move_depth
+/// ```
+pub const fn count_slot(k: usize) -> Option<usize> {
+    if k < HIT_RATE {
+        Some(k)
+    } else if k == HIT_RATE {
+        None
+    } else {
+        Some(k - 1)
+    }
+}
+
 impl SearchStats {
     /// The nodes the search visited for this move (`total_nodes`).
     pub fn total_nodes(&self) -> u64 {
         self.counts[0]
     }
 
+    /// The 14 fields with their values, in log order ([`FIELDS`]).
+    ///
+    /// ```
+    /// use dataset_packer::format::search::{FieldValue, SearchStats};
+    /// let s = SearchStats { cache_hit_rate: 24.5, ..Default::default() };
+    /// let (name, value) = s.fields().nth(12).unwrap();
+    /// assert_eq!((name, value), ("cache_hit_rate", FieldValue::Rate(24.5)));
+    /// ```
+    pub fn fields(&self) -> impl Iterator<Item = (&'static str, FieldValue)> + '_ {
+        FIELDS.iter().enumerate().map(|(k, name)| {
+            let value = match count_slot(k) {
+                Some(c) => FieldValue::Count(self.counts[c]),
+                None => FieldValue::Rate(self.cache_hit_rate),
+            };
+            (*name, value)
+        })
+    }
+
     /// The row's bytes in the family's dtype ([`DESCR`]).
     pub fn to_bytes(&self) -> [u8; ROW_BYTES] {
         let mut out = [0u8; ROW_BYTES];
         out[0] = u8::from(self.used);
-        let (before, after) = self.counts.split_at(HIT_RATE);
         let mut at = 1;
-        for c in before {
-            out[at..at + 8].copy_from_slice(&c.to_le_bytes());
-            at += 8;
+        for (_, value) in self.fields() {
+            match value {
+                FieldValue::Count(c) => {
+                    out[at..at + 8].copy_from_slice(&c.to_le_bytes());
+                    at += 8;
+                }
+                FieldValue::Rate(r) => {
+                    out[at..at + 4].copy_from_slice(&r.to_le_bytes());
+                    at += 4;
+                }
+            }
         }
-        out[at..at + 4].copy_from_slice(&self.cache_hit_rate.to_le_bytes());
-        at += 4;
-        out[at..at + 8].copy_from_slice(&after[0].to_le_bytes());
         out
     }
 
     /// A row read back from the family's bytes (the first [`ROW_BYTES`] of `b`).
     pub fn from_bytes(b: &[u8]) -> SearchStats {
-        let u64_at = |at: usize| u64::from_le_bytes(b[at..at + 8].try_into().expect("8 bytes"));
-        let mut counts = [0u64; 13];
-        for (k, c) in counts.iter_mut().take(HIT_RATE).enumerate() {
-            *c = u64_at(1 + 8 * k);
-        }
-        let rate_at = 1 + 8 * HIT_RATE;
-        counts[HIT_RATE] = u64_at(rate_at + 4);
-        SearchStats {
+        let mut stats = SearchStats {
             used: b[0] != 0,
-            counts,
-            cache_hit_rate: f32::from_le_bytes(b[rate_at..rate_at + 4].try_into().expect("4")),
+            ..SearchStats::default()
+        };
+        let mut at = 1;
+        for k in 0..FIELDS.len() {
+            match count_slot(k) {
+                Some(c) => {
+                    stats.counts[c] = u64::from_le_bytes(b[at..at + 8].try_into().expect("8"));
+                    at += 8;
+                }
+                None => {
+                    stats.cache_hit_rate = f32::from_le_bytes(b[at..at + 4].try_into().expect("4"));
+                    at += 4;
+                }
+            }
         }
+        stats
     }
 }
 

@@ -622,15 +622,18 @@ impl<'a> Scanner<'a> {
                     stats.used = s.opt_bool("search.used")?.unwrap_or(false);
                     1 << 15
                 }
-                (_, Some(search::HIT_RATE)) => {
-                    stats.cache_hit_rate = s.opt_float("search.cache_hit_rate")?.unwrap_or(0.0);
-                    1 << search::HIT_RATE
-                }
                 (name, Some(k)) => {
-                    let count = if k < search::HIT_RATE { k } else { k - 1 };
-                    stats.counts[count] = s
-                        .opt_uint(&format!("search.{name}"), u64::MAX)?
-                        .unwrap_or(0);
+                    match search::count_slot(k) {
+                        Some(c) => {
+                            stats.counts[c] = s
+                                .opt_uint(&format!("search.{name}"), u64::MAX)?
+                                .unwrap_or(0)
+                        }
+                        None => {
+                            stats.cache_hit_rate =
+                                s.opt_float("search.cache_hit_rate")?.unwrap_or(0.0)
+                        }
+                    }
                     1 << k
                 }
                 _ => {

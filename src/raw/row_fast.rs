@@ -295,6 +295,12 @@ impl<'a> Cur<'a> {
     }
 }
 
+/// Where `max_move_depth`, the last field of the `search` object, is kept in the counts.
+const MAX_MOVE_DEPTH: usize = match search::count_slot(search::FIELDS.len() - 1) {
+    Some(c) => c,
+    None => panic!("max_move_depth is a count"),
+};
+
 /// The current logger's `search` members after `{"used":true|false`, each with the comma
 /// and quotes before it: 13 counters, then the hit rate, then the last counter.
 const SEARCH_COUNTERS: [&[u8]; 12] = [
@@ -355,7 +361,7 @@ impl Cur<'_> {
         let depth = self.opt_uint(u64::MAX)?;
         if KEEP {
             stats.cache_hit_rate = rate;
-            stats.counts[search::HIT_RATE] = depth.unwrap_or(0);
+            stats.counts[MAX_MOVE_DEPTH] = depth.unwrap_or(0);
         }
         self.lit(b"}}")?;
         Some(stats)
