@@ -64,6 +64,14 @@ pub fn companion_files(dir: &Path) -> Result<Vec<String>> {
     Ok(names)
 }
 
+/// The files in `dir` of the companion family `name` (lined up with the shards or not), sorted.
+pub fn family_files(dir: &Path, name: &str) -> Result<Vec<String>> {
+    Ok(companion_files(dir)?
+        .into_iter()
+        .filter(|f| parse_file_name(f).is_some_and(|(n, _)| n == name))
+        .collect())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -733,7 +733,10 @@ pub fn gather(dir: &Path, workers: usize, where_args: &WhereArgs) -> Result<Stat
         .unwrap_or(0);
     let step_width = nice_width(longest, STEP_BUCKETS);
     let counts = count_rows(&shards, workers, only.as_ref(), step_width)?;
-    let search = match scan.family(SEARCH_FAMILY) {
+    // The companion family `search`: the statistics `pack --search-stats` keeps (nodes
+    // searched per move: `total_nodes` of the rows whose search was used), or one number per
+    // row written by another tool.
+    let search = match scan.family(search::FAMILY) {
         Some(family) => Some(search_effort(family, &shards, &runs, &details, workers)?),
         None => None,
     };
@@ -822,16 +825,14 @@ fn inherited_count(session: &[(String, String)], prefix: &str, key: &str) -> Opt
     total
 }
 
-/// The companion family whose values `stats` and `report` show as search effort per depth:
-/// the statistics `pack --search-stats` keeps (nodes searched per move: `total_nodes` of the
-/// rows whose search was used), or one number per row written by another tool.
-pub const SEARCH_FAMILY: &str = search::FAMILY;
-
 /// The `search` family summed per depth, or why it cannot be.
 #[derive(Debug, Clone)]
 pub struct SearchEffort {
     /// Its dtype and trailing shape, as `stats` prints companions.
     pub dtype: String,
+    /// Whether it holds the search statistics of `pack --search-stats` (the values are then
+    /// nodes searched per move).
+    pub of_search_stats: bool,
     /// Per depth (`run_details.depth`; None when not recorded), ascending; empty when
     /// `problem` is set.
     pub depths: Vec<SearchDepth>,
@@ -975,7 +976,7 @@ fn search_effort(
     workers: usize,
 ) -> Result<SearchEffort> {
     let dtype = family.describe();
-    let reader = if family.descr == search::DESCR && family.trailing.is_empty() {
+    let reader = if family.holds_search_stats() {
         Some((search::ROW_BYTES, SearchValue::Stats))
     } else {
         scalar_reader(&family.descr)
@@ -985,6 +986,7 @@ fn search_effort(
     let Some((size, value_of)) = reader else {
         return Ok(SearchEffort {
             dtype: dtype.clone(),
+            of_search_stats: false,
             depths: Vec::new(),
             problem: Some(format!(
                 "the search family holds {dtype}, neither the search statistics of pack --search-stats nor one number per row"
@@ -1055,6 +1057,7 @@ fn search_effort(
     }
     Ok(SearchEffort {
         dtype,
+        of_search_stats: matches!(value_of, SearchValue::Stats),
         depths: total,
         problem: None,
     })

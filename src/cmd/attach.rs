@@ -138,10 +138,7 @@ pub fn check_name(name: &str) -> Result<()> {
 
 /// A pack that already has files (or records) of the family is refused.
 fn refuse_existing(pack: &Path, name: &str) -> Result<()> {
-    let files: Vec<String> = pack_files::companion_files(pack)?
-        .into_iter()
-        .filter(|f| pack_files::parse_file_name(f).is_some_and(|(n, _)| n == name))
-        .collect();
+    let files = pack_files::family_files(pack, name)?;
     let recorded = metadata::read_companions(&pack_reader::open_metadata(pack)?)?
         .iter()
         .any(|r| r.name == name);

@@ -35,10 +35,7 @@ pub struct DetachArgs {
 pub fn run(args: &DetachArgs) -> Result<()> {
     check_name(&args.name)?;
     let out = OutputDir::open_existing(&args.pack)?;
-    let files: Vec<String> = pack_files::companion_files(&args.pack)?
-        .into_iter()
-        .filter(|f| pack_files::parse_file_name(f).is_some_and(|(n, _)| n == args.name))
-        .collect();
+    let files = pack_files::family_files(&args.pack, &args.name)?;
     let recorded = metadata::read_companions(&pack_reader::open_metadata(&args.pack)?)?
         .iter()
         .any(|r| r.name == args.name);

@@ -14,9 +14,7 @@ use crate::UsageError;
 use crate::cli::WhereArgs;
 use crate::companions::Family;
 use crate::export::{SourcePack, jsonl, pack, parquet, select};
-use crate::format::search;
 use crate::progress::{count, thousands};
-use crate::shard_writer::FileLayout;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum Format {
@@ -118,10 +116,7 @@ pub fn run(args: &ExportArgs) -> Result<()> {
     let companions = source.carried_companions(&args.drop_companion)?;
     // The raw format has a place for the search statistics (each row's `search` object), and
     // for no other family.
-    let search = companions
-        .iter()
-        .copied()
-        .find(|f| f.name == search::FAMILY && f.layout() == FileLayout::search());
+    let search = companions.iter().copied().find(|f| f.holds_search_stats());
     let others: Vec<&&Family> = companions
         .iter()
         .filter(|f| search.is_none_or(|s| s.name != f.name))

@@ -197,9 +197,7 @@ impl Existing {
 /// `search` family) is updated with --search-stats (or drops the family), and --search-stats
 /// extends only a pack that has them (its existing rows would have none).
 fn check_search_family(existing: &Existing, args: &PackArgs) -> Result<()> {
-    let has = pack_files::companion_files(&existing.dir)?
-        .iter()
-        .any(|f| pack_files::parse_file_name(f).is_some_and(|(name, _)| name == search::FAMILY));
+    let has = !pack_files::family_files(&existing.dir, search::FAMILY)?.is_empty();
     let dropping = args.drop_companion.iter().any(|d| d == search::FAMILY);
     let dir = existing.dir.display();
     match (has, args.search_stats, dropping) {
@@ -256,6 +254,17 @@ fn companions_to_drop(
     Ok(families)
 }
 
+/// Whether the files on disk (name, rows), in order, are exactly the ones `records` lists.
+fn as_recorded<'a>(
+    on_disk: impl ExactSizeIterator<Item = (&'a str, u64)>,
+    records: &[ShardRecord],
+) -> bool {
+    on_disk.len() == records.len()
+        && on_disk
+            .zip(records)
+            .all(|((name, rows), r)| name == r.file_name && rows == r.rows)
+}
+
 /// The shards on disk must be the ones the `shards` table records, all full but the last.
 fn check_layout(
     dir: &Path,
@@ -263,15 +272,8 @@ fn check_layout(
     records: &[ShardRecord],
     shard_rows: Option<u64>,
 ) -> Result<()> {
-    let listed: Vec<(&str, u64)> = shards
-        .iter()
-        .map(|s| (s.name.as_str(), s.header.rows))
-        .collect();
-    let recorded: Vec<(&str, u64)> = records
-        .iter()
-        .map(|r| (r.file_name.as_str(), r.rows))
-        .collect();
-    if listed != recorded {
+    let listed = shards.iter().map(|s| (s.name.as_str(), s.header.rows));
+    if !as_recorded(listed, records) {
         bail!(
             "{}: the shard files do not match the shards table of metadata.db; run `dataset-packer validate {}`",
             dir.display(),
@@ -598,12 +600,11 @@ fn search_writer(
     let family = scan
         .family(search::FAMILY)
         .expect("checked: the pack has the family");
-    let layout = FileLayout::search();
-    if family.layout() != layout {
+    if !family.holds_search_stats() {
         bail!(
             "{dir}: its search family holds {}, not the search statistics this version writes ({}); --search-stats cannot extend it",
             family.describe(),
-            layout.descr
+            search::DESCR
         );
     }
     let conn = pack_reader::open_metadata(&existing.dir)?;
@@ -619,16 +620,11 @@ fn search_writer(
         })
         .collect();
     records.sort_by_key(|r| r.shard);
-    let on_disk: Vec<(&str, u64)> = family
+    let on_disk = family
         .files
         .iter()
-        .map(|f| (f.file_name.as_str(), f.header.rows()))
-        .collect();
-    let recorded: Vec<(&str, u64)> = records
-        .iter()
-        .map(|r| (r.file_name.as_str(), r.rows))
-        .collect();
-    if on_disk != recorded {
+        .map(|f| (f.file_name.as_str(), f.header.rows()));
+    if !as_recorded(on_disk, &records) {
         bail!(
             "{dir}: the search files do not match the companions table of metadata.db; run `dataset-packer validate {dir}`"
         );
@@ -636,7 +632,7 @@ fn search_writer(
     let mut writer = ShardWriter::after_with_layout(
         staging,
         existing.shard_rows,
-        layout,
+        FileLayout::search(),
         records[..kept].to_vec(),
     );
     if let Some(last) = rewritten {

@@ -10,7 +10,6 @@ use serde_json::{Value, json};
 
 use crate::cli::WhereArgs;
 use crate::format::board::MOVE_NAMES;
-use crate::format::search;
 use crate::pack_stats::{Spread, Stats, TypeRows, gather};
 use crate::progress::thousands;
 
@@ -339,7 +338,7 @@ fn print_depths(s: &Stats) {
 fn print_search(s: &Stats) {
     match (&s.search, s.search_rows_not_kept) {
         (Some(e), _) => {
-            if e.dtype == search::DESCR {
+            if e.of_search_stats {
                 println!("\nSearch effort by depth (companion search: nodes searched per move)");
             } else {
                 println!("\nSearch effort by depth (companion search: {})", e.dtype);
