@@ -6,7 +6,7 @@ use anyhow::Result;
 use clap::Args;
 use rusqlite::Connection;
 
-use crate::run_query::{self, Param};
+use crate::pack::query::{Param, RunFilter, shell_quote};
 
 /// `--where SQL` and its `--param` values, as `export` and `stats` take them.
 #[derive(Args, Debug, Clone, Default)]
@@ -26,21 +26,21 @@ pub struct WhereArgs {
 impl WhereArgs {
     /// The run ids `--where` selects (ascending), or None without `--where`.
     pub fn run_ids(&self, conn: &Connection) -> Result<Option<Vec<i64>>> {
-        self.sql
-            .as_deref()
-            .map(|sql| run_query::run_ids(conn, sql, &self.params, "--where"))
-            .transpose()
+        self.filter().map(|f| f.run_ids(conn)).transpose()
+    }
+
+    /// The selection as the library takes it; None without `--where`.
+    pub fn filter(&self) -> Option<RunFilter> {
+        self.sql.as_ref().map(|sql| RunFilter {
+            sql: sql.clone(),
+            params: self.params.clone(),
+        })
     }
 
     /// `--where SQL --param …` as given, for summaries and a pack's `session`; None without
     /// `--where`.
     pub fn describe(&self) -> Option<String> {
-        let sql = self.sql.as_deref()?;
-        let mut out = format!("--where {sql}");
-        for p in &self.params {
-            out.push_str(&format!(" --param {}", shell_quote(&p.to_string())));
-        }
-        Some(out)
+        self.filter().map(|f| f.describe())
     }
 }
 
@@ -120,18 +120,6 @@ pub fn command_line() -> String {
         .map(|a| shell_quote(&a.to_string_lossy()))
         .collect::<Vec<_>>()
         .join(" ")
-}
-
-fn shell_quote(arg: &str) -> String {
-    let plain = !arg.is_empty()
-        && arg
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b"-_./=:,+@%".contains(&b));
-    if plain {
-        arg.to_string()
-    } else {
-        format!("'{}'", arg.replace('\'', "'\\''"))
-    }
 }
 
 #[cfg(test)]

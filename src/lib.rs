@@ -33,20 +33,14 @@
 pub mod cli;
 #[doc(hidden)]
 pub mod cmd;
-pub(crate) mod companions;
 pub(crate) mod crc;
 pub(crate) mod export;
 pub(crate) mod findings;
-pub(crate) mod fingerprints;
 pub mod format;
 #[doc(hidden)]
 pub mod interrupt;
 pub(crate) mod ordered;
 pub mod pack;
-pub(crate) mod pack_dir;
-pub(crate) mod pack_files;
-pub(crate) mod pack_reader;
-pub(crate) mod pack_stats;
 pub(crate) mod packer;
 pub(crate) mod progress;
 #[doc(hidden)]
@@ -54,9 +48,6 @@ pub mod raw;
 pub(crate) mod report;
 #[doc(hidden)]
 pub mod rng;
-pub(crate) mod run_index;
-pub(crate) mod run_query;
-pub(crate) mod shard_writer;
 
 pub use pack::{Companion, CompanionValue, Pack, Param, Run, Runs, Step, Steps};
 

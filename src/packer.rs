@@ -12,7 +12,6 @@ use std::time::Instant;
 use anyhow::{Context, Result, bail};
 use serde_json::json;
 
-use crate::companions;
 use crate::findings::{DUPLICATE_RUN, Duplicates, Tally, duplicate_detail};
 use crate::format::board::LineTables;
 use crate::format::fingerprint::{self, Fingerprint, RunFacts};
@@ -21,11 +20,12 @@ use crate::format::row::remap_rows;
 use crate::format::search;
 use crate::format::valuation::{MAX_NAMES, ValuationTable};
 use crate::ordered::ordered_try_map;
-use crate::pack_dir::write_valuations;
+use crate::pack::families;
+use crate::pack::publish::write_valuations;
+use crate::pack::shard_writer::{FileLayout, ShardWriter};
 use crate::progress::{self, thousands};
 use crate::raw::discover::{Discovery, RunSource, discover, orphan_detail};
 use crate::raw::run::{FindingKind, ParsedRun, RunError, RunParser};
-use crate::shard_writer::{FileLayout, ShardWriter};
 
 /// How the writer treats invalid and duplicate runs.
 #[derive(Debug, Clone, Copy, Default)]
@@ -479,7 +479,7 @@ impl Packer {
         if let Some(writer) = self.search {
             // An update's kept files come first in `finish`: the family is recorded whole.
             self.db.delete_companion(search::FAMILY)?;
-            for record in companions::records(&FileLayout::search(), &writer.finish()?) {
+            for record in families::records(&FileLayout::search(), &writer.finish()?) {
                 self.db.insert_companion(&record)?;
             }
         }

@@ -1,6 +1,6 @@
 //! The layout docs/architecture.md describes, held: no two modules of the crate import each
 //! other, directly or through others (the module graph has no cycle), and the format contract
-//! (`src/format/`) and the naming rules (`src/pack_files.rs`) import nothing of the pack
+//! (`src/format/`) and the naming rules (`src/pack/files.rs`) import nothing of the pack
 //! machinery. Imports are read from the source: every `crate::…` and `super::…` path outside
 //! comments and unit tests.
 
@@ -162,11 +162,35 @@ fn the_contract_and_the_names_depend_on_nothing_above_them() {
             assert!(outside.is_empty(), "{m} imports {outside:?}");
         }
     }
-    let names: Vec<&String> = g["pack_files"]
+    let names: Vec<&String> = g["pack::files"]
         .iter()
         .filter(|d| !d.starts_with("format"))
         .collect();
-    assert!(names.is_empty(), "pack_files imports {names:?}");
+    assert!(names.is_empty(), "pack::files imports {names:?}");
+}
+
+/// `cmd → pack → format`, `raw → format`: the pack library (reader, writers, verify, stats)
+/// never reaches up into a command, the raw input side or the export and report formats.
+/// `pack::doc_support` is the exception: the doc tests' fixture pack is made by `pack`.
+#[test]
+fn the_pack_library_depends_on_nothing_above_it() {
+    let g = graph();
+    let above = ["cmd", "cli", "raw", "export", "report", "packer"];
+    for (m, deps) in g
+        .iter()
+        .filter(|(m, _)| m.starts_with("pack::") || *m == "pack")
+        .filter(|(m, _)| *m != "pack::doc_support")
+    {
+        let up: Vec<&String> = deps
+            .iter()
+            .filter(|d| {
+                above
+                    .iter()
+                    .any(|a| *d == a || d.starts_with(&format!("{a}::")))
+            })
+            .collect();
+        assert!(up.is_empty(), "{m} imports {up:?}");
+    }
 }
 
 #[test]

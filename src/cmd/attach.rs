@@ -11,14 +11,14 @@ use anyhow::{Context, Result, bail};
 use clap::Args;
 
 use crate::UsageError;
-use crate::companions::{self, describe};
 use crate::format::metadata::{self, MetadataWriter};
 use crate::format::npy::ArrayHeader;
-use crate::pack_dir::OutputDir;
-use crate::pack_files;
-use crate::pack_reader::{self, Shard};
+use crate::pack::families::{self, describe};
+use crate::pack::files;
+use crate::pack::publish::OutputDir;
+use crate::pack::shard_writer::{FileLayout, ShardWriter};
+use crate::pack::shards::{self, Shard};
 use crate::progress::{self, thousands};
-use crate::shard_writer::{FileLayout, ShardWriter};
 
 /// Bytes copied per read.
 const COPY_BYTES: u64 = 1 << 20;
@@ -66,7 +66,7 @@ pub fn run(args: &AttachArgs) -> Result<()> {
     let started = Instant::now();
     check_name(&args.name)?;
     let out = OutputDir::open_existing(&args.pack)?;
-    let shards = pack_reader::open_shards(&args.pack, false)?;
+    let shards = shards::open_shards(&args.pack, false)?;
     refuse_existing(&args.pack, &args.name)?;
     let sources: Vec<Source> = args
         .from
@@ -88,7 +88,7 @@ pub fn run(args: &AttachArgs) -> Result<()> {
     bar.finish_and_clear();
     let files = writer.finish()?;
     let db = MetadataWriter::extend_copy(&args.pack, &staging)?;
-    for record in companions::records(&layout, &files) {
+    for record in families::records(&layout, &files) {
         db.insert_companion(&record)?;
     }
     db.finish()?;
@@ -127,7 +127,7 @@ pub fn run(args: &AttachArgs) -> Result<()> {
 
 /// A family name is `[a-z][a-z0-9_]*` and not `steps` (exit 2 otherwise).
 pub fn check_name(name: &str) -> Result<()> {
-    if !pack_files::valid_name(name) {
+    if !files::valid_name(name) {
         return Err(UsageError(format!(
             "--name {name:?}: a companion's name is [a-z][a-z0-9_]* and not \"steps\""
         ))
@@ -138,8 +138,8 @@ pub fn check_name(name: &str) -> Result<()> {
 
 /// A pack that already has files (or records) of the family is refused.
 fn refuse_existing(pack: &Path, name: &str) -> Result<()> {
-    let files = pack_files::family_files(pack, name)?;
-    let recorded = metadata::read_companions(&pack_reader::open_metadata(pack)?)?
+    let files = files::family_files(pack, name)?;
+    let recorded = metadata::read_companions(&shards::open_metadata(pack)?)?
         .iter()
         .any(|r| r.name == name);
     if !files.is_empty() || recorded {
@@ -149,7 +149,7 @@ fn refuse_existing(pack: &Path, name: &str) -> Result<()> {
             if files.is_empty() {
                 "recorded in metadata.db".to_string()
             } else {
-                crate::pack_dir::list_names(&files)
+                crate::pack::publish::list_names(&files)
             },
             pack.display()
         );
@@ -158,7 +158,7 @@ fn refuse_existing(pack: &Path, name: &str) -> Result<()> {
 }
 
 fn open_source(path: &Path) -> Result<Source> {
-    let header = companions::read_header(path).with_context(|| format!("{}", path.display()))?;
+    let header = families::read_header(path).with_context(|| format!("{}", path.display()))?;
     let name = path.display();
     if header.shape.is_empty() {
         bail!("{name}: a 0-dimensional array has no rows");

@@ -9,9 +9,9 @@ use clap::Args;
 
 use crate::cmd::attach::check_name;
 use crate::format::metadata::{self, MetadataWriter};
-use crate::pack_dir::{OutputDir, list_names};
-use crate::pack_files;
-use crate::pack_reader;
+use crate::pack::files;
+use crate::pack::publish::{OutputDir, list_names};
+use crate::pack::shards;
 
 #[derive(Args, Debug)]
 #[command(after_help = "Examples:
@@ -35,8 +35,8 @@ pub struct DetachArgs {
 pub fn run(args: &DetachArgs) -> Result<()> {
     check_name(&args.name)?;
     let out = OutputDir::open_existing(&args.pack)?;
-    let files = pack_files::family_files(&args.pack, &args.name)?;
-    let recorded = metadata::read_companions(&pack_reader::open_metadata(&args.pack)?)?
+    let files = files::family_files(&args.pack, &args.name)?;
+    let recorded = metadata::read_companions(&shards::open_metadata(&args.pack)?)?
         .iter()
         .any(|r| r.name == args.name);
     if files.is_empty() && !recorded {

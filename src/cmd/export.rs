@@ -12,8 +12,8 @@ use clap::{Args, ValueEnum};
 
 use crate::UsageError;
 use crate::cli::WhereArgs;
-use crate::companions::Family;
 use crate::export::{SourcePack, jsonl, pack, parquet, select};
+use crate::pack::families::Family;
 use crate::progress::{count, thousands};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]

@@ -16,9 +16,7 @@ use serde_json::json;
 
 use crate::UsageError;
 use crate::cmd::validate;
-use crate::companions::{self, Family, Scan};
 use crate::findings::{DUPLICATE_RUN, Duplicates, RowFindings, Tally, duplicate_detail};
-use crate::fingerprints;
 use crate::format::fingerprint::Fingerprint;
 use crate::format::metadata::{
     self, CompanionRecord, FindingRecord, MetadataWriter, PackFacts, RowLocation, RunDetails,
@@ -28,12 +26,14 @@ use crate::format::row::{
     ROW_BYTES, StepRow, legacy_rows_to_aligned, recompute_ev_legal, remap_rows,
 };
 use crate::format::valuation::ValuationTable;
-use crate::pack_dir::{OutputDir, list_names, write_valuations};
-use crate::pack_files::is_pack_file;
-use crate::pack_reader::{self, RunSlots, Shard};
+use crate::pack::families::{self, Family, Scan};
+use crate::pack::files::is_pack_file;
+use crate::pack::fingerprints;
+use crate::pack::publish::{OutputDir, list_names, write_valuations};
+use crate::pack::run_index::RunStarts;
+use crate::pack::shard_writer::{FileLayout, ShardWriter};
+use crate::pack::shards::{self, RunSlots, Shard};
 use crate::progress::{self, count, thousands};
-use crate::run_index::RunStarts;
-use crate::shard_writer::{FileLayout, ShardWriter};
 
 /// Rows copied per read (≈ 1 MiB: a chunk stays in cache from read to write).
 const COPY_ROWS: usize = 21_845;
@@ -177,13 +177,13 @@ impl Source {
         }
         let conn = metadata::open_read_only(&path.join(metadata::FILE_NAME))?;
         let session = metadata::read_session(&conn)?;
-        let shards = pack_reader::open_shards(path, true)?;
+        let shards = shards::open_shards(path, true)?;
         let runs = metadata::read_runs(&conn)?;
         let details = metadata::read_run_details(&conn)?;
-        let valuations = pack_reader::read_valuations(path)?;
+        let valuations = shards::read_valuations(path)?;
         let (fingerprints, _) =
             fingerprints::of_pack(path, &shards, &runs, &details, &valuations, options.workers)?;
-        let companions = companions::scan(path, &shards)?;
+        let companions = families::scan(path, &shards)?;
         let companion_records = metadata::read_companions(&conn)?;
         Ok(Source {
             path: path.to_path_buf(),
@@ -321,14 +321,14 @@ fn carried_companions(sources: &[Source], args: &MergeArgs) -> Result<Vec<String
         .iter()
         .map(|s| (s.path.as_path(), &s.companions))
         .collect();
-    companions::common_families(&scans, &args.drop_companion)
+    families::common_families(&scans, &args.drop_companion)
 }
 
 /// Duplicate inputs, an output that is an input, and (with --delete-inputs) an output inside or
 /// around an input are refused before anything is read.
 fn refuse_unsafe(inputs: &[PathBuf], output: &Path, delete: bool) -> Result<()> {
     let canon = |p: &Path| {
-        pack_reader::check_is_pack(p).with_context(|| format!("input {}", p.display()))?;
+        shards::check_is_pack(p).with_context(|| format!("input {}", p.display()))?;
         std::fs::canonicalize(p).with_context(|| format!("input {}", p.display()))
     };
     let canon_inputs: Vec<PathBuf> = inputs.iter().map(|p| canon(p)).collect::<Result<_>>()?;
@@ -658,7 +658,7 @@ fn write_merged(
     let rows_written = writer.total_rows();
     let shards = writer.finish()?;
     for (layout, w) in layouts.iter().zip(companion_writers) {
-        for record in companions::records(layout, &w.finish()?) {
+        for record in families::records(layout, &w.finish()?) {
             db.insert_companion(&record)?;
         }
     }
@@ -719,12 +719,7 @@ fn write_merged(
         left_out: assignment.left_out,
         companions: layouts
             .iter()
-            .map(|l| {
-                (
-                    l.prefix.clone(),
-                    companions::describe(&l.descr, &l.trailing),
-                )
-            })
+            .map(|l| (l.prefix.clone(), families::describe(&l.descr, &l.trailing)))
             .collect(),
     })
 }
@@ -782,7 +777,7 @@ fn read_inputs(
                     *crc = crate::crc::crc32c(buf);
                     companion_crcs[k] = crate::crc::combine(companion_crcs[k], *crc, buf.len());
                     if plan.drops {
-                        companions::keep_rows(buf, plan.families[k].row_bytes, &keep);
+                        families::keep_rows(buf, plan.families[k].row_bytes, &keep);
                         *crc = crate::crc::crc32c(buf);
                     }
                 }
@@ -811,7 +806,7 @@ fn read_inputs(
 }
 
 /// Compares a companion file just read with the CRC its pack recorded (when it did).
-fn verify_companion(src: &Source, cf: &companions::OpenCompanion, data_crc: u32) -> Result<()> {
+fn verify_companion(src: &Source, cf: &families::OpenCompanion, data_crc: u32) -> Result<()> {
     let Some(record) = src
         .companion_records
         .iter()

@@ -14,11 +14,11 @@ use clap::Args;
 use crate::format::metadata::{self, MetadataWriter, PackFacts};
 use crate::format::search;
 use crate::format::valuation::ValuationTable;
-use crate::pack_dir::OutputDir;
+use crate::pack::publish::OutputDir;
+use crate::pack::shard_writer::{FileLayout, ShardWriter};
 use crate::packer::{PackOptions, Packer, PackerStart, Summary, discover_runs, parse_and_write};
 use crate::progress::{count, thousands};
 use crate::raw::discover::RunSource;
-use crate::shard_writer::{FileLayout, ShardWriter};
 
 #[derive(Args, Debug)]
 #[command(after_help = "Examples:

@@ -15,22 +15,22 @@ use anyhow::{Context, Result, bail};
 use serde_json::json;
 
 use crate::cmd::pack::{self, PackArgs};
-use crate::companions;
-use crate::fingerprints;
 use crate::format::fingerprint::Fingerprint;
 use crate::format::metadata::{self, MetadataWriter, RunDetails, RunRow, ShardRecord};
 use crate::format::search;
 use crate::format::valuation::ValuationTable;
-use crate::pack_dir::OutputDir;
-use crate::pack_files;
-use crate::pack_reader::{self, Shard};
+use crate::pack::families;
+use crate::pack::files;
+use crate::pack::fingerprints;
+use crate::pack::publish::OutputDir;
+use crate::pack::shard_writer::{FileLayout, ShardWriter};
+use crate::pack::shards::{self, Shard};
 use crate::packer::{
     self, PackOptions, Packer, PackerStart, changed_sources, discover_runs, parse_and_write,
     rel_string,
 };
 use crate::progress::{count, thousands};
 use crate::raw::discover::{Discovery, RunSource};
-use crate::shard_writer::{FileLayout, ShardWriter};
 use crate::usage;
 
 /// Rows copied per read when the last shard is rewritten (≈ 1 MiB).
@@ -102,7 +102,7 @@ struct Existing {
 impl Existing {
     /// Opens the pack in `dir`, refusing what `--update` cannot extend.
     fn open(dir: &Path, shard_rows_arg: Option<u64>) -> Result<Existing> {
-        let conn = pack_reader::open_metadata(dir)?;
+        let conn = shards::open_metadata(dir)?;
         let session = metadata::read_session(&conn)?;
         let fact = |key: &str| {
             session
@@ -144,7 +144,7 @@ impl Existing {
                 ))
             )));
         }
-        let shards = pack_reader::open_shards(dir, false)?;
+        let shards = shards::open_shards(dir, false)?;
         let records = metadata::read_shard_records(&conn)?.with_context(|| {
             format!(
                 "{} records no shard checksums (a pack from another tool); --update extends packs this tool wrote",
@@ -157,7 +157,7 @@ impl Existing {
             shard_rows,
             runs: metadata::read_runs(&conn)?,
             details: metadata::read_run_details(&conn)?,
-            valuations: pack_reader::read_valuations(dir)?,
+            valuations: shards::read_valuations(dir)?,
             finding_counts: metadata::read_finding_counts(&conn)?
                 .into_iter()
                 .map(|(k, n)| (k, n.max(0) as u64))
@@ -197,7 +197,7 @@ impl Existing {
 /// `search` family) is updated with --search-stats (or drops the family), and --search-stats
 /// extends only a pack that has them (its existing rows would have none).
 fn check_search_family(existing: &Existing, args: &PackArgs) -> Result<()> {
-    let has = !pack_files::family_files(&existing.dir, search::FAMILY)?.is_empty();
+    let has = !files::family_files(&existing.dir, search::FAMILY)?.is_empty();
     let dropping = args.drop_companion.iter().any(|d| d == search::FAMILY);
     let dir = existing.dir.display();
     match (has, args.search_stats, dropping) {
@@ -224,8 +224,8 @@ fn companions_to_drop(
     extended: Option<&str>,
 ) -> Result<Vec<(String, Vec<String>)>> {
     let mut families: Vec<(String, Vec<String>)> = Vec::new();
-    for file in pack_files::companion_files(&existing.dir)? {
-        let (name, _) = pack_files::parse_file_name(&file).expect("a companion file name");
+    for file in files::companion_files(&existing.dir)? {
+        let (name, _) = files::parse_file_name(&file).expect("a companion file name");
         if Some(name) == extended {
             continue;
         }
@@ -502,7 +502,7 @@ fn extend(
                 .with_context(|| format!("removing the staged copy of {}", s.file_name))?;
             kept_shards.push(s.file_name.clone());
         }
-        for name in pack_files::companion_files(staging)? {
+        for name in files::companion_files(staging)? {
             std::fs::remove_file(staging.join(&name))
                 .with_context(|| format!("removing the staged copy of {name}"))?;
         }
@@ -591,7 +591,7 @@ fn search_writer(
     rewritten: Option<usize>,
 ) -> Result<ShardWriter> {
     let dir = existing.dir.display();
-    let scan = companions::scan(&existing.dir, &existing.shards)?;
+    let scan = families::scan(&existing.dir, &existing.shards)?;
     if let Some((_, problem)) = scan.problems.iter().find(|(n, _)| n == search::FAMILY) {
         bail!(
             "{dir}: the search family does not line up with the shards: {problem}; run `dataset-packer validate {dir}`"
@@ -607,7 +607,7 @@ fn search_writer(
             search::DESCR
         );
     }
-    let conn = pack_reader::open_metadata(&existing.dir)?;
+    let conn = shards::open_metadata(&existing.dir)?;
     let mut records: Vec<ShardRecord> = metadata::read_companions(&conn)?
         .into_iter()
         .filter(|r| r.name == search::FAMILY)
@@ -643,7 +643,7 @@ fn search_writer(
 
 /// Copies file `shard` of a companion family into `writer`, checked against its record.
 fn copy_companion_file(
-    family: &companions::Family,
+    family: &families::Family,
     shard: usize,
     record: &ShardRecord,
     writer: &mut ShardWriter,

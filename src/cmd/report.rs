@@ -1,5 +1,5 @@
 //! `report`: one self-contained HTML page of charts describing one or more packs. The story:
-//! gather each pack's figures with `pack_stats::gather` (the numbers `stats --json`
+//! gather each pack's figures with `stats::gather` (the numbers `stats --json`
 //! prints), lay them out with `report::page`, and write the page atomically (a
 //! temporary file renamed over the target). The packs are only read.
 
@@ -11,7 +11,7 @@ use clap::Args;
 
 use crate::cli::WhereArgs;
 use crate::export::output::StagedFile;
-use crate::pack_stats::gather;
+use crate::pack::stats::gather;
 use crate::report::{PackFigures, page};
 
 #[derive(Args, Debug)]
@@ -58,7 +58,7 @@ pub fn run(args: &ReportArgs) -> Result<()> {
     let names = legend_names(&args.packs);
     let mut packs = Vec::new();
     for (colour, (dir, name)) in args.packs.iter().zip(names).enumerate() {
-        let stats = gather(dir, workers, &args.where_args)
+        let stats = gather(dir, workers, args.where_args.filter().as_ref())
             .with_context(|| format!("reading {}", dir.display()))?;
         packs.push(PackFigures {
             name,

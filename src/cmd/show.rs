@@ -12,15 +12,15 @@ use anyhow::{Result, bail};
 use clap::Args;
 use serde_json::{Value, json};
 
-use crate::companions;
 use crate::format::board::{self, MOVE_NAMES};
 use crate::format::metadata::{self, RowLocation, RunLookup};
 use crate::format::row::{ROW_BYTES, StepRow};
 use crate::format::search::{self, FieldValue, SearchStats};
 use crate::format::valuation::ValuationTable;
-use crate::pack_reader::{self, Shard};
+use crate::pack::families;
+use crate::pack::run_index;
+use crate::pack::shards::{self, Shard};
 use crate::progress::thousands;
-use crate::run_index;
 
 #[derive(Args, Debug)]
 #[command(after_help = "Examples:
@@ -54,10 +54,10 @@ pub struct ShowArgs {
 }
 
 pub fn run(args: &ShowArgs) -> Result<()> {
-    let conn = pack_reader::open_metadata(&args.pack)?;
+    let conn = shards::open_metadata(&args.pack)?;
     let run = find_run(&conn, &args.pack, args.run)?;
-    let shards = pack_reader::open_shards(&args.pack, true)?;
-    let names = pack_reader::read_valuations(&args.pack)?;
+    let shards = shards::open_shards(&args.pack, true)?;
+    let names = shards::read_valuations(&args.pack)?;
     let first_row = match run.first_row {
         Some(at) => at,
         None => run_index::locate_unindexed(&conn, &shards, run.run.id, run.run.steps as u64)?,
@@ -68,7 +68,7 @@ pub fn run(args: &ShowArgs) -> Result<()> {
     };
     let rows = RunRows::locate(&shards, run.run.id, first_row, run.run.steps as u64)?;
     let touched: Vec<usize> = rows.segments.iter().map(|&(si, _, _)| si).collect();
-    pack_reader::verify_shards(&args.pack, &conn, &shards, &touched, 1)?;
+    shards::verify_shards(&args.pack, &conn, &shards, &touched, 1)?;
     let (start, limit) = match args.last {
         Some(n) => (rows.len.saturating_sub(n), n),
         None => (rows.first_at_or_after(args.from)?, args.limit),
@@ -215,7 +215,7 @@ impl<'a> RunRows<'a> {
     /// family.
     fn read_search(
         &self,
-        family: &companions::Family,
+        family: &families::Family,
         from: u64,
         count: u64,
     ) -> Result<Vec<SearchStats>> {
@@ -306,8 +306,8 @@ struct Page<'a> {
 
 /// The pack's `search` family when it holds the search statistics of `pack --search-stats`
 /// (a family of that name from another tool is not shown).
-fn search_family(dir: &Path, shards: &[Shard]) -> Result<Option<companions::Family>> {
-    let scan = companions::scan(dir, shards)?;
+fn search_family(dir: &Path, shards: &[Shard]) -> Result<Option<families::Family>> {
+    let scan = families::scan(dir, shards)?;
     Ok(scan
         .family(search::FAMILY)
         .filter(|f| f.holds_search_stats())

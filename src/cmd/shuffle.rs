@@ -19,16 +19,16 @@ use serde_json::json;
 
 use crate::UsageError;
 use crate::cmd::validate;
-use crate::companions::{self, Family};
-use crate::fingerprints;
 use crate::format::metadata::{self, MetadataWriter, PackFacts, RunRecord};
 use crate::format::row::ROW_BYTES;
 use crate::interrupt::{self, OnInterrupt};
-use crate::pack_dir::{OutputDir, write_valuations};
-use crate::pack_reader::{self, RunSlots, Shard};
+use crate::pack::families::{self, Family};
+use crate::pack::fingerprints;
+use crate::pack::publish::{OutputDir, write_valuations};
+use crate::pack::shard_writer::{ShardWriter, WriterState};
+use crate::pack::shards::{self, RunSlots, Shard};
 use crate::progress::{self, thousands};
 use crate::rng::{Xoshiro, below_fast, splitmix_at};
-use crate::shard_writer::{ShardWriter, WriterState};
 
 /// Rows per read while scattering (≈ 4 MiB).
 const READ_ROWS: usize = 87_381;
@@ -38,7 +38,7 @@ const MAX_BUCKETS: u64 = 100_000;
 /// Rows per dispersion window.
 const WINDOW: usize = 4096;
 const PROGRESS_FILE: &str = "progress.json";
-const WORK_DIR: &str = crate::pack_dir::SHUFFLE_WORK;
+const WORK_DIR: &str = crate::pack::publish::SHUFFLE_WORK;
 
 #[derive(Args, Debug)]
 #[command(after_help = "Examples:
@@ -220,7 +220,7 @@ pub fn run(args: &ShuffleArgs) -> Result<()> {
         legacy_ok: true,
         scan_rows: true,
     };
-    pack_reader::check_is_pack(args.input())?;
+    shards::check_is_pack(args.input())?;
     let report = validate::check(args.input(), &options)?;
     if !report.valid() {
         bail!(
@@ -229,8 +229,8 @@ pub fn run(args: &ShuffleArgs) -> Result<()> {
             report.failures()
         );
     }
-    let shards = pack_reader::open_shards(args.input(), true)?;
-    let families = companions::scan(args.input(), &shards)?.families;
+    let shards = shards::open_shards(args.input(), true)?;
+    let families = families::scan(args.input(), &shards)?.families;
     let input_conn = metadata::open_read_only(&args.input().join(metadata::FILE_NAME))?;
     let plan = make_plan(args, &shards, &families, &input_conn)?;
 
@@ -277,7 +277,7 @@ pub fn run(args: &ShuffleArgs) -> Result<()> {
     let rows = gather(&plan, &families, &mut progress, &work, &staging, args)?;
     let quality = measure_dispersion(&staging, &input_conn)?;
     let upgraded = write_metadata(&staging, &input_conn, &shards, args, &plan, &quality, rows)?;
-    write_valuations(&staging, &pack_reader::read_valuations(args.input())?)?;
+    write_valuations(&staging, &shards::read_valuations(args.input())?)?;
     out.publish()?;
     std::fs::remove_dir_all(&work).with_context(|| format!("removing {}", work.display()))?;
     print_summary(
@@ -700,7 +700,7 @@ fn gather(
     std::fs::write(staging.join(".shards.json"), serde_json::to_vec(&records)?)?;
     let mut companion_records = Vec::new();
     for (f, w) in families.iter().zip(companion_writers) {
-        companion_records.extend(companions::records(&f.layout(), &w.finish()?));
+        companion_records.extend(families::records(&f.layout(), &w.finish()?));
     }
     std::fs::write(
         staging.join(".companions.json"),
@@ -722,10 +722,10 @@ fn measure_dispersion(staging: &Path, input: &rusqlite::Connection) -> Result<Qu
     let mut q = Quality::default();
     let mut window_sum = 0u64;
     let (mut window_fill, mut window_max) = (0usize, 0u32);
-    for shard in pack_reader::open_shards(staging, false)? {
+    for shard in shards::open_shards(staging, false)? {
         let mut shard_max = 0u32;
         shard_counts.iter_mut().for_each(|c| *c = 0);
-        for (start, count) in pack_reader::chunks(std::slice::from_ref(&shard), 1 << 17)
+        for (start, count) in shards::chunks(std::slice::from_ref(&shard), 1 << 17)
             .into_iter()
             .map(|(_, s, n)| (s, n))
         {
@@ -798,7 +798,7 @@ fn write_metadata(
     let mut details = metadata::read_run_details(input)?;
     let input_shuffled = metadata::session_value(input, "shuffled")?.as_deref() == Some("true");
     if fingerprints::recorded(&runs, &details).is_none() && !input_shuffled {
-        let valuations = pack_reader::read_valuations(args.input())?;
+        let valuations = shards::read_valuations(args.input())?;
         let workers = args
             .workers
             .map_or_else(crate::default_workers, |w| w as usize);
@@ -871,7 +871,7 @@ fn write_metadata(
     // The scatter wrote legacy rows upgraded; counted here, in one more pass over the input,
     // so an interrupted and resumed shuffle counts them too.
     let upgraded = if input_shards.iter().any(Shard::is_legacy) {
-        let changed = pack_reader::ev_legal_changes(input_shards)?;
+        let changed = shards::ev_legal_changes(input_shards)?;
         db.set_session(metadata::LEGACY_EV_LEGAL_CHANGED, &changed.to_string())?;
         Some(changed)
     } else {

@@ -10,7 +10,7 @@ use serde_json::{Value, json};
 
 use crate::cli::WhereArgs;
 use crate::format::board::MOVE_NAMES;
-use crate::pack_stats::{Spread, Stats, TypeRows, gather};
+use crate::pack::stats::{Spread, Stats, TypeRows, gather};
 use crate::progress::thousands;
 
 /// Width of the histogram bars, in terminal cells.
@@ -48,7 +48,7 @@ pub fn run(args: &StatsArgs) -> Result<()> {
     let workers = args
         .workers
         .map_or_else(crate::default_workers, |w| w as usize);
-    let stats = gather(&args.pack, workers, &args.where_args)?;
+    let stats = gather(&args.pack, workers, args.where_args.filter().as_ref())?;
     if args.json {
         println!("{}", to_json(&stats));
     } else {

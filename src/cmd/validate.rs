@@ -9,7 +9,7 @@ use anyhow::Result;
 use clap::Args;
 use serde_json::json;
 
-use crate::pack_reader;
+use crate::pack::shards;
 use crate::progress::{count, thousands};
 // Merge and shuffle validate their inputs through these names.
 pub use crate::pack::verify::{Options, Report, check};
@@ -42,7 +42,7 @@ pub fn run(args: &ValidateArgs) -> Result<bool> {
     let started = Instant::now();
     // A folder with shards but no metadata.db is a damaged pack: its checks say what is wrong.
     if !args.pack.join("steps.npy").exists() && !args.pack.join("steps-00000.npy").exists() {
-        pack_reader::check_is_pack(&args.pack)?;
+        shards::check_is_pack(&args.pack)?;
     }
     let options = Options {
         deep: args.deep,

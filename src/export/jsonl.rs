@@ -18,13 +18,13 @@ use flate2::write::GzEncoder;
 
 use super::output::{StagedDir, StagedFile};
 use super::{Piece, RowCounts, Selection, SourcePack, tally};
-use crate::companions::Family;
 use crate::format::board::{self, MOVE_NAMES};
 use crate::format::metadata::{RunDetails, RunRow};
 use crate::format::row::StepRow;
 use crate::format::search::{self, FieldValue, SearchStats};
 use crate::format::valuation::ValuationTable;
 use crate::ordered::ordered_try_map;
+use crate::pack::families::Family;
 use crate::progress;
 
 /// gzip level of exported files: level 1 compresses about 3× faster than zlib's default 6

@@ -19,11 +19,11 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result, bail};
 use rusqlite::Connection;
 
-use crate::companions::{self, Family, Scan};
 use crate::format::metadata::{self, RunDetails, RunRow};
 use crate::format::row::{ROW_BYTES, offset};
 use crate::format::valuation::ValuationTable;
-use crate::pack_reader::{self, AlignedRows, RunSlots, Shard};
+use crate::pack::families::{self, Family, Scan};
+use crate::pack::shards::{self, AlignedRows, RunSlots, Shard};
 
 /// Source rows read per piece (≈ 3 MiB of 48-byte rows): the unit of parallel work.
 pub const PIECE_ROWS: u64 = 65_536;
@@ -50,9 +50,9 @@ pub struct SourcePack {
 impl SourcePack {
     /// Opens a pack for reading (spec or legacy packed shards); fails on structural problems.
     pub fn open(dir: &Path) -> Result<SourcePack> {
-        let conn = pack_reader::open_metadata(dir)?;
-        let shards = pack_reader::open_shards(dir, true)?;
-        let shard_starts = pack_reader::shard_starts(&shards);
+        let conn = shards::open_metadata(dir)?;
+        let shards = shards::open_shards(dir, true)?;
+        let shard_starts = shards::shard_starts(&shards);
         let runs = metadata::read_runs(&conn)?;
         if let Some(bad) = runs.iter().find(|r| u32::try_from(r.id).is_err()) {
             bail!(
@@ -70,9 +70,9 @@ impl SourcePack {
             shard_starts,
             run_first_row,
             details: metadata::read_run_details(&conn)?,
-            valuations: pack_reader::read_valuations(dir)?,
+            valuations: shards::read_valuations(dir)?,
             shuffled: metadata::session_value(&conn, "shuffled")?.as_deref() == Some("true"),
-            companions: companions::scan(dir, &shards)?,
+            companions: families::scan(dir, &shards)?,
             shards,
             runs,
         })
@@ -109,10 +109,10 @@ impl SourcePack {
         let mut touched: Vec<usize> = self.plan(selection).iter().map(|p| p.shard).collect();
         touched.dedup();
         let conn = self.db()?;
-        pack_reader::verify_shards(&self.dir, &conn, &self.shards, &touched, workers)?;
+        shards::verify_shards(&self.dir, &conn, &self.shards, &touched, workers)?;
         let recorded = metadata::read_companions(&conn)?;
         for family in families {
-            companions::verify_family(&self.dir, family, &recorded, &touched, workers)?;
+            families::verify_family(&self.dir, family, &recorded, &touched, workers)?;
         }
         Ok(())
     }
@@ -189,7 +189,7 @@ impl SourcePack {
     fn pieces_of(&self, ranges: impl IntoIterator<Item = std::ops::Range<u64>>) -> Vec<Piece> {
         let mut out = Vec::new();
         for r in ranges {
-            pack_reader::pieces_of(&self.shard_starts, r, PIECE_ROWS, &mut out);
+            shards::pieces_of(&self.shard_starts, r, PIECE_ROWS, &mut out);
         }
         out
     }
@@ -209,7 +209,7 @@ impl SourcePack {
     }
 }
 
-pub use pack_reader::Piece;
+pub use shards::Piece;
 
 /// The runs an export takes, in source id order; each gets an output position 0, 1, ….
 pub struct Selection {

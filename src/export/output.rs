@@ -1,4 +1,4 @@
-//! Atomic outputs for exports that are not packs (packs use [`crate::pack_dir::OutputDir`]).
+//! Atomic outputs for exports that are not packs (packs use [`crate::pack::publish::OutputDir`]).
 //!
 //! A single file is written under a hidden temporary name in the same folder, fsynced and
 //! renamed over the target. A folder is built in a hidden sibling staging folder (locked, so

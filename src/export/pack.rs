@@ -17,18 +17,18 @@ use std::path::Path;
 use anyhow::Result;
 
 use super::{RowCounts, Selection, SourcePack, tally};
-use crate::companions::{self, Family};
 use crate::findings::{
     DUPLICATE_RUN, Duplicates, RECOUNTABLE, RowFindings, Tally, duplicate_detail,
 };
-use crate::fingerprints;
 use crate::format::fingerprint::Fingerprint;
 use crate::format::metadata::{self, FindingRecord, MetadataWriter, PackFacts, RunRecord};
 use crate::format::row::{ROW_BYTES, StepRow, offset};
-use crate::pack_dir::{OutputDir, write_valuations};
+use crate::pack::families::{self, Family};
+use crate::pack::fingerprints;
+use crate::pack::publish::{OutputDir, write_valuations};
+use crate::pack::run_index::RunStarts;
+use crate::pack::shard_writer::ShardWriter;
 use crate::progress;
-use crate::run_index::RunStarts;
-use crate::shard_writer::ShardWriter;
 
 /// What the exported pack holds.
 pub struct Written {
@@ -146,7 +146,7 @@ fn build(
             family
                 .open(piece.shard)?
                 .read_rows(piece.start, piece.count, &mut companion_rows)?;
-            companions::keep_rows(&mut companion_rows, family.row_bytes, &keep);
+            families::keep_rows(&mut companion_rows, family.row_bytes, &keep);
             w.write_rows(&companion_rows)?;
         }
         bar.inc(piece.count);
@@ -154,7 +154,7 @@ fn build(
     bar.finish_and_clear();
     counts.verify(source, selection)?;
     for (family, w) in opts.companions.iter().zip(companion_writers) {
-        for record in companions::records(&family.layout(), &w.finish()?) {
+        for record in families::records(&family.layout(), &w.finish()?) {
             db.insert_companion(&record)?;
         }
     }

@@ -30,11 +30,11 @@ use parquet::schema::types::ColumnPath;
 use super::output::{StagedDir, StagedFile};
 use super::run_columns::{self, RunColumn};
 use super::{PIECE_ROWS, Piece, RowCounts, Selection, SourcePack, companion_columns, tally};
-use crate::companions::Family;
 use crate::format::board;
 use crate::format::row::ROW_BYTES;
 use crate::format::row::StepRow;
 use crate::ordered::ordered_try_map;
+use crate::pack::families::Family;
 use crate::progress;
 
 /// Source rows per row group (a multiple of the piece size).
@@ -274,7 +274,7 @@ impl Encoder<'_> {
                     piece.count,
                     &mut companion_rows,
                 )?;
-                crate::companions::keep_rows(&mut companion_rows, family.row_bytes, &keep);
+                crate::pack::families::keep_rows(&mut companion_rows, family.row_bytes, &keep);
                 arrays.push(companion_columns::rows_to_array(
                     family.header_dtype(),
                     &family.trailing,

@@ -1,5 +1,5 @@
 //! Run selection for `export`: `--runs 0,5,9-12` (ids and inclusive ranges) and `--where SQL`
-//! (see [`crate::run_query`]: a WHERE expression or a query returning run ids, with `--param`
+//! (see [`crate::pack::query`]: a WHERE expression or a query returning run ids, with `--param`
 //! values), intersected when both are given; neither selects every run.
 
 use std::ops::RangeInclusive;

@@ -1,5 +1,5 @@
 //! Companion arrays as typed, memory-mapped views: the family the scan found
-//! ([`crate::companions`] decides what lines up), its files mapped, its rows addressed by the
+//! ([`crate::pack::families`] decides what lines up), its files mapped, its rows addressed by the
 //! pack's global row index, and its values decoded when the dtype is plain numbers.
 
 use std::fs::File;
@@ -7,8 +7,8 @@ use std::fs::File;
 use anyhow::{Context, Result, bail};
 use memmap2::{Mmap, MmapOptions};
 
-use crate::companions::Family;
 use crate::format::dtype::{Dtype, Field};
+use crate::pack::families::Family;
 
 use super::Pack;
 

@@ -76,7 +76,7 @@ pub fn fixture_pack() -> Result<FixturePack> {
 /// the row's global index.
 pub fn fixture_pack_with_companion() -> Result<FixturePack> {
     let pack = fixture_pack()?;
-    let rows = crate::pack_reader::open_shards(pack.path(), false)?[0]
+    let rows = crate::pack::shards::open_shards(pack.path(), false)?[0]
         .header
         .rows;
     let mut bytes = npy::array_header("'<f4'", &[rows]);

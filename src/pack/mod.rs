@@ -41,6 +41,18 @@ mod run;
 mod step;
 pub mod verify;
 
+// The machinery under the public reader: crate-internal, shared by the commands and the
+// writers. See docs/architecture.md for what each owns.
+pub(crate) mod families;
+pub(crate) mod files;
+pub(crate) mod fingerprints;
+pub(crate) mod publish;
+pub(crate) mod query;
+pub(crate) mod run_index;
+pub(crate) mod shard_writer;
+pub(crate) mod shards;
+pub(crate) mod stats;
+
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
@@ -51,10 +63,10 @@ pub use companion::{Companion, CompanionValue};
 pub use run::{Run, Runs};
 pub use step::{Step, Steps};
 
-use crate::companions::Scan;
 use crate::format::metadata;
 use crate::format::row::ROW_BYTES;
-use crate::pack_reader::{self, Shard};
+use families::Scan;
+use shards::Shard;
 
 /// An open pack: its shards memory-mapped read-only, its `metadata.db` open read-only.
 ///
@@ -111,7 +123,7 @@ impl Pack {
     /// ```
     pub fn open(path: impl AsRef<Path>) -> Result<Pack> {
         let dir = path.as_ref().to_path_buf();
-        let conn = pack_reader::open_metadata(&dir)?;
+        let conn = shards::open_metadata(&dir)?;
         let invalid = |what: String| {
             anyhow::anyhow!(
                 "{} is not a valid pack: {what}; `dataset-packer validate {}` says more",
@@ -124,8 +136,8 @@ impl Pack {
         if let Some(p) = problems.first() {
             return Err(invalid(format!("{}: {p}", metadata::FILE_NAME)));
         }
-        let shards = pack_reader::open_shards(&dir, false)?;
-        let starts = pack_reader::shard_starts(&shards);
+        let shards = shards::open_shards(&dir, false)?;
+        let starts = shards::shard_starts(&shards);
         let runs = metadata::read_run_steps(&conn)?;
         let mut checks = vec![verify::check_total_steps(
             &runs,
@@ -141,7 +153,7 @@ impl Pack {
                 failed.examples.first().map_or("", String::as_str)
             )));
         }
-        let valuation_names = pack_reader::read_valuations(&dir)?.names().to_vec();
+        let valuation_names = shards::read_valuations(&dir)?.names().to_vec();
         let shuffled = metadata::session_value(&conn, "shuffled")?.as_deref() == Some("true");
         let maps = shards
             .iter()
@@ -151,7 +163,7 @@ impl Pack {
                     .transpose()
             })
             .collect::<Result<Vec<_>>>()?;
-        let companions = crate::companions::scan(&dir, &shards)?;
+        let companions = crate::pack::families::scan(&dir, &shards)?;
         Ok(Pack {
             dir,
             shards,
@@ -351,7 +363,9 @@ impl Pack {
                 self.dir.display(),
                 self.dir.display()
             ),
-            None => crate::run_index::locate_unindexed(&conn, &self.shards, i64::from(id), steps)?,
+            None => {
+                crate::pack::run_index::locate_unindexed(&conn, &self.shards, i64::from(id), steps)?
+            }
         };
         drop(conn);
         Run::at(self, id, at.global_row, steps)
@@ -409,7 +423,7 @@ impl Pack {
     /// # Ok(()) }
     /// ```
     pub fn select_with(&self, sql: &str, params: &[Param]) -> Result<Vec<u32>> {
-        let ids = crate::run_query::run_ids(&self.conn(), sql, params, "select")?;
+        let ids = crate::pack::query::run_ids(&self.conn(), sql, params, "select")?;
         ids.into_iter()
             .map(|id| {
                 u32::try_from(id).with_context(|| {
@@ -528,4 +542,4 @@ impl Pack {
 }
 
 /// A value for an SQL parameter of [`Pack::select_with`].
-pub use crate::run_query::Param;
+pub use crate::pack::query::Param;

@@ -9,16 +9,16 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Result;
 
-use crate::companions;
 use crate::findings;
-use crate::fingerprints;
 use crate::format::board::{self, LineTables};
 use crate::format::fingerprint::Fingerprint;
 use crate::format::metadata::{self, RowLocation};
 use crate::format::row::{ROW_BYTES, StepRow, padding_is_zero};
 use crate::format::valuation;
 use crate::ordered::ordered_try_map;
-use crate::pack_reader::{self, RunSlots, Shard};
+use crate::pack::families;
+use crate::pack::fingerprints;
+use crate::pack::shards::{self, RunSlots, Shard};
 use crate::progress;
 
 /// Rows per memory-mapped chunk (6 MiB): small enough that resident memory stays bounded.
@@ -464,7 +464,7 @@ pub fn check(dir: &Path, options: &Options) -> Result<Report> {
         checks.push(bad_ids);
     }
     let slot_of = RunSlots::new(&ids);
-    let shard_first_global = pack_reader::shard_starts(&shards);
+    let shard_first_global = shards::shard_starts(&shards);
     let total_rows = *shard_first_global
         .last()
         .expect("a start per shard and the end");
@@ -549,7 +549,7 @@ pub fn check(dir: &Path, options: &Options) -> Result<Report> {
 /// Shard files and headers: names, contiguity, readable headers of the pack dtype, sizes the
 /// headers promise; legacy packed shards fail unless `legacy_ok`. Returns the usable shards.
 pub fn check_shard_files(dir: &Path, legacy_ok: bool) -> Result<(Check, Vec<Shard>)> {
-    let listing = pack_reader::list_shards(dir)?;
+    let listing = shards::list_shards(dir)?;
     let mut files = Check::new("shard files and headers");
     for p in &listing.problems {
         files.fail(|| p.clone());
@@ -560,7 +560,7 @@ pub fn check_shard_files(dir: &Path, legacy_ok: bool) -> Result<(Check, Vec<Shar
             files.fail(|| {
                 format!(
                     "{name} is a legacy packed 46-byte shard (no padding); {}",
-                    pack_reader::upgrade_hint(dir)
+                    shards::upgrade_hint(dir)
                 )
             });
         }
@@ -603,7 +603,7 @@ pub fn check_metadata_db(dir: &Path) -> (Check, Option<rusqlite::Connection>) {
 /// when it does not read, so rows are not failed twice for one problem).
 pub fn check_valuation_table(dir: &Path) -> (Check, usize) {
     let mut vt_check = Check::new("valuation_types.json");
-    let names = match pack_reader::read_valuations(dir) {
+    let names = match shards::read_valuations(dir) {
         Ok(t) => t.len(),
         Err(e) => {
             vt_check.fail(|| format!("{e:#}"));
@@ -650,7 +650,7 @@ fn scan_rows_once(
     workers: usize,
     quiet: bool,
 ) -> Result<RowPass> {
-    let chunk_list = pack_reader::chunks(shards, CHUNK_ROWS);
+    let chunk_list = shards::chunks(shards, CHUNK_ROWS);
     let total_rows = *shard_first_global
         .last()
         .expect("a start per shard and the end");
@@ -740,7 +740,7 @@ fn check_shard_checksums(
 /// folders): said, not failed.
 fn check_leftovers(dir: &Path) -> Check {
     let mut leftovers = Check::new("leftovers of interrupted runs");
-    let found = crate::pack_dir::leftovers(dir);
+    let found = crate::pack::publish::leftovers(dir);
     leftovers.note = Some(if found.is_empty() {
         "none".into()
     } else {
@@ -776,7 +776,7 @@ fn check_companions(
     verify: bool,
 ) -> Result<Check> {
     let mut check = Check::new("companion arrays");
-    let scan = companions::scan(dir, shards)?;
+    let scan = families::scan(dir, shards)?;
     for (_, p) in &scan.problems {
         check.fail(|| format!("does not line up with the shards: {p}"));
     }
@@ -912,7 +912,7 @@ fn check_fingerprints(
         }
         None => check.note = Some("well formed; --deep also recomputes them from the rows".into()),
         Some((shards, workers)) => {
-            let valuations = pack_reader::read_valuations(dir)?;
+            let valuations = shards::read_valuations(dir)?;
             let computed = match fingerprints::compute(shards, &runs, &valuations, workers) {
                 Ok(c) => c,
                 Err(e) => {
@@ -1065,7 +1065,7 @@ fn check_step_order(
 /// theirs) and look for repeats. Returns the ids of runs with a repeat.
 fn exact_duplicates(slots: &[u32], shards: &[Shard], slot_of: &RunSlots) -> Result<Vec<u32>> {
     let mut steps: BTreeMap<u32, Vec<u32>> = BTreeMap::new();
-    for (si, start, count) in pack_reader::chunks(shards, CHUNK_ROWS) {
+    for (si, start, count) in shards::chunks(shards, CHUNK_ROWS) {
         let map = shards[si].map_rows(start, count)?;
         for raw in map.chunks_exact(shards[si].row_bytes()) {
             let r = StepRow::from_bytes(raw);

@@ -291,6 +291,44 @@ pub fn run_ids(conn: &Connection, sql: &str, params: &[Param], option: &str) -> 
     }
 }
 
+/// A run selection as the user wrote it: `--where SQL` and its `--param` values. What the
+/// library's readers (`stats::gather`) take, so they need nothing of the command line.
+#[derive(Debug, Clone, Default)]
+pub struct RunFilter {
+    pub sql: String,
+    pub params: Vec<Param>,
+}
+
+impl RunFilter {
+    /// The run ids the filter selects (ascending); errors name `--where`.
+    pub fn run_ids(&self, conn: &Connection) -> Result<Vec<i64>> {
+        run_ids(conn, &self.sql, &self.params, "--where")
+    }
+
+    /// `--where SQL --param …` as given, for summaries and a pack's `session`.
+    pub fn describe(&self) -> String {
+        let mut out = format!("--where {}", self.sql);
+        for p in &self.params {
+            out.push_str(&format!(" --param {}", shell_quote(&p.to_string())));
+        }
+        out
+    }
+}
+
+/// One argument quoted for a POSIX shell where it needs it, so that a recorded `--param` (or
+/// a recorded command line) can be pasted back.
+pub fn shell_quote(arg: &str) -> String {
+    let plain = !arg.is_empty()
+        && arg
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"-_./=:,+@%".contains(&b));
+    if plain {
+        arg.to_string()
+    } else {
+        format!("'{}'", arg.replace('\'', "'\\''"))
+    }
+}
+
 fn shift_offset(e: rusqlite::Error, by: usize) -> rusqlite::Error {
     match e {
         rusqlite::Error::SqlInputError {

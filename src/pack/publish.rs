@@ -17,7 +17,7 @@ use anyhow::{Context, Result, bail};
 
 use crate::format::{metadata, valuation};
 use crate::interrupt::{self, OnInterrupt};
-use crate::pack_files::{is_pack_file, is_shard_name};
+use crate::pack::files::{is_pack_file, is_shard_name};
 
 const STAGING: &str = ".dataset-packer-staging";
 /// The work folder of a shuffle writing into this folder (bucket files, progress).
@@ -142,7 +142,7 @@ impl OutputDir {
     /// caller to continue from instead of being deleted.
     pub fn open_with(dir: &Path, overwrite: bool, resume: bool) -> Result<OutputDir> {
         let out = OutputDir::lock_and_recover(dir, resume)?;
-        let companions = crate::pack_files::companion_files(dir)?;
+        let companions = crate::pack::files::companion_files(dir)?;
         if !companions.is_empty() {
             bail!(
                 "{} holds {} next to the pack: arrays aligned row by row with it (companions), which a new pack there would orphan; move {} away, or `dataset-packer detach` the family, first",
@@ -207,7 +207,7 @@ impl OutputDir {
     /// Locks the pack in `dir` and recovers from a killed run, for a command that changes the
     /// pack in place (`attach`, `detach`); fails when `dir` holds no pack.
     pub fn open_existing(dir: &Path) -> Result<OutputDir> {
-        crate::pack_reader::open_metadata(dir)?;
+        crate::pack::shards::open_metadata(dir)?;
         let out = OutputDir::lock_and_recover(dir, false)?;
         if !dir.join(metadata::FILE_NAME).exists() {
             bail!(

@@ -12,14 +12,14 @@ use std::time::Instant;
 
 use anyhow::{Result, bail};
 
-use crate::cli::WhereArgs;
-use crate::companions;
 use crate::format::metadata::{self, RunDetails, RunRow};
 use crate::format::row::{ROW_BYTES, offset};
 use crate::format::search;
 use crate::format::valuation::ValuationTable;
 use crate::ordered::ordered_try_map;
-use crate::pack_reader::{self, RunSlots, Shard};
+use crate::pack::families;
+use crate::pack::query::RunFilter;
+use crate::pack::shards::{self, RunSlots, Shard};
 
 /// Rows per memory-mapped chunk (6 MiB), as in validate.
 pub const CHUNK_ROWS: u64 = 128 * 1024;
@@ -337,7 +337,7 @@ pub fn count_rows(
     only: Option<&RunSlots>,
     step_width: u64,
 ) -> Result<RowCounts> {
-    let chunks = pack_reader::chunks(shards, CHUNK_ROWS);
+    let chunks = shards::chunks(shards, CHUNK_ROWS);
     let mut total = RowCounts::new(step_width);
     ordered_try_map(
         &chunks,
@@ -694,14 +694,14 @@ pub struct Stats {
     pub elapsed: f64,
 }
 
-pub fn gather(dir: &Path, workers: usize, where_args: &WhereArgs) -> Result<Stats> {
+pub fn gather(dir: &Path, workers: usize, filter: Option<&RunFilter>) -> Result<Stats> {
     let started = Instant::now();
-    let conn = pack_reader::open_metadata(dir)?;
-    let shards = pack_reader::open_shards(dir, true)?;
+    let conn = shards::open_metadata(dir)?;
+    let shards = shards::open_shards(dir, true)?;
     let all: Vec<usize> = (0..shards.len()).collect();
-    pack_reader::verify_shards(dir, &conn, &shards, &all, workers)?;
-    let scan = companions::scan(dir, &shards)?;
-    let table = pack_reader::read_valuations(dir)?;
+    shards::verify_shards(dir, &conn, &shards, &all, workers)?;
+    let scan = families::scan(dir, &shards)?;
+    let table = shards::read_valuations(dir)?;
     let mut runs = metadata::read_runs(&conn)?;
     let details = metadata::read_run_details(&conn)?;
     let shuffled = metadata::session_value(&conn, "shuffled")?.as_deref() == Some("true");
@@ -711,13 +711,13 @@ pub fn gather(dir: &Path, workers: usize, where_args: &WhereArgs) -> Result<Stat
         None
     };
     let session = metadata::read_session(&conn)?;
-    let only = match where_args.run_ids(&conn)? {
+    let only = match filter.map(|f| f.run_ids(&conn)).transpose()? {
         None => None,
         Some(ids) => {
             if ids.is_empty() {
                 bail!(
                     "{} selects no runs of {}",
-                    where_args.describe().unwrap_or_default(),
+                    filter.map(RunFilter::describe).unwrap_or_default(),
                     dir.display()
                 );
             }
@@ -748,8 +748,10 @@ pub fn gather(dir: &Path, workers: usize, where_args: &WhereArgs) -> Result<Stat
     };
     Ok(Stats {
         pack: dir.to_path_buf(),
-        selection: where_args.sql.clone(),
-        params: where_args.params.iter().map(|p| p.to_string()).collect(),
+        selection: filter.map(|f| f.sql.clone()),
+        params: filter.map_or_else(Vec::new, |f| {
+            f.params.iter().map(|p| p.to_string()).collect()
+        }),
         runs: runs.len(),
         rows,
         rows_in_runs: runs.iter().map(|r| r.steps).sum(),
@@ -794,7 +796,7 @@ pub fn gather(dir: &Path, workers: usize, where_args: &WhereArgs) -> Result<Stat
             .map(|f| (f.name.clone(), f.describe(), f.bytes()))
             .collect(),
         companion_problems: scan.problems.into_iter().map(|(_, p)| p).collect(),
-        leftovers: crate::pack_dir::leftovers(dir),
+        leftovers: crate::pack::publish::leftovers(dir),
         workers,
         elapsed: started.elapsed().as_secs_f64(),
     })
@@ -969,7 +971,7 @@ enum SearchValue {
 /// One pass over the `search` family beside the shards' run ids, summing its values per depth
 /// over the selected `runs`.
 fn search_effort(
-    family: &companions::Family,
+    family: &families::Family,
     shards: &[Shard],
     runs: &[RunRow],
     details: &std::collections::HashMap<i64, RunDetails>,
@@ -1012,7 +1014,7 @@ fn search_effort(
         },
         SearchValue::Scalar(_) => SearchDepth::default(),
     };
-    let chunks = pack_reader::chunks(shards, CHUNK_ROWS);
+    let chunks = shards::chunks(shards, CHUNK_ROWS);
     let mut total = vec![empty(); depths.len()];
     ordered_try_map(
         &chunks,

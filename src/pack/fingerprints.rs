@@ -13,7 +13,7 @@ use crate::format::metadata::{RunDetails, RunRow};
 use crate::format::row::{ROW_BYTES, offset};
 use crate::format::valuation::ValuationTable;
 use crate::ordered::ordered_try_map;
-use crate::pack_reader::{self, Shard};
+use crate::pack::shards::{self, Shard};
 
 /// Rows read at a time while hashing a run.
 const PIECE_ROWS: u64 = 65_536;
@@ -66,7 +66,7 @@ pub fn compute(
     valuations: &ValuationTable,
     workers: usize,
 ) -> Result<Vec<Fingerprint>> {
-    let starts = pack_reader::shard_starts(shards);
+    let starts = shards::shard_starts(shards);
     let mut first_row = 0u64;
     let mut jobs = Vec::with_capacity(runs.len());
     for run in runs {
@@ -93,7 +93,7 @@ pub fn compute_ranges(
     valuations: &ValuationTable,
     workers: usize,
 ) -> Result<Vec<Fingerprint>> {
-    let starts = pack_reader::shard_starts(shards);
+    let starts = shards::shard_starts(shards);
     let mut out = Vec::with_capacity(jobs.len());
     ordered_try_map(
         jobs,
@@ -102,7 +102,7 @@ pub fn compute_ranges(
         Vec::new,
         |pieces, (run, range)| {
             pieces.clear();
-            pack_reader::pieces_of(&starts, range.clone(), PIECE_ROWS, pieces);
+            shards::pieces_of(&starts, range.clone(), PIECE_ROWS, pieces);
             let mut hasher = RunHasher::new(facts(run), valuations.names());
             for p in pieces.iter() {
                 let shard = &shards[p.shard];

@@ -17,9 +17,9 @@ use anyhow::{Context, Result, bail};
 use crate::format::metadata::CompanionRecord;
 use crate::format::npy::{self, ArrayHeader};
 use crate::format::search;
-use crate::pack_files::parse_file_name;
-use crate::pack_reader::Shard;
-use crate::shard_writer::{FileLayout, file_name};
+use crate::pack::files::parse_file_name;
+use crate::pack::shard_writer::{FileLayout, file_name};
+use crate::pack::shards::Shard;
 
 /// One file of a family.
 #[derive(Debug, Clone)]
@@ -377,7 +377,7 @@ pub fn verify_family(
             (f.path.as_path(), f.file_name.as_str(), bytes, crc)
         })
         .collect();
-    crate::pack_reader::verify_files(dir, &files, workers)
+    crate::pack::shards::verify_files(dir, &files, workers)
 }
 
 /// The families a command carries: every family of every input (by name, same dtype and shape

@@ -11,7 +11,7 @@ use memmap2::{Mmap, MmapOptions};
 
 use crate::format::npy::{self, Header, RowLayout};
 use crate::format::valuation::{self, ValuationTable};
-use crate::pack_files::is_shard_name;
+use crate::pack::files::is_shard_name;
 
 /// One shard file and what its header says.
 #[derive(Debug, Clone)]

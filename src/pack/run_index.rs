@@ -7,8 +7,8 @@ use anyhow::{Result, bail};
 
 use crate::format::metadata::RowLocation;
 use crate::format::row::{ROW_BYTES, offset};
-use crate::pack_reader::{self, Shard};
-use crate::shard_writer::ShardWriter;
+use crate::pack::shard_writer::ShardWriter;
+use crate::pack::shards::{self, Shard};
 
 /// Tracks where each output run starts while rows stream by (runs are contiguous and in id
 /// order in unshuffled packs), giving runs without rows the position where they would have
@@ -75,7 +75,7 @@ pub fn locate_unindexed(
         [id],
         |r| Ok((r.get(0)?, r.get(1)?)),
     )?;
-    let starts = pack_reader::shard_starts(shards);
+    let starts = shards::shard_starts(shards);
     let rows = *starts.last().expect("a start per shard and the end");
     if total != rows as i64 || before < 0 {
         bail!(
