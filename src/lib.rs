@@ -49,7 +49,10 @@ pub(crate) mod report;
 #[doc(hidden)]
 pub mod rng;
 
-pub use pack::{Companion, CompanionValue, Pack, Param, Run, Runs, Step, Steps};
+pub use pack::{
+    Companion, CompanionValue, NewRun, NewStep, Pack, PackWriter, Param, Published, Run, Runs,
+    Step, Steps, WriterOptions,
+};
 
 /// Threads to use when the user does not say: all cores.
 pub fn default_workers() -> usize {

@@ -23,11 +23,10 @@ use crate::findings::{
 use crate::format::fingerprint::Fingerprint;
 use crate::format::metadata::{self, FindingRecord, MetadataWriter, PackFacts, RunRecord};
 use crate::format::row::{ROW_BYTES, StepRow, offset};
+use crate::pack::StagedPack;
 use crate::pack::families::{self, Family};
 use crate::pack::fingerprints;
-use crate::pack::publish::{OutputDir, write_valuations};
 use crate::pack::run_index::RunStarts;
-use crate::pack::shard_writer::ShardWriter;
 use crate::progress;
 
 /// What the exported pack holds.
@@ -71,38 +70,29 @@ pub fn write(
     target: &Path,
     opts: &PackOptions,
 ) -> Result<Written> {
-    let out = OutputDir::open(target, opts.overwrite)?;
-    let staging = out.begin_staging()?;
-    let written = build(source, selection, &staging, opts)?;
-    out.publish()?;
+    let mut staged = StagedPack::create(target, opts.overwrite, opts.shard_rows)?;
+    let written = build(source, selection, &mut staged, opts)?;
+    staged.publish(&source.valuations)?;
     Ok(written)
 }
 
-/// Writes the subset pack into `staging`.
+/// Writes the subset pack into `staged`.
 fn build(
     source: &SourcePack,
     selection: &Selection,
-    staging: &Path,
+    staged: &mut StagedPack,
     opts: &PackOptions,
 ) -> Result<Written> {
     let fingerprints = selected_fingerprints(source, selection, opts.workers)?;
-    let mut writer = ShardWriter::new(staging, opts.shard_rows);
-    let db = MetadataWriter::create(&staging.join(metadata::FILE_NAME))?;
     let mut starts = RunStarts::new((0..selection.len() as u32).collect());
     let mut counts = RowCounts::new(selection);
     let mut findings = RowFindings::new(selection.len(), !source.shuffled);
     let plan = source.plan(selection);
     let total_rows = plan.iter().map(|p| p.count).sum();
-    writer.expect_rows(total_rows);
-    let mut companion_writers: Vec<ShardWriter> = opts
-        .companions
-        .iter()
-        .map(|f| {
-            let mut w = ShardWriter::with_layout(staging, opts.shard_rows, f.layout());
-            w.expect_rows(total_rows);
-            w
-        })
-        .collect();
+    for family in opts.companions {
+        staged.add_family(family.layout());
+    }
+    staged.expect_rows(total_rows);
     let bar = progress::rows_bar(total_rows, opts.quiet, "export");
     let mut rows = Vec::with_capacity(super::PIECE_ROWS as usize * ROW_BYTES);
     let mut keep = Vec::new();
@@ -138,11 +128,12 @@ fn build(
                 .count() as u64;
         }
         counts.add(&piece_tally);
+        let (writer, companion_writers) = staged.writers();
         if !source.shuffled {
             starts.observe(&rows, writer.total_rows());
         }
         writer.write_rows(&rows)?;
-        for (family, w) in opts.companions.iter().zip(&mut companion_writers) {
+        for (family, w) in opts.companions.iter().zip(companion_writers) {
             family
                 .open(piece.shard)?
                 .read_rows(piece.start, piece.count, &mut companion_rows)?;
@@ -153,15 +144,10 @@ fn build(
     }
     bar.finish_and_clear();
     counts.verify(source, selection)?;
-    for (family, w) in opts.companions.iter().zip(companion_writers) {
-        for record in families::records(&family.layout(), &w.finish()?) {
-            db.insert_companion(&record)?;
-        }
-    }
-
-    let locations = (!source.shuffled).then(|| starts.finish(&writer));
-    let rows_written = writer.total_rows();
-    let shards = writer.finish()?;
+    let locations = (!source.shuffled).then(|| starts.finish(staged.steps()));
+    let rows_written = staged.steps().total_rows();
+    let shards = staged.finish_files()?;
+    let db = staged.db();
     let source_pack = source.canonical_path();
     let mut duplicates = Duplicates::default();
     let mut duplicate_findings = Tally::default();
@@ -209,7 +195,7 @@ fn build(
     for shard in &shards {
         db.insert_shard(shard)?;
     }
-    write_findings(findings, duplicate_findings, &db, source, selection)?;
+    write_findings(findings, duplicate_findings, db, source, selection)?;
     db.set_pack_facts(&PackFacts {
         command_line: crate::cli::command_line(),
         command: "export",
@@ -237,8 +223,6 @@ fn build(
     if let Some(root) = metadata::session_value(&source.db()?, "source_root")? {
         db.set_session("source_root", &root)?;
     }
-    db.finish()?;
-    write_valuations(staging, &source.valuations)?;
     Ok(Written {
         runs: selection.len(),
         rows: rows_written,

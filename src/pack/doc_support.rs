@@ -43,7 +43,7 @@ struct PackCommand {
 }
 
 /// A fresh temporary folder name (several examples run at once in one process).
-fn temp_dir() -> PathBuf {
+pub fn temp_dir() -> PathBuf {
     static NEXT: AtomicU32 = AtomicU32::new(0);
     std::env::temp_dir().join(format!(
         "dataset-packer-doc-{}-{}",

@@ -1,4 +1,5 @@
-//! The pack as a library: what a Rust program uses to read a pack.
+//! The pack as a library: what a Rust program uses to read a pack ([`Pack`]) and to write
+//! one ([`PackWriter`]), and under them the machinery every command shares.
 //!
 //! ```
 //! # fn main() -> anyhow::Result<()> {
@@ -18,10 +19,11 @@
 //!
 //! # Stability
 //!
-//! The names re-exported at the crate root — [`Pack`], [`Run`], [`Step`], [`Steps`],
-//! [`Runs`], [`Companion`], [`CompanionValue`] and [`Param`] — and their methods are the
-//! public surface: they follow semantic versioning. Everything else the crate exports
-//! (`cmd`, `pack_reader`, `format`, …, and [`verify`]'s report types) is the command-line
+//! The names re-exported at the crate root are the public surface, and they and their
+//! methods follow semantic versioning: for reading, [`Pack`], [`Run`], [`Step`], [`Steps`],
+//! [`Runs`], [`Companion`], [`CompanionValue`] and [`Param`]; for writing, [`PackWriter`],
+//! [`WriterOptions`], [`NewRun`], [`NewStep`] and [`Published`]. Everything else the crate
+//! exports (`cmd`, `format`, `raw`, …, and [`verify`]'s report types) is the command-line
 //! tool's machinery, public only so its own tests reach it, and may change in any release.
 //!
 //! # What `open` checks, and what `verify` adds
@@ -52,6 +54,7 @@ pub(crate) mod run_index;
 pub(crate) mod shard_writer;
 pub(crate) mod shards;
 pub(crate) mod stats;
+mod writer;
 
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
@@ -62,6 +65,8 @@ use memmap2::Mmap;
 pub use companion::{Companion, CompanionValue};
 pub use run::{Run, Runs};
 pub use step::{Step, Steps};
+pub(crate) use writer::StagedPack;
+pub use writer::{NewRun, NewStep, PackWriter, Published, WriterOptions};
 
 use crate::format::metadata;
 use crate::format::row::ROW_BYTES;
