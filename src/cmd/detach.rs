@@ -1,17 +1,13 @@
-//! `detach`: remove a companion family from a pack, atomically: its files and its records in
-//! `metadata.db` go in one publish (a staged copy of `metadata.db` without them is the commit
-//! point), so the pack never records a family whose files are gone, nor the reverse.
+//! `detach`: remove a companion family from a pack, atomically ([`crate::pack::attach::detach`]:
+//! its files and its records in `metadata.db` go in one publish), and say what was removed.
 
 use std::path::PathBuf;
 
-use anyhow::{Result, bail};
+use anyhow::Result;
 use clap::Args;
 
-use crate::cmd::attach::check_name;
-use crate::format::metadata::{self, MetadataWriter};
-use crate::pack::files;
-use crate::pack::publish::{OutputDir, list_names};
-use crate::pack::shards;
+use crate::pack::attach::{Detached, detach};
+use crate::pack::publish::list_names;
 
 #[derive(Args, Debug)]
 #[command(after_help = "Examples:
@@ -33,36 +29,7 @@ pub struct DetachArgs {
 }
 
 pub fn run(args: &DetachArgs) -> Result<()> {
-    check_name(&args.name)?;
-    let out = OutputDir::open_existing(&args.pack)?;
-    let files = files::family_files(&args.pack, &args.name)?;
-    let recorded = metadata::read_companions(&shards::open_metadata(&args.pack)?)?
-        .iter()
-        .any(|r| r.name == args.name);
-    if files.is_empty() && !recorded {
-        bail!(
-            "{} has no companion {} (no {}-NNNNN.npy or {}.npy)",
-            args.pack.display(),
-            args.name,
-            args.name,
-            args.name
-        );
-    }
-    let bytes: u64 = files
-        .iter()
-        .map(|f| {
-            std::fs::metadata(args.pack.join(f))
-                .map(|m| m.len())
-                .unwrap_or(0)
-        })
-        .sum();
-    let staging = out.begin_staging()?;
-    let db = MetadataWriter::extend_copy(&args.pack, &staging)?;
-    db.delete_companion(&args.name)?;
-    db.finish()?;
-    let mut kept = out.pack_files()?;
-    kept.retain(|n| n != metadata::FILE_NAME);
-    out.publish_with(&kept, &files)?;
+    let Detached { files, bytes } = detach(&args.pack, &args.name)?;
     if args.json {
         let doc = serde_json::json!({
             "pack": args.pack.display().to_string(),

@@ -45,6 +45,7 @@ pub mod verify;
 
 // The machinery under the public reader: crate-internal, shared by the commands and the
 // writers. See docs/architecture.md for what each owns.
+pub(crate) mod attach;
 pub(crate) mod families;
 pub(crate) mod files;
 pub(crate) mod fingerprints;
