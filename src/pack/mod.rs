@@ -49,6 +49,7 @@ pub(crate) mod attach;
 pub(crate) mod families;
 pub(crate) mod files;
 pub(crate) mod fingerprints;
+pub(crate) mod merge;
 pub(crate) mod publish;
 pub(crate) mod query;
 pub(crate) mod run_index;

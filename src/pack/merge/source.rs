@@ -1,0 +1,157 @@
+//! One input of a merge: checked before anything is written, then read. Its recorded
+//! checksums (shards and companions) are verified against the CRCs computed while copying.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+use anyhow::{Result, bail};
+
+use crate::UsageError;
+use crate::format::fingerprint::Fingerprint;
+use crate::format::metadata::{self, CompanionRecord, RunDetails, RunRow, ShardRecord};
+use crate::format::valuation::ValuationTable;
+use crate::pack::families::{self, OpenCompanion, Scan};
+use crate::pack::fingerprints;
+use crate::pack::shards::{self, Shard};
+use crate::pack::verify;
+
+/// One input pack, validated and read.
+pub(super) struct Source {
+    pub(super) path: PathBuf,
+    pub(super) shards: Vec<Shard>,
+    pub(super) runs: Vec<RunRow>,
+    pub(super) details: HashMap<i64, RunDetails>,
+    pub(super) valuations: ValuationTable,
+    pub(super) session: Vec<(String, String)>,
+    /// Its metadata.db (in a Mutex only so the reading thread can share the Source).
+    pub(super) conn: Mutex<rusqlite::Connection>,
+    /// Each run's fingerprint, in `runs` order (recorded, or computed from the rows).
+    pub(super) fingerprints: Vec<Fingerprint>,
+    /// Its companion arrays, and the checksums it recorded for them.
+    pub(super) companions: Scan,
+    companion_records: Vec<CompanionRecord>,
+    /// The shard checksums the input recorded, verified while copying.
+    recorded: Option<Vec<ShardRecord>>,
+}
+
+impl Source {
+    /// Validates an input before anything is written. An input that records shard checksums
+    /// gets the structure and metadata checks here and its CRCs verified while it is copied
+    /// (so it is read once); one without checksums (an older tool's) gets the full row pass.
+    pub(super) fn open(path: &Path, options: &verify::Options) -> Result<Source> {
+        let db = metadata::open_read_only(&path.join(metadata::FILE_NAME)).ok();
+        let shuffled = db
+            .as_ref()
+            .and_then(|c| metadata::session_value(c, "shuffled").ok());
+        if shuffled.flatten().as_deref() == Some("true") {
+            return Err(UsageError(format!(
+                "input {} is a shuffled pack; merge combines packs in run order: merge the unshuffled packs first, then shuffle the result",
+                path.display()
+            ))
+            .into());
+        }
+        let recorded = db.and_then(|c| metadata::read_shard_records(&c).ok().flatten());
+        let options = verify::Options {
+            scan_rows: recorded.is_none(),
+            ..*options
+        };
+        let report = verify::check(path, &options)?;
+        if !report.valid() {
+            bail!(
+                "input {} is not a valid pack; nothing was written:\n{}",
+                path.display(),
+                report.failures()
+            );
+        }
+        let conn = metadata::open_read_only(&path.join(metadata::FILE_NAME))?;
+        let session = metadata::read_session(&conn)?;
+        let shards = shards::open_shards(path, true)?;
+        let runs = metadata::read_runs(&conn)?;
+        let details = metadata::read_run_details(&conn)?;
+        let valuations = shards::read_valuations(path)?;
+        let (fingerprints, _) =
+            fingerprints::of_pack(path, &shards, &runs, &details, &valuations, options.workers)?;
+        let companions = families::scan(path, &shards)?;
+        let companion_records = metadata::read_companions(&conn)?;
+        Ok(Source {
+            path: path.to_path_buf(),
+            shards,
+            runs,
+            details,
+            valuations,
+            session,
+            conn: Mutex::new(conn),
+            fingerprints,
+            companions,
+            companion_records,
+            recorded,
+        })
+    }
+
+    pub(super) fn rows(&self) -> u64 {
+        self.shards.iter().map(|s| s.header.rows).sum()
+    }
+
+    /// How messages name one of its runs: the pack and the run's source file, or its id.
+    pub(super) fn describe_run(&self, slot: usize) -> String {
+        let run = &self.runs[slot];
+        match self
+            .details
+            .get(&run.id)
+            .and_then(|d| d.source_path.as_deref())
+        {
+            Some(p) => format!("{} of {}", p, self.path.display()),
+            None => format!("run {} of {}", run.id, self.path.display()),
+        }
+    }
+
+    /// Its path as recorded in the output (canonical when it resolves).
+    pub(super) fn canonical_path(&self) -> String {
+        std::fs::canonicalize(&self.path)
+            .unwrap_or_else(|_| self.path.clone())
+            .display()
+            .to_string()
+    }
+
+    /// Compares the CRC of shard `index` just copied with the one the pack recorded (when it
+    /// did).
+    pub(super) fn verify_checksum(&self, index: usize, data_crc: u32) -> Result<()> {
+        let Some(record) = self.recorded.as_ref().and_then(|r| r.get(index)) else {
+            return Ok(());
+        };
+        let shard = &self.shards[index];
+        let data_len = (shard.header.rows * shard.row_bytes() as u64) as usize;
+        let crc = shard.file_crc(data_crc, data_len)?;
+        if crc != record.crc32c {
+            bail!(
+                "input {}: {} does not match its recorded checksum (crc32c recorded {:08x}, computed {crc:08x}); nothing was written",
+                self.path.display(),
+                shard.name,
+                record.crc32c
+            );
+        }
+        Ok(())
+    }
+
+    /// Compares a companion file just read with the CRC the pack recorded (when it did).
+    pub(super) fn verify_companion(&self, cf: &OpenCompanion, data_crc: u32) -> Result<()> {
+        let Some(record) = self
+            .companion_records
+            .iter()
+            .find(|r| r.file_name == cf.file.file_name)
+        else {
+            return Ok(());
+        };
+        let crc = cf.file_crc(data_crc)?;
+        if crc != record.crc32c {
+            bail!(
+                "input {}: {} does not match its recorded checksum (crc32c recorded {:08x}, computed {crc:08x}); nothing was written",
+                self.path.display(),
+                cf.file.file_name,
+                record.crc32c
+            );
+        }
+        Ok(())
+    }
+}
