@@ -51,6 +51,7 @@ pub(crate) mod query;
 pub(crate) mod run_index;
 pub(crate) mod shard_writer;
 pub(crate) mod shards;
+pub(crate) mod shuffle;
 pub(crate) mod stats;
 
 use std::path::{Path, PathBuf};
