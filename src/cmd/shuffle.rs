@@ -75,6 +75,8 @@ impl ShuffleArgs {
     }
 }
 
+/// Shuffles the pack `args` name, telling what the library notices on stderr, and prints the
+/// summary on stdout.
 pub fn run(args: &ShuffleArgs) -> Result<()> {
     let started = Instant::now();
     let summary = shuffle::shuffle(&options(args), &mut print_notice)?;
@@ -82,6 +84,7 @@ pub fn run(args: &ShuffleArgs) -> Result<()> {
     Ok(())
 }
 
+/// The library's options from the arguments: the default workers and the command line filled in.
 fn options(args: &ShuffleArgs) -> Options {
     Options {
         input: args.input().to_path_buf(),
@@ -100,6 +103,7 @@ fn options(args: &ShuffleArgs) -> Options {
     }
 }
 
+/// What the shuffle tells on the way, as the command has always said it.
 fn print_notice(notice: Notice<'_>) {
     match notice {
         Notice::StartingOver {

@@ -33,7 +33,7 @@ pub(super) struct Plan {
     /// The companion families carried (each bucket record holds a steps row and one row of
     /// each, in this order).
     #[serde(default)]
-    pub companions: Vec<String>,
+    companions: Vec<String>,
     /// --memory, which decides the buckets.
     #[serde(default)]
     pub memory: u64,
