@@ -55,6 +55,7 @@ pub(crate) mod query;
 pub(crate) mod run_index;
 pub(crate) mod shard_writer;
 pub(crate) mod shards;
+pub(crate) mod shuffle;
 pub(crate) mod stats;
 mod writer;
 

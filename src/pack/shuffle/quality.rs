@@ -1,0 +1,91 @@
+//! How evenly a shuffle spread the runs over its output, measured by reading the output back:
+//! recorded in the shuffled pack's session table and printed by `shuffle`.
+
+use std::path::Path;
+
+use anyhow::Result;
+use serde::Serialize;
+
+use crate::format::metadata;
+use crate::format::row::ROW_BYTES;
+use crate::pack::shards::{self, RunSlots};
+
+/// Rows per dispersion window.
+pub const WINDOW: usize = 4096;
+
+/// How evenly runs are spread over the output (the seed note's goal: no shard with more than
+/// 2% of its rows from one run).
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Quality {
+    /// Per output shard: the largest share of its rows that comes from a single run.
+    pub shard_max_run_share: Vec<f64>,
+    /// Over windows of 4096 consecutive rows: mean and max of the largest count from one run.
+    pub window_mean_max_run_rows: f64,
+    pub window_max_run_rows: u64,
+    pub windows: u64,
+}
+
+/// Measures how runs are spread over the output shards, reading them back once.
+pub(super) fn measure_dispersion(staging: &Path, input: &rusqlite::Connection) -> Result<Quality> {
+    let ids: Vec<u32> = metadata::read_runs(input)?
+        .iter()
+        .map(|r| r.id as u32)
+        .collect();
+    let slots = RunSlots::new(&ids);
+    let mut shard_counts = vec![0u32; ids.len()];
+    let mut window_counts = vec![0u32; ids.len()];
+    let mut touched: Vec<u32> = Vec::new();
+    let mut q = Quality::default();
+    let mut window_sum = 0u64;
+    let (mut window_fill, mut window_max) = (0usize, 0u32);
+    for shard in shards::open_shards(staging, false)? {
+        let mut shard_max = 0u32;
+        shard_counts.iter_mut().for_each(|c| *c = 0);
+        for (start, count) in shards::chunks(std::slice::from_ref(&shard), 1 << 17)
+            .into_iter()
+            .map(|(_, s, n)| (s, n))
+        {
+            let map = shard.map_rows(start, count)?;
+            for row in map.chunks_exact(ROW_BYTES) {
+                let slot = slots
+                    .get(u32::from_le_bytes(row[..4].try_into().unwrap()))
+                    .unwrap_or(0) as usize;
+                shard_counts[slot] += 1;
+                shard_max = shard_max.max(shard_counts[slot]);
+                if window_counts[slot] == 0 {
+                    touched.push(slot as u32);
+                }
+                window_counts[slot] += 1;
+                window_max = window_max.max(window_counts[slot]);
+                window_fill += 1;
+                if window_fill == WINDOW {
+                    window_sum += u64::from(window_max);
+                    q.window_max_run_rows = q.window_max_run_rows.max(u64::from(window_max));
+                    q.windows += 1;
+                    for s in touched.drain(..) {
+                        window_counts[s as usize] = 0;
+                    }
+                    window_fill = 0;
+                    window_max = 0;
+                }
+            }
+        }
+        let share = if shard.header.rows == 0 {
+            0.0
+        } else {
+            f64::from(shard_max) / shard.header.rows as f64
+        };
+        q.shard_max_run_share.push(share);
+    }
+    if window_fill > 0 {
+        window_sum += u64::from(window_max);
+        q.window_max_run_rows = q.window_max_run_rows.max(u64::from(window_max));
+        q.windows += 1;
+    }
+    q.window_mean_max_run_rows = if q.windows == 0 {
+        0.0
+    } else {
+        window_sum as f64 / q.windows as f64
+    };
+    Ok(q)
+}

@@ -1,0 +1,105 @@
+//! The resume state of a shuffle: progress.json in the work folder, saved after phase 1 and
+//! after every bucket of phase 2, and what a new shuffle does with an interrupted one's
+//! (continue it with `--resume` and the same plan, refuse other options, or start over).
+
+use std::path::Path;
+
+use anyhow::{Context, Result};
+use serde::{Deserialize, Serialize};
+
+use super::Notice;
+use super::plan::Plan;
+use crate::UsageError;
+use crate::pack::shard_writer::WriterState;
+
+const PROGRESS_FILE: &str = "progress.json";
+
+/// Progress recorded in the work folder after each step.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(super) struct Progress {
+    pub plan: Plan,
+    /// Rows and CRC-32C of each bucket file, once phase 1 is complete.
+    pub bucket_rows: Option<Vec<u64>>,
+    pub bucket_crcs: Vec<u32>,
+    pub buckets_done: u64,
+    pub writer: Option<WriterState>,
+    /// The companion writers' states, in plan order.
+    #[serde(default)]
+    pub companion_writers: Vec<WriterState>,
+}
+
+impl Progress {
+    /// Replaces progress.json atomically. Not fsynced (nor are the files it describes): after a
+    /// machine crash a resume verifies bucket files and output by their recorded CRCs.
+    pub(super) fn save(&self, work: &Path) -> Result<()> {
+        let tmp = work.join("progress.json.tmp");
+        std::fs::write(&tmp, serde_json::to_vec_pretty(self)?)?;
+        std::fs::rename(&tmp, work.join(PROGRESS_FILE))?;
+        Ok(())
+    }
+
+    fn load(work: &Path) -> Option<Progress> {
+        serde_json::from_slice(&std::fs::read(work.join(PROGRESS_FILE)).ok()?).ok()
+    }
+}
+
+/// The progress to continue from: the interrupted shuffle's with `resume` and the same plan,
+/// else a new one in an emptied work folder (`notice` hears of an interrupted shuffle that
+/// this discards).
+pub(super) fn start_or_resume(
+    work: &Path,
+    plan: &Plan,
+    resume: bool,
+    notice: &mut dyn FnMut(Notice<'_>),
+) -> Result<Progress> {
+    let interrupted = Progress::load(work);
+    if resume {
+        match interrupted {
+            Some(p) if p.plan == *plan => {
+                log::info!(
+                    "resuming: {} of {} buckets done",
+                    p.buckets_done,
+                    plan.buckets
+                );
+                return Ok(p);
+            }
+            Some(p) => {
+                let mut why = plan.differences(&p.plan);
+                if why.is_empty() {
+                    why.push("its plan differs".into());
+                }
+                return Err(UsageError(format!(
+                    "--resume: the interrupted shuffle in {} was run with other options: {}; give the same options to continue it, or run without --resume to start over",
+                    work.display(),
+                    why.join("; ")
+                ))
+                .into());
+            }
+            None => log::warn!(
+                "--resume: no interrupted shuffle in {}; starting from the beginning",
+                work.display()
+            ),
+        }
+    } else if let Some(p) = interrupted {
+        notice(Notice::StartingOver {
+            work,
+            buckets_done: p.buckets_done,
+            buckets: p.plan.buckets,
+        });
+    }
+    if work.exists() {
+        std::fs::remove_dir_all(work)
+            .with_context(|| format!("removing old work folder {}", work.display()))?;
+    }
+    std::fs::create_dir_all(work).with_context(|| format!("creating {}", work.display()))?;
+    let p = Progress {
+        plan: plan.clone(),
+        bucket_rows: None,
+        bucket_crcs: Vec::new(),
+        buckets_done: 0,
+        writer: None,
+        companion_writers: Vec::new(),
+    };
+    p.save(work)?;
+    Ok(p)
+}
