@@ -25,6 +25,7 @@ use crate::pack::fingerprints;
 use crate::pack::publish::OutputDir;
 use crate::pack::shard_writer::{FileLayout, ShardWriter};
 use crate::pack::shards::{self, Shard};
+use crate::packer::create;
 use crate::packer::{
     self, PackOptions, Packer, PackerStart, changed_sources, discover_runs, parse_and_write,
     rel_string,
@@ -44,7 +45,10 @@ pub fn run(args: &PackArgs) -> Result<()> {
             "{} holds no pack yet: --update packs the whole input",
             args.output.display()
         );
-        return pack::pack_new(args, out, started);
+        let summary = create::pack_into(&args.job(), out)?;
+        let elapsed = started.elapsed().as_secs_f64();
+        pack::print_summary(&summary, args.json, &args.output, elapsed);
+        return Ok(());
     }
     let existing = Existing::open(&args.output, args.shard_rows)?;
     check_search_family(&existing, args)?;
