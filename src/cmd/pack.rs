@@ -120,6 +120,7 @@ impl PackArgs {
             },
             search_stats: self.search_stats,
             partition: self.partition,
+            drop_companions: self.drop_companion.clone(),
             quiet: self.quiet,
             command_line: crate::cli::command_line(),
         }

@@ -1,13 +1,16 @@
-//! Writing packs from raw runs: `pack` ([`create`], taking a [`Job`]: the command's options,
-//! without its parsing, and returning a summary that the command prints) and `pack --update`
-//! (`cmd::pack_update`, for now) both drive the single writer here, [`Packer`]: runs are parsed
-//! on worker threads (each also fingerprints its run) and handed to it in run-id order through
-//! a bounded window; it writes their rows into staged shards (and the `search` family when the
-//! statistics are kept) and their facts into metadata.db; a run whose content is already in the
-//! pack is a duplicate, reported or left out. The caller opens the output, adds its session
-//! facts and publishes.
+//! Writing packs from raw runs: `pack` ([`create`]) and `pack --update` ([`update`]), each
+//! taking a [`Job`] (the command's options, without its parsing) and returning a summary that
+//! the command prints. Both drive the single writer here, [`Packer`]: runs are parsed on worker
+//! threads (each also fingerprints its run) and handed to it in run-id order through a bounded
+//! window; it writes their rows into staged shards (and the `search` family when the statistics
+//! are kept) and their facts into metadata.db; a run whose content is already in the pack is a
+//! duplicate, reported or left out. The caller opens the output, adds its session facts and
+//! publishes.
 
+mod carry;
 pub(crate) mod create;
+mod existing;
+pub(crate) mod update;
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
@@ -59,6 +62,8 @@ pub(crate) struct Job {
     pub search_stats: bool,
     /// Pack only this slice of the drop's runs (not with an update).
     pub partition: Option<create::Partition>,
+    /// Companion families an update removes.
+    pub drop_companions: Vec<String>,
     /// No progress bar.
     pub quiet: bool,
     /// The command line, as the pack's session records it.
