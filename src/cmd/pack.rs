@@ -1,24 +1,19 @@
 //! `pack`: raw drop → pack. The story: find the runs, parse them in parallel (each worker also
 //! fingerprints its run), write them in run-id order through a bounded window into staged
 //! shards + metadata.db (a run whose content is already in the pack is a duplicate: reported,
-//! or left out with `--dedupe`), publish, summarise. `--update` adds a drop's new runs to an
+//! or left out with `--dedupe`), publish, summarise. The work is `packer::create`'s; this
+//! module holds the arguments and prints the summary. `--update` adds a drop's new runs to an
 //! existing pack instead: see [`crate::cmd::pack_update`].
 
-use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use anyhow::{Result, bail};
+use anyhow::Result;
 use clap::Args;
 
-use crate::format::metadata::{self, MetadataWriter, PackFacts};
-use crate::format::search;
-use crate::format::valuation::ValuationTable;
-use crate::pack::publish::OutputDir;
-use crate::pack::shard_writer::{FileLayout, ShardWriter};
-use crate::packer::{PackOptions, Packer, PackerStart, Summary, discover_runs, parse_and_write};
+use crate::packer::create::{self, Partition};
+use crate::packer::{Job, PackOptions, Summary};
 use crate::progress::{count, thousands};
-use crate::raw::discover::RunSource;
 
 #[derive(Args, Debug)]
 #[command(after_help = "Examples:
@@ -110,20 +105,25 @@ impl PackArgs {
         self.workers
             .map_or_else(crate::default_workers, |w| w as usize)
     }
-}
 
-/// `--partition I/N`: the I-th of N contiguous slices of the run list.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Partition {
-    pub index: u64,
-    pub count: u64,
-}
-
-impl Partition {
-    /// The run positions (in full-drop order) this partition holds.
-    pub fn range(&self, runs: usize) -> std::ops::Range<usize> {
-        let at = |i: u64| (i as u128 * runs as u128 / self.count as u128) as usize;
-        at(self.index)..at(self.index + 1)
+    /// What the library is asked to do.
+    pub(crate) fn job(&self) -> Job {
+        Job {
+            input: self.input.clone(),
+            output: self.output.clone(),
+            shard_rows: self.shard_rows,
+            workers: self.workers(),
+            overwrite: self.overwrite,
+            options: PackOptions {
+                skip_invalid: self.skip_invalid,
+                dedupe: self.dedupe,
+            },
+            search_stats: self.search_stats,
+            partition: self.partition,
+            drop_companions: self.drop_companion.clone(),
+            quiet: self.quiet,
+            command_line: crate::cli::command_line(),
+        }
     }
 }
 
@@ -146,105 +146,7 @@ fn parse_partition(text: &str) -> Result<Partition, String> {
 /// A new pack (`--update` is [`crate::cmd::pack_update::run`], which `main` calls instead).
 pub fn run(args: &PackArgs) -> Result<()> {
     let started = Instant::now();
-    let out = OutputDir::open(&args.output, args.overwrite)?;
-    pack_new(args, out, started)
-}
-
-/// A plain pack of the whole input (or of one partition of it) into `out`.
-pub(crate) fn pack_new(args: &PackArgs, out: OutputDir, started: Instant) -> Result<()> {
-    let workers = args.workers();
-    let mut found = discover_runs(&args.input)?;
-    let full_run_count = found.runs.len();
-    if let Some(p) = args.partition {
-        let range = p.range(full_run_count);
-        log::info!(
-            "partition {}/{}: runs {range:?} of {full_run_count}",
-            p.index,
-            p.count
-        );
-        found.runs = found.runs.drain(range).collect();
-        if p.index != 0 {
-            // Orphans belong to the whole drop: partition 0 reports them, so a merge counts them once.
-            found.orphans.clear();
-        }
-    }
-    log::info!(
-        "{} runs, {} orphan rows files, {} workers",
-        found.runs.len(),
-        found.orphans.len(),
-        workers
-    );
-
-    let staging = out.begin_staging()?;
-    let mut packer = Packer::new(
-        PackerStart {
-            shards: ShardWriter::new(&staging, args.shard_rows),
-            search: args
-                .search_stats
-                .then(|| ShardWriter::with_layout(&staging, args.shard_rows, FileLayout::search())),
-            db: MetadataWriter::create(&staging.join(metadata::FILE_NAME))?,
-            next_run_id: 0,
-            valuations: ValuationTable::new(),
-            in_pack: HashMap::new(),
-            recheck: HashMap::new(),
-            finding_counts: BTreeMap::new(),
-        },
-        PackOptions {
-            skip_invalid: args.skip_invalid,
-            dedupe: args.dedupe,
-        },
-    );
-    let runs: Vec<&RunSource> = found.runs.iter().collect();
-    parse_and_write(&runs, &mut packer, workers, args.quiet, started)?;
-    if packer.runs_written() == 0 && args.partition.is_none() {
-        bail!(
-            "no valid runs in {}: all {} runs were {}",
-            args.input.display(),
-            packer.skipped_runs(),
-            if args.dedupe {
-                "invalid or duplicates, and skipped"
-            } else {
-                "invalid and skipped"
-            }
-        );
-    }
-    let packed = packer.finish(&found.orphans)?;
-    let input = std::fs::canonicalize(&args.input).unwrap_or_else(|_| args.input.clone());
-    packed.db.set_pack_facts(&PackFacts {
-        command_line: crate::cli::command_line(),
-        command: "pack",
-        shard_rows: args.shard_rows,
-        total_rows: packed.total_rows,
-        total_runs: u64::from(packed.next_run_id),
-        shard_count: packed.shards.len(),
-        shuffled: false,
-    })?;
-    let session = [
-        ("source_root", input.display().to_string()),
-        ("skipped_runs", packed.skipped.len().to_string()),
-        ("orphan_rows_files", found.orphans.len().to_string()),
-        (
-            search::ROWS_NOT_KEPT,
-            packed.search_rows_not_kept.to_string(),
-        ),
-    ];
-    for (k, v) in &session {
-        packed.db.set_session(k, v)?;
-    }
-    if let Some(p) = args.partition {
-        let range = p.range(full_run_count);
-        let facts = [
-            ("partition", format!("{}/{}", p.index, p.count)),
-            ("partition_first_run", range.start.to_string()),
-            ("partition_runs", range.len().to_string()),
-            ("full_run_count", full_run_count.to_string()),
-        ];
-        for (k, v) in &facts {
-            packed.db.set_session(k, v)?;
-        }
-    }
-    let summary = packed.commit(found.runs.iter().map(|r| r.rows_bytes).sum())?;
-    out.publish()?;
+    let summary = create::pack(&args.job())?;
     print_summary(
         &summary,
         args.json,
@@ -255,7 +157,7 @@ pub(crate) fn pack_new(args: &PackArgs, out: OutputDir, started: Instant) -> Res
 }
 
 /// Prints the summary: the headline and [`print_details`], or one JSON document.
-fn print_summary(summary: &Summary, as_json: bool, output: &Path, elapsed: f64) {
+pub(crate) fn print_summary(summary: &Summary, as_json: bool, output: &Path, elapsed: f64) {
     let s = summary;
     if as_json {
         println!("{}", s.to_json(output, elapsed));

@@ -1,9 +1,16 @@
-//! The writer of packs from raw runs, shared by `pack` and `pack --update`: parses runs on
-//! worker threads (each also fingerprints its run), hands them to the single [`Packer`] in
-//! run-id order through a bounded window, which writes their rows into staged shards (and the
-//! `search` family when the statistics are kept) and their facts into metadata.db; a run whose
-//! content is already in the pack is a duplicate, reported or left out. The caller opens the
-//! output, adds its session facts and publishes.
+//! Writing packs from raw runs: `pack` ([`create`]) and `pack --update` ([`update`]), each
+//! taking a [`Job`] (the command's options, without its parsing) and returning a summary that
+//! the command prints. Both drive the single writer here, [`Packer`]: runs are parsed on worker
+//! threads (each also fingerprints its run) and handed to it in run-id order through a bounded
+//! window; it writes their rows into staged shards (and the `search` family when the statistics
+//! are kept) and their facts into metadata.db; a run whose content is already in the pack is a
+//! duplicate, reported or left out. The caller opens the output, adds its session facts and
+//! publishes.
+
+mod carry;
+pub(crate) mod create;
+mod existing;
+pub(crate) mod update;
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
@@ -34,6 +41,33 @@ pub(crate) struct PackOptions {
     pub skip_invalid: bool,
     /// Leave out runs whose content equals an earlier run's.
     pub dedupe: bool,
+}
+
+/// What `pack` is asked to do, as plain values: `pack`'s and `pack --update`'s arguments once
+/// the command line is parsed.
+#[derive(Debug, Clone)]
+pub(crate) struct Job {
+    /// The raw drop, walked recursively.
+    pub input: PathBuf,
+    /// The pack's folder.
+    pub output: PathBuf,
+    /// Rows per shard; `None` is one `steps.npy` (for an update: the pack's own layout).
+    pub shard_rows: Option<u64>,
+    /// Parser threads.
+    pub workers: usize,
+    /// Replace a pack already in `output` (not with an update).
+    pub overwrite: bool,
+    pub options: PackOptions,
+    /// Keep the rows' search statistics in the `search` family.
+    pub search_stats: bool,
+    /// Pack only this slice of the drop's runs (not with an update).
+    pub partition: Option<create::Partition>,
+    /// Companion families an update removes.
+    pub drop_companions: Vec<String>,
+    /// No progress bar.
+    pub quiet: bool,
+    /// The command line, as the pack's session records it.
+    pub command_line: String,
 }
 
 /// Walks the input; a drop without runs is an error.
