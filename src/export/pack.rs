@@ -128,12 +128,12 @@ fn build(
                 .count() as u64;
         }
         counts.add(&piece_tally);
-        let (writer, companion_writers) = staged.writers();
+        let parts = staged.parts();
         if !source.shuffled {
-            starts.observe(&rows, writer.total_rows());
+            starts.observe(&rows, parts.steps.total_rows());
         }
-        writer.write_rows(&rows)?;
-        for (family, w) in opts.companions.iter().zip(companion_writers) {
+        parts.steps.write_rows(&rows)?;
+        for (family, w) in opts.companions.iter().zip(parts.families) {
             family
                 .open(piece.shard)?
                 .read_rows(piece.start, piece.count, &mut companion_rows)?;

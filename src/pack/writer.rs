@@ -73,11 +73,14 @@ impl StagedPack {
         &mut self.steps
     }
 
-    /// The steps' writer and every family's, in the order they were added (for code that
-    /// writes one chunk to all of them).
-    pub fn writers(&mut self) -> (&mut ShardWriter, Vec<&mut ShardWriter>) {
-        let families = self.families.iter_mut().map(|(_, w)| w).collect();
-        (&mut self.steps, families)
+    /// The steps' writer, every family's (in the order they were added) and `metadata.db`
+    /// at once, for code that writes one chunk to all of them and records as it goes.
+    pub fn parts(&mut self) -> StagedParts<'_> {
+        StagedParts {
+            steps: &mut self.steps,
+            families: self.families.iter_mut().map(|(_, w)| w).collect(),
+            db: &self.db,
+        }
     }
 
     /// The new `metadata.db`.
@@ -106,6 +109,13 @@ impl StagedPack {
         write_valuations(&self.staging, valuations)?;
         self.out.publish()
     }
+}
+
+/// The writers of a [`StagedPack`], borrowed together ([`StagedPack::parts`]).
+pub(crate) struct StagedParts<'a> {
+    pub steps: &'a mut ShardWriter,
+    pub families: Vec<&'a mut ShardWriter>,
+    pub db: &'a MetadataWriter,
 }
 
 /// How a [`PackWriter`] writes: one shard or shards of a fixed row count, and whether it may

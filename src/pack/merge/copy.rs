@@ -49,7 +49,7 @@ enum Piece {
 /// Where the writing side puts rows: the steps and each carried companion family.
 pub(super) struct Writers<'a> {
     pub(super) steps: &'a mut ShardWriter,
-    pub(super) companions: &'a mut [ShardWriter],
+    pub(super) companions: Vec<&'a mut ShardWriter>,
 }
 
 /// Copies every input's rows through `writers`, recording each input's runs and findings in

@@ -22,8 +22,8 @@ use std::time::Instant;
 use anyhow::{Context, Result, bail};
 
 use crate::format::valuation::ValuationTable;
+use crate::pack::StagedPack;
 use crate::pack::files::is_pack_file;
-use crate::pack::publish::OutputDir;
 use crate::pack::verify;
 use source::Source;
 
@@ -109,18 +109,17 @@ pub(crate) fn merge(options: &Options) -> Result<Summary> {
     log::debug!("merge: inputs checked in {:?}", started.elapsed());
 
     let shard_rows = options.shard_rows.or_else(|| inputs_shard_rows(&sources));
-    let out = OutputDir::open(&options.output, options.overwrite)?;
-    let staging = out.begin_staging()?;
+    let mut staged = StagedPack::create(&options.output, options.overwrite, shard_rows)?;
     let mut summary = stage::write_merged(
         &sources,
         &valuations,
         &carried,
         shard_rows,
-        &staging,
+        &mut staged,
         options,
     )?;
     log::debug!("merge: staged in {:?}", started.elapsed());
-    out.publish()?;
+    staged.publish(&valuations)?;
     log::debug!("merge: published in {:?}", started.elapsed());
 
     if options.delete_inputs {

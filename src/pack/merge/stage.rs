@@ -1,7 +1,6 @@
-//! The merged pack in the staging folder: shard writers for the steps and each carried
-//! companion family, the copy, then the metadata and valuation table around what was written.
+//! The merged pack in its [`StagedPack`]: the steps and each carried companion family, the
+//! copy, then the metadata around what was written.
 
-use std::path::Path;
 use std::time::Instant;
 
 use anyhow::Result;
@@ -12,11 +11,11 @@ use super::record::{record_assignment, write_session};
 use super::source::Source;
 use super::{InputSummary, Options, Summary};
 use crate::findings::DUPLICATE_RUN;
-use crate::format::metadata::{self, MetadataWriter};
+use crate::format::metadata;
 use crate::format::valuation::ValuationTable;
+use crate::pack::StagedPack;
 use crate::pack::families;
-use crate::pack::publish::write_valuations;
-use crate::pack::shard_writer::{FileLayout, ShardWriter};
+use crate::pack::shard_writer::FileLayout;
 use crate::pack::shards::Shard;
 
 /// Copies every input into the staging folder and writes the metadata; rows stay in input
@@ -26,14 +25,12 @@ pub(super) fn write_merged(
     valuations: &ValuationTable,
     carried: &[String],
     shard_rows: Option<u64>,
-    staging: &Path,
+    staged: &mut StagedPack,
     options: &Options,
 ) -> Result<Summary> {
     let copy_started = Instant::now();
     let assignment = assign_runs(sources, options.dedupe)?;
     let total_rows: u64 = sources.iter().map(Source::rows).sum();
-    let mut writer = ShardWriter::new(staging, shard_rows);
-    writer.expect_rows(total_rows);
     let layouts: Vec<FileLayout> = carried
         .iter()
         .map(|name| {
@@ -44,36 +41,28 @@ pub(super) fn write_merged(
                 .layout()
         })
         .collect();
-    let mut companion_writers: Vec<ShardWriter> = layouts
-        .iter()
-        .map(|layout| {
-            let mut w = ShardWriter::with_layout(staging, shard_rows, layout.clone());
-            w.expect_rows(total_rows);
-            w
-        })
-        .collect();
-    let db = MetadataWriter::create(&staging.join(metadata::FILE_NAME))?;
+    for layout in &layouts {
+        staged.add_family(layout.clone());
+    }
+    staged.expect_rows(total_rows);
     let plans: Vec<Plan> = sources
         .iter()
         .zip(&assignment.out_ids)
         .map(|(src, ids)| Plan::new(src, ids, valuations, carried))
         .collect();
+    let parts = staged.parts();
     let mut writers = Writers {
-        steps: &mut writer,
-        companions: &mut companion_writers,
+        steps: parts.steps,
+        companions: parts.families,
     };
-    let ev_legal_changed = copy_rows(&plans, &mut writers, &db, options.quiet)?;
+    let ev_legal_changed = copy_rows(&plans, &mut writers, parts.db, options.quiet)?;
     let legacy = sources
         .iter()
         .any(|s| s.shards.iter().any(Shard::is_legacy));
 
-    let rows_written = writer.total_rows();
-    let shards = writer.finish()?;
-    for (layout, w) in layouts.iter().zip(companion_writers) {
-        for record in families::records(layout, &w.finish()?) {
-            db.insert_companion(&record)?;
-        }
-    }
+    let rows_written = staged.steps().total_rows();
+    let shards = staged.finish_files()?;
+    let db = staged.db();
     log::debug!(
         "merge: rows copied and synced in {:?}",
         copy_started.elapsed()
@@ -81,7 +70,7 @@ pub(super) fn write_merged(
     for shard in &shards {
         db.insert_shard(shard)?;
     }
-    record_assignment(&db, &assignment)?;
+    record_assignment(db, &assignment)?;
     db.drop_empty_finding_counts()?;
     if legacy {
         db.set_session(
@@ -90,7 +79,7 @@ pub(super) fn write_merged(
         )?;
     }
     write_session(
-        &db,
+        db,
         sources,
         &options.command_line,
         shard_rows,
@@ -98,8 +87,6 @@ pub(super) fn write_merged(
         assignment.runs,
         shards.len(),
     )?;
-    db.finish()?;
-    write_valuations(staging, valuations)?;
     Ok(Summary {
         inputs: sources
             .iter()
