@@ -50,6 +50,7 @@ pub(crate) mod families;
 pub(crate) mod files;
 pub(crate) mod fingerprints;
 pub(crate) mod merge;
+pub(crate) mod page;
 pub(crate) mod publish;
 pub(crate) mod query;
 pub(crate) mod run_index;
