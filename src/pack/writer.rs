@@ -38,18 +38,35 @@ impl StagedPack {
     /// Locks `dir` (a new folder, an empty one, or with `overwrite` a pack this tool wrote)
     /// and opens the writers in a fresh staging folder beside it.
     pub fn create(dir: &Path, overwrite: bool, shard_rows: Option<u64>) -> Result<StagedPack> {
-        let out = OutputDir::open(dir, overwrite)?;
+        StagedPack::begin(OutputDir::open(dir, overwrite)?, shard_rows)
+    }
+
+    /// Opens the writers of a new pack in a fresh staging folder of `out` (an output the
+    /// caller has locked and checked already).
+    pub fn begin(out: OutputDir, shard_rows: Option<u64>) -> Result<StagedPack> {
         let staging = out.begin_staging()?;
         let steps = ShardWriter::new(&staging, shard_rows);
         let db = MetadataWriter::create(&staging.join(metadata::FILE_NAME))?;
-        Ok(StagedPack {
+        Ok(StagedPack::from_parts(out, staging, shard_rows, steps, db))
+    }
+
+    /// Wraps writers the caller prepared in `staging` of `out`: for a pack being extended,
+    /// the steps' writer after its kept shards and a staged copy of its `metadata.db`.
+    pub fn from_parts(
+        out: OutputDir,
+        staging: PathBuf,
+        shard_rows: Option<u64>,
+        steps: ShardWriter,
+        db: MetadataWriter,
+    ) -> StagedPack {
+        StagedPack {
             out,
             staging,
             shard_rows,
             steps,
             families: Vec::new(),
             db,
-        })
+        }
     }
 
     /// Adds a companion family written beside the steps, split like them; returns its index
@@ -58,6 +75,23 @@ impl StagedPack {
         let writer = ShardWriter::with_layout(&self.staging, self.shard_rows, layout.clone());
         self.families.push((layout, writer));
         self.families.len() - 1
+    }
+
+    /// Adds a companion family whose writer the caller prepared (one that continues an
+    /// extended pack's files); returns its index for [`StagedPack::family`].
+    pub fn add_family_writer(&mut self, layout: FileLayout, writer: ShardWriter) -> usize {
+        self.families.push((layout, writer));
+        self.families.len() - 1
+    }
+
+    /// The writer of family `index` (as [`StagedPack::add_family`] returned it).
+    pub fn family(&mut self, index: usize) -> &mut ShardWriter {
+        &mut self.families[index].1
+    }
+
+    /// The staging folder (the pack's files as they are written).
+    pub fn staging(&self) -> &Path {
+        &self.staging
     }
 
     /// Tells every writer how many rows are coming, so it reserves each file's space up front.
@@ -89,12 +123,15 @@ impl StagedPack {
     }
 
     /// Closes every shard file (synced, checksummed), records the families' files in
-    /// `metadata.db`, and returns the steps' shard records for the caller to record with its
-    /// runs. Rows written after this are an error.
+    /// `metadata.db` (in place of what an extended pack recorded of them), and returns the
+    /// steps' shard records for the caller to record with its runs. Rows written after this
+    /// are an error.
     pub fn finish_files(&mut self) -> Result<Vec<ShardRecord>> {
         let steps = std::mem::replace(&mut self.steps, ShardWriter::new(&self.staging, None));
         let shards = steps.finish()?;
         for (layout, writer) in std::mem::take(&mut self.families) {
+            // An extended pack's kept files come first in `finish`: the family is recorded whole.
+            self.db.delete_companion(&layout.prefix)?;
             for record in families::records(&layout, &writer.finish()?) {
                 self.db.insert_companion(&record)?;
             }
@@ -105,9 +142,21 @@ impl StagedPack {
     /// Commits `metadata.db`, writes `valuation_types.json`, and moves the staged pack into
     /// place.
     pub fn publish(self, valuations: &ValuationTable) -> Result<()> {
+        self.publish_keeping(valuations, &[], &[])
+    }
+
+    /// [`StagedPack::publish`] for a pack extended in place: the old pack's files `kept` stay
+    /// (they were not staged), and its files `retired` (a family dropped) go with the rest of
+    /// the old pack, in the same commit.
+    pub fn publish_keeping(
+        self,
+        valuations: &ValuationTable,
+        kept: &[String],
+        retired: &[String],
+    ) -> Result<()> {
         self.db.finish()?;
         write_valuations(&self.staging, valuations)?;
-        self.out.publish()
+        self.out.publish_with(kept, retired)
     }
 }
 

@@ -8,11 +8,12 @@ use std::time::Instant;
 use anyhow::{Result, bail};
 
 use super::{Job, Packed, Packer, PackerStart, Summary, discover_runs, parse_and_write};
-use crate::format::metadata::{self, MetadataWriter, PackFacts};
+use crate::format::metadata::PackFacts;
 use crate::format::search;
 use crate::format::valuation::ValuationTable;
+use crate::pack::StagedPack;
 use crate::pack::publish::OutputDir;
-use crate::pack::shard_writer::{FileLayout, ShardWriter};
+use crate::pack::shard_writer::FileLayout;
 use crate::raw::discover::{Discovery, RunSource};
 
 /// `--partition I/N`: the I-th of N contiguous slices of the run list.
@@ -52,14 +53,14 @@ pub(crate) fn pack_into(job: &Job, out: OutputDir) -> Result<Summary> {
         job.workers
     );
 
-    let staging = out.begin_staging()?;
+    let mut staged = StagedPack::begin(out, job.shard_rows)?;
+    let search = job
+        .search_stats
+        .then(|| staged.add_family(FileLayout::search()));
     let mut packer = Packer::new(
         PackerStart {
-            shards: ShardWriter::new(&staging, job.shard_rows),
-            search: job
-                .search_stats
-                .then(|| ShardWriter::with_layout(&staging, job.shard_rows, FileLayout::search())),
-            db: MetadataWriter::create(&staging.join(metadata::FILE_NAME))?,
+            staged,
+            search,
             next_run_id: 0,
             valuations: ValuationTable::new(),
             in_pack: HashMap::new(),
@@ -84,8 +85,8 @@ pub(crate) fn pack_into(job: &Job, out: OutputDir) -> Result<Summary> {
     }
     let packed = packer.finish(&found.orphans)?;
     record_session(job, &packed, found.orphans.len(), full_run_count)?;
-    let summary = packed.commit(found.runs.iter().map(|r| r.rows_bytes).sum())?;
-    out.publish()?;
+    let (summary, ready) = packed.commit(found.runs.iter().map(|r| r.rows_bytes).sum());
+    ready.publish()?;
     Ok(summary)
 }
 
@@ -108,7 +109,7 @@ fn keep_partition(found: &mut Discovery, p: Partition) {
 /// The session facts of a new pack (and of the partition it holds).
 fn record_session(job: &Job, packed: &Packed, orphans: usize, full_run_count: usize) -> Result<()> {
     let input = std::fs::canonicalize(&job.input).unwrap_or_else(|_| job.input.clone());
-    packed.db.set_pack_facts(&PackFacts {
+    packed.db().set_pack_facts(&PackFacts {
         command_line: job.command_line.clone(),
         command: "pack",
         shard_rows: job.shard_rows,
@@ -127,7 +128,7 @@ fn record_session(job: &Job, packed: &Packed, orphans: usize, full_run_count: us
         ),
     ];
     for (k, v) in &session {
-        packed.db.set_session(k, v)?;
+        packed.db().set_session(k, v)?;
     }
     if let Some(p) = job.partition {
         let range = p.range(full_run_count);
@@ -138,7 +139,7 @@ fn record_session(job: &Job, packed: &Packed, orphans: usize, full_run_count: us
             ("full_run_count", full_run_count.to_string()),
         ];
         for (k, v) in &facts {
-            packed.db.set_session(k, v)?;
+            packed.db().set_session(k, v)?;
         }
     }
     Ok(())

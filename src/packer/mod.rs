@@ -24,12 +24,9 @@ use crate::format::board::LineTables;
 use crate::format::fingerprint::{self, Fingerprint, RunFacts};
 use crate::format::metadata::{FindingRecord, MetadataWriter, RunDetails, RunRecord, ShardRecord};
 use crate::format::row::remap_rows;
-use crate::format::search;
 use crate::format::valuation::{MAX_NAMES, ValuationTable};
 use crate::ordered::ordered_try_map;
-use crate::pack::families;
-use crate::pack::publish::write_valuations;
-use crate::pack::shard_writer::{FileLayout, ShardWriter};
+use crate::pack::StagedPack;
 use crate::progress::{self, thousands};
 use crate::raw::discover::{Discovery, RunSource, discover, orphan_detail};
 use crate::raw::run::{FindingKind, ParsedRun, RunError, RunParser};
@@ -114,7 +111,7 @@ pub(crate) fn parse_and_write(
     let first_id = packer.next_run_id;
     let keep_search = packer.search.is_some();
     let items: Vec<(u32, &RunSource)> = (first_id..).zip(runs.iter().copied()).collect();
-    let rows_before = packer.shards.total_rows();
+    let rows_before = packer.staged.steps().total_rows();
     let outcome = ordered_try_map(
         &items,
         workers,
@@ -125,7 +122,7 @@ pub(crate) fn parse_and_write(
             let src = items[i].1;
             let accepted = packer.accept(src, parsed);
             bar.inc(src.rows_bytes);
-            let rows = packer.shards.total_rows() - rows_before;
+            let rows = packer.staged.steps().total_rows() - rows_before;
             let rate = rows as f64 / started.elapsed().as_secs_f64().max(1e-9);
             bar.set_message(format!(
                 "{} rows, {} rows/s",
@@ -159,10 +156,10 @@ fn parse_one(parser: &mut RunParser, src: &RunSource, id: u32) -> Result<Parsed,
 
 /// What the writer starts from: nothing (a new pack) or an existing pack it extends.
 pub(crate) struct PackerStart {
-    pub shards: ShardWriter,
-    /// The `search` family's writer, split like `shards`, when the search statistics are kept.
-    pub search: Option<ShardWriter>,
-    pub db: MetadataWriter,
+    /// The staged pack the runs are written into.
+    pub staged: StagedPack,
+    /// The `search` family's index in `staged`, when the search statistics are kept.
+    pub search: Option<usize>,
     pub next_run_id: u32,
     pub valuations: ValuationTable,
     /// Fingerprints of the runs already in the pack, with their ids.
@@ -176,11 +173,10 @@ pub(crate) struct PackerStart {
 
 /// The single writer: receives parsed runs in run order and writes them.
 pub(crate) struct Packer {
-    shards: ShardWriter,
-    search: Option<ShardWriter>,
+    staged: StagedPack,
+    search: Option<usize>,
     /// Rows written whose search statistics (`"used":true`) were not kept.
     search_rows_not_kept: u64,
-    db: MetadataWriter,
     valuations: ValuationTable,
     skip_invalid: bool,
     dedupe: bool,
@@ -201,13 +197,12 @@ pub(crate) struct Packer {
 }
 
 impl Packer {
-    pub fn new(start: PackerStart, options: PackOptions) -> Packer {
-        let rows_before = start.shards.total_rows();
+    pub fn new(mut start: PackerStart, options: PackOptions) -> Packer {
+        let rows_before = start.staged.steps().total_rows();
         Packer {
-            shards: start.shards,
+            staged: start.staged,
             search: start.search,
             search_rows_not_kept: 0,
-            db: start.db,
             valuations: start.valuations,
             skip_invalid: options.skip_invalid,
             dedupe: options.dedupe,
@@ -298,7 +293,8 @@ impl Packer {
                 src.rel_rows.display()
             );
             let rows_path = rel_string(&src.rel_rows);
-            self.db
+            self.staged
+                .db()
                 .set_rows_file(i64::from(id), &rows_path, src.rows_bytes as i64)?;
             self.reformed.push((path, id));
             return Ok(());
@@ -326,7 +322,7 @@ impl Packer {
 
     /// Records a run left out (and why) in metadata.db and the summary.
     pub fn skip(&mut self, path: String, reason: String) -> Result<()> {
-        self.db.insert_skipped(&path, &reason)?;
+        self.staged.db().insert_skipped(&path, &reason)?;
         self.skipped.push((path, reason));
         Ok(())
     }
@@ -385,17 +381,18 @@ impl Packer {
         if run.stamped_run_id != run_id {
             remap_rows(&mut run.rows, |_| run_id, None);
         }
-        let first_row = self.shards.position();
-        self.shards.write_rows(&run.rows)?;
-        match (&mut self.search, &run.search) {
-            (Some(writer), Some(stats)) => writer.write_rows(stats)?,
+        let first_row = self.staged.steps().position();
+        self.staged.steps().write_rows(&run.rows)?;
+        match (self.search, &run.search) {
+            (Some(family), Some(stats)) => self.staged.family(family).write_rows(stats)?,
             (None, _) => self.search_rows_not_kept += run.searched_rows,
             (Some(_), None) => bail!("internal error: a run parsed without its search statistics"),
         }
         let s = &run.sidecar;
         let source_path = rel_string(&src.rel_sidecar);
-        self.db.forget_skipped(&source_path)?;
-        self.db.insert_run(&RunRecord {
+        let db = self.staged.db();
+        db.forget_skipped(&source_path)?;
+        db.insert_run(&RunRecord {
             run_id,
             seed: s.seed,
             steps: run.row_count,
@@ -504,28 +501,22 @@ impl Packer {
         self.findings
             .add("orphan_rows_file", orphans.len() as u64, orphan_examples);
         let orphan_paths: Vec<String> = orphans.iter().map(|p| rel_string(p)).collect();
-        self.db.replace_orphans(&orphan_paths)?;
-        let rows_written = self.shards.total_rows();
-        let shards = self.shards.finish()?;
+        self.staged.db().replace_orphans(&orphan_paths)?;
+        let rows_written = self.staged.steps().total_rows();
+        let shards = self.staged.finish_files()?;
+        let db = self.staged.db();
         for shard in &shards {
-            self.db.insert_shard(shard)?;
-        }
-        if let Some(writer) = self.search {
-            // An update's kept files come first in `finish`: the family is recorded whole.
-            self.db.delete_companion(search::FAMILY)?;
-            for record in families::records(&FileLayout::search(), &writer.finish()?) {
-                self.db.insert_companion(&record)?;
-            }
+            db.insert_shard(shard)?;
         }
         for (kind, count) in &self.findings.counts {
-            self.db.set_finding_count(kind, *count)?;
+            db.set_finding_count(kind, *count)?;
         }
         for example in &self.findings.examples {
-            self.db.insert_finding(example)?;
+            db.insert_finding(example)?;
         }
         Ok(Packed {
             search_rows_not_kept: self.search_rows_not_kept,
-            db: self.db,
+            staged: self.staged,
             valuations: self.valuations,
             total_rows: rows_written,
             rows_added: rows_written - self.rows_before,
@@ -542,7 +533,7 @@ impl Packer {
 
 /// A pack whose rows are written, with its metadata still open for the caller's session facts.
 pub(crate) struct Packed {
-    pub db: MetadataWriter,
+    staged: StagedPack,
     /// Rows this command wrote whose search statistics were not kept.
     pub search_rows_not_kept: u64,
     pub valuations: ValuationTable,
@@ -560,19 +551,49 @@ pub(crate) struct Packed {
 }
 
 impl Packed {
-    /// Commits metadata.db and writes `valuation_types.json` next to it; returns the summary.
-    pub fn commit(self, compressed_bytes: u64) -> Result<Summary> {
-        let staging = self.db.dir();
-        self.db.finish()?;
-        write_valuations(&staging, &self.valuations)?;
-        Ok(Summary {
+    /// The staged `metadata.db`, for the caller's session facts.
+    pub fn db(&self) -> &MetadataWriter {
+        self.staged.db()
+    }
+
+    /// The summary of what was written, and the staged pack ready to publish.
+    pub fn commit(self, compressed_bytes: u64) -> (Summary, Ready) {
+        let summary = Summary {
             runs: self.next_run_id - self.first_run_id,
             rows: self.rows_added,
             shards: self.shards,
             skipped: self.skipped,
             findings: self.findings,
             compressed_bytes,
-        })
+        };
+        let ready = Ready {
+            staged: self.staged,
+            valuations: self.valuations,
+        };
+        (summary, ready)
+    }
+}
+
+/// A staged pack whose writing is done, with the valuation table it is published with.
+pub(crate) struct Ready {
+    staged: StagedPack,
+    valuations: ValuationTable,
+}
+
+impl Ready {
+    /// The staging folder.
+    pub fn staging(&self) -> &Path {
+        self.staged.staging()
+    }
+
+    /// Publishes a new pack.
+    pub fn publish(self) -> Result<()> {
+        self.staged.publish(&self.valuations)
+    }
+
+    /// Publishes an extended pack: see [`StagedPack::publish_keeping`].
+    pub fn publish_keeping(self, kept: &[String], retired: &[String]) -> Result<()> {
+        self.staged.publish_keeping(&self.valuations, kept, retired)
     }
 }
 

@@ -19,16 +19,17 @@ use serde_json::json;
 use super::carry::{copy_shard, search_writer};
 use super::existing::{Existing, check_search_family, companions_to_drop};
 use super::{
-    Job, Packed, Packer, PackerStart, Summary, changed_sources, create, discover_runs,
+    Job, Packed, Packer, PackerStart, Ready, Summary, changed_sources, create, discover_runs,
     parse_and_write, rel_string,
 };
 use crate::format::fingerprint::Fingerprint;
 use crate::format::metadata::{MetadataWriter, RunDetails, ShardRecord};
 use crate::format::search;
+use crate::pack::StagedPack;
 use crate::pack::files;
 use crate::pack::fingerprints;
 use crate::pack::publish::OutputDir;
-use crate::pack::shard_writer::ShardWriter;
+use crate::pack::shard_writer::{FileLayout, ShardWriter};
 use crate::raw::discover::{Discovery, RunSource};
 
 /// What `pack --update` did.
@@ -69,17 +70,16 @@ pub(crate) fn update(job: &Job) -> Result<Updated> {
         return Ok(Updated::Extended(Report::nothing_new(&existing, &sorted)));
     }
 
-    let staging = out.begin_staging()?;
-    let mut report = extend(job, &existing, &found, &sorted, &dropped, &staging)?;
-    if report.publish {
+    let (mut report, ready) = extend(job, &existing, &found, &sorted, &dropped, out)?;
+    // Without anything to publish, `ready` is None: the staging folder is gone with it and
+    // the pack stays as it was.
+    if let Some(ready) = ready {
         let retired: Vec<String> = dropped
             .iter()
             .flat_map(|(_, files)| files.clone())
             .collect();
-        out.publish_with(&report.kept_shards, &retired)?;
+        ready.publish_keeping(&report.kept_shards, &retired)?;
         report.removed_companions = dropped.into_iter().map(|(name, _)| name).collect();
-    } else {
-        drop(out); // removes the staging folder: the pack stays as it was
     }
     Ok(Updated::Extended(report))
 }
@@ -159,16 +159,16 @@ fn orphan_paths(found: &Discovery) -> Vec<String> {
     found.orphans.iter().map(|p| rel_string(p)).collect()
 }
 
-/// Writes the extended pack into `staging`. When nothing new was packed and the metadata would
-/// not change, the report says not to publish it.
+/// Writes the extended pack into a staging folder of `out`, and returns it ready to publish;
+/// when nothing new was packed and the metadata would not change, there is nothing to publish.
 fn extend(
     job: &Job,
     existing: &Existing,
     found: &Discovery,
     sorted: &Sorted,
     dropped: &[(String, Vec<String>)],
-    staging: &Path,
-) -> Result<Report> {
+    out: OutputDir,
+) -> Result<(Report, Option<Ready>)> {
     let started = Instant::now();
     let (fingerprints, computed) = fingerprints::of_pack(
         &existing.dir,
@@ -178,6 +178,8 @@ fn extend(
         &existing.valuations,
         job.workers,
     )?;
+    let staging = out.begin_staging()?;
+    let staging = staging.as_path();
     let db = stage_metadata(existing, staging, dropped, &fingerprints, computed)?;
     let rewritten = existing.partial_last();
     let kept: Vec<ShardRecord> =
@@ -190,13 +192,15 @@ fn extend(
         true => Some(search_writer(existing, staging, kept.len(), rewritten)?),
         false => None,
     };
+    let mut staged =
+        StagedPack::from_parts(out, staging.to_path_buf(), existing.shard_rows, shards, db);
+    let search = search.map(|writer| staged.add_family_writer(FileLayout::search(), writer));
     let in_pack = in_pack(existing, &fingerprints);
     let recheck = recheck(existing, &fingerprints, sorted)?;
     let mut packer = Packer::new(
         PackerStart {
-            shards,
+            staged,
             search,
-            db,
             next_run_id: u32::try_from(existing.runs.len()).context("more than 2^32 runs")?,
             valuations: existing.valuations.clone(),
             in_pack,
@@ -220,10 +224,11 @@ fn extend(
         && packed.reformed.is_empty()
         && existing.orphans == orphan_paths(found);
     if nothing_new && unchanged && dropped.is_empty() {
-        return Ok(Report {
+        let report = Report {
             already_packed: packed.already_packed,
             ..Report::nothing_new(existing, sorted)
-        });
+        };
+        return Ok((report, None));
     }
 
     record_session(job, existing, found, &packed, rewritten.is_some())?;
@@ -232,13 +237,12 @@ fn extend(
     let already_packed = packed.already_packed.clone();
     let reformed = packed.reformed.clone();
     let new_shards: Vec<ShardRecord> = packed.shards[kept.len()..].to_vec();
-    let summary = packed.commit(sorted.new.iter().map(|r| r.rows_bytes).sum())?;
+    let (summary, ready) = packed.commit(sorted.new.iter().map(|r| r.rows_bytes).sum());
     let mut kept_shards: Vec<String> = kept.iter().map(|r| r.file_name.clone()).collect();
     if nothing_new {
-        keep_originals(staging, &new_shards, &mut kept_shards)?;
+        keep_originals(ready.staging(), &new_shards, &mut kept_shards)?;
     }
-    Ok(Report {
-        publish: true,
+    let report = Report {
         removed_companions: Vec::new(),
         kept_shards,
         rewritten: if nothing_new {
@@ -261,7 +265,8 @@ fn extend(
         total_runs,
         total_rows,
         summary,
-    })
+    };
+    Ok((report, Some(ready)))
 }
 
 /// The staged copy of the pack's metadata.db, without the families the update drops, and with
@@ -335,7 +340,7 @@ fn record_session(
         ("total_rows", packed.total_rows.to_string()),
         ("total_runs", u64::from(packed.next_run_id).to_string()),
         ("shard_count", packed.shards.len().to_string()),
-        ("skipped_runs", packed.db.count_skipped()?.to_string()),
+        ("skipped_runs", packed.db().count_skipped()?.to_string()),
         ("orphan_rows_files", found.orphans.len().to_string()),
         (
             search::ROWS_NOT_KEPT,
@@ -345,7 +350,7 @@ fn record_session(
         ("updates", history),
     ];
     for (k, v) in &facts {
-        packed.db.set_session(k, v)?;
+        packed.db().set_session(k, v)?;
     }
     Ok(())
 }
@@ -401,8 +406,6 @@ fn update_history(
 
 /// What an update did, for the user.
 pub(crate) struct Report {
-    /// Whether there is anything to publish.
-    publish: bool,
     /// Companion families removed (--drop-companion).
     pub(crate) removed_companions: Vec<String>,
     /// Shards of the old pack that stay in place.
@@ -427,7 +430,6 @@ pub(crate) struct Report {
 impl Report {
     fn nothing_new(existing: &Existing, sorted: &Sorted) -> Report {
         Report {
-            publish: false,
             removed_companions: Vec::new(),
             kept_shards: Vec::new(),
             rewritten: Vec::new(),
