@@ -18,8 +18,9 @@ reads its own batches (from `get_worker_info()`), each rank its own share (from
 over workers gives back the rank's batches in order. Tensors are made with `torch.from_numpy`
 (no copy). Under `PackLoader`, a worker packs each batch into one buffer in shared memory
 (`BatchRing`: a few slots per worker, made by the loader) and sends only where it is; the main
-process copies it out once and frees the slot. Without a free slot, the packed batch goes
-through the worker's result pipe instead.
+process makes the batch's tensors straight from the slot (no copy), and the slot serves again
+once the last of them is gone. A worker whose slots are all full or held (a loop that keeps
+its batches) sends the packed batch through its result pipe instead.
 
 `set_epoch` is called in the main process before iterating; the epoch and resume point are
 kept in shared memory, so workers see them whether they are started anew each epoch or kept
@@ -219,7 +220,8 @@ class _Packed:
 
 class _InRing:
     """A batch a worker packed into a shared-memory slot of PackLoader's ring: only where
-    it is travels through the pipe."""
+    it is travels through the pipe. Its tensors are views of the slot, which they hold
+    until the last of them is gone."""
 
     def __init__(self, token, worker, slot, ticket, size, layout, rest):
         self.token, self.worker, self.slot, self.ticket = token, worker, slot, ticket

@@ -441,11 +441,44 @@ def test_a_batch_ring_hands_batches_over_in_shared_memory(sharded, method):
     assert ring.put(0, next(sharded.batches(200))) is None  # bigger than a slot
 
 
+def test_a_taken_batch_holds_its_slot_while_any_of_its_arrays_lives(sharded):
+    """The main process views a batch in its slot, without a copy: the slot is not
+    written again while an array made from the batch lives (a column, a view of a view),
+    and is free once the last one is gone."""
+    import gc
+
+    from dataset_packer._loader import BatchRing, pack_batch, unpack_batch
+
+    batches = list(sharded.batches(100, seed=2))[:5]
+    ring = BatchRing(1, pack_batch(batches[0])[0].size, 2)
+    first, second = ring.put(0, batches[0]), ring.put(0, batches[1])
+    batch = unpack_batch(ring.take(0, *first[:3]), first[3], first[4])
+    kept = batch["evs"][10:][::2]  # a view of a view of one column
+    want = batches[0]["evs"][10:][::2].tobytes()
+    del batch
+    gc.collect()
+    # The second slot is full and the first held by `kept`: nothing is packed over either.
+    assert ring.put(0, batches[2]) is None
+    unpack_batch(ring.take(0, *second[:3]), second[3], second[4])  # taken, dropped at once
+    third = ring.put(0, batches[3])
+    assert third is not None and third[0] == second[0]
+    assert ring.put(0, batches[4]) is None
+    assert kept.tobytes() == want
+    del kept
+    gc.collect()
+    fourth = ring.put(0, batches[4])
+    assert fourth is not None and fourth[0] == first[0]
+    for sent, want in ((third, batches[3]), (fourth, batches[4])):
+        assert_same_batch(unpack_batch(ring.take(0, *sent[:3]), sent[3], sent[4]), want)
+
+
 @needs_torch
 @pytest.mark.parametrize("context", [None, "spawn"])
 def test_packloader_batches_come_through_shared_memory(sharded, context):
     """PackLoader's workers hand batches over in shared-memory slots: the batches are
-    those of the pack, through an epoch left in the middle and the epochs after it."""
+    those of the pack, through an epoch left in the middle and the epochs after it. Each
+    batch is dropped once checked, as a training loop does, so its slot serves again (a
+    loop that keeps its batches gets the rest through the pipe: the next test)."""
     from dataset_packer.torch import PackDataset, PackLoader
 
     data = PackDataset(sharded.path, 128, seed=6, augment=True)
@@ -455,12 +488,36 @@ def test_packloader_batches_come_through_shared_memory(sharded, context):
     for epoch, stop in [(0, 3), (1, None), (2, 5), (3, None)]:
         data.set_epoch(epoch)
         want = list(sharded.batches(128, seed=6, epoch=epoch, augment=True))[:stop]
-        got = list(itertools.islice(loader, stop))
-        assert len(got) == len(want)
-        for a, b in zip(got, want):
+        for a, b in zip(itertools.islice(loader, stop), want, strict=True):
             assert_same_batch({k: v.numpy() for k, v in a.items()}, b)
     tickets = [ring._table[ring._row(w) + 2 * ring.slots] for w in range(2)]
     assert min(tickets) > 0 and sum(tickets) >= 20
+
+
+@needs_torch
+def test_packloader_tensors_keep_their_batch_after_the_loop_moves_on(sharded):
+    """The tensors PackLoader yields are views of the batch's shared-memory slot: one kept
+    (a view of a column) still holds its rows after the workers have packed many batches
+    since, and once every batch is dropped no slot is held."""
+    import gc
+
+    from dataset_packer.torch import PackDataset, PackLoader
+
+    data = PackDataset(sharded.path, 64, seed=4)
+    loader = PackLoader(data, num_workers=1, prefetch_factor=1)
+    ring = loader._ring[0]
+    want = list(sharded.batches(64, seed=4))
+    kept = {}
+    for i, batch in enumerate(loader):
+        if i % 5 == 0:
+            kept[i] = batch["exps"][3:]
+    assert len(want) > 3 * ring.slots
+    assert {i: t.numpy().tobytes() for i, t in kept.items()} == {
+        i: want[i]["exps"][3:].tobytes() for i in kept}
+    del batch, kept
+    gc.collect()
+    states = [ring._table[ring._row(0) + 2 * slot] for slot in range(ring.slots)]
+    assert ring.READING not in states and ring.WRITING not in states
 
 
 def _count_worker(counter, worker_id):
