@@ -20,7 +20,8 @@ over workers gives back the rank's batches in order. Tensors are made with `torc
 (`BatchRing`: a few slots per worker, made by the loader) and sends only where it is; the main
 process makes the batch's tensors straight from the slot (no copy), and the slot serves again
 once the last of them is gone. A worker whose slots are all full or held (a loop that keeps
-its batches) sends the packed batch through its result pipe instead.
+its batches) sends the packed batch through its result pipe instead. With `pin_memory=True`
+the DataLoader's pin-memory thread unpacks each batch and pins its tensors.
 
 `set_epoch` is called in the main process before iterating; the epoch and resume point are
 kept in shared memory, so workers see them whether they are started anew each epoch or kept
@@ -203,7 +204,23 @@ def _refuse_auto_collation(dataset: PackDataset) -> None:
         frame = frame.f_back
 
 
-class _Packed:
+class _Transfer:
+    """A batch on its way from a worker to PackLoader, unpacked there by its `unpack()`."""
+
+    def pin_memory(self) -> dict:
+        """The batch unpacked, its tensors in pinned memory: what the DataLoader's
+        pin-memory thread (`pin_memory=True`) asks of an object it does not know, which it
+        would otherwise pass on as it is (PackLoader's batches came out not pinned)."""
+        return _pinned(self.unpack())
+
+
+def _pinned(value):
+    if isinstance(value, dict):
+        return {key: _pinned(v) for key, v in value.items()}
+    return value.pin_memory() if isinstance(value, torch.Tensor) else value
+
+
+class _Packed(_Transfer):
     """A batch as one buffer (and its layout) on its way from a worker to PackLoader. The
     buffer is a NumPy array, so that it travels pickled through the worker's result pipe:
     a tensor would go through a new shared-memory segment and a socket handshake with the
@@ -218,7 +235,7 @@ class _Packed:
         return unpack_batch(self.buffer, self.layout, rest, _tensor)
 
 
-class _InRing:
+class _InRing(_Transfer):
     """A batch a worker packed into a shared-memory slot of PackLoader's ring: only where
     it is travels through the pipe. Its tensors are views of the slot, which they hold
     until the last of them is gone."""
@@ -294,7 +311,8 @@ class PackLoader(DataLoader):
             self._ring[0].reclaim()
         for batch in super().__iter__():
             self._taken += 1
-            yield batch.unpack() if isinstance(batch, (_Packed, _InRing)) else batch
+            # Unpacked already when the pin-memory thread pinned it.
+            yield batch.unpack() if isinstance(batch, _Transfer) else batch
 
     def state_dict(self) -> dict:
         """Where to resume: after the batches taken so far in this epoch, on every rank."""

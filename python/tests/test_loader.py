@@ -520,6 +520,36 @@ def test_packloader_tensors_keep_their_batch_after_the_loop_moves_on(sharded):
     assert ring.READING not in states and ring.WRITING not in states
 
 
+@needs_torch
+def test_packed_batches_are_pinned_by_the_pin_memory_thread(sharded, monkeypatch):
+    """With `pin_memory=True` the DataLoader's pin-memory thread hands what a worker sent
+    to torch's `pin_memory()`, which passes an object it does not know on as it is, unless
+    the object has a `pin_memory` method: PackLoader's transfers have one, which unpacks
+    the batch and pins its tensors. (Pinning needs an accelerator: a recording stand-in
+    for `Tensor.pin_memory` here.)"""
+    import torch
+    from torch.utils.data._utils.pin_memory import pin_memory
+
+    from dataset_packer import torch as dp_torch
+    from dataset_packer._loader import BatchRing, pack_batch
+
+    pinned = []
+
+    def pin(tensor):
+        pinned.append(tensor.data_ptr())
+        return tensor.clone()
+    monkeypatch.setattr(torch.Tensor, "pin_memory", pin)
+    batch = next(sharded.batches(100, seed=3))
+    ring = BatchRing(1, pack_batch(batch)[0].size, 1)
+    monkeypatch.setitem(dp_torch._RINGS, "test", ring)
+    for sent in (dp_torch._Packed(*pack_batch(batch)),
+                 dp_torch._InRing("test", 0, *ring.put(0, batch))):
+        pinned.clear()
+        got = pin_memory(sent)
+        assert isinstance(got, dict) and len(pinned) == len(batch)
+        assert_same_batch({k: v.numpy() for k, v in got.items()}, batch)
+
+
 def _count_worker(counter, worker_id):
     with counter.get_lock():
         counter.value += 1 + worker_id * 10
