@@ -297,7 +297,10 @@ def workers_cpu(loader):
 
 def measure_mixture(args, paths) -> dict:
     """Mixture of the pack's two halves (by run) against the single pack, alternating in each
-    round so that both see the same load."""
+    round so that both see the same load: the whole epoch in process, and the share of it
+    that one DataLoader worker of one rank reads (rank 1 of 2, worker 0 of 2: its batches
+    are not consecutive positions). Each keeps its best round, and the CPU per batch of
+    every round (`cpu_rounds`)."""
     dp = import_ours()
     pack = dp.Pack(args.pack)
     warm(Path(args.pack))
@@ -305,16 +308,23 @@ def measure_mixture(args, paths) -> dict:
     half = len(ids) // 2
     mix = dp.Mixture([pack.select(runs=ids[:half]), pack.select(runs=ids[half:])])
     B = args.batch
+    share = dict(rank=1, world_size=2, worker=0, num_workers=2)
     runs = {
         "single_epoch": lambda: (len(b["move"]) for b in pack.batches(B, shuffle=True, seed=1)),
         "mixture_epoch": lambda: (len(b["move"]) for b in mix.batches(B, shuffle=True, seed=1)),
+        "single_share": lambda: (len(b["move"]) for b in pack.batches(B, seed=1, **share)),
+        "mixture_share": lambda: (len(b["move"]) for b in mix.batches(B, seed=1, **share)),
     }
     out = {"rows": len(mix), **{name: {"rows_per_s": 0.0, "rows": 0} for name in runs}}
+    rounds: dict = {name: [] for name in runs}
     for _ in range(args.rounds):
         for name, fn in runs.items():
             r = rate(fn, args.budget, 1)
+            rounds[name].append(r["cpu_ms_per_batch"][0])
             if r["rows_per_s"] > out[name]["rows_per_s"]:
                 out[name] = r
+    for name in runs:
+        out[name]["cpu_rounds"] = rounds[name]
     out["single_loader"] = loader_ours(pack, args, list(COLUMNS))
     out["mixture_loader"] = loader_ours(mix, args, list(COLUMNS))
     return out
@@ -524,14 +534,22 @@ def report(results: dict, args) -> None:
         print(f"| {names[system]} | {cpu_ms(r['random'])} | {cpu_ms(r['epoch'])} | {loader} |")
     mix = results.get("mixture")
     if mix:
-        for what in ("epoch", "loader"):
-            single, mixed = mix[f"single_{what}"], mix[f"mixture_{what}"]
+        for what in ("epoch", "share", "loader"):
+            single, mixed = mix.get(f"single_{what}"), mix.get(f"mixture_{what}")
+            if not single or not mixed:
+                continue  # a result of the script before the share was measured
             cost = single["rows_per_s"] / mixed["rows_per_s"] - 1 if mixed["rows_per_s"] else 0
             cpu_single, cpu_mixed = (sum(r["cpu_ms_per_batch"]) for r in (single, mixed))
+            paired = ""
+            if "cpu_rounds" in single:
+                # Round by round (the two ran one after the other): the median of the ratios.
+                ratios = sorted(m / s for s, m in zip(single["cpu_rounds"], mixed["cpu_rounds"]))
+                median = ratios[len(ratios) // 2]
+                paired = f" (median of {len(ratios)} rounds: {100 * (median - 1):+.1f}%)"
             print(f"mixture of two halves, {what}: {mrows(mixed)} M rows/s against the single "
                   f"pack's {mrows(single)}: {100 * cost:+.1f}% time per row (goal ≤ +10%); "
                   f"CPU per batch (all processes) {cpu_mixed:.3f} against {cpu_single:.3f} ms: "
-                  f"{100 * (cpu_mixed / cpu_single - 1):+.1f}%; "
+                  f"{100 * (cpu_mixed / cpu_single - 1):+.1f}%{paired}; "
                   f"load {mix['load'][0]:.2f} → {mix['load'][1]:.2f}")
     ours = results.get("ours")
     if ours and ours.get("loader_columns"):
