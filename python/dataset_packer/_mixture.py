@@ -209,8 +209,14 @@ class Mixture:
                 rows = np.empty(source.size, dtype=np.int64)
                 for i in present:
                     # Each source's rows in its order, into its places among the positions.
-                    np.place(rows, source == i, self._stream_rows(
-                        i, [s[i] for s in shares], epoch, shuffle, seed, orders))
+                    mine = source == i
+                    theirs = self._stream_rows(i, [s[i] for s in shares], epoch, shuffle, seed,
+                                               orders)
+                    if np.count_nonzero(mine) != theirs.size:
+                        # np.place would repeat or drop rows without a word.
+                        raise AssertionError(f"source {i}: {theirs.size} rows for "
+                                             f"{np.count_nonzero(mine)} places")
+                    np.place(rows, mine, theirs)
             at = 0
             for _, count in group:
                 yield self._batch(rows[at:at + count], source[at:at + count], augment,
