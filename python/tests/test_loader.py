@@ -503,10 +503,10 @@ def test_packloader_tensors_keep_their_batch_after_the_loop_moves_on(sharded):
 
     from dataset_packer.torch import PackDataset, PackLoader
 
-    data = PackDataset(sharded.path, 64, seed=4)
+    data = PackDataset(sharded.path, 32, seed=4)
     loader = PackLoader(data, num_workers=1, prefetch_factor=1)
     ring = loader._ring[0]
-    want = list(sharded.batches(64, seed=4))
+    want = list(sharded.batches(32, seed=4))
     kept = {}
     for i, batch in enumerate(loader):
         if i % 5 == 0:
@@ -548,6 +548,61 @@ def test_packed_batches_are_pinned_by_the_pin_memory_thread(sharded, monkeypatch
         got = pin_memory(sent)
         assert isinstance(got, dict) and len(pinned) == len(batch)
         assert_same_batch({k: v.numpy() for k, v in got.items()}, batch)
+
+
+@needs_torch
+def test_bundles_are_put_in_order_round_by_round():
+    """`_in_order` on bundles as a DataLoader hands them: round-robin over the workers still
+    reading. A round ends with the last worker's bundle or, once workers have stopped, when
+    the next one begins; inside a round the i-th batches come before the (i+1)-th."""
+    from dataset_packer.torch import _Bundle, _in_order
+
+    def bundle(worker, first, count):
+        return _Bundle(worker, [(worker, first + i) for i in range(count)])
+    items = [bundle(0, 0, 2), bundle(1, 0, 2), bundle(2, 0, 2),  # a full round
+             bundle(0, 2, 2), bundle(1, 2, 1),                   # worker 2 has stopped
+             bundle(0, 4, 1)]                                    # so has worker 1
+    assert list(_in_order(iter(items), 3)) == [(0, 0), (1, 0), (2, 0), (0, 1), (1, 1), (2, 1),
+                   (0, 2), (1, 2), (0, 3), (0, 4)]
+    # Each bundle's first batch is handed on before the next bundle is asked for.
+    seen = []
+
+    def handed():
+        for item in items[:3]:
+            seen.append(item.worker)
+            yield item
+    assert [(b, list(seen)) for b in itertools.islice(_in_order(handed(), 3), 2)] == [
+        ((0, 0), [0]), ((1, 0), [0, 1])]
+
+
+@needs_torch
+@pytest.mark.parametrize("batches, bundle_bytes, per_item",
+                         [(2, None, 4), (7, None, 4), (13, None, 4), (30, None, 4), (7, 1, 1)])
+def test_packloader_puts_the_workers_bundles_back_in_order(sharded, monkeypatch, batches,
+                                                           bundle_bytes, per_item):
+    """Each PackLoader worker sends its batches four at a time (small ones; one at a time
+    when they are big); the loader hands them on in the rank's order, whatever the epoch's
+    batches are against 3 workers × 4 (fewer batches than workers, short last rounds,
+    several rounds), from a resume point off the batches' bounds, and after an iteration
+    left in the middle of a round."""
+    from dataset_packer import torch as dp_torch
+    from dataset_packer.torch import PackDataset, PackLoader
+
+    if bundle_bytes is not None:
+        monkeypatch.setattr(dp_torch, "BUNDLE_BYTES", bundle_bytes)
+    size = -(-len(sharded) // batches)
+    data = PackDataset(sharded.path, size, seed=8)
+    loader = PackLoader(data, num_workers=3, persistent_workers=True)
+    assert loader._ring[2] == per_item
+
+    def rows(got):
+        return [b["row"].tolist() for b in got]
+    for epoch, start, stop in [(0, 0, 4), (1, 0, None), (2, size * 3 // 2, None), (3, 0, None)]:
+        data.set_epoch(epoch, start_sample=start)
+        want = list(sharded.batches(size, seed=8, epoch=epoch, start_sample=start))[:stop]
+        got = list(itertools.islice(loader, stop))
+        assert rows(got) == rows(want)
+        assert loader.state_dict()["start_sample"] == min(start + len(got) * size, len(sharded))
 
 
 def _count_worker(counter, worker_id):
