@@ -545,9 +545,10 @@ def test_packed_batches_are_pinned_by_the_pin_memory_thread(sharded, monkeypatch
     for sent in (dp_torch._Packed(*pack_batch(batch)),
                  dp_torch._InRing("test", 0, *ring.put(0, batch))):
         pinned.clear()
-        got = pin_memory(sent)
-        assert isinstance(got, dict) and len(pinned) == len(batch)
-        assert_same_batch({k: v.numpy() for k, v in got.items()}, batch)
+        # As the thread gets it: in a bundle of the worker's batches.
+        got = pin_memory(dp_torch._Bundle(0, [sent])).batches
+        assert len(got) == 1 and isinstance(got[0], dict) and len(pinned) == len(batch)
+        assert_same_batch({k: v.numpy() for k, v in got[0].items()}, batch)
 
 
 @needs_torch
