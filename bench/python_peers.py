@@ -38,12 +38,13 @@ rows/s, best of `--rounds`:
   MDS `StreamingDataset(shuffle=True)` (an IterableDataset) with `batch_size`. Timed from the
   first batch (worker start-up apart).
 - mixture (ours): `Mixture` of the pack's two halves (by run) against the single pack, for
-  random (`sample`) and epoch batches; the goal is ≤ 10% slower.
+  shuffled epoch batches in process and through `PackLoader` (`columns=`), alternating in
+  each round; the goal is ≤ 10% slower.
 
 A measurement stops after `--budget` seconds (at least 3 batches), so a slow system reads only
 part of an epoch; the table says how much. The load average is printed with every system, and
-for ours the CPU milliseconds per batch of the in-process epoch and of the DataLoader's main
-process and workers: other builds on the machine slow the wall time, far less the CPU per
+a second table gives every system's CPU milliseconds per batch (a DataLoader's: its main
+process + its workers): other builds on the machine slow the wall time, far less the CPU per
 batch, from which the DataLoader's share of in-process speed on 2 idle cores is bounded.
 """
 
@@ -285,16 +286,21 @@ def loader_ours(source, args, columns) -> dict:
         data.set_epoch(epoch[0])
         epoch[0] += 1
         return (len(b["move"]) for b in loader)
+    return rate(run, args.budget, args.rounds, make=True, cpu=workers_cpu(loader))
 
-    def workers_cpu():
-        # The persistent workers of the loader's iterator (started by the first batch).
-        return process_cpu(w.pid for w in loader._iterator._workers)
-    return rate(run, args.budget, args.rounds, make=True, cpu=workers_cpu)
+
+def workers_cpu(loader):
+    """The CPU seconds so far of a DataLoader's persistent workers (those of its iterator,
+    started by the first batch), as `rate` asks for them."""
+    return lambda: process_cpu(w.pid for w in loader._iterator._workers)
 
 
 def measure_mixture(args, paths) -> dict:
     """Mixture of the pack's two halves (by run) against the single pack, alternating in each
-    round so that both see the same load."""
+    round so that both see the same load: the whole epoch in process, and the share of it
+    that one DataLoader worker of one rank reads (rank 1 of 2, worker 0 of 2: its batches
+    are not consecutive positions). Each keeps its best round, and the CPU per batch of
+    every round (`cpu_rounds`)."""
     dp = import_ours()
     pack = dp.Pack(args.pack)
     warm(Path(args.pack))
@@ -302,16 +308,23 @@ def measure_mixture(args, paths) -> dict:
     half = len(ids) // 2
     mix = dp.Mixture([pack.select(runs=ids[:half]), pack.select(runs=ids[half:])])
     B = args.batch
+    share = dict(rank=1, world_size=2, worker=0, num_workers=2)
     runs = {
         "single_epoch": lambda: (len(b["move"]) for b in pack.batches(B, shuffle=True, seed=1)),
         "mixture_epoch": lambda: (len(b["move"]) for b in mix.batches(B, shuffle=True, seed=1)),
+        "single_share": lambda: (len(b["move"]) for b in pack.batches(B, seed=1, **share)),
+        "mixture_share": lambda: (len(b["move"]) for b in mix.batches(B, seed=1, **share)),
     }
     out = {"rows": len(mix), **{name: {"rows_per_s": 0.0, "rows": 0} for name in runs}}
+    rounds: dict = {name: [] for name in runs}
     for _ in range(args.rounds):
         for name, fn in runs.items():
             r = rate(fn, args.budget, 1)
+            rounds[name].append(r["cpu_ms_per_batch"][0])
             if r["rows_per_s"] > out[name]["rows_per_s"]:
                 out[name] = r
+    for name in runs:
+        out[name]["cpu_rounds"] = rounds[name]
     out["single_loader"] = loader_ours(pack, args, list(COLUMNS))
     out["mixture_loader"] = loader_ours(mix, args, list(COLUMNS))
     return out
@@ -379,7 +392,8 @@ def loader_take(system: str, path: str, n: int, args) -> dict:
     context = "forkserver" if system == "lance" else None
     loader = DataLoader(BatchTake(system, path), sampler=sampler, batch_size=None,
                         num_workers=2, persistent_workers=True, multiprocessing_context=context)
-    return rate(lambda: (len(b["move"]) for b in loader), args.budget, args.rounds, make=True)
+    return rate(lambda: (len(b["move"]) for b in loader), args.budget, args.rounds, make=True,
+                cpu=workers_cpu(loader))
 
 
 def measure_hf(args, paths) -> dict:
@@ -439,7 +453,7 @@ def measure_mds(args, paths) -> dict:
     data = StreamingDataset(local=paths["mds"], shuffle=True, shuffle_seed=2, batch_size=B)
     loader = DataLoader(data, batch_size=B, num_workers=2, persistent_workers=True)
     out["loader"] = rate(lambda: (len(b["move"]) for b in loader), args.budget, args.rounds,
-                         make=True)
+                         make=True, cpu=workers_cpu(loader))
     return out
 
 
@@ -477,6 +491,13 @@ def mrows(r) -> str:
     return f"{m:.2f}" if m >= 1 else f"{m:.3f}"
 
 
+def cpu_ms(r) -> str:
+    if not r or not r["rows_per_s"]:
+        return "–"
+    main, others = r["cpu_ms_per_batch"]
+    return f"{main:.3g}" if not others else f"{main:.3g} + {others:.3g}"
+
+
 def part_of(r, n: int) -> str:
     return "" if not r or r["rows"] >= n else f" ({100 * r['rows'] / n:.0f}%)"
 
@@ -500,16 +521,35 @@ def report(results: dict, args) -> None:
         print(f"| {names[system]} | {mrows(r['random'])} | {mrows(r['epoch'])}"
               f"{part_of(r['epoch'], n)} | {loader} | {r['rss_mib']:.0f} "
               f"({r['children_rss_mib']:.0f}) | {r['load'][0]:.2f} → {r['load'][1]:.2f} |")
+    print(f"\nCPU ms per batch of {B} rows (the best round's; the DataLoader's: main process + "
+          f"workers), which other load on the machine changes far less than the rows/s:")
+    print("| system | random batches | shuffled epoch | DataLoader, 2 workers |")
+    print("|---|---:|---:|---:|")
+    for system, r in results.items():
+        if system == "mixture":
+            continue
+        loader = cpu_ms(r.get("loader"))
+        if system == "ours":
+            loader += f"; columns=: {cpu_ms(r.get('loader_columns'))}"
+        print(f"| {names[system]} | {cpu_ms(r['random'])} | {cpu_ms(r['epoch'])} | {loader} |")
     mix = results.get("mixture")
     if mix:
-        for what in ("epoch", "loader"):
-            single, mixed = mix[f"single_{what}"], mix[f"mixture_{what}"]
+        for what in ("epoch", "share", "loader"):
+            single, mixed = mix.get(f"single_{what}"), mix.get(f"mixture_{what}")
+            if not single or not mixed:
+                continue  # a result of the script before the share was measured
             cost = single["rows_per_s"] / mixed["rows_per_s"] - 1 if mixed["rows_per_s"] else 0
             cpu_single, cpu_mixed = (sum(r["cpu_ms_per_batch"]) for r in (single, mixed))
+            paired = ""
+            if "cpu_rounds" in single:
+                # Round by round (the two ran one after the other): the median of the ratios.
+                ratios = sorted(m / s for s, m in zip(single["cpu_rounds"], mixed["cpu_rounds"]))
+                median = ratios[len(ratios) // 2]
+                paired = f" (median of {len(ratios)} rounds: {100 * (median - 1):+.1f}%)"
             print(f"mixture of two halves, {what}: {mrows(mixed)} M rows/s against the single "
                   f"pack's {mrows(single)}: {100 * cost:+.1f}% time per row (goal ≤ +10%); "
                   f"CPU per batch (all processes) {cpu_mixed:.3f} against {cpu_single:.3f} ms: "
-                  f"{100 * (cpu_mixed / cpu_single - 1):+.1f}%; "
+                  f"{100 * (cpu_mixed / cpu_single - 1):+.1f}%{paired}; "
                   f"load {mix['load'][0]:.2f} → {mix['load'][1]:.2f}")
     ours = results.get("ours")
     if ours and ours.get("loader_columns"):

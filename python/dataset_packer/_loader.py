@@ -19,6 +19,7 @@ so that a state taken while it runs says where that share stands: what torchdata
 from __future__ import annotations
 
 import multiprocessing
+import weakref
 from dataclasses import dataclass
 from multiprocessing import context as _mp_context
 from typing import Iterator, Optional
@@ -284,16 +285,18 @@ class BatchRing:
     """Shared-memory slots through which data-loader workers hand packed batches to the
     main process: a few slots per worker, made before the workers start (they travel with
     the dataset). A worker packs a batch straight into a free slot of its own and sends
-    only (slot, ticket) through its result pipe; the main process copies the batch out and
-    frees the slot. Nothing waits: a worker that finds no free slot, or a batch that does
-    not fit, sends the batch through the pipe as before.
+    only (slot, ticket) through its result pipe; the main process views the batch in place
+    (no copy), and the slot is free again once the last array or tensor of that batch is
+    gone. Nothing waits: a worker that finds no free slot (the training loop still holds
+    its batches), or a batch that does not fit, sends the batch through the pipe as before.
 
     A slot is FREE, WRITING (a worker packs into it), FULL (packed, not taken) or READING
-    (the main process copies it out); the changes happen under the worker's lock, whose
-    acquire and release also order the data written before them. Each packed batch gets a
-    new ticket, checked when it is taken, so a batch is never read from a slot that holds
-    another. Batches of an iteration the main process left stay FULL until `reclaim()`,
-    called when the next iteration starts."""
+    (the main process holds the batch); the changes happen under the worker's lock, whose
+    acquire and release also order the data written or read before them. Each packed batch
+    gets a new ticket, checked when it is taken, so a batch is never read from a slot that
+    holds another, and a slot is never written while its batch is held. Batches of an
+    iteration the main process left stay FULL until `reclaim()`, called when the next
+    iteration starts."""
 
     FREE, WRITING, FULL, READING = 0, 1, 2, 3
 
@@ -304,16 +307,24 @@ class BatchRing:
         self._data = context.RawArray("B", int(workers) * self.slots * self.slot_bytes)
         # Per slot: state, ticket; per worker, at the end: the last ticket given.
         self._table = context.RawArray("q", int(workers) * (self.slots * 2 + 1))
-        self._locks = [context.Lock() for _ in range(int(workers))]
+        # Reentrant: a held batch's slot is freed by a finalizer, which the garbage
+        # collector may run in the middle of another slot change of the same thread.
+        self._locks = [context.RLock() for _ in range(int(workers))]
         self._view = None
+        self._memoryview = None
 
     def _bytes(self) -> np.ndarray:
         if self._view is None:  # per process: the array's memory as NumPy bytes
             self._view = np.frombuffer(self._data, dtype=np.uint8)
         return self._view
 
+    def _memory(self) -> memoryview:
+        if self._memoryview is None:  # per process: the array's memory as bytes
+            self._memoryview = memoryview(self._data).cast("B")
+        return self._memoryview
+
     def __getstate__(self):
-        return dict(self.__dict__, _view=None)
+        return dict(self.__dict__, _view=None, _memoryview=None)
 
     def _row(self, worker: int) -> int:
         return worker * (self.slots * 2 + 1)
@@ -361,7 +372,9 @@ class BatchRing:
             self._table[self._row(worker) + 2 * slot] = state
 
     def take(self, worker: int, slot: int, ticket: int, size: int) -> np.ndarray:
-        """The buffer `put` packed (a copy: the slot is free again when this returns)."""
+        """The buffer `put` packed, in its slot (no copy). The slot stays READING while
+        this array, or any array or tensor made from it, lives, and is FREE once the last
+        of them is gone."""
         row, table = self._row(worker), self._table
         with self._locks[worker]:
             if (table[row + 2 * slot], table[row + 2 * slot + 1]) != (self.FULL, ticket):
@@ -370,12 +383,22 @@ class BatchRing:
                     "slot (a batch of an iteration left before, taken after a new one "
                     "started); iterate a PackLoader one iteration at a time")
             table[row + 2 * slot] = self.READING
-        try:
-            start = (worker * self.slots + slot) * self.slot_bytes
-            buffer = self._bytes()[start:start + size].copy()
-        finally:
-            self._set(worker, slot, self.FREE)
+        start = (worker * self.slots + slot) * self.slot_bytes
+        buffer = np.frombuffer(self._memory()[start:start + size], dtype=np.uint8)
+        # Watched through the memoryview NumPy keeps as the array's base: every view and
+        # tensor of the batch holds it (NumPy gathers chains of views onto their first base
+        # that is not an array), however they were made.
+        release = weakref.finalize(buffer.base, self._release, worker, slot, ticket)
+        release.atexit = False  # at exit, the shared memory goes with the workers
         return buffer
+
+    def _release(self, worker: int, slot: int, ticket: int) -> None:
+        """Frees the slot of a batch taken, once nothing holds it (checked against the
+        batch's ticket: the slot is only ever freed for the batch that held it)."""
+        row, table = self._row(worker), self._table
+        with self._locks[worker]:
+            if (table[row + 2 * slot], table[row + 2 * slot + 1]) == (self.READING, ticket):
+                table[row + 2 * slot] = self.FREE
 
     def reclaim(self) -> None:
         """Frees the FULL slots: called as an iteration starts, when no batch packed

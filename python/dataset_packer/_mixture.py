@@ -20,9 +20,12 @@ Everything else is `Pack.batches`: the same plan over the epoch's positions (ran
 padding, `start_sample`/`start_batch`), augmentation, companions, plus `source` in every
 batch (the index of the row's source; `row` and `run_id` are the source's own). A row is
 read from its pack as 48 bytes and the batch is decoded once; sources that are selections of
-one `Pack` object are read together (one grouping by shard, one gather), so mixing
-selections of a pack costs little more than reading the pack. `valuation` indexes
-`mixture.valuation_names`, the sources' valuation names in order of first appearance.
+one `Pack` object are read together (one grouping by shard, one gather). The order is worked
+out for several batches at once (`EpochPlan.chunks`, as `Pack.batches` does): each source's
+permutation is evaluated once per chunk, not once per batch, and the rows are placed by
+source in one pass; so mixing selections of a pack costs little more than reading the pack.
+`valuation` indexes `mixture.valuation_names`, the sources' valuation names in order of first
+appearance.
 """
 
 from __future__ import annotations
@@ -168,59 +171,107 @@ class Mixture:
             lo = np.where(left, lo, mid)
         return lo
 
-    def _before(self, i: int, t: int) -> int:
-        """How many of the epoch's positions below t are source i's: the same halving for
-        one source, counting (Bresenham's count of a range's left positions below t is
-        ⌊t·A/N⌋). A source's positions among consecutive epoch positions are therefore the
-        next ones of its own sequence."""
+    def _below(self, t: int) -> list[int]:
+        """How many of the epoch's positions below t are each source's: the same halving,
+        counting (Bresenham's count of a range's left positions below t is ⌊t·A/N⌋). A
+        source's positions among consecutive epoch positions are therefore the next ones of
+        its own sequence."""
         starts = self._start_list
-        lo, hi = 0, len(self.sources)
-        while hi - lo > 1:
+        out = []
+        todo = [(0, len(self.sources), t)]
+        while todo:
+            lo, hi, t = todo.pop()
+            if hi - lo == 1:
+                out.append(t)
+                continue
             mid = (lo + hi) >> 1
             left = t * (starts[mid] - starts[lo]) // (starts[hi] - starts[lo])
-            if i < mid:
-                t, hi = left, mid
-            else:
-                t, lo = t - left, mid
-        return t
+            todo.append((mid, hi, t - left))  # popped after the left half: sources in order
+            todo.append((lo, mid, left))
+        return out
 
     def _batches(self, plan, rank, numbers, shuffle, seed, epoch, augment, illegal_ev,
                  families):
         orders: dict = {}
         present = np.flatnonzero(self.counts).tolist()
-        for b in numbers:
-            spans = plan.spans(rank, b)
+        for group in plan.chunks(rank, numbers):
+            # Several batches at once, as ranges of consecutive positions: the sources of a
+            # range's positions are found in one pass, and in a range each source takes the
+            # next positions of its own sequence (`shares`), whose rows are looked up at once.
+            spans = plan.chunk_spans(rank, group)
             found = [self._sources(a, z) for a, z in spans]
             source = found[0] if len(found) == 1 else np.concatenate(found)
-            pieces, offset = [], 0
-            for (a, z), mine in zip(spans, found):
+            shares = [list(zip(self._below(a), self._below(z))) for a, z in spans]
+            if len(present) == 1:
+                rows = self._stream_rows(present[0], [s[present[0]] for s in shares], epoch,
+                                         shuffle, seed, orders)
+            else:
+                rows = np.empty(source.size, dtype=np.int64)
                 for i in present:
-                    # One source: every position, no scatter.
-                    at = (np.flatnonzero(mine == i) + offset if len(present) > 1
-                          else slice(offset, offset + z - a))
-                    first = epoch * int(self.counts[i]) + self._before(i, a)
-                    size = at.size if len(present) > 1 else z - a
-                    if size:
-                        pieces.extend(self._cycles(i, at, first, size))
-                offset += z - a
-            rows = np.empty(source.size, dtype=np.int64)
-            for (i, _, at, _), items in zip(pieces, self._items(pieces, shuffle, seed, orders)):
-                rows[at] = self._ranges[i].rows_at(items)
-            raw, parts = self._gather(source, rows)
-            for p, at, _ in parts:
-                table = self._valuation_maps[p]
-                if table is not None:
-                    raw[at, _VALUATION] = table[raw[at, _VALUATION]]
-            batch = decode_rows(raw, illegal_ev)
-            batch["row"] = rows
-            batch["source"] = source
-            self._add_companions(batch, families, parts)
-            if augment:
-                # Keyed by source too, so equal row numbers of two packs are not tied.
-                symmetry = symmetries_for(rows ^ (batch["source"] << 40), seed, epoch)
-                apply_symmetries(batch, symmetry)
-                batch["symmetry"] = symmetry
-            yield batch
+                    # Each source's rows in its order, into its places among the positions.
+                    mine = source == i
+                    theirs = self._stream_rows(i, [s[i] for s in shares], epoch, shuffle, seed,
+                                               orders)
+                    if np.count_nonzero(mine) != theirs.size:
+                        # np.place would repeat or drop rows without a word.
+                        raise AssertionError(f"source {i}: {theirs.size} rows for "
+                                             f"{np.count_nonzero(mine)} places")
+                    np.place(rows, mine, theirs)
+            at = 0
+            for _, count in group:
+                yield self._batch(rows[at:at + count], source[at:at + count], augment,
+                                  illegal_ev, families, seed, epoch)
+                at += count
+
+    def _batch(self, rows, source, augment, illegal_ev, families, seed, epoch) -> dict:
+        """The decoded batch of these rows of these sources."""
+        raw, parts = self._gather(source, rows)
+        for p, at, _ in parts:
+            table = self._valuation_maps[p]
+            if table is not None:
+                raw[at, _VALUATION] = table[raw[at, _VALUATION]]
+        batch = decode_rows(raw, illegal_ev)
+        batch["row"] = rows
+        batch["source"] = source
+        self._add_companions(batch, families, parts)
+        if augment:
+            # Keyed by source too, so equal row numbers of two packs are not tied.
+            symmetry = symmetries_for(rows ^ (batch["source"] << 40), seed, epoch)
+            apply_symmetries(batch, symmetry)
+            batch["symmetry"] = symmetry
+        return batch
+
+    def _stream_rows(self, i: int, shares: list, epoch: int, shuffle: bool, seed: int,
+                     orders: dict) -> np.ndarray:
+        """The rows of source i at its epoch positions [first, end) of each share, in turn:
+        positions epoch × count_i + first … of its endless stream, cut where its own epochs
+        (cycles) end, each cycle's positions through that cycle's order
+        (`Pack.batches(seed=seed, epoch=cycle)`'s; pack order without shuffle)."""
+        n = self._ranges[i].total
+        base = epoch * int(self.counts[i])
+        runs: list = []  # (cycle, [(start, stop) of positions in that cycle's order])
+        for first, end in shares:
+            at, stop = base + first, base + end
+            while at < stop:
+                cycle, local = divmod(at, n)
+                take = min(stop - at, n - local)
+                if runs and runs[-1][0] == cycle:
+                    runs[-1][1].append((local, local + take))
+                else:
+                    runs.append((cycle, [(local, local + take)]))
+                at += take
+        items = []
+        for cycle, ranges in runs:
+            local = np.concatenate([np.arange(a, z, dtype=np.int64) for a, z in ranges])
+            if shuffle:
+                order = orders.get((i, cycle))
+                if order is None:
+                    order = orders[(i, cycle)] = Permutation(n, seed, cycle)
+                local = order(local)
+            items.append(local)
+        if not items:
+            return np.empty(0, dtype=np.int64)
+        return self._ranges[i].rows_at(items[0] if len(items) == 1 else np.concatenate(items))
 
     def _gather(self, source: np.ndarray, rows: np.ndarray):
         """The batch's raw rows, read pack by pack, and per pack present (pack index,
@@ -243,37 +294,6 @@ class Mixture:
             raw[at] = self._packs[p]._gather(local, groups)
             parts.append((p, at, groups))
         return raw, parts
-
-    def _cycles(self, i: int, at, first: int, size: int) -> list:
-        """Positions first..first+size-1 of source i's endless stream (at batch positions
-        `at`, an index array or a slice) as (source, cycle, batch positions, positions in
-        that cycle's order) per cycle met: one, or two at a cycle's end."""
-        n = self._ranges[i].total
-        out = []
-        done = 0
-        while done < size:
-            cycle, local = divmod(first + done, n)
-            take = min(size - done, n - local)
-            if isinstance(at, slice):
-                mine = slice(at.start + done, at.start + done + take)
-            else:
-                mine = at if take == size else at[done:done + take]
-            out.append((i, cycle, mine, np.arange(local, local + take, dtype=np.int64)))
-            done += take
-        return out
-
-    def _items(self, pieces: list, shuffle: bool, seed: int, orders: dict) -> list:
-        """Each piece's items of its source: its positions in the source's own epoch order
-        of that cycle (`Pack.batches(seed=seed, epoch=cycle)`'s order)."""
-        if not shuffle:
-            return [local for _, _, _, local in pieces]
-        out = []
-        for i, k, _, local in pieces:
-            order = orders.get((i, k))
-            if order is None:
-                order = orders[(i, k)] = Permutation(self._ranges[i].total, seed, k)
-            out.append(order(local))
-        return out
 
     def _add_companions(self, batch: dict, families: list, parts: list) -> None:
         """Each requested companion's rows of the batch's rows, pack by pack (`parts`: the

@@ -21,13 +21,23 @@ billion rows needs no billion-entry permutation in memory:
 - A rank's batches go round-robin to its data-loader workers, worker w taking batches w,
   w+num_workers, …, which is the order in which PyTorch's DataLoader collects them; so a
   resumed epoch yields exactly the uninterrupted epoch's positions.
+- A reader evaluates the permutation for several of its batches at once (`EpochPlan.chunks`:
+  about `CHUNK_POSITIONS` positions a call): each call pays a fixed cost of its own (a dozen
+  NumPy passes, cycle-walking included) that one batch's positions would pay alone. The
+  grouping changes how the positions are computed, never which.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Iterator
 
 import numpy as np
+
+#: Positions whose permutation a reader evaluates in one call (one batch at least): large
+#: enough that the call's fixed cost is small against its per-position cost, small enough
+#: that the call's arrays stay in the CPU's cache.
+CHUNK_POSITIONS = 1 << 15
 
 _MASK64 = (1 << 64) - 1
 _ROUNDS = 4
@@ -225,6 +235,41 @@ class EpochPlan:
     def batches_of(self, part: Part) -> range:
         """The rank's batch numbers this worker reads."""
         return range(part.worker, self.batches_per_rank, part.num_workers)
+
+    def chunks(self, rank: int, numbers: range) -> Iterator[list[tuple[int, int]]]:
+        """These batches of a rank (in order), grouped so that a group holds about
+        `CHUNK_POSITIONS` positions (a whole batch at least): per group, each batch's
+        (number, count of positions)."""
+        group, held = [], 0
+        for b in numbers:
+            count = self.span(rank, b)[1]
+            if group and held + count > CHUNK_POSITIONS:
+                yield group
+                group, held = [], 0
+            group.append((b, count))
+            held += count
+        if group:
+            yield group
+
+    def chunk_spans(self, rank: int, group: list[tuple[int, int]]) -> list[tuple[int, int]]:
+        """The positions of a group of `chunks`, batch after batch, as `[a, b)` ranges:
+        `spans` of its batches, merged where one ends at the next one's start (a reader with
+        one worker and one rank reads consecutive batches: one range)."""
+        out: list = []
+        for b, _ in group:
+            for a, z in self.spans(rank, b):
+                if out and out[-1][1] == a:
+                    out[-1] = (out[-1][0], z)
+                else:
+                    out.append((a, z))
+        return out
+
+    def chunk_positions(self, rank: int, group: list[tuple[int, int]]) -> np.ndarray:
+        """The positions of a group of `chunks`, batch after batch (int64)."""
+        spans = self.chunk_spans(rank, group)
+        if len(spans) == 1:
+            return np.arange(*spans[0], dtype=np.int64)
+        return np.concatenate([np.arange(a, z, dtype=np.int64) for a, z in spans])
 
 
 def start_position(start_sample: int, start_batch: int, batch_size: int, world_size: int,

@@ -583,18 +583,13 @@ class Pack:
                                  (seed, epoch) if augment else None, illegal_ev, families)
 
     def _row_batches(self, ranges, plan, rank, numbers, perm, augment, illegal_ev, families):
-        for b in numbers:
-            if perm is None:
-                spans = [s for a, z in plan.spans(rank, b) for s in ranges.spans(a, z)]
+        for rows, spans in _batch_rows(ranges, plan, rank, numbers, perm):
+            if spans is not None:
                 raw = self._read_spans(spans)
-                rows = (np.arange(*spans[0], dtype=np.int64) if len(spans) == 1 else
-                        np.concatenate([np.arange(a, z, dtype=np.int64) for a, z in spans]))
                 groups = None
             else:
-                rows = ranges.rows_at(perm(plan.positions(rank, b)))
                 groups = self._groups(rows)
                 raw = self._gather(rows, groups)
-                spans = None
             batch = decode_rows(raw, illegal_ev)
             batch["row"] = rows
             self._add_companions(batch, families, groups, spans)
@@ -721,6 +716,25 @@ class Selection:
     def split(self, fraction: float, seed: int = 0) -> tuple["Selection", "Selection"]:
         """(train, validation) of this selection's runs: `Pack.split` over them."""
         return self.pack.split(fraction, seed, select=self)
+
+
+def _batch_rows(ranges, plan, rank, numbers, perm):
+    """Each batch's global rows, and without shuffle the row spans that hold them (read as
+    spans, not row by row). Shuffled, the rows of several batches are looked up at once
+    (`EpochPlan.chunks`) and handed out batch by batch."""
+    if perm is None:
+        for b in numbers:
+            spans = [s for a, z in plan.spans(rank, b) for s in ranges.spans(a, z)]
+            rows = (np.arange(*spans[0], dtype=np.int64) if len(spans) == 1 else
+                    np.concatenate([np.arange(a, z, dtype=np.int64) for a, z in spans]))
+            yield rows, spans
+        return
+    for group in plan.chunks(rank, numbers):
+        rows = ranges.rows_at(perm(plan.chunk_positions(rank, group)))
+        at = 0
+        for _, count in group:
+            yield rows[at:at + count], None
+            at += count
 
 
 def _epoch(total, batch_size, shuffle, seed, epoch, rank, world_size, worker, num_workers,

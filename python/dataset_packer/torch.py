@@ -17,9 +17,13 @@ reads its own batches (from `get_worker_info()`), each rank its own share (from
 `torch.distributed` when initialised, or `rank=`/`world_size=`); the DataLoader's round-robin
 over workers gives back the rank's batches in order. Tensors are made with `torch.from_numpy`
 (no copy). Under `PackLoader`, a worker packs each batch into one buffer in shared memory
-(`BatchRing`: a few slots per worker, made by the loader) and sends only where it is; the main
-process copies it out once and frees the slot. Without a free slot, the packed batch goes
-through the worker's result pipe instead.
+(`BatchRing`: a few slots per worker, made by the loader) and sends only where it is, a few
+batches per DataLoader item (torch's own cost per item is paid once for them; PackLoader puts
+them back in the rank's order); the main process makes the batch's tensors straight from the
+slot (no copy), and the slot serves again once the last of them is gone. A worker whose slots
+are all full or held (a loop that keeps its batches) sends the packed batch through its
+result pipe instead. With `pin_memory=True` the DataLoader's pin-memory thread unpacks each
+batch and pins its tensors.
 
 `set_epoch` is called in the main process before iterating; the epoch and resume point are
 kept in shared memory, so workers see them whether they are started anew each epoch or kept
@@ -138,30 +142,43 @@ class PackDataset(IterableDataset):
         self._iteration = self.stream.iteration(self._part(), state)
         return self._tensors(self._iteration)
 
-    def _tensors(self, batches) -> Iterator[dict]:
+    def _tensors(self, batches) -> Iterator:
         worker = get_worker_info()
+        if _PACKING is None or worker is None:
+            for batch in batches:
+                yield to_tensors(select_columns(batch, self.columns))
+            return
+        ring, token, per_item = _PACKING
+        bundle = []
         for batch in batches:
             batch = select_columns(batch, self.columns)
-            if _PACKING is not None and worker is not None:
-                ring, token = _PACKING
-                sent = None if ring is None else ring.put(worker.id, batch)
-                if sent is None:
-                    yield _Packed(*pack_batch(batch))
-                else:
-                    yield _InRing(token, worker.id, *sent)
-            else:
-                yield to_tensors(batch)
+            sent = None if ring is None else ring.put(worker.id, batch)
+            bundle.append(_Packed(*pack_batch(batch)) if sent is None else
+                          _InRing(token, worker.id, *sent))
+            if len(bundle) == per_item:
+                yield _Bundle(worker.id, bundle)
+                bundle = []
+        if bundle:
+            yield _Bundle(worker.id, bundle)
 
     def __len__(self) -> int:
         """Batches per rank in the current epoch (all workers together)."""
         return self.stream.num_batches(self._part().world_size)
 
 
+#: A PackLoader worker sends several batches per DataLoader item, so that torch's own cost
+#: per item (its index and result queues, the unpickling, the profiler's record_function) is
+#: paid once for them: at most MAX_BUNDLE, and no more than fit in BUNDLE_BYTES packed (the
+#: shared-memory slots grow with the batches in flight).
+MAX_BUNDLE = 4
+BUNDLE_BYTES = 2 << 20
+
 #: PackLoaders' rings by token, for the batches workers left in them.
 _RINGS: "weakref.WeakValueDictionary[str, BatchRing]" = weakref.WeakValueDictionary()
 
-#: In a worker of a PackLoader (set by its worker_init_fn): (ring, token) of that loader, or
-#: (None, None) without a ring. Workers of any other loader yield tensors as usual.
+#: In a worker of a PackLoader (set by its worker_init_fn): (ring, token, batches per item)
+#: of that loader, or (None, None, 1) without a ring. Workers of any other loader yield
+#: tensors as usual.
 _PACKING: Optional[tuple] = None
 
 
@@ -175,7 +192,7 @@ class _PackingWorker:
 
     def __call__(self, worker_id: int) -> None:
         global _PACKING
-        _PACKING = self.ring or (None, None)
+        _PACKING = self.ring or (None, None, 1)
         if self.then is not None:
             self.then(worker_id)
 
@@ -202,7 +219,64 @@ def _refuse_auto_collation(dataset: PackDataset) -> None:
         frame = frame.f_back
 
 
-class _Packed:
+class _Transfer:
+    """A batch on its way from a worker to PackLoader, unpacked there by its `unpack()`."""
+
+    def pin_memory(self) -> dict:
+        """The batch unpacked, its tensors in pinned memory: what the DataLoader's
+        pin-memory thread (`pin_memory=True`) asks of an object it does not know, which it
+        would otherwise pass on as it is (PackLoader's batches came out not pinned)."""
+        return _pinned(self.unpack())
+
+
+def _pinned(value):
+    if isinstance(value, dict):
+        return {key: _pinned(v) for key, v in value.items()}
+    return value.pin_memory() if isinstance(value, torch.Tensor) else value
+
+
+class _Bundle:
+    """A worker's next few batches (fewer at the end of its share), on their way to
+    PackLoader as one DataLoader item."""
+
+    def __init__(self, worker: int, batches: list):
+        self.worker, self.batches = worker, batches
+
+    def pin_memory(self) -> "_Bundle":
+        """Each batch unpacked and pinned (see `_Transfer.pin_memory`)."""
+        return _Bundle(self.worker, [b.pin_memory() for b in self.batches])
+
+
+def _in_order(items, num_workers: int):
+    """The batches of the workers' bundles in the rank's order. The DataLoader hands the
+    items round-robin, one from each worker that still reads, in worker order (a round);
+    worker w's share is the rank's batches w, w + num_workers, …, so in a round the i-th
+    batch of worker w's bundle comes before the i-th of worker w + 1's and after all the
+    (i−1)-th. The first batch of each bundle is handed on as it arrives; the rest once the
+    round is complete (its last worker's bundle is in, or the next round has begun)."""
+    round_: list = []
+    for item in items:
+        if round_ and item.worker <= round_[-1].worker:
+            yield from _rest_of_round(round_)
+            round_ = []
+        round_.append(item)
+        yield item.batches[0]
+        if item.worker == num_workers - 1:
+            yield from _rest_of_round(round_)
+            round_ = []
+    yield from _rest_of_round(round_)
+
+
+def _rest_of_round(round_: list):
+    """The batches after each bundle's first, in the rank's order (a later worker's bundle
+    is never longer than an earlier one's: its share is never larger)."""
+    for i in range(1, max((len(b.batches) for b in round_), default=0)):
+        for bundle in round_:
+            if i < len(bundle.batches):
+                yield bundle.batches[i]
+
+
+class _Packed(_Transfer):
     """A batch as one buffer (and its layout) on its way from a worker to PackLoader. The
     buffer is a NumPy array, so that it travels pickled through the worker's result pipe:
     a tensor would go through a new shared-memory segment and a socket handshake with the
@@ -217,9 +291,10 @@ class _Packed:
         return unpack_batch(self.buffer, self.layout, rest, _tensor)
 
 
-class _InRing:
+class _InRing(_Transfer):
     """A batch a worker packed into a shared-memory slot of PackLoader's ring: only where
-    it is travels through the pipe."""
+    it is travels through the pipe. Its tensors are views of the slot, which they hold
+    until the last of them is gone."""
 
     def __init__(self, token, worker, slot, ticket, size, layout, rest):
         self.token, self.worker, self.slot, self.ticket = token, worker, slot, ticket
@@ -242,8 +317,10 @@ class PackLoader(DataLoader):
     `load_state_dict()` resumes there with any world size, batch size or workers.
 
     With workers, it packs one batch when it is made, to size its shared-memory slots:
-    (prefetch_factor + 2) × num_workers packed batches (all keys of a 4096-row batch are
-    336 KB; `columns=` makes them smaller)."""
+    (prefetch_factor + 2) × num_workers bundles of packed batches (all keys of a 4096-row
+    batch are 336 KB, 4 to a bundle; `columns=` makes them smaller). Each worker sends its
+    batches a bundle at a time (MAX_BUNDLE, fewer when they are big), put back in the
+    rank's order here."""
 
     def __init__(self, dataset: PackDataset, **options):
         if not isinstance(dataset, PackDataset):
@@ -265,9 +342,10 @@ class PackLoader(DataLoader):
         self.worker_init_fn = _PackingWorker(self._ring, self.worker_init_fn)
 
     def _make_ring(self) -> Optional[tuple]:
-        """Shared-memory slots for the batches in flight from the workers (the prefetched
-        ones and two more each), as big as a full packed batch: one is packed here to know.
-        The workers get them with the dataset when they start."""
+        """(ring, token, batches per bundle): shared-memory slots for the batches in flight
+        from the workers (the prefetched bundles and two more each), as big as a full packed
+        batch: one is packed here to know. The workers get them with the dataset when they
+        start."""
         stream = self.dataset.stream
         first = stream._batches(Part(0, 1, 0, 1), 0, 0)
         try:
@@ -276,10 +354,12 @@ class PackLoader(DataLoader):
             return None
         size = pack_batch(batch)[0].size
         context = self.multiprocessing_context or multiprocessing.get_context()
-        ring = BatchRing(self.num_workers, size, (self.prefetch_factor or 1) + 2, context)
+        per_item = max(1, min(MAX_BUNDLE, BUNDLE_BYTES // size))
+        ring = BatchRing(self.num_workers, size, ((self.prefetch_factor or 1) + 2) * per_item,
+                         context)
         token = uuid.uuid4().hex
         _RINGS[token] = ring
-        return ring, token
+        return ring, token, per_item
 
     def __iter__(self):
         # The resume point this iteration starts from, kept should set_epoch be called before
@@ -290,9 +370,11 @@ class PackLoader(DataLoader):
             # Batches packed for an earlier iteration will not be taken: their slots are
             # free again.
             self._ring[0].reclaim()
-        for batch in super().__iter__():
+        items = super().__iter__()
+        for batch in _in_order(items, self.num_workers) if self.num_workers else items:
             self._taken += 1
-            yield batch.unpack() if isinstance(batch, (_Packed, _InRing)) else batch
+            # Unpacked already when the pin-memory thread pinned it.
+            yield batch.unpack() if isinstance(batch, _Transfer) else batch
 
     def state_dict(self) -> dict:
         """Where to resume: after the batches taken so far in this epoch, on every rank."""

@@ -9,7 +9,7 @@ import itertools
 import numpy as np
 import pytest
 
-from dataset_packer import EmptySelectionError, EpochPlan, Pack, Permutation
+from dataset_packer import EmptySelectionError, EpochPlan, Pack, Permutation, _order
 
 
 def rows_of(batches) -> list[np.ndarray]:
@@ -101,6 +101,39 @@ def test_ranks_and_workers_partition_the_epoch(sharded, world_size, num_workers,
         np.testing.assert_array_equal(np.sort(values[counts > 1]), np.sort(order[:padding]))
         for batch in seen:
             assert len(batch) in (batch_size, -(-(n - full) // world_size))
+
+
+@pytest.mark.parametrize("chunk", [1, 150, 333, 1000, 10**6])
+@pytest.mark.parametrize("world_size,num_workers,batch_size,start_sample,drop_last", [
+    (1, 1, 100, 0, False), (1, 1, 64, 250, False), (3, 2, 64, 101, False),
+    (2, 3, 37, 1000, True), (4, 1, 150, 0, False),
+])
+def test_batches_looked_up_together_keep_each_batch_s_rows(sharded, monkeypatch, chunk,
+                                                         world_size, num_workers, batch_size,
+                                                         start_sample, drop_last):
+    """The rows of several batches are looked up in one call (about CHUNK_POSITIONS
+    positions); wherever the calls' ends fall (inside a batch's worth of positions, between
+    batches, at the padded last batch, after a resume), each batch holds exactly the rows at
+    its plan's positions of the epoch's permutation."""
+    monkeypatch.setattr(_order, "CHUNK_POSITIONS", chunk)
+    sel = sharded.select("depth = 7")
+    in_order = np.concatenate(rows_of(sharded.batches(10**6, select=sel, shuffle=False)))
+    perm = Permutation(len(in_order), 6, 2)
+    plan = EpochPlan(len(in_order), batch_size, world_size, drop_last, start_sample)
+    for rank in range(world_size):
+        for worker in range(num_workers):
+            got = list(sharded.batches(batch_size, select=sel, seed=6, epoch=2, rank=rank,
+                                       world_size=world_size, worker=worker,
+                                       num_workers=num_workers, start_sample=start_sample,
+                                       drop_last=drop_last, augment=True))
+            numbers = list(range(worker, plan.batches_per_rank, num_workers))
+            assert len(got) == len(numbers)
+            for b, batch in zip(numbers, got):
+                want = in_order[perm(plan.positions(rank, b))]
+                np.testing.assert_array_equal(batch["row"], want)
+                own = sharded.gather(want)
+                np.testing.assert_array_equal(batch["run_id"], own["run_id"])
+                np.testing.assert_array_equal(batch["step_index"], own["step_index"])
 
 
 def test_the_whole_epoch_is_covered_with_one_rank(sharded):

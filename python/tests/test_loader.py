@@ -441,11 +441,44 @@ def test_a_batch_ring_hands_batches_over_in_shared_memory(sharded, method):
     assert ring.put(0, next(sharded.batches(200))) is None  # bigger than a slot
 
 
+def test_a_taken_batch_holds_its_slot_while_any_of_its_arrays_lives(sharded):
+    """The main process views a batch in its slot, without a copy: the slot is not
+    written again while an array made from the batch lives (a column, a view of a view),
+    and is free once the last one is gone."""
+    import gc
+
+    from dataset_packer._loader import BatchRing, pack_batch, unpack_batch
+
+    batches = list(sharded.batches(100, seed=2))[:5]
+    ring = BatchRing(1, pack_batch(batches[0])[0].size, 2)
+    first, second = ring.put(0, batches[0]), ring.put(0, batches[1])
+    batch = unpack_batch(ring.take(0, *first[:3]), first[3], first[4])
+    kept = batch["evs"][10:][::2]  # a view of a view of one column
+    want = batches[0]["evs"][10:][::2].tobytes()
+    del batch
+    gc.collect()
+    # The second slot is full and the first held by `kept`: nothing is packed over either.
+    assert ring.put(0, batches[2]) is None
+    unpack_batch(ring.take(0, *second[:3]), second[3], second[4])  # taken, dropped at once
+    third = ring.put(0, batches[3])
+    assert third is not None and third[0] == second[0]
+    assert ring.put(0, batches[4]) is None
+    assert kept.tobytes() == want
+    del kept
+    gc.collect()
+    fourth = ring.put(0, batches[4])
+    assert fourth is not None and fourth[0] == first[0]
+    for sent, want in ((third, batches[3]), (fourth, batches[4])):
+        assert_same_batch(unpack_batch(ring.take(0, *sent[:3]), sent[3], sent[4]), want)
+
+
 @needs_torch
 @pytest.mark.parametrize("context", [None, "spawn"])
 def test_packloader_batches_come_through_shared_memory(sharded, context):
     """PackLoader's workers hand batches over in shared-memory slots: the batches are
-    those of the pack, through an epoch left in the middle and the epochs after it."""
+    those of the pack, through an epoch left in the middle and the epochs after it. Each
+    batch is dropped once checked, as a training loop does, so its slot serves again (a
+    loop that keeps its batches gets the rest through the pipe: the next test)."""
     from dataset_packer.torch import PackDataset, PackLoader
 
     data = PackDataset(sharded.path, 128, seed=6, augment=True)
@@ -455,12 +488,122 @@ def test_packloader_batches_come_through_shared_memory(sharded, context):
     for epoch, stop in [(0, 3), (1, None), (2, 5), (3, None)]:
         data.set_epoch(epoch)
         want = list(sharded.batches(128, seed=6, epoch=epoch, augment=True))[:stop]
-        got = list(itertools.islice(loader, stop))
-        assert len(got) == len(want)
-        for a, b in zip(got, want):
+        for a, b in zip(itertools.islice(loader, stop), want, strict=True):
             assert_same_batch({k: v.numpy() for k, v in a.items()}, b)
     tickets = [ring._table[ring._row(w) + 2 * ring.slots] for w in range(2)]
     assert min(tickets) > 0 and sum(tickets) >= 20
+
+
+@needs_torch
+def test_packloader_tensors_keep_their_batch_after_the_loop_moves_on(sharded):
+    """The tensors PackLoader yields are views of the batch's shared-memory slot: one kept
+    (a view of a column) still holds its rows after the workers have packed many batches
+    since, and once every batch is dropped no slot is held."""
+    import gc
+
+    from dataset_packer.torch import PackDataset, PackLoader
+
+    data = PackDataset(sharded.path, 32, seed=4)
+    loader = PackLoader(data, num_workers=1, prefetch_factor=1)
+    ring = loader._ring[0]
+    want = list(sharded.batches(32, seed=4))
+    kept = {}
+    for i, batch in enumerate(loader):
+        if i % 5 == 0:
+            kept[i] = batch["exps"][3:]
+    assert len(want) > 3 * ring.slots
+    assert {i: t.numpy().tobytes() for i, t in kept.items()} == {
+        i: want[i]["exps"][3:].tobytes() for i in kept}
+    del batch, kept
+    gc.collect()
+    states = [ring._table[ring._row(0) + 2 * slot] for slot in range(ring.slots)]
+    assert ring.READING not in states and ring.WRITING not in states
+
+
+@needs_torch
+def test_packed_batches_are_pinned_by_the_pin_memory_thread(sharded, monkeypatch):
+    """With `pin_memory=True` the DataLoader's pin-memory thread hands what a worker sent
+    to torch's `pin_memory()`, which passes an object it does not know on as it is, unless
+    the object has a `pin_memory` method: PackLoader's transfers have one, which unpacks
+    the batch and pins its tensors. (Pinning needs an accelerator: a recording stand-in
+    for `Tensor.pin_memory` here.)"""
+    import torch
+    from torch.utils.data._utils.pin_memory import pin_memory
+
+    from dataset_packer import torch as dp_torch
+    from dataset_packer._loader import BatchRing, pack_batch
+
+    pinned = []
+
+    def pin(tensor):
+        pinned.append(tensor.data_ptr())
+        return tensor.clone()
+    monkeypatch.setattr(torch.Tensor, "pin_memory", pin)
+    batch = next(sharded.batches(100, seed=3))
+    ring = BatchRing(1, pack_batch(batch)[0].size, 1)
+    monkeypatch.setitem(dp_torch._RINGS, "test", ring)
+    for sent in (dp_torch._Packed(*pack_batch(batch)),
+                 dp_torch._InRing("test", 0, *ring.put(0, batch))):
+        pinned.clear()
+        # As the thread gets it: in a bundle of the worker's batches.
+        got = pin_memory(dp_torch._Bundle(0, [sent])).batches
+        assert len(got) == 1 and isinstance(got[0], dict) and len(pinned) == len(batch)
+        assert_same_batch({k: v.numpy() for k, v in got[0].items()}, batch)
+
+
+@needs_torch
+def test_bundles_are_put_in_order_round_by_round():
+    """`_in_order` on bundles as a DataLoader hands them: round-robin over the workers still
+    reading. A round ends with the last worker's bundle or, once workers have stopped, when
+    the next one begins; inside a round the i-th batches come before the (i+1)-th."""
+    from dataset_packer.torch import _Bundle, _in_order
+
+    def bundle(worker, first, count):
+        return _Bundle(worker, [(worker, first + i) for i in range(count)])
+    items = [bundle(0, 0, 2), bundle(1, 0, 2), bundle(2, 0, 2),  # a full round
+             bundle(0, 2, 2), bundle(1, 2, 1),                   # worker 2 has stopped
+             bundle(0, 4, 1)]                                    # so has worker 1
+    assert list(_in_order(iter(items), 3)) == [(0, 0), (1, 0), (2, 0), (0, 1), (1, 1), (2, 1),
+                   (0, 2), (1, 2), (0, 3), (0, 4)]
+    # Each bundle's first batch is handed on before the next bundle is asked for.
+    seen = []
+
+    def handed():
+        for item in items[:3]:
+            seen.append(item.worker)
+            yield item
+    assert [(b, list(seen)) for b in itertools.islice(_in_order(handed(), 3), 2)] == [
+        ((0, 0), [0]), ((1, 0), [0, 1])]
+
+
+@needs_torch
+@pytest.mark.parametrize("batches, bundle_bytes, per_item",
+                         [(2, None, 4), (7, None, 4), (13, None, 4), (30, None, 4), (7, 1, 1)])
+def test_packloader_puts_the_workers_bundles_back_in_order(sharded, monkeypatch, batches,
+                                                           bundle_bytes, per_item):
+    """Each PackLoader worker sends its batches four at a time (small ones; one at a time
+    when they are big); the loader hands them on in the rank's order, whatever the epoch's
+    batches are against 3 workers × 4 (fewer batches than workers, short last rounds,
+    several rounds), from a resume point off the batches' bounds, and after an iteration
+    left in the middle of a round."""
+    from dataset_packer import torch as dp_torch
+    from dataset_packer.torch import PackDataset, PackLoader
+
+    if bundle_bytes is not None:
+        monkeypatch.setattr(dp_torch, "BUNDLE_BYTES", bundle_bytes)
+    size = -(-len(sharded) // batches)
+    data = PackDataset(sharded.path, size, seed=8)
+    loader = PackLoader(data, num_workers=3, persistent_workers=True)
+    assert loader._ring[2] == per_item
+
+    def rows(got):
+        return [b["row"].tolist() for b in got]
+    for epoch, start, stop in [(0, 0, 4), (1, 0, None), (2, size * 3 // 2, None), (3, 0, None)]:
+        data.set_epoch(epoch, start_sample=start)
+        want = list(sharded.batches(size, seed=8, epoch=epoch, start_sample=start))[:stop]
+        got = list(itertools.islice(loader, stop))
+        assert rows(got) == rows(want)
+        assert loader.state_dict()["start_sample"] == min(start + len(got) * size, len(sharded))
 
 
 def _count_worker(counter, worker_id):

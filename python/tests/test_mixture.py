@@ -9,7 +9,7 @@ import itertools
 import numpy as np
 import pytest
 
-from dataset_packer import Mixture, Pack
+from dataset_packer import EpochPlan, Mixture, Pack, Permutation, _order
 from dataset_packer._loader import EpochStream, partition
 
 
@@ -203,3 +203,61 @@ def test_padding_of_an_up_weighted_source_follows_its_order(packs):
     pad = len(rows) - len(order)
     assert 0 < pad < 3 and source[:pad].tolist() == [1] * pad
     np.testing.assert_array_equal(rows, np.concatenate([order, order[:pad]]))
+
+
+def reference_rows(mix, in_order, positions, seed, epoch, shuffle=True) -> tuple[list, list]:
+    """The module docstring's rule, one position at a time: the position's source and its
+    index among the source's positions, that source's stream position epoch × count + index,
+    and the row at that place of the source's epoch order of that cycle."""
+    sources, rows, orders = [], [], {}
+    for t in positions.tolist():
+        i, index = reference_place(mix.counts, t)
+        cycle, local = divmod(epoch * int(mix.counts[i]) + index, len(in_order[i]))
+        if shuffle:
+            if (i, cycle) not in orders:
+                orders[(i, cycle)] = Permutation(len(in_order[i]), seed, cycle)(
+                    np.arange(len(in_order[i])))
+            local = orders[(i, cycle)][local]
+        sources.append(i)
+        rows.append(in_order[i][local])
+    return sources, rows
+
+
+@pytest.mark.parametrize("chunk", [1, 97, 400, 10**6])
+@pytest.mark.parametrize("world,workers,batch_size,start_sample,drop_last,shuffle", [
+    (1, 1, 100, 0, False, True), (1, 1, 64, 333, False, False), (3, 2, 50, 120, False, True),
+    (2, 3, 37, 0, True, True),
+])
+def test_batches_worked_out_together_keep_each_batch_s_rows(packs, monkeypatch, chunk, world,
+                                                          workers, batch_size, start_sample,
+                                                          drop_last, shuffle):
+    """The order of several batches is worked out at once (about CHUNK_POSITIONS positions:
+    one permutation call per source and cycle, one pass placing the rows by source); wherever
+    a chunk ends (inside a batch's worth of positions, at a source's cycle end, at the padded
+    last batch, after a resume, between a worker's batches), every batch holds the rows and
+    sources that the documented rule gives its positions. Three sources of two packs, one of
+    them weighted above its size."""
+    monkeypatch.setattr(_order, "CHUNK_POSITIONS", chunk)
+    plain, merged = Pack(packs["plain"]), Pack(packs["merged"])
+    sources = [plain, merged.select("depth = 7"), merged.select("depth = 6")]
+    mix = Mixture(sources, weights=[1, 4, 1], length=1999)
+    assert mix.counts[1] > len(sources[1])
+    in_order = [np.concatenate([b["row"] for b in s.batches(10**6, shuffle=False)])
+                for s in sources]
+    plan = EpochPlan(len(mix), batch_size, world, drop_last, start_sample)
+    for rank in range(world):
+        for worker in range(workers):
+            got = list(mix.batches(batch_size, shuffle=shuffle, seed=3, epoch=1, rank=rank,
+                                   world_size=world, worker=worker, num_workers=workers,
+                                   start_sample=start_sample, drop_last=drop_last))
+            numbers = list(range(worker, plan.batches_per_rank, workers))
+            assert len(got) == len(numbers)
+            for b, batch in zip(numbers, got):
+                source, rows = reference_rows(mix, in_order, plan.positions(rank, b), 3, 1,
+                                              shuffle)
+                assert batch["source"].tolist() == source
+                assert batch["row"].tolist() == rows
+                for i, pack in enumerate((plain, merged, merged)):
+                    mine = batch["source"] == i
+                    np.testing.assert_array_equal(batch["run_id"][mine],
+                                                  pack.gather(batch["row"][mine])["run_id"])
