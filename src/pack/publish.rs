@@ -307,11 +307,6 @@ impl OutputDir {
         Ok(staging)
     }
 
-    /// Publishes the finished pack in the staging folder (all files already fsynced).
-    pub fn publish(self) -> Result<()> {
-        self.publish_with(&[], &[])
-    }
-
     /// Publishes the pack in the staging folder together with the files `kept` of the pack
     /// already in place (an extended pack: they are part of it and stay untouched); every
     /// other old pack file is replaced or removed.
@@ -453,7 +448,7 @@ mod tests {
         ] {
             write(&s, n, b);
         }
-        out.publish().unwrap();
+        out.publish_with(&[], &[]).unwrap();
         let mut names: Vec<_> = fs::read_dir(d)
             .unwrap()
             .map(|e| e.unwrap().file_name().into_string().unwrap())

@@ -13,7 +13,7 @@ use anyhow::{Context, Result, bail};
 use super::plan::{Plan, record_bytes};
 use super::resume::Progress;
 use crate::format::row::ROW_BYTES;
-use crate::pack::families::{self, Family};
+use crate::pack::families::Family;
 use crate::pack::shard_writer::ShardWriter;
 use crate::pack::shards::Shard;
 use crate::progress;
@@ -125,9 +125,16 @@ pub(super) fn scatter(
     ))
 }
 
+/// The output's writers after phase 2: every row written, the files not yet closed.
+pub(super) struct Gathered {
+    pub rows: u64,
+    pub steps: ShardWriter,
+    /// One per companion family, in the input's order.
+    pub families: Vec<ShardWriter>,
+}
+
 /// Phase 2: buckets in order, each shuffled in memory and appended to the output (the steps
 /// rows, and each companion row with its steps row); progress is saved after every bucket.
-/// Returns the rows written.
 pub(super) fn gather(
     plan: &Plan,
     families: &[Family],
@@ -135,7 +142,7 @@ pub(super) fn gather(
     work: &Path,
     staging: &Path,
     quiet: bool,
-) -> Result<u64> {
+) -> Result<Gathered> {
     let bucket_rows = progress.bucket_rows.clone().expect("phase 1 is done");
     let resuming = progress.buckets_done > 0;
     let mut writer = match &progress.writer {
@@ -216,16 +223,9 @@ pub(super) fn gather(
         bar.inc(n as u64);
     }
     bar.finish_and_clear();
-    let rows = writer.total_rows();
-    let records = writer.finish()?;
-    std::fs::write(staging.join(".shards.json"), serde_json::to_vec(&records)?)?;
-    let mut companion_records = Vec::new();
-    for (f, w) in families.iter().zip(companion_writers) {
-        companion_records.extend(families::records(&f.layout(), &w.finish()?));
-    }
-    std::fs::write(
-        staging.join(".companions.json"),
-        serde_json::to_vec(&companion_records)?,
-    )?;
-    Ok(rows)
+    Ok(Gathered {
+        rows: writer.total_rows(),
+        steps: writer,
+        families: companion_writers,
+    })
 }

@@ -2,21 +2,53 @@
 //! for an input that records none), findings and session carried over, the output's shard and
 //! companion records, and the shuffle's own facts (seed, buckets, source, quality).
 
-use std::path::Path;
+use std::path::PathBuf;
 
-use anyhow::Result;
+use anyhow::{Context, Result};
 
 use super::Options;
+use super::buckets::Gathered;
 use super::plan::Plan;
 use super::quality::{Quality, WINDOW};
 use crate::format::metadata::{self, MetadataWriter, PackFacts, RunRecord};
+use crate::pack::StagedPack;
+use crate::pack::families::Family;
 use crate::pack::fingerprints;
+use crate::pack::publish::OutputDir;
 use crate::pack::shards::{self, Shard};
 
-/// Writes metadata.db into `staging` from the records gather left there. Returns, for a
-/// legacy input, the rows whose `ev_legal` the upgrade changed.
+/// The shuffled pack staged for publishing: the writers gather filled, and a new
+/// `metadata.db` (one an interrupted finish left in `staging` is removed first: it is rebuilt
+/// from scratch).
+pub(super) fn stage(
+    out: OutputDir,
+    staging: PathBuf,
+    plan: &Plan,
+    families: &[Family],
+    gathered: Gathered,
+) -> Result<StagedPack> {
+    let db_path = staging.join(metadata::FILE_NAME);
+    for leftover in ["", "-wal", "-shm"] {
+        let path = PathBuf::from(format!("{}{leftover}", db_path.display()));
+        if path.exists() {
+            std::fs::remove_file(&path).with_context(|| format!("removing {}", path.display()))?;
+        }
+    }
+    let db = MetadataWriter::create(&db_path)?;
+    let mut staged = StagedPack::from_parts(out, staging, plan.shard_rows, gathered.steps, db);
+    for (family, writer) in families.iter().zip(gathered.families) {
+        staged.add_family_writer(family.layout(), writer);
+    }
+    Ok(staged)
+}
+
+/// Records the shuffled pack in its `metadata.db`: the input's runs (with fingerprints),
+/// findings and session, the output's shards (`records`), the plan and the dispersion
+/// measured. Returns, for a legacy input, the rows whose `ev_legal` the upgrade changed.
+#[allow(clippy::too_many_arguments)]
 pub(super) fn write_metadata(
-    staging: &Path,
+    db: &MetadataWriter,
+    records: &[metadata::ShardRecord],
     input: &rusqlite::Connection,
     input_shards: &[Shard],
     options: &Options,
@@ -24,17 +56,6 @@ pub(super) fn write_metadata(
     quality: &Quality,
     rows: u64,
 ) -> Result<Option<u64>> {
-    let records: Vec<metadata::ShardRecord> =
-        serde_json::from_slice(&std::fs::read(staging.join(".shards.json"))?)?;
-    std::fs::remove_file(staging.join(".shards.json"))?;
-    let companion_records: Vec<metadata::CompanionRecord> =
-        serde_json::from_slice(&std::fs::read(staging.join(".companions.json"))?)?;
-    std::fs::remove_file(staging.join(".companions.json"))?;
-    let db_path = staging.join(metadata::FILE_NAME);
-    if db_path.exists() {
-        std::fs::remove_file(&db_path)?; // left by an interrupted finish; rebuilt from scratch
-    }
-    let db = MetadataWriter::create(&db_path)?;
     let runs = metadata::read_runs(input)?;
     let mut details = metadata::read_run_details(input)?;
     let input_shuffled = metadata::session_value(input, "shuffled")?.as_deref() == Some("true");
@@ -56,12 +77,9 @@ pub(super) fn write_metadata(
             first_row: None,
         })?;
     }
-    metadata::copy_findings(&db, input, &|id| Some(id), &[])?;
-    for shard in &records {
+    metadata::copy_findings(db, input, &|id| Some(id), &[])?;
+    for shard in records {
         db.insert_shard(shard)?;
-    }
-    for record in &companion_records {
-        db.insert_companion(record)?;
     }
     for (k, v) in metadata::read_session(input)? {
         db.set_session(&format!("input.{k}"), &v)?;
@@ -115,6 +133,5 @@ pub(super) fn write_metadata(
     } else {
         None
     };
-    db.finish()?;
     Ok(upgraded)
 }

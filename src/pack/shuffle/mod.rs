@@ -23,7 +23,7 @@ use crate::UsageError;
 use crate::format::metadata;
 use crate::interrupt::{self, OnInterrupt};
 use crate::pack::families::{self, Family};
-use crate::pack::publish::{OutputDir, SHUFFLE_WORK, write_valuations};
+use crate::pack::publish::{OutputDir, SHUFFLE_WORK};
 use crate::pack::shards::{self, Shard};
 use crate::pack::verify;
 use resume::Progress;
@@ -128,7 +128,7 @@ pub fn shuffle(options: &Options, notice: &mut dyn FnMut(Notice<'_>)) -> Result<
         out.begin_staging()?
     };
     let families = &input.families;
-    let rows = buckets::gather(
+    let gathered = buckets::gather(
         &plan,
         families,
         &mut progress,
@@ -136,9 +136,13 @@ pub fn shuffle(options: &Options, notice: &mut dyn FnMut(Notice<'_>)) -> Result<
         &staging,
         options.quiet,
     )?;
-    let quality = quality::measure_dispersion(&staging, &input.conn)?;
+    let rows = gathered.rows;
+    let mut staged = finish::stage(out, staging, &plan, families, gathered)?;
+    let records = staged.finish_files()?;
+    let quality = quality::measure_dispersion(staged.staging(), &input.conn)?;
     let upgraded = finish::write_metadata(
-        &staging,
+        staged.db(),
+        &records,
         &input.conn,
         &input.shards,
         options,
@@ -146,8 +150,7 @@ pub fn shuffle(options: &Options, notice: &mut dyn FnMut(Notice<'_>)) -> Result<
         &quality,
         rows,
     )?;
-    write_valuations(&staging, &shards::read_valuations(&options.input)?)?;
-    out.publish()?;
+    staged.publish(&shards::read_valuations(&options.input)?)?;
     std::fs::remove_dir_all(&work).with_context(|| format!("removing {}", work.display()))?;
     Ok(Summary {
         rows,
