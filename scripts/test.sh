@@ -18,8 +18,10 @@ fi
 export DATASET_PACKER_PYTHON="$PWD/$venv/bin/python"
 
 cargo test --release --all-targets "$@"
-# The rustdoc examples of the library's public surface (--all-targets leaves doc tests out).
+# The rustdoc examples of the library's public surface (--all-targets leaves doc tests out),
+# and the docs themselves: a broken or private intra-doc link fails the suite.
 cargo test --release --doc
+RUSTDOCFLAGS="-D warnings" cargo doc --release --no-deps --quiet
 
 # The Python package: re-installed (offline, no build isolation: flit_core is in the venv)
 # only when its files change, then tested with the binary cargo just built.

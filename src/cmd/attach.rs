@@ -1,4 +1,4 @@
-//! `attach`: add a companion family to a pack ([`crate::pack::attach`] does the work: lines
+//! `attach`: add a companion family to a pack (`pack::attach` does the work: lines
 //! the arrays up with the shards, copies them into checksummed files, publishes them with a
 //! staged `metadata.db`), and say what was added.
 

@@ -1,4 +1,4 @@
-//! `detach`: remove a companion family from a pack, atomically ([`crate::pack::attach::detach`]:
+//! `detach`: remove a companion family from a pack, atomically (`pack::attach::detach`:
 //! its files and its records in `metadata.db` go in one publish), and say what was removed.
 
 use std::path::PathBuf;

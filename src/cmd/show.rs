@@ -1,4 +1,4 @@
-//! `show`: one game, move by move. The story: read one page of the run ([`crate::pack::page`]
+//! `show`: one game, move by move. The story: read one page of the run (`pack::page`
 //! seeks to it through the run index and maps only its rows); print the run's facts, then each
 //! step's board with real tile values, the move played, the valuation type and the four EVs
 //! with illegal moves marked (or the same as JSON), and how to see the next page.
