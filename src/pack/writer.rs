@@ -15,7 +15,7 @@ use crate::findings::{DUPLICATE_RUN, Duplicates, RowFindings, Tally, duplicate_d
 use crate::format::board;
 use crate::format::fingerprint::{self, RunFacts};
 use crate::format::metadata::{
-    self, FindingRecord, MetadataWriter, PackFacts, RowLocation, RunDetails, RunRecord, ShardRecord,
+    self, FindingRecord, MetadataWriter, PackFacts, RunDetails, RunRecord, ShardRecord,
 };
 use crate::format::row::StepRow;
 use crate::format::valuation::ValuationTable;
@@ -29,7 +29,8 @@ pub(crate) struct StagedPack {
     out: OutputDir,
     staging: PathBuf,
     shard_rows: Option<u64>,
-    steps: ShardWriter,
+    /// None once [`StagedPack::finish_files`] closed the files.
+    steps: Option<ShardWriter>,
     families: Vec<(FileLayout, ShardWriter)>,
     db: MetadataWriter,
 }
@@ -63,7 +64,7 @@ impl StagedPack {
             out,
             staging,
             shard_rows,
-            steps,
+            steps: Some(steps),
             families: Vec::new(),
             db,
         }
@@ -96,22 +97,27 @@ impl StagedPack {
 
     /// Tells every writer how many rows are coming, so it reserves each file's space up front.
     pub fn expect_rows(&mut self, rows: u64) {
-        self.steps.expect_rows(rows);
+        self.steps().expect_rows(rows);
         for (_, w) in &mut self.families {
             w.expect_rows(rows);
         }
     }
 
-    /// The steps' writer.
+    /// The steps' writer (until [`StagedPack::finish_files`]).
     pub fn steps(&mut self) -> &mut ShardWriter {
-        &mut self.steps
+        self.steps
+            .as_mut()
+            .expect("rows are written before the files are finished")
     }
 
     /// The steps' writer, every family's (in the order they were added) and `metadata.db`
     /// at once, for code that writes one chunk to all of them and records as it goes.
     pub fn parts(&mut self) -> StagedParts<'_> {
         StagedParts {
-            steps: &mut self.steps,
+            steps: self
+                .steps
+                .as_mut()
+                .expect("rows are written before the files are finished"),
             families: self.families.iter_mut().map(|(_, w)| w).collect(),
             db: &self.db,
         }
@@ -124,10 +130,10 @@ impl StagedPack {
 
     /// Closes every shard file (synced, checksummed), records the families' files in
     /// `metadata.db` (in place of what an extended pack recorded of them), and returns the
-    /// steps' shard records for the caller to record with its runs. Rows written after this
-    /// are an error.
+    /// steps' shard records for the caller to record with its runs. Writing rows after this is
+    /// a bug, and panics.
     pub fn finish_files(&mut self) -> Result<Vec<ShardRecord>> {
-        let steps = std::mem::replace(&mut self.steps, ShardWriter::new(&self.staging, None));
+        let steps = self.steps.take().expect("the files are finished once");
         let shards = steps.finish()?;
         for (layout, writer) in std::mem::take(&mut self.families) {
             // An extended pack's kept files come first in `finish`: the family is recorded whole.
@@ -327,9 +333,8 @@ pub struct Published {
 pub struct PackWriter {
     staged: StagedPack,
     valuations: ValuationTable,
-    runs: Vec<RunRecord>,
-    /// Global first row of each run, turned into shard locations at publish.
-    first_rows: Vec<u64>,
+    /// Runs added (the next run's id).
+    runs: u32,
     findings: RowFindings,
     duplicates: Duplicates,
     duplicate_findings: Tally,
@@ -369,8 +374,7 @@ impl PackWriter {
         Ok(PackWriter {
             staged: StagedPack::create(path.as_ref(), options.overwrite, options.shard_rows)?,
             valuations: ValuationTable::new(),
-            runs: Vec::new(),
-            first_rows: Vec::new(),
+            runs: 0,
             findings: RowFindings::new(0, true),
             duplicates: Duplicates::default(),
             duplicate_findings: Tally::default(),
@@ -420,10 +424,8 @@ impl PackWriter {
     /// # Ok(()) }
     /// ```
     pub fn add_run(&mut self, run: &NewRun, steps: &[NewStep]) -> Result<u32> {
-        let id = u32::try_from(self.runs.len())
-            .ok()
-            .filter(|id| *id < u32::MAX)
-            .ok_or_else(|| anyhow::anyhow!("a pack holds at most {} runs", u32::MAX))?;
+        let id = self.runs;
+        ensure!(id < u32::MAX, "a pack holds at most {} runs", u32::MAX);
         self.encode(id, run.seed, steps)?;
         let facts = RunFacts {
             seed: i64::from(run.seed),
@@ -446,9 +448,9 @@ impl PackWriter {
         }
         self.findings.run_level(None, steps.len() as i64);
         let steps_writer = self.staged.steps();
-        self.first_rows.push(steps_writer.total_rows());
+        let first_row = steps_writer.location_of(steps_writer.total_rows());
         steps_writer.write_rows(&self.rows)?;
-        self.runs.push(RunRecord {
+        self.staged.db().insert_run(&RunRecord {
             run_id: id,
             seed: run.seed,
             steps: steps.len() as u64,
@@ -460,8 +462,9 @@ impl PackWriter {
                 fingerprint: Some(fingerprint.to_string()),
                 ..RunDetails::default()
             },
-            first_row: None,
-        });
+            first_row: Some(first_row),
+        })?;
+        self.runs += 1;
         Ok(id)
     }
 
@@ -545,18 +548,9 @@ impl PackWriter {
     /// # Ok(()) }
     /// ```
     pub fn publish(mut self) -> Result<Published> {
-        let locations: Vec<RowLocation> = self
-            .first_rows
-            .iter()
-            .map(|&row| self.staged.steps.location_of(row))
-            .collect();
-        let rows = self.staged.steps.total_rows();
+        let rows = self.staged.steps().total_rows();
         let shards = self.staged.finish_files()?;
-        let db = &self.staged.db;
-        for (mut run, location) in self.runs.iter().cloned().zip(locations) {
-            run.first_row = Some(location);
-            db.insert_run(&run)?;
-        }
+        let db = self.staged.db();
         for shard in &shards {
             db.insert_shard(shard)?;
         }
@@ -574,12 +568,12 @@ impl PackWriter {
             command_line: String::new(),
             shard_rows: self.staged.shard_rows,
             total_rows: rows,
-            total_runs: self.runs.len() as u64,
+            total_runs: u64::from(self.runs),
             shard_count: shards.len(),
             shuffled: false,
         })?;
         let published = Published {
-            runs: self.runs.len() as u32,
+            runs: self.runs,
             rows,
             shards: shards.len(),
         };
