@@ -57,9 +57,9 @@ pub fn run(args: &ShowArgs) -> Result<()> {
     };
     let page = page::read(&args.pack, args.run, window)?;
     if args.json {
-        println!("{}", page_json(&page, &page.names));
+        println!("{}", page_json(&page));
     } else {
-        print_page(&page, &page.names, args);
+        print_page(&page, args);
     }
     Ok(())
 }
@@ -94,7 +94,7 @@ fn move_name(dir: u8) -> String {
         .map_or_else(|| format!("#{dir} (invalid)"), |n| n.to_string())
 }
 
-fn page_json(p: &Page, names: &ValuationTable) -> Value {
+fn page_json(p: &Page) -> Value {
     let r = &p.run.run;
     let d = p.run.details.clone().unwrap_or_default();
     let at = p.run.first_row.expect("checked");
@@ -109,7 +109,7 @@ fn page_json(p: &Page, names: &ValuationTable) -> Value {
                 "board_eval": s.board_eval,
                 "max_rank": s.max_rank,
                 "move": move_name(s.move_dir),
-                "valuation_type": valuation_name(names, s.valuation_type),
+                "valuation_type": valuation_name(&p.names, s.valuation_type),
                 "branch_evs": MOVE_NAMES.iter().zip(s.branch_evs)
                     .map(|(m, ev)| (m.to_string(), f32_json(ev))).collect::<serde_json::Map<_, _>>(),
                 "legal": MOVE_NAMES.iter().enumerate()
@@ -166,11 +166,11 @@ fn f32_json(v: f32) -> Value {
         .map_or(Value::Null, Value::Number)
 }
 
-fn print_page(p: &Page, names: &ValuationTable, args: &ShowArgs) {
+fn print_page(p: &Page, args: &ShowArgs) {
     print_facts(p);
     for (i, s) in p.steps.iter().enumerate() {
         println!();
-        print_step(s, names, p.search.as_ref().map(|v| &v[i]));
+        print_step(s, &p.names, p.search.as_ref().map(|v| &v[i]));
     }
     println!();
     print_footer(p, args);
