@@ -295,19 +295,6 @@ fn companions_are_typed_views_of_their_files() {
     );
 }
 
-/// An .npy header with any shape text.
-fn npy_header_shape(descr: &str, shape: &str) -> Vec<u8> {
-    let mut dict = format!("{{'descr': {descr}, 'fortran_order': False, 'shape': {shape}, }}");
-    while !(10 + dict.len() + 1).is_multiple_of(64) {
-        dict.push(' ');
-    }
-    dict.push('\n');
-    let mut out = b"\x93NUMPY\x01\x00".to_vec();
-    out.extend_from_slice(&(dict.len() as u16).to_le_bytes());
-    out.extend_from_slice(dict.as_bytes());
-    out
-}
-
 #[test]
 fn open_refuses_what_is_not_a_loader_ready_pack_naming_the_file() {
     let t = tempfile::tempdir().unwrap();

@@ -72,15 +72,8 @@ fn expected_facts_of_the_fixture_drop() {
 /// The rows of every rows file under `dir` (blank lines left out), by file.
 fn rows_of_drop(dir: &std::path::Path) -> Vec<(String, Vec<String>)> {
     let mut out = Vec::new();
-    let mut entries: Vec<_> = std::fs::read_dir(dir)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .collect();
-    entries.sort();
-    for p in entries {
-        if p.is_dir() {
-            out.extend(rows_of_drop(&p));
-        } else if p.to_str().unwrap().ends_with(".jsonl.gz") {
+    for p in walk(dir) {
+        if p.to_str().unwrap().ends_with(".jsonl.gz") {
             let text = read_gz(&p);
             let rows = text.lines().map(str::trim_end).filter(|l| !l.is_empty());
             out.push((s(&p).to_string(), rows.map(String::from).collect()));

@@ -28,18 +28,6 @@ fn json(args: &[&str]) -> Value {
     serde_json::from_str(&run_ok(args)).expect("one JSON document")
 }
 
-fn session(pack: &Path, key: &str) -> Option<String> {
-    use rusqlite::OptionalExtension;
-    db(pack)
-        .query_row(
-            "SELECT meta_value FROM session WHERE meta_key = ?1",
-            [key],
-            |r| r.get(0),
-        )
-        .optional()
-        .unwrap()
-}
-
 fn table(pack: &Path, sql: &str) -> Vec<(i64, String)> {
     db(pack)
         .prepare(sql)
@@ -192,7 +180,7 @@ fn export_as_a_pack_upgrades_it() {
     assert_eq!(run_index(&upgraded), run_index(&original));
     assert_eq!(fingerprints(&upgraded), fingerprints(&original));
     assert_eq!(
-        session(&upgraded, "legacy_ev_legal_changed"),
+        session_value(&upgraded, "legacy_ev_legal_changed"),
         Some(changed.to_string())
     );
     run_ok(&["validate", s(&upgraded), "--deep", "--quiet"]);
@@ -215,7 +203,7 @@ fn export_as_a_pack_upgrades_it() {
     assert_eq!(subset_rows[..], original_rows[..subset_rows.len()]);
     let want = changed_in(&original, &original_rows[..subset_rows.len()]);
     assert_eq!(
-        session(&subset, "legacy_ev_legal_changed"),
+        session_value(&subset, "legacy_ev_legal_changed"),
         Some(want.to_string())
     );
     run_ok(&["validate", s(&subset), "--quiet"]);
@@ -305,7 +293,7 @@ fn shuffle_reads_it() {
     ]);
     assert_eq!(summary["legacy_ev_legal_changed"], changed);
     assert_eq!(
-        session(&shuffled, "legacy_ev_legal_changed"),
+        session_value(&shuffled, "legacy_ev_legal_changed"),
         Some(changed.to_string())
     );
     run_ok(&["validate", s(&shuffled), "--quiet"]);

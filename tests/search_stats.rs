@@ -208,16 +208,6 @@ fn arrays(pack: &Path) -> Vec<(String, Vec<u8>)> {
     files(pack, |n| n.ends_with(".npy"))
 }
 
-fn session(pack: &Path, key: &str) -> Option<String> {
-    db(pack)
-        .query_row(
-            "SELECT meta_value FROM session WHERE meta_key = ?1",
-            [key],
-            |r| r.get(0),
-        )
-        .ok()
-}
-
 #[test]
 fn search_statistics_are_kept_exactly_and_recorded() {
     let tmp = tempfile::tempdir().unwrap();
@@ -270,10 +260,13 @@ fn search_statistics_are_kept_exactly_and_recorded() {
 
     // Without the flag, the session counts the rows whose statistics were dropped.
     assert_eq!(
-        session(&plain, "search_rows_not_kept"),
+        session_value(&plain, "search_rows_not_kept"),
         Some(used_rows(&truth).to_string())
     );
-    assert_eq!(session(&kept, "search_rows_not_kept"), Some("0".into()));
+    assert_eq!(
+        session_value(&kept, "search_rows_not_kept"),
+        Some("0".into())
+    );
     let text = run_ok(&["stats", s(&plain)]);
     assert!(
         text.contains(&format!(
@@ -389,7 +382,7 @@ fn an_update_must_agree_with_the_pack_on_search_statistics() {
     // Updated without the flag, it counts the new rows' dropped statistics too.
     pack(&raw, &plain, &["--update"]);
     assert_eq!(
-        session(&plain, "search_rows_not_kept"),
+        session_value(&plain, "search_rows_not_kept"),
         Some(used_rows(&truth).to_string())
     );
 

@@ -60,15 +60,7 @@ fn output_is_a_permutation_with_metadata_kept() {
         std::fs::read(out.join("valuation_types.json")).unwrap(),
         std::fs::read(src.join("valuation_types.json")).unwrap()
     );
-    let session = |k: &str| -> String {
-        db(&out)
-            .query_row(
-                "SELECT meta_value FROM session WHERE meta_key = ?1",
-                [k],
-                |r| r.get(0),
-            )
-            .unwrap()
-    };
+    let session = |k: &str| session_value(&out, k).unwrap();
     assert_eq!(session("shuffled"), "true");
     assert_eq!(session("shuffle_seed"), "7");
     assert!(session("source_pack").ends_with("/src"));
@@ -214,6 +206,11 @@ fn positions_are_uniform_chi_square() {
     );
 }
 
+/// Runs `args` with the failure hook set to stop the writers after 1,000 rows.
+fn stopped_midway(args: &[&str]) -> std::process::Output {
+    run_env(args, &[("DATASET_PACKER_FAIL_AFTER_ROWS", Some("1000"))])
+}
+
 #[test]
 fn an_interrupted_shuffle_resumes_to_the_same_bytes() {
     let t = tempfile::tempdir().unwrap();
@@ -222,22 +219,18 @@ fn an_interrupted_shuffle_resumes_to_the_same_bytes() {
     shuffle(&src, &reference, &["--seed", "5", "--memory", "16KiB"]);
 
     let out = t.path().join("out");
-    let res = Command::new(env!("CARGO_BIN_EXE_dataset-packer"))
-        .args([
-            "shuffle",
-            "--input",
-            s(&src),
-            "--output",
-            s(&out),
-            "--seed",
-            "5",
-            "--memory",
-            "16KiB",
-            "--quiet",
-        ])
-        .env("DATASET_PACKER_FAIL_AFTER_ROWS", "1000")
-        .output()
-        .unwrap();
+    let res = stopped_midway(&[
+        "shuffle",
+        "--input",
+        s(&src),
+        "--output",
+        s(&out),
+        "--seed",
+        "5",
+        "--memory",
+        "16KiB",
+        "--quiet",
+    ]);
     assert_eq!(res.status.code(), Some(1), "{}", stderr(&res));
     assert!(stderr(&res).contains("injected failure"));
     assert!(!out.join("metadata.db").exists(), "nothing published");
@@ -432,11 +425,7 @@ fn a_shuffle_killed_while_publishing_resumes_to_the_same_bytes() {
         "16KiB",
         "--quiet",
     ];
-    let res = Command::new(env!("CARGO_BIN_EXE_dataset-packer"))
-        .args(args)
-        .env("DATASET_PACKER_FAIL_AFTER_ROWS", "1000")
-        .output()
-        .unwrap();
+    let res = stopped_midway(&args);
     assert_eq!(res.status.code(), Some(1), "{}", stderr(&res));
     let staging = out.join(".dataset-packer-staging");
     let staged = names(&staging);

@@ -113,7 +113,7 @@ struct Source {
 }
 
 /// A family name is `[a-z][a-z0-9_]*` and not `steps` (exit 2 otherwise).
-pub fn check_name(name: &str) -> Result<()> {
+fn check_name(name: &str) -> Result<()> {
     if !files::valid_name(name) {
         return Err(UsageError(format!(
             "--name {name:?}: a companion's name is [a-z][a-z0-9_]* and not \"steps\""

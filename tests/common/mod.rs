@@ -207,7 +207,12 @@ pub fn pack_bytes(pack: &Path) -> Vec<(String, Vec<u8>)> {
 
 /// An .npy header (format 1.0, padded to 64 bytes) for a 1-d array with this descr.
 pub fn npy_header(descr: &str, rows: usize) -> Vec<u8> {
-    let mut dict = format!("{{'descr': {descr}, 'fortran_order': False, 'shape': ({rows},), }}");
+    npy_header_shape(descr, &format!("({rows},)"))
+}
+
+/// [`npy_header`] with any shape text (`"(10, 2)"`, or a malformed one on purpose).
+pub fn npy_header_shape(descr: &str, shape: &str) -> Vec<u8> {
+    let mut dict = format!("{{'descr': {descr}, 'fortran_order': False, 'shape': {shape}, }}");
     while !(10 + dict.len() + 1).is_multiple_of(64) {
         dict.push(' ');
     }
@@ -267,20 +272,40 @@ pub fn pack_view(pack: &Path) -> (Files, RunsTable) {
     (files, runs_table(pack))
 }
 
-/// Replaces every `BASE.jsonl.gz` under `dir` whose path `pick` accepts with the plain
-/// `BASE.jsonl` holding its text (every member), as the logger writes without `-Z`; returns
-/// the plain files made, in walk order.
-pub fn unzip_rows(dir: &Path, pick: &dyn Fn(&Path) -> bool) -> Vec<PathBuf> {
-    let mut made = Vec::new();
+/// Every file below `dir`, each folder's entries in name order, a subfolder's files where
+/// the subfolder sorts.
+pub fn walk(dir: &Path) -> Vec<PathBuf> {
     let mut entries: Vec<_> = std::fs::read_dir(dir)
         .unwrap()
         .map(|e| e.unwrap().path())
         .collect();
     entries.sort();
-    for p in entries {
-        if p.is_dir() {
-            made.extend(unzip_rows(&p, pick));
-        } else if let Some(plain) = p.to_str().unwrap().strip_suffix(".gz")
+    entries
+        .into_iter()
+        .flat_map(|p| if p.is_dir() { walk(&p) } else { vec![p] })
+        .collect()
+}
+
+/// The `session` value of `key` in the pack's metadata.db, if it records one.
+pub fn session_value(pack: &Path, key: &str) -> Option<String> {
+    use rusqlite::OptionalExtension;
+    db(pack)
+        .query_row(
+            "SELECT meta_value FROM session WHERE meta_key = ?1",
+            [key],
+            |r| r.get(0),
+        )
+        .optional()
+        .unwrap()
+}
+
+/// Replaces every `BASE.jsonl.gz` under `dir` whose path `pick` accepts with the plain
+/// `BASE.jsonl` holding its text (every member), as the logger writes without `-Z`; returns
+/// the plain files made, in walk order.
+pub fn unzip_rows(dir: &Path, pick: &dyn Fn(&Path) -> bool) -> Vec<PathBuf> {
+    let mut made = Vec::new();
+    for p in walk(dir) {
+        if let Some(plain) = p.to_str().unwrap().strip_suffix(".gz")
             && plain.ends_with(".jsonl")
             && pick(&p)
         {
