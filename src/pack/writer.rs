@@ -95,6 +95,11 @@ impl StagedPack {
         &self.staging
     }
 
+    /// The rows per shard the pack is written with (None: one file).
+    pub fn shard_rows(&self) -> Option<u64> {
+        self.shard_rows
+    }
+
     /// Tells every writer how many rows are coming, so it reserves each file's space up front.
     pub fn expect_rows(&mut self, rows: u64) {
         self.steps().expect_rows(rows);
@@ -566,7 +571,7 @@ impl PackWriter {
         db.set_pack_facts(&PackFacts {
             command: "PackWriter",
             command_line: String::new(),
-            shard_rows: self.staged.shard_rows,
+            shard_rows: self.staged.shard_rows(),
             total_rows: rows,
             total_runs: u64::from(self.runs),
             shard_count: shards.len(),

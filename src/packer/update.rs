@@ -179,21 +179,19 @@ fn extend(
         job.workers,
     )?;
     let staging = out.begin_staging()?;
-    let staging = staging.as_path();
-    let db = stage_metadata(existing, staging, dropped, &fingerprints, computed)?;
+    let db = stage_metadata(existing, &staging, dropped, &fingerprints, computed)?;
     let rewritten = existing.partial_last();
     let kept: Vec<ShardRecord> =
         existing.records[..rewritten.unwrap_or(existing.records.len())].to_vec();
-    let mut shards = ShardWriter::after(staging, existing.shard_rows, kept.clone());
+    let mut shards = ShardWriter::after(&staging, existing.shard_rows, kept.clone());
     if let Some(last) = rewritten {
         copy_shard(&existing.shards[last], &existing.records[last], &mut shards)?;
     }
     let search = match job.search_stats {
-        true => Some(search_writer(existing, staging, kept.len(), rewritten)?),
+        true => Some(search_writer(existing, &staging, kept.len(), rewritten)?),
         false => None,
     };
-    let mut staged =
-        StagedPack::from_parts(out, staging.to_path_buf(), existing.shard_rows, shards, db);
+    let mut staged = StagedPack::from_parts(out, staging, existing.shard_rows, shards, db);
     let search = search.map(|writer| staged.add_family_writer(FileLayout::search(), writer));
     let in_pack = in_pack(existing, &fingerprints);
     let recheck = recheck(existing, &fingerprints, sorted)?;

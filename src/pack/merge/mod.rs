@@ -110,14 +110,7 @@ pub(crate) fn merge(options: &Options) -> Result<Summary> {
 
     let shard_rows = options.shard_rows.or_else(|| inputs_shard_rows(&sources));
     let mut staged = StagedPack::create(&options.output, options.overwrite, shard_rows)?;
-    let mut summary = stage::write_merged(
-        &sources,
-        &valuations,
-        &carried,
-        shard_rows,
-        &mut staged,
-        options,
-    )?;
+    let mut summary = stage::write_merged(&sources, &valuations, &carried, &mut staged, options)?;
     log::debug!("merge: staged in {:?}", started.elapsed());
     staged.publish(&valuations)?;
     log::debug!("merge: published in {:?}", started.elapsed());

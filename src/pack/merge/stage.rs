@@ -24,7 +24,6 @@ pub(super) fn write_merged(
     sources: &[Source],
     valuations: &ValuationTable,
     carried: &[String],
-    shard_rows: Option<u64>,
     staged: &mut StagedPack,
     options: &Options,
 ) -> Result<Summary> {
@@ -82,7 +81,7 @@ pub(super) fn write_merged(
         db,
         sources,
         &options.command_line,
-        shard_rows,
+        staged.shard_rows(),
         rows_written,
         assignment.runs,
         shards.len(),
