@@ -10,6 +10,7 @@ use clap::Args;
 use serde_json::json;
 
 use crate::pack::shards;
+use crate::pack::versions::{History, VersionSpec};
 use crate::progress::{count, thousands};
 // Merge and shuffle validate their inputs through these names.
 pub use crate::pack::verify::{Options, Report, check};
@@ -36,6 +37,11 @@ pub struct ValidateArgs {
     /// No progress bar.
     #[arg(long)]
     pub quiet: bool,
+    /// Also name the version N (or tag) whose rows the checks vouch for: an earlier
+    /// version's rows are the first rows of the files checked, and the history check covers
+    /// every version's files [default: latest].
+    #[command(flatten)]
+    pub version: crate::cli::VersionArg,
 }
 
 pub fn run(args: &ValidateArgs) -> Result<bool> {
@@ -53,11 +59,26 @@ pub fn run(args: &ValidateArgs) -> Result<bool> {
         legacy_ok: false,
         scan_rows: true,
     };
+    let version = match &args.version.version {
+        VersionSpec::Latest => None,
+        spec => {
+            let history = History::read(&shards::open_metadata(&args.pack)?)?;
+            let v = history.find(&args.pack, spec)?;
+            Some((history.identity(v.version), v.rows, v.runs))
+        }
+    };
     let report = check(&args.pack, &options)?;
     let elapsed = started.elapsed().as_secs_f64();
     if args.json {
-        print_json(&report, elapsed);
+        print_json(&report, elapsed, version.as_ref());
     } else {
+        if let Some((identity, rows, runs)) = &version {
+            println!(
+                "version {identity}: {} and {}, the first rows of the files checked below",
+                count(*rows, "row", "rows"),
+                count(*runs, "run", "runs")
+            );
+        }
         print_human(&report, elapsed);
     }
     Ok(report.valid())
@@ -119,9 +140,12 @@ fn print_human(r: &Report, elapsed: f64) {
     }
 }
 
-fn print_json(r: &Report, elapsed: f64) {
+fn print_json(r: &Report, elapsed: f64, version: Option<&(String, u64, u64)>) {
     let doc = json!({
         "pack": r.pack.display().to_string(),
+        "version": version.map(|(identity, rows, runs)| json!({
+            "identity": identity, "rows": rows, "runs": runs,
+        })),
         "valid": r.valid(),
         "deep": r.deep,
         "rows": r.rows,

@@ -511,37 +511,51 @@ impl View {
         Ok(shards)
     }
 
-    /// Refuses `family` when the version does not have it: with the version that removed it
-    /// when it was there before, or the one that added it when it came later.
+    /// Refuses `family` when the version cannot give it: removed by a later version (named),
+    /// or added by a later one. Families no version records (placed by other tools) pass.
     pub fn check_family(&self, dir: &Path, family: &str) -> Result<()> {
         let v = self.version();
-        if !self.history.recorded || v.families.iter().any(|f| f == family) {
+        let recorded_anywhere = |f: &str| {
+            self.history
+                .versions
+                .iter()
+                .any(|x| x.families.iter().any(|g| g == f))
+        };
+        if !self.history.recorded || !recorded_anywhere(family) {
             return Ok(());
         }
-        if let Some(added) = self
+        if v.families.iter().any(|f| f == family) {
+            return match self.history.removed_in(v.version, family) {
+                Some(removed) => bail!(
+                    "{} version {}: its companion {family} was removed by version {removed} ({}); its rows are still readable without it",
+                    dir.display(),
+                    v.version,
+                    self.history
+                        .versions
+                        .iter()
+                        .find(|x| x.version == removed)
+                        .map_or("", |x| x.operation.as_str())
+                ),
+                None => Ok(()),
+            };
+        }
+        let added = self
             .history
             .versions
             .iter()
-            .find(|x| x.version > v.version && x.families.iter().any(|f| f == family))
-        {
-            bail!(
+            .find(|x| x.version > v.version && x.families.iter().any(|f| f == family));
+        match added {
+            Some(added) => bail!(
                 "{} version {} has no companion {family}: version {} added it",
                 dir.display(),
                 v.version,
                 added.version
-            );
-        }
-        let had = self.history.versions[..self.index]
-            .iter()
-            .rev()
-            .find(|x| x.families.iter().any(|f| f == family));
-        match had {
-            Some(_) => bail!(
+            ),
+            None => bail!(
                 "{} version {} has no companion {family}",
                 dir.display(),
                 v.version
             ),
-            None => Ok(()),
         }
     }
 
