@@ -694,3 +694,67 @@ fn validate_is_the_strictest_reader() {
         cases.len() - read,
     );
 }
+
+/// A 500-row shard whose header claims 500 + 2^60 rows: rows × 48 wraps to the real size in
+/// 64 bits. Every command refuses the pack cleanly (exit 1, no abort, no allocation of the
+/// claimed size), naming the shard; with recorded checksums `validate` reports the mismatch.
+#[test]
+fn a_row_count_that_wraps_is_refused_by_every_command() {
+    let tmp = tempfile::tempdir().unwrap();
+    let good = tmp.path().join("good");
+    pack(&fixture("raw"), &good, &["--shard-rows", "500"]);
+    let lie = 500 + (1u64 << 60);
+    assert_eq!(lie.wrapping_mul(48), 500 * 48, "the lie wraps");
+    for checksums in [true, false] {
+        let p = tmp.path().join(format!("lying-{checksums}"));
+        copy_tree(&good, &p);
+        let shard = p.join("steps-00000.npy");
+        let mut bytes = std::fs::read(&shard).unwrap();
+        bytes[..npy::HEADER_LEN].copy_from_slice(&npy::header(lie));
+        std::fs::write(&shard, bytes).unwrap();
+        if !checksums {
+            rusqlite::Connection::open(p.join("metadata.db"))
+                .unwrap()
+                .execute_batch("DROP TABLE shards")
+                .unwrap();
+        }
+        let out = tmp.path().join(format!("out-{checksums}"));
+        let commands: [&[&str]; 9] = [
+            &["validate", s(&p)],
+            &["validate", s(&p), "--deep"],
+            &["stats", s(&p)],
+            &["show", s(&p), "--run", "0"],
+            &["merge", s(&p), "--output", s(&out)],
+            &["shuffle", s(&p), "--output", s(&out)],
+            &["export", s(&p), "--format", "jsonl", "--output", s(&out)],
+            &["export", s(&p), "--format", "pack", "--output", s(&out)],
+            &["attach", s(&p), "--name", "x", "--from", s(&shard)],
+        ];
+        for args in commands {
+            let o = run(args);
+            let text = format!("{}{}", String::from_utf8_lossy(&o.stdout), stderr(&o));
+            assert_eq!(o.status.code(), Some(1), "{args:?} ({checksums}): {text}");
+            assert!(
+                text.contains("steps-00000.npy") && text.contains("1152921504606847476 rows"),
+                "{args:?} ({checksums}): {text}"
+            );
+            assert!(!out.exists(), "{args:?} wrote {}", out.display());
+        }
+        let validate = String::from_utf8(run(&["validate", s(&p), "--deep"]).stdout).unwrap();
+        assert_eq!(
+            validate.contains("steps-00000.npy: does not match its record"),
+            checksums,
+            "{validate}"
+        );
+        let python = std::process::Command::new(python())
+            .args(["-c", "import sys, dataset_packer; dataset_packer.Pack(sys.argv[1])"])
+            .arg(&p)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&python.stderr);
+        assert!(
+            err.contains("PackError") && err.contains("steps-00000.npy"),
+            "{err}"
+        );
+    }
+}
