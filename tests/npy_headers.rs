@@ -86,7 +86,11 @@ impl Header {
             dict.into_bytes()
         } else {
             // Latin-1 where the text allows it, else its UTF-8 bytes (a header that lies).
-            match dict.chars().map(|c| u8::try_from(u32::from(c)).ok()).collect() {
+            match dict
+                .chars()
+                .map(|c| u8::try_from(u32::from(c)).ok())
+                .collect()
+            {
                 Some(latin1) => latin1,
                 None => dict.into_bytes(),
             }
@@ -238,8 +242,8 @@ fn mutate(rng: &mut Xoshiro, base: &Base, h: &mut Header, fields: &mut Vec<Field
                 rng,
                 &[
                     "(R,)", "R", "[R]", "(R, )", "(R)", "((R,))", "( R , )", "(R, 1)", "(1, R)",
-                    "()", "(True,)", "(-1,)", "(W60,)", "(W63,)", "(W64,)", "(S,)", "(P,)",
-                    "(0,)", "(RL,)", "(0R,)", "(R.0,)", "(0x1,)", "(R_0,)", "(R,)\t",
+                    "()", "(True,)", "(-1,)", "(W60,)", "(W63,)", "(W64,)", "(S,)", "(P,)", "(0,)",
+                    "(RL,)", "(0R,)", "(R.0,)", "(0x1,)", "(R_0,)", "(R,)\t",
                 ],
             );
             let v = shape
@@ -274,7 +278,9 @@ fn mutate(rng: &mut Xoshiro, base: &Base, h: &mut Header, fields: &mut Vec<Field
             h.lead = pick(rng, &["", " ", "\t", "\n", " \n", "\x0c"]).into();
             h.trail = pick(
                 rng,
-                &["\n", "", "\r\n", "\x0c\n", "\n\n", " # c\n", "\x0b\n", "\0\0\n", "\n  "],
+                &[
+                    "\n", "", "\r\n", "\x0c\n", "\n\n", " # c\n", "\x0b\n", "\0\0\n", "\n  ",
+                ],
             )
             .into();
             format!("whitespace {:?} {:?} {:?}", h.lead, h.sep, h.trail)
@@ -306,7 +312,13 @@ fn mutate(rng: &mut Xoshiro, base: &Base, h: &mut Header, fields: &mut Vec<Field
         6 => {
             let (k, v) = pick(
                 rng,
-                &["'extra'|1", "'Shape'|(3,)", "1|2", "'descr '|'<u4'", "None|None"],
+                &[
+                    "'extra'|1",
+                    "'Shape'|(3,)",
+                    "1|2",
+                    "'descr '|'<u4'",
+                    "None|None",
+                ],
             )
             .split_once('|')
             .unwrap();
@@ -347,7 +359,7 @@ fn mutate(rng: &mut Xoshiro, base: &Base, h: &mut Header, fields: &mut Vec<Field
                 offsets.join(", ")
             );
             set(h, "descr", dict);
-            return "dict-form descr".into();
+            "dict-form descr".into()
         }
         10 => {
             let f = &mut fields[rng.below(3) as usize];
@@ -406,7 +418,10 @@ fn mutate(rng: &mut Xoshiro, base: &Base, h: &mut Header, fields: &mut Vec<Field
             format!("type of {} as {}", fields[i].name, fields[i].ty)
         }
         13 => {
-            let shape = pick(rng, &["(4,)", "4", "[4]", "(4)", "(2, 2)", "(4, 1)", "()", "(4L,)"]);
+            let shape = pick(
+                rng,
+                &["(4,)", "4", "[4]", "(4)", "(2, 2)", "(4, 1)", "()", "(4L,)"],
+            );
             let last = fields.len() - 1;
             fields[last].shape = Some(shape.into());
             format!("sub-array shape {shape}")
@@ -437,7 +452,10 @@ fn mutate(rng: &mut Xoshiro, base: &Base, h: &mut Header, fields: &mut Vec<Field
             format!("name {spelled}")
         }
         16 => {
-            let v = pick(rng, &["1.0", "2.0", "3.0", "1.1", "0.0", "4.0", "3.1", "2.1"]);
+            let v = pick(
+                rng,
+                &["1.0", "2.0", "3.0", "1.1", "0.0", "4.0", "3.1", "2.1"],
+            );
             let (a, b) = v.split_once('.').unwrap();
             h.version = (a.parse().unwrap(), b.parse().unwrap());
             format!("version {v}")
@@ -467,7 +485,7 @@ fn mutate(rng: &mut Xoshiro, base: &Base, h: &mut Header, fields: &mut Vec<Field
         _ => {
             let descr = descr_text(fields, true);
             set(h, "descr", descr);
-            return "descr trailing comma".into();
+            "descr trailing comma".into()
         }
     }
 }
@@ -649,8 +667,9 @@ fn validate_is_the_strictest_reader() {
                 case.what,
                 String::from_utf8_lossy(
                     &std::fs::read(case.dir.join("steps.npy")).unwrap()
-                        [..400.min(std::fs::metadata(case.dir.join("steps.npy")).unwrap().len()
-                            as usize)]
+                        [..400
+                            .min(std::fs::metadata(case.dir.join("steps.npy")).unwrap().len()
+                                as usize)]
                 )
             )
         };
@@ -682,7 +701,10 @@ fn validate_is_the_strictest_reader() {
                 );
                 if numpy == "same" {
                     stricter += 1;
-                    println!("refused, though NumPy reads it: {} layout, {}", base.layout, case.what);
+                    println!(
+                        "refused, though NumPy reads it: {} layout, {}",
+                        base.layout, case.what
+                    );
                 }
             }
         }
@@ -747,7 +769,10 @@ fn a_row_count_that_wraps_is_refused_by_every_command() {
             "{validate}"
         );
         let python = std::process::Command::new(python())
-            .args(["-c", "import sys, dataset_packer; dataset_packer.Pack(sys.argv[1])"])
+            .args([
+                "-c",
+                "import sys, dataset_packer; dataset_packer.Pack(sys.argv[1])",
+            ])
             .arg(&p)
             .output()
             .unwrap();

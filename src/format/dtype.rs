@@ -80,7 +80,9 @@ pub struct DictItem<'a> {
 /// ```
 pub fn parse_header_dict(text: &str) -> Result<Vec<DictItem<'_>>, DtypeError> {
     if text.contains('\0') {
-        return Err(err("it holds a NUL character, which Python refuses in a literal"));
+        return Err(err(
+            "it holds a NUL character, which Python refuses in a literal",
+        ));
     }
     let mut p = Parser { s: text, at: 0 };
     while matches!(p.byte(), Some(b' ' | b'\t')) {
@@ -493,10 +495,11 @@ const MAX_ITEM_BYTES: usize = i32::MAX as usize;
 
 /// `inner` repeated over `shape` (a non-empty tuple of sizes), the size checked.
 fn sub_array(inner: Dtype, shape: &Literal, what: &str) -> Result<Dtype, DtypeError> {
-    let dims = shape
-        .as_shape()
-        .filter(|d| !d.is_empty())
-        .ok_or_else(|| err(format!("{what}: shape {shape} is not a tuple of sizes such as (4,)")))?;
+    let dims = shape.as_shape().filter(|d| !d.is_empty()).ok_or_else(|| {
+        err(format!(
+            "{what}: shape {shape} is not a tuple of sizes such as (4,)"
+        ))
+    })?;
     dims.iter()
         .try_fold(inner.size(), |acc, &n| {
             usize::try_from(n).ok().and_then(|n| acc.checked_mul(n))
@@ -548,7 +551,9 @@ fn scalar(text: &str) -> Result<Dtype, DtypeError> {
         _ => return Err(bad("is not one this tool reads")),
     };
     if !fits {
-        return Err(bad("has a size NumPy does not read the same on every machine"));
+        return Err(bad(
+            "has a size NumPy does not read the same on every machine",
+        ));
     }
     let size = if kind == 'U' { n * 4 } else { n };
     let order = match mark {
@@ -672,7 +677,9 @@ mod tests {
             parse_literal(r"'r\x75n\u00e9\'\\'").unwrap(),
             Literal::Str("runé'\\".into())
         );
-        for bad in ["3L", "03", "0x3", "3_0", "3.0", "'a\nb'", "'\\q'", "(,)", "'a' 'b'", "b'a'"] {
+        for bad in [
+            "3L", "03", "0x3", "3_0", "3.0", "'a\nb'", "'\\q'", "(,)", "'a' 'b'", "b'a'",
+        ] {
             assert!(parse_literal(bad).is_err(), "{bad:?}");
         }
         // Native byte order for '=' and no mark; none for one-byte types.

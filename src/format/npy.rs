@@ -197,7 +197,8 @@ fn too_long(len: usize, unit: &str) -> HeaderError {
 pub fn parse_array_header(bytes: &[u8]) -> Result<ArrayHeader, HeaderError> {
     let (text, data_offset) = header_text(bytes)?;
     let text = text.as_str();
-    let items = parse_header_dict(text).map_err(|e| bad(format!("the header is not a dict: {e}")))?;
+    let items =
+        parse_header_dict(text).map_err(|e| bad(format!("the header is not a dict: {e}")))?;
     let mut found: [Option<(&Literal, &str)>; 3] = [None; 3];
     for item in &items {
         let slot = match &item.key {
@@ -233,7 +234,9 @@ pub fn parse_array_header(bytes: &[u8]) -> Result<ArrayHeader, HeaderError> {
     let fortran_order = match fortran_order.ok_or_else(|| missing("fortran_order"))? {
         (Literal::Bool(b), _) => *b,
         (other, _) => {
-            return Err(bad(format!("'fortran_order': {other} is not True or False")));
+            return Err(bad(format!(
+                "'fortran_order': {other} is not True or False"
+            )));
         }
     };
     let (shape_value, _) = shape.ok_or_else(|| missing("shape"))?;

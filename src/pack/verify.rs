@@ -968,7 +968,9 @@ pub(crate) fn check_checksums(
     for rec in &refused {
         check_refused_file(&mut c, dir, rec, data_crcs.is_some());
     }
-    let usable = records.iter().filter(|r| !refused.iter().any(|f| std::ptr::eq(*f, *r)));
+    let usable = records
+        .iter()
+        .filter(|r| !refused.iter().any(|f| std::ptr::eq(*f, *r)));
     for (i, (rec, shard)) in usable.zip(shards).enumerate() {
         if rec.file_name != shard.name {
             c.fail(|| {
