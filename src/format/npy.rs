@@ -559,4 +559,99 @@ mod tests {
             RowLayout::Other("'<f8'".into())
         );
     }
+
+    /// `with_dict` in another format version (1.0 Latin-1, 2.0 Latin-1, 3.0 UTF-8).
+    fn versioned(dict: &str, version: u8) -> Vec<u8> {
+        let text: Vec<u8> = if version == 3 {
+            format!("{dict}\n").into_bytes()
+        } else {
+            format!("{dict}\n").chars().map(|c| c as u8).collect()
+        };
+        let mut bytes = vec![0x93, b'N', b'U', b'M', b'P', b'Y', version, 0];
+        if version == 1 {
+            bytes.extend_from_slice(&(text.len() as u16).to_le_bytes());
+        } else {
+            bytes.extend_from_slice(&(text.len() as u32).to_le_bytes());
+        }
+        bytes.extend_from_slice(&text);
+        bytes
+    }
+
+    #[test]
+    fn reads_versions_and_encodings_as_numpy_does() {
+        let plain = format!("{{'descr': {STEP_ROW_DESCR}, 'fortran_order': False, 'shape': (5,)}}");
+        for version in [1, 2, 3] {
+            assert_eq!(parse_header(&versioned(&plain, version)).unwrap().rows, 5);
+        }
+        let refused = parse_header(&[&b"\x93NUMPY\x01\x01"[..], &[0; 60]].concat());
+        assert!(refused.unwrap_err().0.contains("format version 1.1"));
+        // np.save writes a Latin-1 name in 1.0 and a name outside Latin-1 in 3.0, as here.
+        for (name, version) in [("é", 1), ("ж", 3)] {
+            let descr = format!("[('{name}', '<f4')]");
+            let bytes = array_header(&descr, &[2]);
+            assert_eq!(bytes[6], version, "{name}");
+            let h = parse_array_header(&bytes).unwrap();
+            assert_eq!(h.descr, descr);
+            let Dtype::Struct { fields, .. } = h.dtype else {
+                panic!()
+            };
+            assert_eq!(fields[0].name, name);
+        }
+        // UTF-8 bytes in a 1.0 header are Latin-1 characters, as NumPy reads them.
+        let raw = with_dict("{'descr': [('ж', '<f4')], 'fortran_order': False, 'shape': (2,)}");
+        assert_eq!(parse_array_header(&raw).unwrap().descr, "[('Ð¶', '<f4')]");
+        // Any length up to NumPy's 10,000 characters; past it refused before it is read.
+        let long = format!("{plain}{}", " ".repeat(5000));
+        assert_eq!(
+            parse_header(&versioned(&long, 1)).unwrap().data_offset,
+            10 + long.len() + 1
+        );
+        let too_long = format!("{plain}{}", " ".repeat(MAX_HEADER_CHARS));
+        let e = parse_header(&versioned(&too_long, 2)).unwrap_err().0;
+        assert!(e.contains("limit of 10000 characters"), "{e}");
+        let e = header_size(&versioned(&too_long, 2)[..12]).unwrap_err().0;
+        assert!(e.contains("limit of 10000 characters"), "{e}");
+    }
+
+    #[test]
+    fn refuses_keys_numpy_reads_otherwise_naming_them() {
+        let key = |extra: &str| {
+            let dict = format!(
+                "{{'descr': {STEP_ROW_DESCR}, 'fortran_order': False, 'shape': (500,), {extra}}}"
+            );
+            parse_header(&with_dict(&dict)).unwrap_err().0
+        };
+        let e = key("'shape': (250,)");
+        assert!(
+            e.contains("key 'shape' is given twice, as (500,) and as (250,)"),
+            "{e}"
+        );
+        assert!(key("'descr': '<f8'").contains("key 'descr' is given twice"));
+        assert!(key("'shape': (500,)").contains("key 'shape' is given twice"));
+        assert!(key("'extra': 1").contains("key 'extra' is not one of"));
+        for (shape, why) in [
+            ("500", "'shape': 500 is not a tuple"),
+            ("[500]", "'shape': [500] is not"),
+            ("(500)", "'shape': 500 is not"),
+        ] {
+            let dict =
+                format!("{{'descr': {STEP_ROW_DESCR}, 'fortran_order': False, 'shape': {shape}}}");
+            let e = parse_header(&with_dict(&dict)).unwrap_err().0;
+            assert!(e.contains(why), "{shape}: {e}");
+        }
+        let dict = format!("{{'descr': {STEP_ROW_DESCR}, 'fortran_order': False}}");
+        assert!(
+            parse_header(&with_dict(&dict))
+                .unwrap_err()
+                .0
+                .contains("no key 'shape'")
+        );
+        let unnamed = STEP_ROW_DESCR.replace("('', '|V2')", "('', '<u2')");
+        let dict = format!("{{'descr': {unnamed}, 'fortran_order': False, 'shape': (5,)}}");
+        let e = parse_header(&with_dict(&dict)).unwrap_err().0;
+        assert!(
+            e.starts_with("'descr': field ('', '<u2') has no name"),
+            "{e}"
+        );
+    }
 }
