@@ -154,11 +154,13 @@ pub fn header_size(prefix: &[u8]) -> Result<usize, HeaderError> {
 /// Where the header text starts, its length in bytes, and whether it is Latin-1 (or UTF-8).
 fn prelude(bytes: &[u8]) -> Result<(usize, usize, bool), HeaderError> {
     if bytes.len() < 8 || &bytes[..6] != MAGIC {
-        return Err(bad(if bytes.len() < 8 && MAGIC.starts_with(bytes) {
-            "truncated: too short for a .npy file".to_string()
-        } else {
-            "not a .npy file (no \\x93NUMPY magic)".to_string()
-        }));
+        return Err(bad(
+            if bytes.len() < 8 && MAGIC.starts_with(&bytes[..bytes.len().min(6)]) {
+                "truncated: too short for a .npy file".to_string()
+            } else {
+                "not a .npy file (no \\x93NUMPY magic)".to_string()
+            },
+        ));
     }
     let (start, latin1) = match (bytes[6], bytes[7]) {
         (1, 0) => (10, true),
