@@ -610,3 +610,84 @@ fn update_and_overwrite_never_orphan_companions() {
     assert!(companion_files(&p, "ids").is_empty());
     run_ok(&["validate", s(&p)]);
 }
+
+/// `attach` writes headers NumPy reads back as they were: a field name outside Latin-1 (`ж`)
+/// in a format 3.0 (UTF-8) header, a Latin-1 name (`é`) in a 1.0 header as np.save writes
+/// it, and a header past 4,096 bytes; `np.load`, `Pack.companion` and `validate` agree on
+/// them. A header over NumPy's 10,000-character limit is refused, naming it.
+#[test]
+fn attach_keeps_non_ascii_field_names_and_long_headers() {
+    let t = tempfile::tempdir().unwrap();
+    let p = packed(t.path(), "p", "raw/d6_10g_v1", "400");
+    let code = r#"
+import sys, numpy as np, dataset_packer
+pack, out = sys.argv[1], sys.argv[2]
+n = len(dataset_packer.Pack(pack))
+kinds = {
+    "utf": np.dtype([("ж", "<f4"), ("x", "<u2")]),
+    "lat": np.dtype([("é", "<i4")]),
+    "wide": np.dtype([(f"a_rather_long_field_name_{i:03d}", "<u1") for i in range(130)]),
+    "huge": np.dtype([(f"a_rather_long_field_name_{i:03d}", "<u1") for i in range(300)]),
+}
+for name, dt in kinds.items():
+    a = np.zeros(n, dt)
+    for f in dt.names:
+        a[f] = np.arange(n) % 100
+    np.save(f"{out}/{name}.npy", a)
+    with open(f"{out}/{name}.npy", "rb") as f:
+        print(name, np.lib.format.read_magic(f))
+"#;
+    let versions = python_code(code, &[s(&p), s(t.path())]);
+    assert!(versions.contains("utf (3, 0)"), "{versions}");
+    assert!(versions.contains("lat (1, 0)"), "{versions}");
+    for name in ["utf", "lat", "wide"] {
+        let from = t.path().join(format!("{name}.npy"));
+        run_ok(&["attach", s(&p), "--name", name, "--from", s(&from)]);
+    }
+    let (_, refused) = fail(&[
+        "attach",
+        s(&p),
+        "--name",
+        "huge",
+        "--from",
+        s(&t.path().join("huge.npy")),
+    ]);
+    assert!(
+        refused.contains("huge.npy") && refused.contains("NumPy's limit of 10000 characters"),
+        "{refused}"
+    );
+    let check = r#"
+import glob, sys, numpy as np, dataset_packer
+pack, src = sys.argv[1], sys.argv[2]
+p = dataset_packer.Pack(pack)
+for name in ["utf", "lat", "wide"]:
+    whole = np.load(f"{src}/{name}.npy")
+    files = sorted(glob.glob(f"{pack}/{name}-*.npy"))
+    parts = []
+    for path in files:
+        with open(path, "rb") as f:
+            version = np.lib.format.read_magic(f)
+        a = np.load(path, mmap_mode="r")
+        assert a.dtype == whole.dtype and a.dtype.names == whole.dtype.names, (path, a.dtype)
+        parts.append(np.asarray(a))
+    assert (np.concatenate(parts) == whole).all(), name
+    c = p.companion(name)
+    assert c.dtype.names == whole.dtype.names, (name, c.dtype)
+    assert (c.rows(slice(None)) == whole).all(), name
+    print(name, len(files), version, len(open(files[0], "rb").read(65536).split(b"\n")[0]))
+"#;
+    let report = python_code(check, &[s(&p), s(t.path())]);
+    assert!(report.contains("utf 4 (3, 0)"), "{report}");
+    assert!(report.contains("lat 4 (1, 0)"), "{report}");
+    let wide_header: usize = report
+        .lines()
+        .find(|l| l.starts_with("wide"))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap();
+    assert!(wide_header > 4096, "{report}");
+    let out = run_ok(&["validate", s(&p)]);
+    assert!(out.contains("VALID"), "{out}");
+    let stats = run_ok(&["stats", s(&p)]);
+    assert!(stats.contains("utf") && stats.contains("lat"), "{stats}");
+}

@@ -21,6 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from ._errors import CompanionError
+from ._format import HeaderError, read_npy_header
 from ._select import has_table
 
 FAMILY_NAME = re.compile(r"[a-z][a-z0-9_]*")
@@ -69,18 +70,12 @@ def describe(dtype: np.dtype, trailing: tuple) -> str:
 
 
 def _read_header(path: Path):
-    with open(path, "rb") as f:
-        try:
-            version = np.lib.format.read_magic(f)
-            if version == (1, 0):
-                shape, fortran, dtype = np.lib.format.read_array_header_1_0(f)
-            elif version in ((2, 0), (3, 0)):
-                shape, fortran, dtype = np.lib.format.read_array_header_2_0(f)
-            else:
-                raise ValueError(f"unsupported .npy format version {version}")
-        except ValueError as e:
-            raise CompanionError(f"{path}: not a readable .npy file ({e})") from None
-        return tuple(int(d) for d in shape), bool(fortran), dtype, f.tell()
+    try:
+        header, _ = read_npy_header(path)
+    except HeaderError as e:
+        raise CompanionError(f"{path}: bad .npy header: {e}") from None
+    return (tuple(int(d) for d in header.shape), header.fortran_order, header.dtype,
+            header.data_offset)
 
 
 def _companion_file(name: str, shard: Path) -> str:

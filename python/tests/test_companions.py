@@ -434,7 +434,7 @@ def test_bad_headers_truncation_fortran_and_objects_are_named(broken):
     path.write_bytes(path.read_bytes()[:-8])
     assert "plain-00003.npy" in (m := opening(broken, "plain")) and "truncated" in m
     path.write_bytes(b"not an npy file at all")
-    assert "plain-00003.npy: not a readable .npy file" in opening(broken, "plain")
+    assert "plain-00003.npy: bad .npy header: not a .npy file" in opening(broken, "plain")
     for k, rows in enumerate([700, 700, 700, 140]):
         np.save(broken / f"plain-{k:05d}.npy", np.asfortranarray(np.zeros((rows, 3))))
     assert "plain-00000.npy: Fortran-ordered" in opening(broken, "plain")

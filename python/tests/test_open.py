@@ -7,10 +7,12 @@ import json
 import pickle
 import sqlite3
 
+import subprocess
+
 import numpy as np
 import pytest
 
-from conftest import copy_pack
+from conftest import binary, cli, copy_pack
 from dataset_packer import (NotAPackError, Pack, PackError, RunIndexError, SelectionError,
                             STEP_ROW_DTYPE)
 
@@ -162,3 +164,61 @@ def test_python_m_dataset_packer_summarises_packs(packs, tmp_path):
     bad = subprocess.run([sys.executable, "-m", "dataset_packer", str(tmp_path)],
                          capture_output=True, text=True)
     assert bad.returncode == 1 and "is not a pack" in bad.stderr
+
+
+def _with_header(shard, dict_text: str, version=(1, 0), pad_to=None):
+    """Rewrites a 384-byte-header shard with another header over the same rows."""
+    data = shard.read_bytes()[384:]
+    encoded = dict_text.encode("utf-8" if version == (3, 0) else "latin-1")
+    prefix = 10 if version == (1, 0) else 12
+    length = pad_to or -(-(prefix + len(encoded) + 1) // 64) * 64 - prefix
+    text = encoded + b" " * (length - len(encoded) - 1) + b"\n"
+    size = len(text).to_bytes(prefix - 8, "little")
+    shard.write_bytes(b"\x93NUMPY" + bytes(version) + size + text + data)
+
+
+def test_headers_are_read_by_the_rules_the_cli_follows(packs, tmp_path):
+    from dataset_packer._format import STEP_ROW_DTYPE
+    dest = copy_pack(packs, "plain", tmp_path)
+    with sqlite3.connect(dest / "metadata.db") as db:
+        db.execute("DROP TABLE shards")  # another tool's pack: no checksums to fail first
+    db.close()
+    shard = dest / "steps.npy"
+    rows = len(Pack(dest))
+    descr = repr(np.lib.format.dtype_to_descr(STEP_ROW_DTYPE))
+    # Read as NumPy reads them: key order, quotes, versions 2.0 and 3.0, a long header.
+    for text, version, pad_to in [
+            (f'{{"shape": ({rows},), "fortran_order": False, "descr": {descr}}}', (1, 0), None),
+            (f"{{'descr': {descr}, 'fortran_order': False, 'shape': (({rows},)), }}", (2, 0), None),
+            (f"{{'descr': {descr}, 'fortran_order': False, 'shape': ({rows},), }}", (3, 0), None),
+            (f"{{'descr': {descr}, 'fortran_order': False, 'shape': ({rows},), }}", (1, 0), 5000)]:
+        _with_header(shard, text, version, pad_to)
+        assert len(Pack(dest)) == rows == len(np.load(shard, mmap_mode="r"))
+        assert f"{rows:,} rows read" in cli("stats", dest)
+    # Refused with the CLI's words, naming the key (NumPy reads the first two silently).
+    for text, words in [
+            (f"{{'descr': {descr}, 'fortran_order': False, 'shape': ({rows},), "
+             f"'shape': ({rows // 2},)}}",
+             f"key 'shape' is given twice, as ({rows},) and as ({rows // 2},)"),
+            (f"{{'descr': {descr}, 'descr': '<f8', 'fortran_order': False, 'shape': ({rows},)}}",
+             "key 'descr' is given twice"),
+            (f"{{'descr': {descr}, 'fortran_order': False, 'shape': ({rows},), 'x': 1}}",
+             "key 'x' is not one of 'descr', 'fortran_order' and 'shape'"),
+            (f"{{'descr': {descr}, 'fortran_order': False, 'shape': [{rows}]}}",
+             f"'shape': [{rows}] is not a tuple of lengths"),
+            (f"{{'descr': {descr}, 'fortran_order': False, 'shape': ({rows})}}",
+             f"'shape': {rows} is not a tuple of lengths"),
+            (f"{{'descr': {descr.replace(chr(39) + 'run_id' + chr(39), '1')}, "
+             f"'fortran_order': False, 'shape': ({rows},)}}",
+             "field name 1"),
+            (f"{{'descr': {descr.replace(chr(39) + 'seed' + chr(39), '(' + repr('t') + ', ' + repr('seed') + ')')}, "
+             f"'fortran_order': False, 'shape': ({rows},)}}",
+             "has a title")]:
+        _with_header(shard, text)
+        with pytest.raises(PackError) as refused:
+            Pack(dest)
+        message = str(refused.value)
+        assert f"{shard}: bad .npy header: " in message and words in message, message
+        out = subprocess.run([str(binary()), "stats", str(dest)], capture_output=True, text=True)
+        assert out.returncode == 1
+        assert message.split("bad .npy header: ", 1)[1] in out.stderr, (message, out.stderr)

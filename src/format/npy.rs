@@ -1,9 +1,15 @@
-//! The `.npy` container: writes the header byte-identical to `np.save` for the row dtype, and
-//! reads headers back (spec layout, legacy packed layout, or anything else, reported as such).
+//! The `.npy` container: writes headers byte-identical to `np.save`, and reads them back the
+//! one way every command (and, mirrored in Python, `Pack()`) reads them. A header is read as
+//! `np.load` reads it (format 1.0 and 2.0 in Latin-1, 3.0 in UTF-8, up to NumPy's 10,000
+//! characters, the dict as `ast.literal_eval` reads it), or refused with the key at fault:
+//! where NumPy would read something else than the format allows (a key given twice, of which
+//! NumPy takes the last; another key), and where this tool cannot be sure to read what NumPy
+//! reads (see [`crate::format::dtype`]). A shard's header then names the spec layout, the
+//! legacy packed layout, or another dtype, reported as such.
 
 use std::fmt;
 
-use super::dtype::{Dtype, Field, Literal, parse_literal};
+use super::dtype::{Dtype, Field, Literal, parse_header_dict, parse_literal};
 use super::row::{LEGACY_ROW_BYTES, ROW_BYTES};
 
 /// `dtype.descr` of the spec's aligned 48-byte row, exactly as NumPy prints it.
@@ -50,12 +56,20 @@ pub fn array_header(descr: &str, shape: &[u64]) -> Vec<u8> {
         let digits = first.to_string().len();
         dict.push_str(&" ".repeat(GROWTH_AXIS_MAX_DIGITS.saturating_sub(digits)));
     }
-    let hlen = dict.len() + 1;
+    // As np.save chooses: Latin-1 (format 1.0, or 2.0 past 64 KiB) when every character of
+    // the dict has one, UTF-8 (format 3.0) otherwise.
+    let (text, latin1): (Vec<u8>, bool) = match dict.chars().map(latin1_byte).collect() {
+        Some(bytes) => (bytes, true),
+        None => (dict.into_bytes(), false),
+    };
+    let hlen = text.len() + 1;
     let pad_for = |len_bytes: usize| ALIGN - ((MAGIC.len() + 2 + len_bytes + hlen) % ALIGN);
-    let (version, len_bytes) = if hlen + pad_for(2) <= u16::MAX as usize {
-        (1u8, 2usize)
+    let (version, len_bytes) = if !latin1 {
+        (3u8, 4usize)
+    } else if hlen + pad_for(2) <= u16::MAX as usize {
+        (1, 2)
     } else {
-        (2u8, 4usize)
+        (2, 4)
     };
     let padlen = pad_for(len_bytes);
     let total_len = hlen + padlen;
@@ -67,10 +81,14 @@ pub fn array_header(descr: &str, shape: &[u64]) -> Vec<u8> {
     } else {
         out.extend_from_slice(&(total_len as u32).to_le_bytes());
     }
-    out.extend_from_slice(dict.as_bytes());
+    out.extend_from_slice(&text);
     out.extend(std::iter::repeat_n(b' ', padlen));
     out.push(b'\n');
     out
+}
+
+fn latin1_byte(c: char) -> Option<u8> {
+    u8::try_from(u32::from(c)).ok()
 }
 
 /// The header of any `.npy` array (a companion array next to a pack).
@@ -104,27 +122,133 @@ impl ArrayHeader {
     }
 }
 
-/// Parses the header of any `.npy` file from its first bytes (at least the whole header).
+/// The most characters of header text `np.load` reads (`max_header_size`: more is refused
+/// unless the file is trusted with `allow_pickle=True`), so the most this tool reads.
+pub const MAX_HEADER_CHARS: usize = 10_000;
+
+/// The three keys of a header, no more: NumPy refuses any other.
+const KEYS: [&str; 3] = ["descr", "fortran_order", "shape"];
+
+/// How many bytes the header of the `.npy` file starting with `prefix` (its first 12 bytes,
+/// or all of a shorter file) takes, so its data starts there; refuses a file that is not
+/// `.npy`, a format version NumPy does not read, and a length over NumPy's limit, before
+/// anything of that size is read.
+///
+/// ```
+/// use dataset_packer::format::npy::{header, header_size};
+/// assert_eq!(header_size(&header(5)[..12]).unwrap(), 384);
+/// ```
+pub fn header_size(prefix: &[u8]) -> Result<usize, HeaderError> {
+    let (start, len, latin1) = prelude(prefix)?;
+    let most = if latin1 {
+        MAX_HEADER_CHARS
+    } else {
+        4 * MAX_HEADER_CHARS
+    };
+    if len > most {
+        return Err(too_long(len, "bytes"));
+    }
+    Ok(start + len)
+}
+
+/// Where the header text starts, its length in bytes, and whether it is Latin-1 (or UTF-8).
+fn prelude(bytes: &[u8]) -> Result<(usize, usize, bool), HeaderError> {
+    if bytes.len() < 8 || &bytes[..6] != MAGIC {
+        return Err(bad(
+            if bytes.len() < 8 && MAGIC.starts_with(&bytes[..bytes.len().min(6)]) {
+                "truncated: too short for a .npy file".to_string()
+            } else {
+                "not a .npy file (no \\x93NUMPY magic)".to_string()
+            },
+        ));
+    }
+    let (start, latin1) = match (bytes[6], bytes[7]) {
+        (1, 0) => (10, true),
+        (2, 0) => (12, true),
+        (3, 0) => (12, false),
+        (major, minor) => {
+            return Err(bad(format!(
+                "format version {major}.{minor}: NumPy reads versions 1.0, 2.0 and 3.0 only"
+            )));
+        }
+    };
+    let Some(len_bytes) = bytes.get(8..start) else {
+        return Err(bad("truncated: the file ends inside the header length"));
+    };
+    let len = len_bytes
+        .iter()
+        .rev()
+        .fold(0usize, |acc, &b| (acc << 8) | usize::from(b));
+    Ok((start, len, latin1))
+}
+
+fn too_long(len: usize, unit: &str) -> HeaderError {
+    bad(format!(
+        "the header is {len} {unit} long, over NumPy's limit of {MAX_HEADER_CHARS} characters (np.load refuses it)"
+    ))
+}
+
+/// Parses the header of any `.npy` file from its first bytes (at least the whole header:
+/// [`header_size`] says how many).
+///
+/// ```
+/// use dataset_packer::format::npy::{array_header, parse_array_header};
+/// let h = parse_array_header(&array_header("[('ж', '<f4')]", &[3])).unwrap();
+/// assert_eq!((h.shape, h.descr.as_str()), (vec![3], "[('ж', '<f4')]"));
+/// ```
 pub fn parse_array_header(bytes: &[u8]) -> Result<ArrayHeader, HeaderError> {
     let (text, data_offset) = header_text(bytes)?;
-    let dict = parse_literal(text).map_err(|e| bad(format!("header is not a dict: {e}")))?;
-    let descr = dict_value(text, "descr").ok_or_else(|| bad("header has no 'descr'"))?;
-    let dtype = dict
-        .get("descr")
-        .ok_or_else(|| bad("header has no 'descr'"))
-        .and_then(|d| {
-            Dtype::from_descr(d).map_err(|e| bad(format!("dtype {}: {e}", descr.trim())))
-        })?;
-    let fortran_order = match dict.get("fortran_order") {
-        Some(Literal::Bool(b)) => *b,
-        _ => return Err(bad("header has no 'fortran_order'")),
+    let text = text.as_str();
+    let items =
+        parse_header_dict(text).map_err(|e| bad(format!("the header is not a dict: {e}")))?;
+    let mut found: [Option<(&Literal, &str)>; 3] = [None; 3];
+    for item in &items {
+        let slot = match &item.key {
+            Literal::Str(k) => KEYS.iter().position(|want| want == k),
+            _ => None,
+        };
+        let Some(slot) = slot else {
+            return Err(bad(format!(
+                "key {} is not one of 'descr', 'fortran_order' and 'shape' (NumPy refuses a header with any other key)",
+                item.key
+            )));
+        };
+        if let Some((_, first)) = found[slot] {
+            return Err(bad(format!(
+                "key '{}' is given twice, as {} and as {}: NumPy reads the last, a reader of the first would read the other",
+                KEYS[slot],
+                first.trim(),
+                item.text.trim()
+            )));
+        }
+        found[slot] = Some((&item.value, item.text));
+    }
+    let [descr, fortran_order, shape] = found;
+    let missing = |key: &str| bad(format!("no key '{key}'"));
+    let (descr, descr_text) = descr.ok_or_else(|| missing("descr"))?;
+    let dtype = match descr {
+        Literal::Tuple(_) => Err(super::dtype::DtypeError(format!(
+            "{descr} is a sub-array type, which np.save never writes (it writes the array's full shape)"
+        ))),
+        _ => Dtype::from_descr(descr),
+    }
+    .map_err(|e| bad(format!("'descr': {e}")))?;
+    let fortran_order = match fortran_order.ok_or_else(|| missing("fortran_order"))? {
+        (Literal::Bool(b), _) => *b,
+        (other, _) => {
+            return Err(bad(format!(
+                "'fortran_order': {other} is not True or False"
+            )));
+        }
     };
-    let shape = dict
-        .get("shape")
-        .and_then(Literal::as_shape)
-        .ok_or_else(|| bad("header has no valid 'shape'"))?;
+    let (shape_value, _) = shape.ok_or_else(|| missing("shape"))?;
+    let shape = shape_value.as_shape().ok_or_else(|| {
+        bad(format!(
+            "'shape': {shape_value} is not a tuple of lengths such as (500,) (NumPy reads a shape only as a tuple of integers)"
+        ))
+    })?;
     Ok(ArrayHeader {
-        descr: descr.trim().to_string(),
+        descr: descr_text.trim().to_string(),
         dtype,
         shape,
         fortran_order,
@@ -132,31 +256,27 @@ pub fn parse_array_header(bytes: &[u8]) -> Result<ArrayHeader, HeaderError> {
     })
 }
 
-/// The header's dict text and the offset of the first data byte.
-fn header_text(bytes: &[u8]) -> Result<(&str, usize), HeaderError> {
-    if bytes.len() < 10 || &bytes[..6] != MAGIC {
-        return Err(bad("not a .npy file (bad magic)"));
-    }
-    let (len, start): (usize, usize) = match bytes[6] {
-        1 => (u16::from_le_bytes([bytes[8], bytes[9]]) as usize, 10),
-        2 | 3 => {
-            if bytes.len() < 12 {
-                return Err(bad("truncated .npy header"));
-            }
-            (
-                u32::from_le_bytes(bytes[8..12].try_into().unwrap()) as usize,
-                12,
-            )
-        }
-        v => return Err(bad(format!("unsupported .npy format version {v}"))),
+/// The header's text, decoded as its format version says, and the offset of the first data
+/// byte.
+fn header_text(bytes: &[u8]) -> Result<(String, usize), HeaderError> {
+    let (start, len, latin1) = prelude(bytes)?;
+    let end = header_size(bytes)?;
+    let Some(raw) = bytes.get(start..end) else {
+        return Err(bad(format!(
+            "truncated: the header says it is {len} bytes, the file ends after {}",
+            bytes.len() - start
+        )));
     };
-    let end = start
-        .checked_add(len)
-        .ok_or_else(|| bad("truncated .npy header"))?;
-    if bytes.len() < end {
-        return Err(bad("truncated .npy header"));
+    let text: String = if latin1 {
+        raw.iter().map(|&b| char::from(b)).collect()
+    } else {
+        String::from_utf8(raw.to_vec())
+            .map_err(|_| bad("the header is not UTF-8, which format 3.0 requires"))?
+    };
+    let chars = text.chars().count();
+    if chars > MAX_HEADER_CHARS {
+        return Err(too_long(chars, "characters"));
     }
-    let text = std::str::from_utf8(&bytes[start..end]).map_err(|_| bad("header is not text"))?;
     Ok((text, end))
 }
 
@@ -214,10 +334,13 @@ fn bad(msg: impl Into<String>) -> HeaderError {
 pub fn parse_header(bytes: &[u8]) -> Result<Header, HeaderError> {
     let array = parse_array_header(bytes)?;
     if array.fortran_order {
-        return Err(bad("fortran_order arrays are not supported"));
+        return Err(bad("'fortran_order': True, but a shard is in C order"));
     }
     let [rows] = array.shape[..] else {
-        return Err(bad(format!("shape {:?} is not 1-dimensional", array.shape)));
+        return Err(bad(format!(
+            "'shape': {:?} is not 1-dimensional (a shard is one row per step)",
+            array.shape
+        )));
     };
     Ok(Header {
         layout: classify(&array.dtype, &array.descr),
@@ -294,33 +417,6 @@ fn same_type(a: &Dtype, b: &Dtype) -> bool {
         (Dtype::Array(ia, sa), Dtype::Array(ib, sb)) => sa == sb && same_type(ia, ib),
         _ => false,
     }
-}
-
-/// The text of `'key': VALUE` in a Python dict literal, VALUE ending at the matching comma/brace.
-fn dict_value<'a>(text: &'a str, key: &str) -> Option<&'a str> {
-    let pat_single = format!("'{key}'");
-    let pat_double = format!("\"{key}\"");
-    let at = text.find(&pat_single).or_else(|| text.find(&pat_double))?;
-    let rest = &text[at + key.len() + 2..];
-    let rest = rest.trim_start().strip_prefix(':')?;
-    let mut depth = 0i32;
-    let mut quote: Option<char> = None;
-    for (i, c) in rest.char_indices() {
-        match quote {
-            Some(q) if c == q => quote = None,
-            Some(_) => {}
-            None => match c {
-                '\'' | '"' => quote = Some(c),
-                '(' | '[' | '{' => depth += 1,
-                ')' | ']' => depth -= 1,
-                '}' if depth == 0 => return Some(&rest[..i]),
-                '}' => depth -= 1,
-                ',' if depth == 0 => return Some(&rest[..i]),
-                _ => {}
-            },
-        }
-    }
-    None
 }
 
 #[cfg(test)]
@@ -412,16 +508,14 @@ mod tests {
             format!("{{ \"shape\" : ( 9 , ) , \"fortran_order\": False,\"descr\":{aligned} }}");
         let h = parse_header(&with_dict(&shuffled)).unwrap();
         assert_eq!((h.layout, h.rows), (RowLayout::Aligned, 9));
-        // The dict form NumPy uses for some aligned dtypes.
+        // The dict form, which np.load refuses.
         let dict_form = "{'descr': {'names': ['run_id', 'step_index', 'board', 'board_eval', \
             'tile_65536_mask', 'move_dir', 'valuation_type', 'ev_legal', 'max_rank', 'seed', \
             'branch_evs'], 'formats': ['<u4', '<u4', '<u8', '<i4', '<u2', '|u1', '|u1', '|u1', \
             '|u1', '<u4', ('<f4', (4,))], 'offsets': [0, 4, 8, 16, 20, 22, 23, 24, 25, 28, 32], \
             'itemsize': 48}, 'fortran_order': False, 'shape': (2,)}";
-        assert_eq!(
-            parse_header(&with_dict(dict_form)).unwrap().layout,
-            RowLayout::Aligned
-        );
+        let refused = parse_header(&with_dict(dict_form)).unwrap_err().to_string();
+        assert!(refused.contains("dict-form descr"), "{refused}");
         // What changes the data does: byte order of wider types, a field's type, name or
         // offset, the item size, the order of the array, its rank.
         for (from, to) in [
@@ -465,6 +559,101 @@ mod tests {
         assert_eq!(
             parse_header(&bytes).unwrap().layout,
             RowLayout::Other("'<f8'".into())
+        );
+    }
+
+    /// `with_dict` in another format version (1.0 Latin-1, 2.0 Latin-1, 3.0 UTF-8).
+    fn versioned(dict: &str, version: u8) -> Vec<u8> {
+        let text: Vec<u8> = if version == 3 {
+            format!("{dict}\n").into_bytes()
+        } else {
+            format!("{dict}\n").chars().map(|c| c as u8).collect()
+        };
+        let mut bytes = vec![0x93, b'N', b'U', b'M', b'P', b'Y', version, 0];
+        if version == 1 {
+            bytes.extend_from_slice(&(text.len() as u16).to_le_bytes());
+        } else {
+            bytes.extend_from_slice(&(text.len() as u32).to_le_bytes());
+        }
+        bytes.extend_from_slice(&text);
+        bytes
+    }
+
+    #[test]
+    fn reads_versions_and_encodings_as_numpy_does() {
+        let plain = format!("{{'descr': {STEP_ROW_DESCR}, 'fortran_order': False, 'shape': (5,)}}");
+        for version in [1, 2, 3] {
+            assert_eq!(parse_header(&versioned(&plain, version)).unwrap().rows, 5);
+        }
+        let refused = parse_header(&[&b"\x93NUMPY\x01\x01"[..], &[0; 60]].concat());
+        assert!(refused.unwrap_err().0.contains("format version 1.1"));
+        // np.save writes a Latin-1 name in 1.0 and a name outside Latin-1 in 3.0, as here.
+        for (name, version) in [("é", 1), ("ж", 3)] {
+            let descr = format!("[('{name}', '<f4')]");
+            let bytes = array_header(&descr, &[2]);
+            assert_eq!(bytes[6], version, "{name}");
+            let h = parse_array_header(&bytes).unwrap();
+            assert_eq!(h.descr, descr);
+            let Dtype::Struct { fields, .. } = h.dtype else {
+                panic!()
+            };
+            assert_eq!(fields[0].name, name);
+        }
+        // UTF-8 bytes in a 1.0 header are Latin-1 characters, as NumPy reads them.
+        let raw = with_dict("{'descr': [('ж', '<f4')], 'fortran_order': False, 'shape': (2,)}");
+        assert_eq!(parse_array_header(&raw).unwrap().descr, "[('Ð¶', '<f4')]");
+        // Any length up to NumPy's 10,000 characters; past it refused before it is read.
+        let long = format!("{plain}{}", " ".repeat(5000));
+        assert_eq!(
+            parse_header(&versioned(&long, 1)).unwrap().data_offset,
+            10 + long.len() + 1
+        );
+        let too_long = format!("{plain}{}", " ".repeat(MAX_HEADER_CHARS));
+        let e = parse_header(&versioned(&too_long, 2)).unwrap_err().0;
+        assert!(e.contains("limit of 10000 characters"), "{e}");
+        let e = header_size(&versioned(&too_long, 2)[..12]).unwrap_err().0;
+        assert!(e.contains("limit of 10000 characters"), "{e}");
+    }
+
+    #[test]
+    fn refuses_keys_numpy_reads_otherwise_naming_them() {
+        let key = |extra: &str| {
+            let dict = format!(
+                "{{'descr': {STEP_ROW_DESCR}, 'fortran_order': False, 'shape': (500,), {extra}}}"
+            );
+            parse_header(&with_dict(&dict)).unwrap_err().0
+        };
+        let e = key("'shape': (250,)");
+        assert!(
+            e.contains("key 'shape' is given twice, as (500,) and as (250,)"),
+            "{e}"
+        );
+        assert!(key("'descr': '<f8'").contains("key 'descr' is given twice"));
+        assert!(key("'shape': (500,)").contains("key 'shape' is given twice"));
+        assert!(key("'extra': 1").contains("key 'extra' is not one of"));
+        for (shape, why) in [
+            ("500", "'shape': 500 is not a tuple"),
+            ("[500]", "'shape': [500] is not"),
+            ("(500)", "'shape': 500 is not"),
+        ] {
+            let dict =
+                format!("{{'descr': {STEP_ROW_DESCR}, 'fortran_order': False, 'shape': {shape}}}");
+            let e = parse_header(&with_dict(&dict)).unwrap_err().0;
+            assert!(e.contains(why), "{shape}: {e}");
+        }
+        let dict = format!("{{'descr': {STEP_ROW_DESCR}, 'fortran_order': False}}");
+        assert!(
+            parse_header(&with_dict(&dict))
+                .unwrap_err()
+                .0
+                .contains("no key 'shape'")
+        );
+        let unnamed = STEP_ROW_DESCR.replace("('', '|V2')", "('', '<u2')");
+        let dict = format!("{{'descr': {unnamed}, 'fortran_order': False, 'shape': (5,)}}");
+        let e = parse_header(&with_dict(&dict)).unwrap_err().0;
+        assert!(
+            e.starts_with("'descr': field ('', '<u2') has no name"),
+            "{e}"
         );
     }
 }

@@ -164,8 +164,8 @@ fn open_source(path: &Path) -> Result<Source> {
         .filter(|&b| b > 0 && b <= 1 << 30)
         .with_context(|| format!("{name}: rows of {} are too large or empty", header.descr))?;
     let len = std::fs::metadata(path)?.len();
-    let want = header.data_offset as u64 + header.rows() * row_bytes;
-    if len != want {
+    let want = header.data_offset as u128 + u128::from(header.rows()) * u128::from(row_bytes);
+    if u128::from(len) != want {
         bail!(
             "{name}: {len} bytes, but its header promises {want} ({} rows of {row_bytes} bytes)",
             header.rows()
@@ -221,12 +221,22 @@ fn line_up(name: &str, sources: &[Source], shards: &[Shard]) -> Result<FileLayou
             if shards.len() == 1 { "" } else { "s" }
         );
     }
-    Ok(FileLayout {
+    let layout = FileLayout {
         prefix: name.to_string(),
         descr: first.descr.clone(),
         trailing: first.trailing().to_vec(),
         row_bytes: first.row_bytes().expect("checked") as usize,
-    })
+    };
+    // The header each file gets (format 3.0 when a name needs UTF-8) must read back as the
+    // same array, by this tool and by NumPy alike: near the length limit it may not.
+    match crate::format::npy::parse_array_header(&layout.header(total)) {
+        Ok(h) if h.dtype == first.dtype && h.trailing() == first.trailing() => Ok(layout),
+        reread => bail!(
+            "{}: cannot attach it: the header its companion files would have does not read back as its dtype ({})",
+            sources[0].path.display(),
+            reread.map_or_else(|e| e.to_string(), |h| format!("it reads as {}", h.descr))
+        ),
+    }
 }
 
 fn copy_rows(

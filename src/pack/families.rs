@@ -9,7 +9,6 @@
 
 use std::collections::BTreeMap;
 use std::fs::File;
-use std::io::Read;
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, bail};
@@ -313,13 +312,8 @@ fn check_file(f: &str, path: &Path, header: &ArrayHeader, shard: &Shard) -> Resu
 
 /// Reads and parses the header of a `.npy` file.
 pub fn read_header(path: &Path) -> Result<ArrayHeader> {
-    let mut file = File::open(path).context("cannot open")?;
-    let mut head = Vec::with_capacity(4096);
-    file.by_ref()
-        .take(1 << 20)
-        .read_to_end(&mut head)
-        .context("cannot read the header")?;
-    Ok(npy::parse_array_header(&head)?)
+    let (head, _) = crate::pack::shards::read_head(path)?;
+    npy::parse_array_header(&head).context("bad .npy header")
 }
 
 /// Keeps the rows of `buf` (`row_bytes` each) whose entry in `keep` is true, in order.

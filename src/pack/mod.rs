@@ -178,7 +178,7 @@ impl Pack {
             *starts.last().expect("a start per shard and the end"),
         )];
         if let Some(records) = metadata::read_shard_records(&conn)? {
-            checks.push(verify::check_checksums(&records, &shards, None));
+            checks.push(verify::check_checksums(&dir, &records, &shards, None));
         }
         if let Some(failed) = checks.iter().find(|c| c.failures > 0) {
             return Err(invalid(format!(

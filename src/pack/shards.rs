@@ -32,9 +32,10 @@ impl Shard {
             .expect("only shards of a known layout are listed")
     }
 
-    /// The file size the header promises.
-    pub fn expected_len(&self) -> u64 {
-        self.header.data_offset as u64 + self.header.rows * self.row_bytes() as u64
+    /// The file size the header promises (in u128: a header's row count times the row size
+    /// can be any number, and a product that wraps must not match a file's size).
+    pub fn expected_len(&self) -> u128 {
+        self.header.data_offset as u128 + u128::from(self.header.rows) * self.row_bytes() as u128
     }
 
     /// CRC-32C of the whole file, given the CRC of its data section (computed while reading
@@ -261,7 +262,9 @@ pub fn list_shards(dir: &Path) -> Result<ShardListing> {
                     RowLayout::LegacyPacked => out.legacy.push(name.clone()),
                     RowLayout::Aligned => {}
                 }
-                if shard.file_len != shard.expected_len() {
+                // Every later read of the shard (rows × row size, offsets, maps, buffers)
+                // is bounded by the file's size because of this check.
+                if u128::from(shard.file_len) != shard.expected_len() {
                     out.problems.push(format!(
                         "{name}: file is {} bytes, the header promises {} ({} rows × {} + {}-byte header)",
                         shard.file_len,
@@ -277,18 +280,41 @@ pub fn list_shards(dir: &Path) -> Result<ShardListing> {
             Err(e) => out.problems.push(format!("{name}: {e:#}")),
         }
     }
+    let total = out
+        .shards
+        .iter()
+        .try_fold(0u64, |sum, s| sum.checked_add(s.header.rows));
+    if total.is_none() {
+        out.problems
+            .push("the shards hold more than 2^64 rows together".into());
+        out.shards.clear();
+    }
     Ok(out)
 }
 
 fn inspect(path: &Path) -> Result<(Header, u64)> {
-    use std::io::Read;
-    let mut file = File::open(path).context("cannot open")?;
-    let len = file.metadata()?.len();
-    let mut head = vec![0u8; 4096.min(len as usize)];
-    file.read_exact(&mut head)
-        .context("cannot read the header")?;
+    let (head, len) = read_head(path)?;
     let header = npy::parse_header(&head).context("bad .npy header")?;
     Ok((header, len))
+}
+
+/// The header bytes of the `.npy` file at `path` (all of them, whatever their length, and
+/// never more than NumPy reads: see [`npy::header_size`]) and the file's length.
+pub fn read_head(path: &Path) -> Result<(Vec<u8>, u64)> {
+    use std::io::Read;
+    let mut file = File::open(path).context("cannot open")?;
+    let len = file.metadata().context("cannot open")?.len();
+    let mut prefix = Vec::with_capacity(12);
+    file.by_ref()
+        .take(12)
+        .read_to_end(&mut prefix)
+        .context("cannot read the header")?;
+    let size = npy::header_size(&prefix).context("bad .npy header")?;
+    let mut head = prefix;
+    file.take(size.saturating_sub(head.len()) as u64)
+        .read_to_end(&mut head)
+        .context("cannot read the header")?;
+    Ok((head, len))
 }
 
 /// Loads `valuation_types.json` (any of the accepted forms).

@@ -492,6 +492,7 @@ pub fn check(dir: &Path, options: &Options) -> Result<Report> {
     )?;
 
     checks.push(check_shard_checksums(
+        dir,
         conn.as_ref(),
         &shards,
         scan_rows.then_some(&pass.data_crcs[..]),
@@ -844,6 +845,7 @@ fn scan_rows_once(
 /// The recorded shard facts against the files (see [`check_checksums`]), skipped when
 /// `metadata.db` is unusable or records none.
 fn check_shard_checksums(
+    dir: &Path,
     conn: Option<&rusqlite::Connection>,
     shards: &[Shard],
     data_crcs: Option<&[(u32, usize)]>,
@@ -855,7 +857,7 @@ fn check_shard_checksums(
                 "shard checksums",
                 "no checksums recorded (a pack from another tool)",
             ),
-            Some(records) => check_checksums(&records, shards, data_crcs),
+            Some(records) => check_checksums(dir, &records, shards, data_crcs),
         },
     })
 }
@@ -1062,22 +1064,38 @@ fn check_fingerprints(
 }
 
 /// Recorded shard facts against the files; the CRCs too when the data was read (`data_crcs`).
+/// A recorded shard whose header was refused (so it is not among `shards`) is checked as a
+/// file: its size, and its CRC when the data is read, so a damaged header is reported as the
+/// damage it is.
 pub(crate) fn check_checksums(
+    dir: &Path,
     records: &[metadata::ShardRecord],
     shards: &[Shard],
     data_crcs: Option<&[(u32, usize)]>,
 ) -> Check {
     let mut c = Check::new("shard checksums");
-    if records.len() != shards.len() {
+    let refused: Vec<&metadata::ShardRecord> = records
+        .iter()
+        .filter(|r| {
+            !shards.iter().any(|s| s.name == r.file_name) && dir.join(&r.file_name).is_file()
+        })
+        .collect();
+    if records.len() != shards.len() + refused.len() {
         c.fail(|| {
             format!(
                 "metadata.db records {} shards, the folder has {}",
                 records.len(),
-                shards.len()
+                shards.len() + refused.len()
             )
         });
     }
-    for (i, (rec, shard)) in records.iter().zip(shards).enumerate() {
+    for rec in &refused {
+        check_refused_file(&mut c, dir, rec, data_crcs.is_some());
+    }
+    let usable = records
+        .iter()
+        .filter(|r| !refused.iter().any(|f| std::ptr::eq(*f, *r)));
+    for (i, (rec, shard)) in usable.zip(shards).enumerate() {
         if rec.file_name != shard.name {
             c.fail(|| {
                 format!(
@@ -1116,6 +1134,34 @@ pub(crate) fn check_checksums(
         }
     }
     c
+}
+
+/// A recorded shard file whose header is refused: its size and (when `read`) its CRC-32C
+/// against the record.
+fn check_refused_file(c: &mut Check, dir: &Path, rec: &metadata::ShardRecord, read: bool) {
+    let path = dir.join(&rec.file_name);
+    let len = std::fs::metadata(&path).map(|m| m.len());
+    let crc = if read {
+        crate::crc::file_crc(&path).map(Some)
+    } else {
+        Ok(None)
+    };
+    match (len, crc) {
+        (Ok(len), Ok(crc)) if len != rec.bytes || crc.is_some_and(|crc| crc != rec.crc32c) => {
+            c.fail(|| {
+                format!(
+                    "{}: does not match its record ({len} bytes{}; recorded {} bytes, crc32c {:08x})",
+                    rec.file_name,
+                    crc.map_or(String::new(), |crc| format!(", crc32c {crc:08x}")),
+                    rec.bytes,
+                    rec.crc32c
+                )
+            })
+        }
+        (Ok(_), Ok(_)) => {}
+        (Err(e), _) => c.fail(|| format!("{}: {e}", rec.file_name)),
+        (_, Err(e)) => c.fail(|| format!("{}: {e:#}", rec.file_name)),
+    }
 }
 
 /// Σ runs.steps against the rows the shard headers promise (when the rows are not scanned).
