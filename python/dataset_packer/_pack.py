@@ -22,7 +22,8 @@ from typing import Iterator
 
 import numpy as np
 
-from ._codec import _COLUMNS, apply_symmetries, as_records, decode_rows, zero_padding
+from ._codec import (_COLUMNS, apply_symmetries, as_records, decode_rows, recompute_ev_legal,
+                     zero_padding)
 from ._companions import Companion, open_family, recorded, scan
 from ._errors import EmptySelectionError, NotAPackError, PackError, RunIndexError
 from ._format import (METADATA_NAME, ROW_BYTES, STEP_ROW_DTYPE, VALUATION_NAME,
@@ -34,6 +35,8 @@ from ._ranges import RowRanges, RowSet, WindowStarts
 from ._select import has_table, run_ids
 
 NAN = float("nan")
+#: What `Pack(legacy_legal=…)` takes: how a legacy pack's `ev_legal` is read.
+LEGACY_LEGAL = ("recompute", "stored")
 #: The keys a batch already has: a companion added to it needs another key.
 BATCH_KEYS = frozenset(_COLUMNS) | {"row", "symmetry"}
 
@@ -58,9 +61,17 @@ class Pack:
 
     >>> pack = Pack("packs/d6")
     >>> len(pack), pack.num_runs, pack.valuation_names, pack.shards
+
+    A legacy pack (46-byte rows, the reference packer's) has wrong `ev_legal` bits on its
+    tuple rows: every read (`batches`, `windows`, `gather`, `sample`, `rows`, `run`, and so
+    the torch adapter) recomputes them from the board, as the CLI's conversion does, unless
+    `legacy_legal="stored"` asks for the bits as stored.
     """
 
-    def __init__(self, path):
+    def __init__(self, path, *, legacy_legal: str = "recompute"):
+        if legacy_legal not in LEGACY_LEGAL:
+            raise ValueError(f"legacy_legal must be one of {LEGACY_LEGAL}, not {legacy_legal!r}")
+        self.legacy_legal = legacy_legal
         self.path = Path(path)
         if not self.path.is_dir():
             raise NotAPackError(f"{self.path} is not a pack: no such folder")
@@ -122,10 +133,10 @@ class Pack:
         self.close()
 
     def __getstate__(self):
-        return {"path": str(self.path)}
+        return {"path": str(self.path), "legacy_legal": self.legacy_legal}
 
     def __setstate__(self, state):
-        self.__init__(state["path"])
+        self.__init__(state["path"], legacy_legal=state.get("legacy_legal", "recompute"))
 
     # ------------------------------------------------------------------ metadata.db
 
@@ -226,7 +237,7 @@ class Pack:
     def _take(self, shard: int, local: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
         source = self._maps[shard]
         if self._shards[shard].legacy:
-            rows = widen_legacy(np.take(source, local, axis=0, mode="clip"))
+            rows = self._widen(np.take(source, local, axis=0, mode="clip"))
             if out is None:
                 return rows
             out[...] = rows
@@ -289,16 +300,25 @@ class Pack:
             groups = self._groups(rows)
         return self._gather_with(groups, self._take, (ROW_BYTES,), np.uint8)
 
-    def _read_span(self, start: int, stop: int) -> np.ndarray:
+    def _widen(self, raw: np.ndarray, legal: bool = True) -> np.ndarray:
+        """Legacy 46-byte rows as 48-byte rows, their `ev_legal` recomputed from the board
+        (unless `legacy_legal="stored"`, or `legal=False` for a reader of other columns)."""
+        rows = widen_legacy(raw)
+        if legal and self.legacy_legal == "recompute":
+            recompute_ev_legal(rows)
+        return rows
+
+    def _read_span(self, start: int, stop: int, legal: bool = True) -> np.ndarray:
         """(n, 48) uint8 rows start..stop-1: a view of the memory map when they lie in one
-        48-byte shard, else a copy."""
+        48-byte shard, else a copy. (`legal=False`: a legacy row's `ev_legal` may be left as
+        stored, for a caller that reads other columns.)"""
         pieces = []
         s = int(np.searchsorted(self._boundaries, start, side="right"))
         while start < stop:
             end = min(stop, int(self._offsets[s + 1]))
             local = slice(start - int(self._offsets[s]), end - int(self._offsets[s]))
             raw = self._maps[s][local]
-            pieces.append(widen_legacy(raw) if self._shards[s].legacy else raw)
+            pieces.append(self._widen(raw, legal) if self._shards[s].legacy else raw)
             start = end
             s += 1
         if len(pieces) == 1:
@@ -514,7 +534,7 @@ class Pack:
 
     def _read_run_ids(self, start: int, stop: int) -> np.ndarray:
         """The run_id column of global rows start..stop-1."""
-        raw = self._read_span(start, stop)
+        raw = self._read_span(start, stop, legal=False)
         return np.ascontiguousarray(raw[:, :4]).view("<u4").reshape(-1)
 
     def _windows(self, select, length: int, stride: int, feature: str) -> WindowStarts:
