@@ -16,6 +16,7 @@ so companion row i is always steps row i.
 from __future__ import annotations
 
 import os
+import re
 import sqlite3
 from pathlib import Path
 from typing import Iterator
@@ -459,8 +460,26 @@ class Pack:
             raise ValueError("params= binds the parameters of `where`, and there is no `where`")
         if chosen.size == 0:
             what = f"select({where!r})" if where is not None else "select(runs=[])"
-            raise EmptySelectionError(f"{what} matches no runs of {self.path}")
+            note = self._no_depth_note(where) if where is not None else None
+            raise EmptySelectionError(f"{what} matches no runs of {self.path}"
+                                      + (f": {note}" if note else ""))
         return Selection(self, chosen, where, params)
+
+    def _no_depth_note(self, where: str) -> str | None:
+        """Why SQL naming `depth` matched nothing, when no run records a depth (a pack
+        converted from the reference packer's): what to say and how to set it."""
+        if re.search(r"(?<![A-Za-z0-9_])depth(?![A-Za-z0-9_])", where, re.IGNORECASE) is None:
+            return None
+        db = self.db()
+        if has_table(db, "run_details") and "depth" in {
+                row[1] for row in db.execute("PRAGMA table_info(run_details)")}:
+            if db.execute("SELECT 1 FROM run_details WHERE depth IS NOT NULL LIMIT 1"
+                          ).fetchone() is not None:
+                return None
+        return ("the pack records no depth (run_details.depth is NULL for every run, as in a "
+                "pack converted from the reference packer's): re-pack the raw logs, or set it, "
+                f"e.g. `sqlite3 {self.path / METADATA_NAME} \"UPDATE run_details SET depth = "
+                "6\"` for a pack of one depth (docs/migration.md, \"depth\")")
 
     def split(self, fraction: float, seed: int = 0, *, select=None
               ) -> tuple["Selection", "Selection"]:
