@@ -24,7 +24,11 @@ fn pack_with_a_skipped_run(t: &Path) -> (PathBuf, String) {
     std::fs::write(&sidecar, "{not json").unwrap();
     let p = t.join("pack");
     pack(&raw, &p, &["--skip-invalid"]);
-    let name = sidecar.strip_prefix(&raw).unwrap().to_string_lossy().into_owned();
+    let name = sidecar
+        .strip_prefix(&raw)
+        .unwrap()
+        .to_string_lossy()
+        .into_owned();
     (p, name)
 }
 
@@ -61,7 +65,15 @@ fn a_converted_pack_says_it_records_no_depth() {
     let old = t.path().join("old");
     reference::make_reference_pack(&original, &old, None);
     let new = t.path().join("new");
-    run_ok(&["export", s(&old), "--format", "pack", "--output", s(&new), "--quiet"]);
+    run_ok(&[
+        "export",
+        s(&old),
+        "--format",
+        "pack",
+        "--output",
+        s(&new),
+        "--quiet",
+    ]);
 
     let stats = run_ok(&["stats", s(&new)]);
     assert!(stats.contains("? = no depth recorded"), "{stats}");
@@ -87,9 +99,14 @@ fn a_converted_pack_says_it_records_no_depth() {
         .unwrap()
         .execute("UPDATE run_details SET depth = 6", [])
         .unwrap();
-    let d6: Value =
-        serde_json::from_str(&run_ok(&["stats", s(&new), "--where", "depth = 6", "--json"]))
-            .unwrap();
+    let d6: Value = serde_json::from_str(&run_ok(&[
+        "stats",
+        s(&new),
+        "--where",
+        "depth = 6",
+        "--json",
+    ]))
+    .unwrap();
     assert_eq!(d6["runs"], 10);
     assert!(run_ok(&["validate", s(&new), "--quiet"]).contains("VALID"));
     // A pack that records depths but none of 9 says nothing of depth.

@@ -775,10 +775,14 @@ fn with_commas(n: u64) -> String {
 
 /// The section of figure `id`.
 fn section<'a>(html: &'a str, id: &str) -> &'a str {
-    between(html, &format!("<section class=\"figure\" id=\"{id}\""), "</section>")
-        .first()
-        .copied()
-        .unwrap_or_else(|| panic!("no figure {id}"))
+    between(
+        html,
+        &format!("<section class=\"figure\" id=\"{id}\""),
+        "</section>",
+    )
+    .first()
+    .copied()
+    .unwrap_or_else(|| panic!("no figure {id}"))
 }
 
 #[test]
@@ -805,8 +809,14 @@ fn nothing_to_show_is_a_sentence_and_notes_are_not_markdown() {
     let rows = stats_json(&whole, &[])["rows"].as_u64().unwrap();
     assert!(rows >= 1000);
     let rows = with_commas(rows);
-    assert!(html.contains(&format!(" runs, {rows} rows, 1 shard")), "no separators");
-    assert!(said.contains(&format!("{} rows", with_commas(2 * 2240))), "{said}");
+    assert!(
+        html.contains(&format!(" runs, {rows} rows, 1 shard")),
+        "no separators"
+    );
+    assert!(
+        said.contains(&format!("{} rows", with_commas(2 * 2240))),
+        "{said}"
+    );
 }
 
 #[test]
@@ -844,7 +854,14 @@ fn compared_packs_share_their_step_buckets() {
     // Runs at most 5/4 of the shortest: a longest run short enough for narrower buckets.
     let limit = format!("steps <= {}", steps[0] + steps[0] / 4);
     run_ok(&[
-        "export", s(&long), "--format", "pack", "--output", s(&short), "--where", &limit,
+        "export",
+        s(&long),
+        "--format",
+        "pack",
+        "--output",
+        s(&short),
+        "--where",
+        &limit,
         "--quiet",
     ]);
     // Alone, each pack sizes its buckets to its own longest run.
@@ -862,15 +879,29 @@ fn compared_packs_share_their_step_buckets() {
     );
     assert_ne!(alone_long[1], alone_short[1], "the packs would differ");
     let out = t.path().join("report.html");
-    run_ok(&["report", s(&long), s(&short), "--output", s(&out), "--quiet"]);
+    run_ok(&[
+        "report",
+        s(&long),
+        s(&short),
+        "--output",
+        s(&out),
+        "--quiet",
+    ]);
     let html = std::fs::read_to_string(&out).unwrap();
     let mix = &tables(&html)["board-eval"];
     let on_page = |pack: &str| -> Vec<(String, String)> {
-        mix.of(pack).iter().map(|r| (r[0].clone(), r[1].clone())).collect()
+        mix.of(pack)
+            .iter()
+            .map(|r| (r[0].clone(), r[1].clone()))
+            .collect()
     };
     let (page_long, page_short) = (on_page("long"), on_page("short"));
     assert_eq!(page_long, alone_long);
-    assert_eq!(page_short[..], page_long[..page_short.len()], "the same buckets");
+    assert_eq!(
+        page_short[..],
+        page_long[..page_short.len()],
+        "the same buckets"
+    );
     // And the charts of the valuation mix have the same categories.
     let charts = between(section(&html, "valuation-mix"), "<svg", "</svg>");
     let labels = |svg: &str| -> Vec<String> {
@@ -894,7 +925,14 @@ fn every_axis_label_is_drawn_inside_its_chart() {
     let t = tempfile::tempdir().unwrap();
     let (whole, sharded) = two_packs(t.path());
     let page = t.path().join("report.html");
-    run_ok(&["report", s(&whole), s(&sharded), "--output", s(&page), "--quiet"]);
+    run_ok(&[
+        "report",
+        s(&whole),
+        s(&sharded),
+        "--output",
+        s(&page),
+        "--quiet",
+    ]);
     // The page itself runs no script: a copy of it measures what the browser drew.
     let probe = t.path().join("probe.html");
     let html = std::fs::read_to_string(&page).unwrap();

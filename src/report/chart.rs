@@ -469,10 +469,7 @@ mod tests {
     #[test]
     fn a_long_axis_label_takes_two_lines() {
         assert_eq!(label_lines("count", 222.0), vec!["count"]);
-        let two = label_lines(
-            "nodes searched per move (median), or the companion's mean",
-            222.0,
-        );
+        let two = label_lines("nodes per move (median), or the companion's mean", 222.0);
         assert_eq!(two.len(), 2);
         assert!(two.iter().all(|l| label_width(l) <= 222.0), "{two:?}");
     }

@@ -34,12 +34,6 @@ pub struct Quality {
 impl Quality {
     /// How the largest shard share compares with [`SHARD_SHARE_GOAL`], in words: met, out of
     /// reach for this pack (one run alone is more than the goal's share of all rows), or missed.
-    ///
-    /// ```
-    /// use dataset_packer::pack::shuffle::Quality;
-    /// let q = Quality { shard_max_run_share: vec![0.068], largest_run_share: 0.067, ..Default::default() };
-    /// assert!(q.verdict().contains("out of reach"));
-    /// ```
     pub fn verdict(&self) -> String {
         let max_share = self.shard_max_run_share.iter().copied().fold(0.0, f64::max);
         let goal = SHARD_SHARE_GOAL * 100.0;
@@ -127,4 +121,32 @@ pub(super) fn measure_dispersion(staging: &Path, input: &rusqlite::Connection) -
         window_sum as f64 / q.windows as f64
     };
     Ok(q)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn quality(shard: f64, run: f64) -> Quality {
+        Quality {
+            shard_max_run_share: vec![0.001, shard],
+            largest_run_share: run,
+            ..Quality::default()
+        }
+    }
+
+    #[test]
+    fn a_goal_one_run_exceeds_is_out_of_reach_not_missed() {
+        assert_eq!(quality(0.015, 0.01).verdict(), "goal ≤ 2%: met");
+        assert!(
+            quality(0.068, 0.067).verdict().contains(
+                "out of reach for this pack: its longest run alone is 6.700% of all rows"
+            )
+        );
+        assert!(
+            quality(0.03, 0.01)
+                .verdict()
+                .starts_with("goal ≤ 2%: missed")
+        );
+    }
 }
