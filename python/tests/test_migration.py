@@ -93,7 +93,7 @@ class StandIn:
         loss = torch.nn.functional.cross_entropy(model(tokens), move_targets)
         loss.backward()
         optimizer.step()
-        return {"loss": float(loss)}
+        return {"loss": float(loss.detach())}
 
 
 @needs_torch
