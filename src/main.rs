@@ -55,7 +55,14 @@ fn main() -> ExitCode {
     // Ctrl-C and SIGTERM remove what a writer staged (before any other thread starts).
     dataset_packer::interrupt::install();
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn")).init();
-    let cli = Cli::parse();
+    let cli = Cli::try_parse().unwrap_or_else(|e| {
+        if let Some(hint) = pack_hint(&e) {
+            eprint!("{}", e.render());
+            eprintln!("\n{hint}");
+            std::process::exit(e.exit_code());
+        }
+        e.exit()
+    });
     let result = match &cli.command {
         Command::Pack(args) if args.update => cmd::pack_update::run(args).map(|()| true),
         Command::Pack(args) => cmd::pack::run(args).map(|()| true),
@@ -83,4 +90,18 @@ fn main() -> ExitCode {
             }
         }
     }
+}
+
+/// A hint for `pack RAW PACK`, which every other command's habit of taking plain paths
+/// suggests: pack takes its two folders as options.
+fn pack_hint(e: &clap::Error) -> Option<String> {
+    if e.kind() != clap::error::ErrorKind::UnknownArgument {
+        return None;
+    }
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let at = args.iter().position(|a| !a.starts_with('-'))?;
+    if args[at] != "pack" {
+        return None;
+    }
+    Some(cmd::pack::positional_hint(&args[at + 1..]))
 }

@@ -165,3 +165,57 @@ fn readme_snippet_names_a_missing_pack() {
         "{err}"
     );
 }
+
+/// The README and docs/ stand on their own: every relative link names a file of the
+/// repository (none reaches out of it, as `../shared/spec/…` did), and the raw input is
+/// described in docs/ itself.
+#[test]
+fn docs_links_resolve_inside_the_repository() {
+    let root = repo();
+    let mut pages = vec![root.join("README.md")];
+    for entry in std::fs::read_dir(root.join("docs")).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_some_and(|e| e == "md") {
+            pages.push(path);
+        }
+    }
+    let mut checked = 0;
+    for page in &pages {
+        let text = std::fs::read_to_string(page).unwrap();
+        assert!(
+            !text.contains("shared/spec"),
+            "{} points into shared/",
+            page.display()
+        );
+        for (at, _) in text.match_indices("](") {
+            let rest = &text[at + 2..];
+            let target = &rest[..rest.find(')').unwrap()];
+            if target.starts_with("http") || target.starts_with('#') || target.contains(' ') {
+                continue;
+            }
+            let file = target.split('#').next().unwrap();
+            let path = page.parent().unwrap().join(file);
+            let resolved = path
+                .canonicalize()
+                .unwrap_or_else(|_| panic!("{}: broken link {target}", page.display()));
+            assert!(
+                resolved.starts_with(root.canonicalize().unwrap()),
+                "{}: {target} leaves the repository",
+                page.display()
+            );
+            checked += 1;
+        }
+    }
+    assert!(checked >= 10, "{checked} links");
+    let format = std::fs::read_to_string(root.join("docs/format.md")).unwrap();
+    assert!(format.contains("](raw-format.md"));
+    let raw = std::fs::read_to_string(root.join("docs/raw-format.md")).unwrap();
+    for fact in [
+        "`null` marks an illegal move",
+        "`depth`",
+        "`steps_file`",
+        "tuple11",
+    ] {
+        assert!(raw.contains(fact), "docs/raw-format.md lacks {fact}");
+    }
+}

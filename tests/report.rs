@@ -292,7 +292,9 @@ fn the_page_has_every_figure_with_the_numbers_of_stats_json() {
             sec.contains("<details") && sec.contains("<table"),
             "{id}: no table"
         );
-        if id == "provenance" {
+        // The fixture drop has no findings, duplicates or skipped runs: a sentence says so.
+        if id == "provenance" || id == "findings" {
+            assert!(!sec.contains("<svg"), "{id}: a chart of nothing");
             continue;
         }
         assert!(sec.contains("<svg"), "{id}: no chart");
@@ -752,4 +754,214 @@ fn the_search_statistics_of_pack_are_charted_by_their_median() {
         "{}",
         section[0]
     );
+}
+
+// ---------------------------------------------------------------------------------------------
+// What a new user saw (issue 33): an empty findings chart on a fractional axis, cut-off axis
+// labels, literal Markdown in notes, compared packs on different step buckets, bare counts.
+
+/// `2240` → `2,240`.
+fn with_commas(n: u64) -> String {
+    let digits = n.to_string();
+    let mut out = String::new();
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
+/// The section of figure `id`.
+fn section<'a>(html: &'a str, id: &str) -> &'a str {
+    between(
+        html,
+        &format!("<section class=\"figure\" id=\"{id}\""),
+        "</section>",
+    )
+    .first()
+    .copied()
+    .unwrap_or_else(|| panic!("no figure {id}"))
+}
+
+#[test]
+fn nothing_to_show_is_a_sentence_and_notes_are_not_markdown() {
+    let t = tempfile::tempdir().unwrap();
+    let (whole, sharded) = two_packs(t.path());
+    let out = t.path().join("report.html");
+    let said = run_ok(&["report", s(&whole), s(&sharded), "--output", s(&out)]);
+    let html = std::fs::read_to_string(&out).unwrap();
+    let findings = section(&html, "findings");
+    assert!(!findings.contains("<svg"), "an empty chart");
+    assert!(
+        findings.contains(
+            "Nothing to show: the packs have no findings, no duplicate runs and no skipped runs."
+        ),
+        "{findings}"
+    );
+    let notes = between(&html, "<p class=\"note\">", "</p>");
+    assert!(notes.len() >= 9);
+    for note in &notes {
+        assert!(!note.contains('`'), "Markdown left in a note: {note}");
+    }
+    assert!(html.contains("<code>pack --search-stats</code>"));
+    let rows = stats_json(&whole, &[])["rows"].as_u64().unwrap();
+    assert!(rows >= 1000);
+    let rows = with_commas(rows);
+    assert!(
+        html.contains(&format!(" runs, {rows} rows, 1 shard")),
+        "no separators"
+    );
+    assert!(
+        said.contains(&format!("{} rows", with_commas(2 * 2240))),
+        "{said}"
+    );
+}
+
+#[test]
+fn a_findings_chart_counts_in_whole_numbers() {
+    let t = tempfile::tempdir().unwrap();
+    let raw = t.path().join("raw");
+    copy_tree(&fixture("raw/d6_10g_v1"), &raw);
+    let sidecar = walk(&raw)
+        .into_iter()
+        .find(|p| p.to_string_lossy().ends_with(".meta.json"))
+        .unwrap();
+    std::fs::write(&sidecar, "{not json").unwrap();
+    let p = t.path().join("p");
+    pack(&raw, &p, &["--skip-invalid"]);
+    let out = t.path().join("report.html");
+    run_ok(&["report", s(&p), "--output", s(&out), "--quiet"]);
+    let html = std::fs::read_to_string(&out).unwrap();
+    let svg = between(section(&html, "findings"), "<svg", "</svg>");
+    assert_eq!(svg.len(), 1, "one skipped run is drawn");
+    let ticks: Vec<f64> = between(svg[0], "class=\"tick-label\">", "</text>")
+        .into_iter()
+        .filter_map(|t| t.parse().ok())
+        .collect();
+    assert_eq!(ticks, vec![0.0, 1.0], "a count axis of whole numbers");
+}
+
+#[test]
+fn compared_packs_share_their_step_buckets() {
+    let t = tempfile::tempdir().unwrap();
+    let long = t.path().join("long");
+    pack(&fixture("raw"), &long, &[]);
+    let mut steps: Vec<i64> = runs_table(&long).iter().map(|r| r.2).collect();
+    steps.sort_unstable();
+    let short = t.path().join("short");
+    // Runs at most 5/4 of the shortest: a longest run short enough for narrower buckets.
+    let limit = format!("steps <= {}", steps[0] + steps[0] / 4);
+    run_ok(&[
+        "export",
+        s(&long),
+        "--format",
+        "pack",
+        "--output",
+        s(&short),
+        "--where",
+        &limit,
+        "--quiet",
+    ]);
+    // Alone, each pack sizes its buckets to its own longest run.
+    let edges = |st: &Value| -> Vec<(String, String)> {
+        st["by_step"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|b| (cell(&b["from"]), cell(&b["to"])))
+            .collect()
+    };
+    let (alone_long, alone_short) = (
+        edges(&stats_json(&long, &[])),
+        edges(&stats_json(&short, &[])),
+    );
+    assert_ne!(alone_long[1], alone_short[1], "the packs would differ");
+    let out = t.path().join("report.html");
+    run_ok(&[
+        "report",
+        s(&long),
+        s(&short),
+        "--output",
+        s(&out),
+        "--quiet",
+    ]);
+    let html = std::fs::read_to_string(&out).unwrap();
+    let mix = &tables(&html)["board-eval"];
+    let on_page = |pack: &str| -> Vec<(String, String)> {
+        mix.of(pack)
+            .iter()
+            .map(|r| (r[0].clone(), r[1].clone()))
+            .collect()
+    };
+    let (page_long, page_short) = (on_page("long"), on_page("short"));
+    assert_eq!(page_long, alone_long);
+    assert_eq!(
+        page_short[..],
+        page_long[..page_short.len()],
+        "the same buckets"
+    );
+    // And the charts of the valuation mix have the same categories.
+    let charts = between(section(&html, "valuation-mix"), "<svg", "</svg>");
+    let labels = |svg: &str| -> Vec<String> {
+        between(svg, "class=\"tick-label\">", "</text>")
+            .into_iter()
+            .filter(|l| l.contains('–') || l.ends_with('+'))
+            .map(str::to_string)
+            .collect()
+    };
+    assert_eq!(charts.len(), 2);
+    assert_eq!(labels(charts[0]), labels(charts[1]));
+    assert!(labels(charts[0]).len() > page_short.len());
+}
+
+#[test]
+fn every_axis_label_is_drawn_inside_its_chart() {
+    if !Path::new(CHROMIUM).exists() {
+        println!("skipped: chromium not installed ({CHROMIUM}; apt-get install -y chromium)");
+        return;
+    }
+    let t = tempfile::tempdir().unwrap();
+    let (whole, sharded) = two_packs(t.path());
+    let page = t.path().join("report.html");
+    run_ok(&[
+        "report",
+        s(&whole),
+        s(&sharded),
+        "--output",
+        s(&page),
+        "--quiet",
+    ]);
+    // The page itself runs no script: a copy of it measures what the browser drew.
+    let probe = t.path().join("probe.html");
+    let html = std::fs::read_to_string(&page).unwrap();
+    let script = r#"<script>
+const out = [];
+let labels = 0;
+for (const svg of document.querySelectorAll("svg.chart")) {
+  const box = svg.getBoundingClientRect();
+  for (const label of svg.querySelectorAll(".axis-label")) {
+    labels += 1;
+    const b = label.getBoundingClientRect();
+    if (b.top < box.top - 0.5 || b.bottom > box.bottom + 0.5 ||
+        b.left < box.left - 0.5 || b.right > box.right + 0.5) {
+      out.push(label.textContent);
+    }
+  }
+}
+document.body.setAttribute("data-labels", String(labels));
+document.body.setAttribute("data-outside", JSON.stringify(out));
+</script></body>"#;
+    std::fs::write(&probe, html.replace("</body>", script)).unwrap();
+    let loaded = chromium(
+        &t.path().join("profile"),
+        &["--dump-dom", &format!("file://{}", probe.display())],
+    );
+    assert!(loaded.status.success(), "{}", stderr(&loaded));
+    let dom = String::from_utf8_lossy(&loaded.stdout);
+    let labels: usize = between(&dom, "data-labels=\"", "\"")[0].parse().unwrap();
+    assert!(labels >= 18, "{labels} labels measured");
+    let outside = unescape(between(&dom, "data-outside=\"", "\"")[0]);
+    assert_eq!(outside, "[]", "labels drawn past their chart's edge");
 }

@@ -11,6 +11,7 @@ import sys
 
 from ._errors import PackError
 from ._pack import Pack
+from ._select import has_table
 
 
 def summary(pack: Pack) -> dict:
@@ -23,8 +24,12 @@ def summary(pack: Pack) -> dict:
         depths = [{"depth": d, "runs": n, "rows": r} for d, n, r in db.execute(
             "SELECT depth, COUNT(*), SUM(runs.steps) FROM runs JOIN run_details "
             "ON run_details.run_id = runs.id GROUP BY depth ORDER BY depth")]
+    skipped = [{"source_path": p, "reason": r} for p, r in db.execute(
+        "SELECT source_path, reason FROM skipped_runs ORDER BY source_path")] if has_table(
+        db, "skipped_runs") else []
     return {
         "pack": str(pack.path), "rows": len(pack), "runs": pack.num_runs,
+        "skipped_runs": skipped,
         "shards": len(pack.shards), "shuffled": pack.shuffled, "legacy": pack.legacy,
         "valuation_names": list(pack.valuation_names),
         "max_score": {"min": runs[1], "mean": runs[2], "max": runs[3]},
@@ -46,7 +51,20 @@ def render(s: dict) -> str:
         lines.append(f"max_score   min {score['min']:,}, mean {score['mean']:,.0f}, "
                      f"max {score['max']:,}; highest tile {s['highest_tile']:,}")
     for d in s["depths"]:
-        lines.append(f"depth {d['depth']!s:<5} {d['runs']:,} runs, {d['rows']:,} rows")
+        depth = "?" if d["depth"] is None else d["depth"]
+        lines.append(f"depth {depth!s:<5} {d['runs']:,} runs, {d['rows']:,} rows")
+    if any(d["depth"] is None for d in s["depths"]):
+        lines.append("            ? = no depth recorded (a pack converted from the reference "
+                     "packer's has none; docs/migration.md, \"depth\")")
+    if s["legacy"]:
+        lines.append("legacy      read with ev_legal recomputed from the board; convert it: "
+                     f"dataset-packer export {s['pack']} --format pack --output NEW")
+    if s["skipped_runs"]:
+        lines.append(f"skipped     {len(s['skipped_runs']):,} run"
+                     f"{'s' if len(s['skipped_runs']) != 1 else ''} left out at pack time "
+                     "(--skip-invalid; metadata.db table skipped_runs):")
+        lines.extend(f"              {r['source_path']}: {r['reason']}"
+                     for r in s["skipped_runs"][:3])
     if s["companions"]:
         lines.append(f"companions  {', '.join(s['companions'])}")
     return "\n".join(lines)

@@ -88,6 +88,21 @@ def legal_moves(exps: np.ndarray) -> np.ndarray:
     return (col_bits | (row_bits << 2)).astype(np.uint8)
 
 
+#: Byte offset of `ev_legal` in a 48-byte row.
+_EV_LEGAL = 24
+
+
+def recompute_ev_legal(raw: np.ndarray) -> np.ndarray:
+    """Sets the `ev_legal` byte of (n, 48) uint8 rows from their boards, in place, and returns
+    them: bit k when move k changes the board, as `dataset-packer export --format pack` (and
+    `merge`, `shuffle`) rewrite the rows of a legacy pack. The reference packer set a bit for
+    every move that logged an EV, and its logger logged 0.0 for illegal tuple moves."""
+    if raw.shape[0]:
+        rec = as_records(raw)
+        raw[:, _EV_LEGAL] = legal_moves(decode_exps(rec["board"], rec["tile_65536_mask"]))
+    return raw
+
+
 # ---------------------------------------------------------------------------- boards
 
 def decode_exps(board: np.ndarray, mask: np.ndarray, out: np.ndarray | None = None

@@ -448,3 +448,28 @@ def select_columns(batch: dict, columns) -> dict:
     if unknown:
         raise KeyError(f"no column {unknown[0]!r} in a batch (it has {', '.join(batch)})")
     return {c: batch[c] for c in columns}
+
+
+def rename_columns(batch: dict, keys) -> dict:
+    """The batch as `keys` names it: {new key: batch key}, only those (None: the batch as
+    it is). How a trainer that reads `batch["tokens"]` gets `exps` under that name
+    (`keys={"tokens": "exps", "move_targets": "move"}`); an unknown batch key is an error."""
+    if keys is None:
+        return batch
+    unknown = [c for c in keys.values() if c not in batch]
+    if unknown:
+        raise KeyError(f"no column {unknown[0]!r} in a batch (it has {', '.join(batch)})")
+    return {new: batch[old] for new, old in keys.items()}
+
+
+def check_keys(keys, columns) -> Optional[dict]:
+    """`keys` as a dict of str → str, refused alongside `columns` (which it replaces)."""
+    if keys is None:
+        return None
+    if columns is not None:
+        raise ValueError("give columns= or keys= (which names the columns it keeps), not both")
+    if not isinstance(keys, dict) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in keys.items()):
+        raise TypeError(f"keys= is a dict of new key → batch key, e.g. {{'tokens': 'exps'}}, "
+                        f"not {keys!r}")
+    return dict(keys)

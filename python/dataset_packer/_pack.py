@@ -16,13 +16,15 @@ so companion row i is always steps row i.
 from __future__ import annotations
 
 import os
+import re
 import sqlite3
 from pathlib import Path
 from typing import Iterator
 
 import numpy as np
 
-from ._codec import _COLUMNS, apply_symmetries, as_records, decode_rows, zero_padding
+from ._codec import (_COLUMNS, apply_symmetries, as_records, decode_rows, recompute_ev_legal,
+                     zero_padding)
 from ._companions import Companion, open_family, recorded, scan
 from ._errors import EmptySelectionError, NotAPackError, PackError, RunIndexError
 from ._format import (METADATA_NAME, ROW_BYTES, STEP_ROW_DTYPE, VALUATION_NAME,
@@ -34,6 +36,8 @@ from ._ranges import RowRanges, RowSet, WindowStarts
 from ._select import has_table, run_ids
 
 NAN = float("nan")
+#: What `Pack(legacy_legal=…)` takes: how a legacy pack's `ev_legal` is read.
+LEGACY_LEGAL = ("recompute", "stored")
 #: The keys a batch already has: a companion added to it needs another key.
 BATCH_KEYS = frozenset(_COLUMNS) | {"row", "symmetry"}
 
@@ -58,9 +62,17 @@ class Pack:
 
     >>> pack = Pack("packs/d6")
     >>> len(pack), pack.num_runs, pack.valuation_names, pack.shards
+
+    A legacy pack (46-byte rows, the reference packer's) has wrong `ev_legal` bits on its
+    tuple rows: every read (`batches`, `windows`, `gather`, `sample`, `rows`, `run`, and so
+    the torch adapter) recomputes them from the board, as the CLI's conversion does, unless
+    `legacy_legal="stored"` asks for the bits as stored.
     """
 
-    def __init__(self, path):
+    def __init__(self, path, *, legacy_legal: str = "recompute"):
+        if legacy_legal not in LEGACY_LEGAL:
+            raise ValueError(f"legacy_legal must be one of {LEGACY_LEGAL}, not {legacy_legal!r}")
+        self.legacy_legal = legacy_legal
         self.path = Path(path)
         if not self.path.is_dir():
             raise NotAPackError(f"{self.path} is not a pack: no such folder")
@@ -122,10 +134,10 @@ class Pack:
         self.close()
 
     def __getstate__(self):
-        return {"path": str(self.path)}
+        return {"path": str(self.path), "legacy_legal": self.legacy_legal}
 
     def __setstate__(self, state):
-        self.__init__(state["path"])
+        self.__init__(state["path"], legacy_legal=state.get("legacy_legal", "recompute"))
 
     # ------------------------------------------------------------------ metadata.db
 
@@ -226,7 +238,7 @@ class Pack:
     def _take(self, shard: int, local: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
         source = self._maps[shard]
         if self._shards[shard].legacy:
-            rows = widen_legacy(np.take(source, local, axis=0, mode="clip"))
+            rows = self._widen(np.take(source, local, axis=0, mode="clip"))
             if out is None:
                 return rows
             out[...] = rows
@@ -289,16 +301,25 @@ class Pack:
             groups = self._groups(rows)
         return self._gather_with(groups, self._take, (ROW_BYTES,), np.uint8)
 
-    def _read_span(self, start: int, stop: int) -> np.ndarray:
+    def _widen(self, raw: np.ndarray, legal: bool = True) -> np.ndarray:
+        """Legacy 46-byte rows as 48-byte rows, their `ev_legal` recomputed from the board
+        (unless `legacy_legal="stored"`, or `legal=False` for a reader of other columns)."""
+        rows = widen_legacy(raw)
+        if legal and self.legacy_legal == "recompute":
+            recompute_ev_legal(rows)
+        return rows
+
+    def _read_span(self, start: int, stop: int, legal: bool = True) -> np.ndarray:
         """(n, 48) uint8 rows start..stop-1: a view of the memory map when they lie in one
-        48-byte shard, else a copy."""
+        48-byte shard, else a copy. (`legal=False`: a legacy row's `ev_legal` may be left as
+        stored, for a caller that reads other columns.)"""
         pieces = []
         s = int(np.searchsorted(self._boundaries, start, side="right"))
         while start < stop:
             end = min(stop, int(self._offsets[s + 1]))
             local = slice(start - int(self._offsets[s]), end - int(self._offsets[s]))
             raw = self._maps[s][local]
-            pieces.append(widen_legacy(raw) if self._shards[s].legacy else raw)
+            pieces.append(self._widen(raw, legal) if self._shards[s].legacy else raw)
             start = end
             s += 1
         if len(pieces) == 1:
@@ -439,8 +460,26 @@ class Pack:
             raise ValueError("params= binds the parameters of `where`, and there is no `where`")
         if chosen.size == 0:
             what = f"select({where!r})" if where is not None else "select(runs=[])"
-            raise EmptySelectionError(f"{what} matches no runs of {self.path}")
+            note = self._no_depth_note(where) if where is not None else None
+            raise EmptySelectionError(f"{what} matches no runs of {self.path}"
+                                      + (f": {note}" if note else ""))
         return Selection(self, chosen, where, params)
+
+    def _no_depth_note(self, where: str) -> str | None:
+        """Why SQL naming `depth` matched nothing, when no run records a depth (a pack
+        converted from the reference packer's): what to say and how to set it."""
+        if re.search(r"(?<![A-Za-z0-9_])depth(?![A-Za-z0-9_])", where, re.IGNORECASE) is None:
+            return None
+        db = self.db()
+        if has_table(db, "run_details") and "depth" in {
+                row[1] for row in db.execute("PRAGMA table_info(run_details)")}:
+            if db.execute("SELECT 1 FROM run_details WHERE depth IS NOT NULL LIMIT 1"
+                          ).fetchone() is not None:
+                return None
+        return ("the pack records no depth (run_details.depth is NULL for every run, as in a "
+                "pack converted from the reference packer's): re-pack the raw logs, or set it, "
+                f"e.g. `sqlite3 {self.path / METADATA_NAME} \"UPDATE run_details SET depth = "
+                "6\"` for a pack of one depth (docs/migration.md, \"depth\")")
 
     def split(self, fraction: float, seed: int = 0, *, select=None
               ) -> tuple["Selection", "Selection"]:
@@ -514,7 +553,7 @@ class Pack:
 
     def _read_run_ids(self, start: int, stop: int) -> np.ndarray:
         """The run_id column of global rows start..stop-1."""
-        raw = self._read_span(start, stop)
+        raw = self._read_span(start, stop, legal=False)
         return np.ascontiguousarray(raw[:, :4]).view("<u4").reshape(-1)
 
     def _windows(self, select, length: int, stride: int, feature: str) -> WindowStarts:

@@ -49,8 +49,8 @@ from typing import Iterator, Optional
 import torch
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
-from ._loader import (BatchRing, EpochStream, WorkerInfo, pack_batch, partition,
-                      select_columns, split_fields, unpack_batch)
+from ._loader import (BatchRing, EpochStream, WorkerInfo, check_keys, pack_batch, partition,
+                      rename_columns, select_columns, split_fields, unpack_batch)
 from ._order import Part
 
 
@@ -87,15 +87,20 @@ class PackDataset(IterableDataset):
 
     `pack` is a path, a `Pack` or a `Mixture`; `window=L` yields (B, L, …) windows
     (`Pack.windows`); `columns=["exps", "move", …]` keeps only those keys of each batch
-    (less to decode into tensors and to send from the workers)."""
+    (less to decode into tensors and to send from the workers); `keys={"tokens": "exps",
+    "move_targets": "move"}` keeps those columns under the names a training step reads."""
 
     def __init__(self, pack, batch_size: int, *, window: Optional[int] = None,
                  rank: Optional[int] = None, world_size: Optional[int] = None,
-                 columns=None, **options):
+                 columns=None, keys=None, **options):
         super().__init__()
         self.stream = EpochStream(pack, batch_size, window=window, rank=rank,
                                   world_size=world_size, **options)
+        self.keys = check_keys(keys, columns)
         self.columns = None if columns is None else list(columns)
+        # Whether set_epoch or load_state_dict chose the next iteration's epoch since the
+        # last one started (PackLoader's auto_epoch then leaves it alone).
+        self._epoch_given = False
         # This process's iteration under way (for state_dict), and in a worker the state
         # StatefulDataLoader restored for its next iteration.
         self._iteration = None
@@ -106,6 +111,7 @@ class PackDataset(IterableDataset):
         world size, batch size or workers), or from each rank's batch `start_batch` on."""
         self._iteration = None
         self.stream.set_epoch(epoch, start_batch, start_sample=start_sample)
+        self._epoch_given = True
 
     def state_dict(self) -> dict:
         """Where to resume: while this process iterates, after the batches it has yielded
@@ -125,6 +131,7 @@ class PackDataset(IterableDataset):
         if get_worker_info() is None:
             self._iteration = None
             self.stream.load_state_dict(state)
+            self._epoch_given = True
         else:
             self.stream.check_state(state)
             self._restored = state
@@ -142,16 +149,20 @@ class PackDataset(IterableDataset):
         self._iteration = self.stream.iteration(self._part(), state)
         return self._tensors(self._iteration)
 
+    def _shape(self, batch: dict) -> dict:
+        """The batch with only the `columns` kept, or renamed as `keys` says."""
+        return rename_columns(select_columns(batch, self.columns), self.keys)
+
     def _tensors(self, batches) -> Iterator:
         worker = get_worker_info()
         if _PACKING is None or worker is None:
             for batch in batches:
-                yield to_tensors(select_columns(batch, self.columns))
+                yield to_tensors(self._shape(batch))
             return
         ring, token, per_item = _PACKING
         bundle = []
         for batch in batches:
-            batch = select_columns(batch, self.columns)
+            batch = self._shape(batch)
             sent = None if ring is None else ring.put(worker.id, batch)
             bundle.append(_Packed(*pack_batch(batch)) if sent is None else
                           _InRing(token, worker.id, *sent))
@@ -310,6 +321,21 @@ class _InRing(_Transfer):
         return unpack_batch(buffer, self.layout, rest, _tensor)
 
 
+def _dtypes(dtypes) -> dict:
+    """{key: torch.dtype} from torch dtypes or their names ("int64")."""
+    out = {}
+    for key, dtype in (dtypes or {}).items():
+        if isinstance(dtype, str):
+            found = getattr(torch, dtype, None)
+            if not isinstance(found, torch.dtype):
+                raise TypeError(f"dtypes[{key!r}]: {dtype!r} is not a torch dtype")
+            dtype = found
+        if not isinstance(dtype, torch.dtype):
+            raise TypeError(f"dtypes[{key!r}] is a torch dtype (torch.int64), not {dtype!r}")
+        out[key] = dtype
+    return out
+
+
 class PackLoader(DataLoader):
     """A DataLoader over a `PackDataset` (whole batches: `batch_size=None`) that counts the
     batches the training loop has taken in the current epoch, so that `state_dict()` says
@@ -320,14 +346,33 @@ class PackLoader(DataLoader):
     (prefetch_factor + 2) × num_workers bundles of packed batches (all keys of a 4096-row
     batch are 336 KB, 4 to a bundle; `columns=` makes them smaller). Each worker sends its
     batches a bundle at a time (MAX_BUNDLE, fewer when they are big), put back in the
-    rank's order here."""
+    rank's order here.
 
-    def __init__(self, dataset: PackDataset, **options):
+    For a training loop written for another loader: `device=` moves each batch there
+    (`non_blocking=True`: asynchronous from pinned memory, so give `pin_memory=True`), and
+    `dtypes={"tokens": torch.int64}` converts those keys after the move, on the device, so
+    the narrow columns cross PCIe (a uint8 board is 16 bytes a row, int64 128); without a
+    device they are converted here, in the main process, after the workers' transfer.
+    `auto_epoch=True` starts the next epoch on each new iteration (for loops that call
+    `iter()` again on StopIteration and never `set_epoch`), unless `set_epoch` or
+    `load_state_dict` chose the epoch since the last iteration began; a state saved at the
+    end of an epoch then resumes at the start of the next."""
+
+    def __init__(self, dataset: PackDataset, *, device=None, dtypes=None,
+                 auto_epoch: bool = False, **options):
         if not isinstance(dataset, PackDataset):
             raise TypeError(f"PackLoader reads a PackDataset, not {type(dataset).__name__}")
+        if options.get("drop_last"):
+            raise ValueError("drop_last is an option of PackDataset, which makes the batches: "
+                             "PackDataset(..., drop_last=True) leaves out each epoch's last, "
+                             "incomplete step; PackLoader itself takes no drop_last")
         if options.setdefault("batch_size", None) is not None:
             raise ValueError("a PackDataset yields whole batches: give its batch size to "
                              "PackDataset, and batch_size=None (the default here) to the loader")
+        self.device = None if device is None else torch.device(device)
+        self.dtypes = _dtypes(dtypes)
+        self.auto_epoch = bool(auto_epoch)
+        self._iterated = False
         if options.get("in_order", True) is False:
             # Its state counts the batches taken as the epoch's first ones.
             raise ValueError("PackLoader needs in_order=True: out of order, the batches taken "
@@ -349,7 +394,7 @@ class PackLoader(DataLoader):
         stream = self.dataset.stream
         first = stream._batches(Part(0, 1, 0, 1), 0, 0)
         try:
-            batch = select_columns(next(iter(first)), self.dataset.columns)
+            batch = self.dataset._shape(next(iter(first)))
         except StopIteration:
             return None
         size = pack_batch(batch)[0].size
@@ -362,6 +407,8 @@ class PackLoader(DataLoader):
         return ring, token, per_item
 
     def __iter__(self):
+        if self.auto_epoch:
+            self._next_epoch()
         # The resume point this iteration starts from, kept should set_epoch be called before
         # state_dict is asked for.
         self._state = self.dataset._resume_point()
@@ -374,7 +421,43 @@ class PackLoader(DataLoader):
         for batch in _in_order(items, self.num_workers) if self.num_workers else items:
             self._taken += 1
             # Unpacked already when the pin-memory thread pinned it.
-            yield batch.unpack() if isinstance(batch, _Transfer) else batch
+            yield self._placed(batch.unpack() if isinstance(batch, _Transfer) else batch)
+
+    def _next_epoch(self) -> None:
+        """auto_epoch: the epoch after the last iteration's, unless set_epoch or
+        load_state_dict chose one since; a resume point with no batch left in its epoch
+        moves on to the next epoch's start."""
+        data = self.dataset
+        stream = data.stream
+        if self._iterated and not data._epoch_given:
+            data.set_epoch(stream.epoch + 1)
+        elif ((stream.start_sample or stream.start_batch)
+              and stream.num_batches(data._part().world_size) == 0):
+            data.set_epoch(stream.epoch + 1)
+        data._epoch_given = False
+        self._iterated = True
+
+    def _placed(self, batch: dict) -> dict:
+        """The batch on `device` (copied without blocking), then with `dtypes` applied there.
+        (The host tensors may go at once: a copy from pinned memory is tracked by torch's
+        pinned-memory allocator until it completes, and one from pageable memory has read
+        its source when `to` returns.)"""
+        if self.device is None and not self.dtypes:
+            return batch
+        missing = [key for key in self.dtypes if key not in batch]
+        if missing:
+            raise KeyError(f"dtypes names {missing[0]!r}, which a batch does not have (it has "
+                           f"{', '.join(batch)})")
+        return {key: self._place(value, self.dtypes.get(key)) for key, value in batch.items()}
+
+    def _place(self, value, dtype):
+        if isinstance(value, dict):
+            return {key: self._place(v, None) for key, v in value.items()}
+        if not isinstance(value, torch.Tensor):
+            return value
+        if self.device is not None:
+            value = value.to(self.device, non_blocking=True)
+        return value if dtype is None else value.to(dtype)
 
     def state_dict(self) -> dict:
         """Where to resume: after the batches taken so far in this epoch, on every rank."""

@@ -29,7 +29,7 @@ pub enum Format {
 
 #[derive(Args, Debug)]
 #[command(after_help = "Examples:
-  dataset-packer export packs/d6 --format parquet --output d6.parquet
+  dataset-packer export packs/d6 --output d6.parquet            # --format from the name
   dataset-packer export packs/d6 --format parquet --output d6-parts/ --shard-rows 5000000
   dataset-packer export packs/d6 --format parquet --output d6.parquet --run-columns   # + depth, max_score, … per row
   dataset-packer export packs/d6 --format jsonl --output run42.jsonl --runs 42
@@ -55,9 +55,10 @@ pub struct ExportArgs {
     /// Where to write (a file or a folder, see --format).
     #[arg(long, value_name = "PATH")]
     pub output: PathBuf,
-    /// Output format.
+    /// Output format [default: from the output's name: .parquet, .jsonl or .jsonl.gz; a
+    /// folder needs it].
     #[arg(long, value_enum)]
-    pub format: Format,
+    pub format: Option<Format>,
     /// Run ids to export: a list with inclusive ranges, e.g. 0,5,9-12.
     #[arg(long, value_name = "IDS", value_parser = parse_runs)]
     pub runs: Option<RunList>,
@@ -102,11 +103,32 @@ fn parse_runs(text: &str) -> Result<RunList, String> {
     })
 }
 
+impl ExportArgs {
+    /// `--format`, or the format the output's name says (`x.parquet`, `x.jsonl[.gz]`).
+    pub fn format(&self) -> Result<Format, UsageError> {
+        if let Some(format) = self.format {
+            return Ok(format);
+        }
+        if parquet::is_single_file(&self.output) {
+            Ok(Format::Parquet)
+        } else if jsonl::single_file_kind(&self.output).is_some() {
+            Ok(Format::Jsonl)
+        } else {
+            Err(UsageError(format!(
+                "give --format jsonl, parquet or pack: the output {} does not say it (a file \
+                 named .parquet, .jsonl or .jsonl.gz does)",
+                self.output.display()
+            )))
+        }
+    }
+}
+
 pub fn run(args: &ExportArgs) -> Result<()> {
     let started = Instant::now();
-    check_usage(args)?;
+    let format = args.format()?;
+    check_usage(args, format)?;
     let source = SourcePack::open(&args.pack, &args.version.version)?;
-    if args.format == Format::Jsonl && source.shuffled {
+    if format == Format::Jsonl && source.shuffled {
         let from = source.session_value("source_pack")?;
         return Err(UsageError(format!(
             "{} is shuffled: its runs' rows are scattered, not in step order, so they cannot be written as raw logs; export them from the unshuffled pack{}",
@@ -123,7 +145,7 @@ pub fn run(args: &ExportArgs) -> Result<()> {
         .iter()
         .filter(|f| search.is_none_or(|s| s.name != f.name))
         .collect();
-    if args.format == Format::Jsonl && !others.is_empty() {
+    if format == Format::Jsonl && !others.is_empty() {
         let names: Vec<&str> = others.iter().map(|f| f.name.as_str()).collect();
         return Err(UsageError(format!(
             "{} has companion arrays ({}) and the JSONL format has no place for them; pass {} to export the rows without them",
@@ -146,7 +168,7 @@ pub fn run(args: &ExportArgs) -> Result<()> {
         args.runs.as_ref().map(|r| r.text.as_str()),
         &args.where_args,
     );
-    select::require_some(&selection, &selection_text)?;
+    select::require_some(&source, &selection, &selection_text)?;
     refuse_replacing_source(&args.pack, &args.output)?;
     let workers = args
         .workers
@@ -155,7 +177,7 @@ pub fn run(args: &ExportArgs) -> Result<()> {
 
     // A line after the summary (the upgrade of a legacy source).
     let mut note = String::new();
-    let (runs, rows, what) = match args.format {
+    let (runs, rows, what) = match format {
         Format::Jsonl => {
             let w = if jsonl::single_file_kind(&args.output).is_some() {
                 jsonl::write_file(
@@ -239,18 +261,18 @@ fn files(n: usize, output: &Path) -> String {
 }
 
 /// Option combinations that make no sense (exit 2).
-fn check_usage(args: &ExportArgs) -> Result<()> {
-    if args.run_columns && args.format != Format::Parquet {
+fn check_usage(args: &ExportArgs, format: Format) -> Result<()> {
+    if args.run_columns && format != Format::Parquet {
         return Err(UsageError("--run-columns applies to --format parquet".into()).into());
     }
-    let folder_parquet = args.format == Format::Parquet && !parquet::is_single_file(&args.output);
-    if args.shard_rows.is_some() && args.format != Format::Pack && !folder_parquet {
+    let folder_parquet = format == Format::Parquet && !parquet::is_single_file(&args.output);
+    if args.shard_rows.is_some() && format != Format::Pack && !folder_parquet {
         return Err(UsageError(
             "--shard-rows applies to --format pack and to --format parquet into a folder".into(),
         )
         .into());
     }
-    if args.format == Format::Pack
+    if format == Format::Pack
         && (parquet::is_single_file(&args.output)
             || jsonl::single_file_kind(&args.output).is_some())
     {

@@ -15,6 +15,47 @@ use crate::packer::create::{self, Partition};
 use crate::packer::{Job, PackOptions, Summary};
 use crate::progress::{count, thousands};
 
+/// The hint for plain paths given to `pack` (`pack raw/ packs/d6`): the command with
+/// `--input` and `--output` in their place when there are two, else where the folders go.
+///
+/// ```
+/// use dataset_packer::cmd::pack::positional_hint;
+/// let args: Vec<String> = ["real", "packs/pos", "--workers", "2"].map(String::from).into();
+/// assert!(positional_hint(&args).contains("dataset-packer pack --input real --output packs/pos --workers 2"));
+/// ```
+pub fn positional_hint(args: &[String]) -> String {
+    // Options of `pack` that take a value: the word after them is not a stray path.
+    const VALUED: [&str; 6] = [
+        "--input",
+        "--output",
+        "--shard-rows",
+        "--workers",
+        "--partition",
+        "--drop-companion",
+    ];
+    let stray: Vec<usize> = (0..args.len())
+        .filter(|&i| {
+            !args[i].starts_with('-') && (i == 0 || !VALUED.contains(&args[i - 1].as_str()))
+        })
+        .collect();
+    let general = "pack takes its folders as options: --input RAW_DIR --output PACK_DIR";
+    if let [raw, out] = stray[..] {
+        let mut line = format!(
+            "dataset-packer pack --input {} --output {}",
+            args[raw], args[out]
+        );
+        for (i, a) in args.iter().enumerate() {
+            if i != raw && i != out {
+                line.push(' ');
+                line.push_str(a);
+            }
+        }
+        format!("{general}, e.g.\n  {line}")
+    } else {
+        general.to_string()
+    }
+}
+
 #[derive(Args, Debug)]
 #[command(after_help = "Examples:
   dataset-packer pack --input raw/ --output packs/d6

@@ -11,7 +11,8 @@ use clap::Args;
 
 use crate::cli::{VersionArg, WhereArgs};
 use crate::export::output::StagedFile;
-use crate::pack::stats::gather;
+use crate::pack::stats::{gather_with_steps, longest_run};
+use crate::progress::thousands;
 use crate::report::{PackFigures, page};
 
 #[derive(Args, Debug)]
@@ -59,13 +60,22 @@ pub fn run(args: &ReportArgs) -> Result<()> {
         .workers
         .map_or_else(crate::default_workers, |w| w as usize);
     let names = legend_names(&args.packs);
+    let filter = args.where_args.filter();
+    // One step width for every pack, so that their by-step charts share buckets.
+    let mut longest = 0;
+    for dir in &args.packs {
+        let steps = longest_run(dir, &args.version.version, filter.as_ref())
+            .with_context(|| format!("reading {}", dir.display()))?;
+        longest = longest.max(steps);
+    }
     let mut packs = Vec::new();
     for (colour, (dir, name)) in args.packs.iter().zip(names).enumerate() {
-        let stats = gather(
+        let stats = gather_with_steps(
             dir,
             &args.version.version,
             workers,
-            args.where_args.filter().as_ref(),
+            filter.as_ref(),
+            Some(longest),
         )
         .with_context(|| format!("reading {}", dir.display()))?;
         packs.push(PackFigures {
@@ -87,11 +97,12 @@ pub fn run(args: &ReportArgs) -> Result<()> {
     if !args.quiet {
         let rows: u64 = packs.iter().map(|p| p.stats.rows).sum();
         println!(
-            "wrote {} ({} pack{}, {rows} rows, {} bytes)",
+            "wrote {} ({} pack{}, {} rows, {} bytes)",
             args.output.display(),
             packs.len(),
             if packs.len() == 1 { "" } else { "s" },
-            html.len()
+            thousands(rows),
+            thousands(html.len() as u64)
         );
     }
     Ok(())

@@ -152,8 +152,9 @@ fn print_summary(args: &ShuffleArgs, summary: &Summary, elapsed: f64) {
         summary.buckets
     );
     println!(
-        "  largest share of one run in a shard: {:.3}% (goal ≤ 2%)",
-        max_share * 100.0
+        "  largest share of one run in a shard: {:.3}% ({})",
+        max_share * 100.0,
+        q.verdict()
     );
     println!(
         "  rows from one run per {WINDOW}-row window: mean of the max {:.2}, max {} ({} windows)",

@@ -360,6 +360,12 @@ fn print_depths(s: &Stats) {
             d.max_tile
         );
     }
+    if s.depths.iter().any(|d| d.depth.is_none()) {
+        println!(
+            "  ? = no depth recorded (run_details.depth is NULL): a pack converted from the \
+             reference packer's has none; docs/migration.md (\"depth\") says how to set it"
+        );
+    }
 }
 
 /// Search effort per depth from the `search` family, or how many rows' statistics were not
@@ -578,5 +584,23 @@ fn print_findings(s: &Stats) {
                 println!("  {kind:<width$}  {:>13}", number(*n as f64));
             }
         }
+    }
+    print_skipped(s);
+}
+
+/// The runs `pack --skip-invalid` left out of the pack, which no other figure counts.
+fn print_skipped(s: &Stats) {
+    let Some(n) = s.skipped_runs.filter(|&n| n > 0) else {
+        return;
+    };
+    println!(
+        "\nRuns left out at pack time (--skip-invalid; metadata.db table skipped_runs): {}",
+        thousands(n)
+    );
+    for (path, reason) in &s.skipped_examples {
+        println!("  {path}: {reason}");
+    }
+    if n > s.skipped_examples.len() as u64 {
+        println!("  … `dataset-packer validate` lists them, `stats --json` counts them");
     }
 }

@@ -122,6 +122,7 @@ fn print_human(r: &Report, elapsed: f64) {
             }
         }
     }
+    print_skipped(&r.skipped_runs);
     let failed = r.checks.iter().filter(|c| c.failures > 0).count();
     let gbps = r.bytes as f64 / 1e9 / elapsed.max(1e-9);
     if failed == 0 {
@@ -137,6 +138,20 @@ fn print_human(r: &Report, elapsed: f64) {
             "INVALID: {failed} of {} failed",
             count(r.checks.len() as u64, "check", "checks")
         );
+    }
+}
+
+/// The runs `pack --skip-invalid` left out: not failures of the pack, but games it lacks.
+fn print_skipped(skipped: &[(String, String)]) {
+    if skipped.is_empty() {
+        return;
+    }
+    println!(
+        "  skipped at pack time (--skip-invalid; metadata.db table skipped_runs; not failures): {}",
+        count(skipped.len() as u64, "run", "runs")
+    );
+    for (path, reason) in skipped.iter().take(3) {
+        println!("      e.g. {path}: {reason}");
     }
 }
 
@@ -161,6 +176,7 @@ fn print_json(r: &Report, elapsed: f64, version: Option<&(String, u64, u64)>) {
             "note": c.note,
         })).collect::<Vec<_>>(),
         "findings": r.findings.iter().map(|(k, t)| (k.to_string(), json!({"count": t.count, "examples": t.examples}))).collect::<serde_json::Map<_, _>>(),
+        "skipped_runs": r.skipped_runs.iter().map(|(path, reason)| json!({"source_path": path, "reason": reason})).collect::<Vec<_>>(),
     });
     println!("{doc}");
 }

@@ -8,7 +8,7 @@ use anyhow::{Result, bail};
 
 use super::{Selection, SourcePack};
 use crate::cli::WhereArgs;
-use crate::format::metadata::RunRow;
+use crate::format::metadata::{RunRow, no_depth_note};
 
 /// Parses `0,5,9-12` into the inclusive id ranges it names.
 pub fn parse_run_list(text: &str) -> Result<Vec<RangeInclusive<u32>>, String> {
@@ -117,9 +117,13 @@ fn id_span(source: &SourcePack) -> String {
 
 /// `runs` and `--where` that select nothing are an error: an empty export is almost surely a
 /// mistake in the expression.
-pub fn require_some(selection: &Selection, what: &str) -> Result<()> {
+pub fn require_some(source: &SourcePack, selection: &Selection, what: &str) -> Result<()> {
     if selection.is_empty() {
-        bail!("{what} selects no runs; nothing was written");
+        let depths = source.details.values().map(|d| d.depth);
+        match no_depth_note(what, depths) {
+            Some(note) => bail!("{what} selects no runs: {note}; nothing was written"),
+            None => bail!("{what} selects no runs; nothing was written"),
+        }
     }
     Ok(())
 }

@@ -896,6 +896,34 @@ pub fn read_runs(conn: &Connection) -> Result<Vec<RunRow>> {
     Ok(rows)
 }
 
+/// Why SQL that names `depth` selected no runs, when the reason is that no run records a depth
+/// (`run_details.depth` NULL for all of them, as in a pack converted from the reference
+/// packer's, which recorded none): a sentence to add to "selects no runs", else None.
+///
+/// ```
+/// use dataset_packer::format::metadata::no_depth_note;
+/// assert!(no_depth_note("depth = 6", [None, None]).is_some());
+/// assert!(no_depth_note("depth = 6", [Some(7)]).is_none());
+/// assert!(no_depth_note("max_score > 10", [None]).is_none());
+/// ```
+pub fn no_depth_note(sql: &str, depths: impl IntoIterator<Item = Option<i64>>) -> Option<String> {
+    let lower = sql.to_ascii_lowercase();
+    let word = |c: char| c.is_ascii_alphanumeric() || c == '_';
+    let names_depth = lower.match_indices("depth").any(|(at, _)| {
+        !lower[..at].ends_with(word) && !lower[at + "depth".len()..].starts_with(word)
+    });
+    if !names_depth || depths.into_iter().any(|d| d.is_some()) {
+        return None;
+    }
+    Some(
+        "the pack records no depth (run_details.depth is NULL for every run, as in a pack \
+         converted from the reference packer's): re-pack the raw logs, or set it, e.g. \
+         `sqlite3 PACK/metadata.db \"UPDATE run_details SET depth = 6\"` for a pack of one \
+         depth (docs/migration.md, \"depth\")"
+            .to_string(),
+    )
+}
+
 /// `run_details` by run id (empty when the pack has no such table).
 pub fn read_run_details(conn: &Connection) -> Result<std::collections::HashMap<i64, RunDetails>> {
     let mut out = std::collections::HashMap::new();

@@ -234,7 +234,10 @@ pub fn list_shards(dir: &Path) -> Result<ShardListing> {
     }
     for (want, (got, name)) in numbered.iter().enumerate() {
         if *got as usize != want {
-            out.problems.push(format!("shard indices are not contiguous from 00000: {name} where steps-{want:05}.npy was expected"));
+            out.problems.push(format!(
+                "missing steps-{want:05}.npy: shard indices are not contiguous from 00000 \
+                 ({name} comes after it)"
+            ));
             break;
         }
     }

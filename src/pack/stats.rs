@@ -26,6 +26,8 @@ use crate::pack::versions::{self, VersionSpec};
 pub const CHUNK_ROWS: u64 = 128 * 1024;
 /// Step buckets of the by-step figures; the last one also holds every later step.
 pub const STEP_BUCKETS: usize = 40;
+/// Skipped runs listed by name (the count covers them all).
+pub const SKIPPED_EXAMPLES: usize = 3;
 /// Bins (at most, plus one) of the run-length and EV histograms.
 pub const HISTOGRAM_BINS: usize = 40;
 /// The tiles the highest-tile table always lists (more when runs end lower or higher).
@@ -685,6 +687,8 @@ pub struct Stats {
     pub findings: Option<Vec<(String, i64)>>,
     /// Rows of `skipped_runs` (invalid input left out at pack time); None without that table.
     pub skipped_runs: Option<u64>,
+    /// The first few of those runs: source path and reason.
+    pub skipped_examples: Vec<(String, String)>,
     /// The pack's `session` facts, as recorded.
     pub session: Vec<(String, String)>,
     /// Search effort per depth, when the pack has a `search` companion family.
@@ -707,6 +711,34 @@ pub fn gather(
     workers: usize,
     filter: Option<&RunFilter>,
 ) -> Result<Stats> {
+    gather_with_steps(dir, version, workers, filter, None)
+}
+
+/// The steps of the longest run of version `version` (of those `filter` selects): what sets
+/// the width of the step buckets.
+pub fn longest_run(dir: &Path, version: &VersionSpec, filter: Option<&RunFilter>) -> Result<u64> {
+    let conn = shards::open_metadata(dir)?;
+    versions::View::resolve(&conn, dir, version)?.restrict(&conn)?;
+    let mut runs = metadata::read_runs(&conn)?;
+    if let Some(ids) = filter.map(|f| f.run_ids(&conn)).transpose()? {
+        runs.retain(|r| ids.binary_search(&r.id).is_ok());
+    }
+    Ok(runs
+        .iter()
+        .map(|r| r.steps.max(0) as u64)
+        .max()
+        .unwrap_or(0))
+}
+
+/// [`gather`] with step buckets sized for runs of `longest` steps instead of the pack's own
+/// longest run, so that packs compared side by side share their buckets.
+pub fn gather_with_steps(
+    dir: &Path,
+    version: &VersionSpec,
+    workers: usize,
+    filter: Option<&RunFilter>,
+    longest: Option<u64>,
+) -> Result<Stats> {
     let started = Instant::now();
     let opened = versions::open(dir, version, true)?;
     let all: Vec<usize> = (0..opened.shards.len()).collect();
@@ -725,26 +757,29 @@ pub fn gather(
         None
     };
     let session = metadata::read_session(&conn)?;
+    let skipped = metadata::read_skipped(&conn)?;
     let only = match filter.map(|f| f.run_ids(&conn)).transpose()? {
         None => None,
         Some(ids) => {
             if ids.is_empty() {
-                bail!(
-                    "{} selects no runs of {}",
-                    filter.map(RunFilter::describe).unwrap_or_default(),
-                    dir.display()
-                );
+                let what = filter.map(RunFilter::describe).unwrap_or_default();
+                let depths = details.values().map(|d| d.depth);
+                match metadata::no_depth_note(&what, depths) {
+                    Some(note) => bail!("{what} selects no runs of {}: {note}", dir.display()),
+                    None => bail!("{what} selects no runs of {}", dir.display()),
+                }
             }
             runs.retain(|r| ids.binary_search(&r.id).is_ok());
             let ids: Vec<u32> = runs.iter().map(|r| r.id as u32).collect();
             Some(RunSlots::new(&ids))
         }
     };
-    let longest = runs
+    let own = runs
         .iter()
         .map(|r| r.steps.max(0) as u64)
         .max()
         .unwrap_or(0);
+    let longest = longest.unwrap_or(own).max(own);
     let step_width = nice_width(longest, STEP_BUCKETS);
     let counts = count_rows(&shards, workers, only.as_ref(), step_width)?;
     // The companion family `search`: the statistics `pack --search-stats` keeps (nodes
@@ -801,10 +836,11 @@ pub fn gather(
         moves: counts.moves,
         findings,
         skipped_runs: if metadata::has_table(&conn, "skipped_runs")? {
-            Some(metadata::read_skipped(&conn)?.len() as u64)
+            Some(skipped.len() as u64)
         } else {
             None
         },
+        skipped_examples: skipped.into_iter().take(SKIPPED_EXAMPLES).collect(),
         search_rows_not_kept: inherited_count(&session, "", search::ROWS_NOT_KEPT),
         session,
         search,

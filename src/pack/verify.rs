@@ -379,6 +379,9 @@ pub struct Report {
     pub checks: Vec<Check>,
     /// What the source logs did (reported, not failures), by kind.
     pub findings: Vec<(&'static str, Tally)>,
+    /// Runs `pack --skip-invalid` left out (source path, reason), as `skipped_runs` records
+    /// them: reported, not failures.
+    pub skipped_runs: Vec<(String, String)>,
     pub rows: u64,
     pub runs: usize,
     pub shards: usize,
@@ -460,6 +463,10 @@ pub fn check(dir: &Path, options: &Options) -> Result<Report> {
         Some(c) => metadata::session_value(c, "shuffled")?.as_deref() == Some("true"),
         None => false,
     };
+    let skipped_runs = match &conn {
+        Some(c) => metadata::read_skipped(c)?,
+        None => Vec::new(),
+    };
     let (bad_ids, ids) = check_run_ids(&runs);
     if bad_ids.failures > 0 {
         checks.push(bad_ids);
@@ -508,6 +515,7 @@ pub fn check(dir: &Path, options: &Options) -> Result<Report> {
             pack: dir.to_path_buf(),
             checks,
             findings: Vec::new(),
+            skipped_runs,
             rows: total_rows,
             runs: runs.len(),
             shards: shards.len(),
@@ -541,6 +549,7 @@ pub fn check(dir: &Path, options: &Options) -> Result<Report> {
         pack: dir.to_path_buf(),
         checks,
         findings: FINDINGS.iter().copied().zip(pass.finding_tallies).collect(),
+        skipped_runs,
         rows: total_rows,
         runs: runs.len(),
         shards: shards.len(),

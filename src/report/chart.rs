@@ -45,11 +45,41 @@ pub fn colour(i: usize) -> &'static str {
 /// Grouped bars: one group per category, one bar per series.
 pub fn bars(title: &str, axes: &Axes, categories: &[String], series: &[Series<f64>]) -> String {
     let top = max_of(series.iter().flat_map(|s| s.values.iter().copied()));
-    let ticks = nice_ticks(0.0, top);
+    bars_on(&nice_ticks(0.0, top), title, axes, categories, series)
+}
+
+/// [`bars`] of counts: the y axis has whole-number ticks only (a count of 0 or 1 is not drawn
+/// against 0.2, 0.4, …).
+pub fn count_bars(
+    title: &str,
+    axes: &Axes,
+    categories: &[String],
+    series: &[Series<f64>],
+) -> String {
+    let top = max_of(series.iter().flat_map(|s| s.values.iter().copied()));
+    bars_on(&count_ticks(top), title, axes, categories, series)
+}
+
+/// Whole-number ticks from 0 covering `top` (at least 0 and 1).
+pub fn count_ticks(top: f64) -> Vec<f64> {
+    let ticks = nice_ticks(0.0, top.max(1.0));
+    if ticks.len() > 1 && ticks[1] - ticks[0] >= 1.0 {
+        return ticks;
+    }
+    (0..=top.max(1.0).ceil() as i64).map(|k| k as f64).collect()
+}
+
+fn bars_on(
+    ticks: &[f64],
+    title: &str,
+    axes: &Axes,
+    categories: &[String],
+    series: &[Series<f64>],
+) -> String {
     let y_max = *ticks.last().unwrap_or(&1.0);
     let mut svg = open(title);
     let plot = Plot::new(0.0, 1.0, 0.0, y_max);
-    plot.y_grid(&mut svg, &ticks);
+    plot.y_grid(&mut svg, ticks);
     let slot = plot.width() / categories.len().max(1) as f64;
     let bar = (slot * 0.8) / series.len().max(1) as f64;
     for (ci, cat) in categories.iter().enumerate() {
@@ -256,11 +286,25 @@ fn close<'a>(
         escape(axes.x)
     );
     let mid = (TOP + y0) / 2.0;
+    // Turned along the plot's height, which a long label would overrun: then two lines.
+    let lines = label_lines(axes.y, y0 - TOP);
     let _ = write!(
         svg,
-        r#"<text x="16" y="{mid:.1}" text-anchor="middle" transform="rotate(-90 16 {mid:.1})" class="axis-label y-label">{}</text>"#,
-        escape(axes.y)
+        r#"<text x="16" y="{mid:.1}" text-anchor="middle" transform="rotate(-90 16 {mid:.1})" class="axis-label y-label">"#
     );
+    if let [one] = &lines[..] {
+        svg.push_str(&escape(one));
+    } else {
+        for (i, line) in lines.iter().enumerate() {
+            let _ = write!(
+                svg,
+                r#"<tspan x="16" dy="{}">{}</tspan>"#,
+                if i == 0 { "-0.3em" } else { "1.2em" },
+                escape(line)
+            );
+        }
+    }
+    svg.push_str("</text>");
     svg.push_str(r#"<g class="legend">"#);
     let mut x = LEFT;
     for (name, i) in names {
@@ -275,6 +319,28 @@ fn close<'a>(
     }
     svg.push_str("</g></svg>");
     svg
+}
+
+/// An axis label's width in user units, generously (13 px semi-bold: under 8 px a character).
+fn label_width(text: &str) -> f64 {
+    8.0 * text.chars().count() as f64
+}
+
+/// The label as one line when it fits in `room`, else as two lines split at the space nearest
+/// its middle.
+fn label_lines(text: &str, room: f64) -> Vec<String> {
+    if label_width(text) <= room {
+        return vec![text.to_string()];
+    }
+    let middle = text.len() / 2;
+    let split = text
+        .match_indices(' ')
+        .map(|(i, _)| i)
+        .min_by_key(|&i| i.abs_diff(middle));
+    match split {
+        Some(i) => vec![text[..i].to_string(), text[i + 1..].to_string()],
+        None => vec![text.to_string()],
+    }
 }
 
 /// A category's name under its slot, turned when there are many.
@@ -391,6 +457,21 @@ mod tests {
         assert_eq!(tick_label(-0.0001), "0");
         assert_eq!(tick_label(262144.0), "262k");
         assert_eq!(tick_label(12500.0), "12.5k");
+    }
+
+    #[test]
+    fn count_axes_tick_whole_numbers() {
+        assert_eq!(count_ticks(0.0), vec![0.0, 1.0]);
+        assert_eq!(count_ticks(3.0), vec![0.0, 1.0, 2.0, 3.0]);
+        assert_eq!(count_ticks(100.0)[1], 20.0);
+    }
+
+    #[test]
+    fn a_long_axis_label_takes_two_lines() {
+        assert_eq!(label_lines("count", 222.0), vec!["count"]);
+        let two = label_lines("nodes per move (median), or the companion's mean", 222.0);
+        assert_eq!(two.len(), 2);
+        assert!(two.iter().all(|l| label_width(l) <= 222.0), "{two:?}");
     }
 
     #[test]

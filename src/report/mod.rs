@@ -11,6 +11,7 @@ use std::fmt::Write;
 
 use crate::format::board::MOVE_NAMES;
 use crate::pack::stats::{LANDMARK_TILES, Stats};
+use crate::progress::thousands;
 use chart::{Axes, Series, escape};
 
 /// One pack on the page: its name in legends and tables, its colour in every chart (an index
@@ -125,7 +126,7 @@ impl Figure {
             escape(&self.title)
         );
         if !self.note.is_empty() {
-            let _ = write!(out, r#"<p class="note">{}</p>"#, escape(&self.note));
+            let _ = write!(out, r#"<p class="note">{}</p>"#, note_html(&self.note));
         }
         for c in &self.charts {
             out.push_str(c);
@@ -142,6 +143,20 @@ impl Figure {
         out.push_str("</details></section>\n");
         out
     }
+}
+
+/// A figure's note as HTML: escaped, with each `code` span (between backticks, as the notes
+/// are written) set as `<code>`.
+fn note_html(note: &str) -> String {
+    let mut out = String::new();
+    for (i, part) in note.split('`').enumerate() {
+        if i % 2 == 1 {
+            let _ = write!(out, "<code>{}</code>", escape(part));
+        } else {
+            out.push_str(&escape(part));
+        }
+    }
+    out
 }
 
 const STYLE: &str = "
@@ -209,8 +224,8 @@ fn overview(packs: &[PackFigures]) -> String {
             "<dt>{}</dt><dd><code>{}</code>: {} runs, {} rows{}, {} shard{}",
             escape(&p.name),
             escape(&s.pack.display().to_string()),
-            s.runs,
-            s.rows,
+            thousands(s.runs as u64),
+            thousands(s.rows),
             if s.shuffled { " (shuffled)" } else { "" },
             s.shard_names.len(),
             if s.shard_names.len() == 1 { "" } else { "s" }
@@ -403,6 +418,14 @@ fn valuation_mix(packs: &[PackFigures]) -> Figure {
             type_colours.push(t.name.clone());
         }
     }
+    // The same buckets on every pack's chart (the packs were gathered with one step width): the
+    // longest list of them, a shorter pack's missing buckets left empty.
+    let categories: Vec<String> = packs
+        .iter()
+        .map(|p| &p.stats.step_buckets)
+        .max_by_key(|b| b.len())
+        .map(|b| b.iter().map(step_label).collect())
+        .unwrap_or_default();
     for p in packs {
         let s = &p.stats;
         let used: Vec<usize> = (0..s.types.len())
@@ -436,7 +459,6 @@ fn valuation_mix(packs: &[PackFigures]) -> Figure {
                     .collect(),
             })
             .collect();
-        let categories: Vec<String> = s.step_buckets.iter().map(step_label).collect();
         let title = format!("Valuation type mix along the game: {}", p.name);
         charts.push(captioned(
             &title,
@@ -455,7 +477,8 @@ fn valuation_mix(packs: &[PackFigures]) -> Figure {
         id: "valuation-mix",
         title: "Valuation type mix along the game".into(),
         note: "For each bucket of steps (step_index), the share of rows of each valuation type; \
-               one chart per pack. The last bucket also holds every later step."
+               one chart per pack, all with the same buckets. The last bucket also holds every \
+               later step."
             .into(),
         charts,
         tables: vec![table],
@@ -695,7 +718,7 @@ fn search_effort(packs: &[PackFigures]) -> Figure {
             "Search effort per depth",
             &Axes {
                 x: "search depth (run_details.depth)",
-                y: "nodes per move (median), or the companion's mean",
+                y: "nodes searched per move",
             },
             &depths.iter().map(|d| depth_name(*d)).collect::<Vec<_>>(),
             &series,
@@ -778,11 +801,21 @@ fn findings(packs: &[PackFigures]) -> Figure {
             unrecorded.join(", ")
         );
     }
-    Figure {
-        id: "findings",
-        title: "Findings, duplicates and skipped runs".into(),
-        note,
-        charts: vec![chart::bars(
+    // Nothing to draw: say so, instead of an empty chart.
+    let nothing = counts.iter().flatten().all(|(_, n)| *n == 0);
+    let charts = if nothing {
+        let _ = write!(
+            note,
+            " Nothing to show: {} no findings, no duplicate runs and no skipped runs.",
+            if packs.len() == 1 {
+                "the pack has"
+            } else {
+                "the packs have"
+            }
+        );
+        Vec::new()
+    } else {
+        vec![chart::count_bars(
             "Findings, duplicates and skipped runs",
             &Axes {
                 x: "kind",
@@ -790,7 +823,13 @@ fn findings(packs: &[PackFigures]) -> Figure {
             },
             &kinds,
             &series,
-        )],
+        )]
+    };
+    Figure {
+        id: "findings",
+        title: "Findings, duplicates and skipped runs".into(),
+        note,
+        charts,
         tables: vec![table],
     }
 }

@@ -12,6 +12,9 @@ use crate::pack::shards::{self, RunSlots};
 
 /// Rows per dispersion window.
 pub const WINDOW: usize = 4096;
+/// The goal for [`Quality::shard_max_run_share`]: no shard with more than 2% of its rows from
+/// one run.
+pub const SHARD_SHARE_GOAL: f64 = 0.02;
 
 /// How evenly runs are spread over the output (the seed note's goal: no shard with more than
 /// 2% of its rows from one run).
@@ -23,19 +26,49 @@ pub struct Quality {
     pub window_mean_max_run_rows: f64,
     pub window_max_run_rows: u64,
     pub windows: u64,
+    /// The longest run's share of all rows: a uniform shuffle puts about this share of every
+    /// shard's rows there, so above [`SHARD_SHARE_GOAL`] the goal is out of reach for the pack.
+    pub largest_run_share: f64,
+}
+
+impl Quality {
+    /// How the largest shard share compares with [`SHARD_SHARE_GOAL`], in words: met, out of
+    /// reach for this pack (one run alone is more than the goal's share of all rows), or missed.
+    pub fn verdict(&self) -> String {
+        let max_share = self.shard_max_run_share.iter().copied().fold(0.0, f64::max);
+        let goal = SHARD_SHARE_GOAL * 100.0;
+        if max_share <= SHARD_SHARE_GOAL {
+            format!("goal ≤ {goal}%: met")
+        } else if self.largest_run_share > SHARD_SHARE_GOAL {
+            format!(
+                "goal ≤ {goal}% is out of reach for this pack: its longest run alone is {:.3}% \
+                 of all rows, and a uniform shuffle gives every shard about that share of it",
+                self.largest_run_share * 100.0
+            )
+        } else {
+            format!("goal ≤ {goal}%: missed; shards of more rows spread runs thinner")
+        }
+    }
 }
 
 /// Measures how runs are spread over the output shards, reading them back once.
 pub(super) fn measure_dispersion(staging: &Path, input: &rusqlite::Connection) -> Result<Quality> {
-    let ids: Vec<u32> = metadata::read_runs(input)?
-        .iter()
-        .map(|r| r.id as u32)
-        .collect();
+    let runs = metadata::read_runs(input)?;
+    let ids: Vec<u32> = runs.iter().map(|r| r.id as u32).collect();
+    let total: i64 = runs.iter().map(|r| r.steps.max(0)).sum();
+    let longest = runs.iter().map(|r| r.steps.max(0)).max().unwrap_or(0);
     let slots = RunSlots::new(&ids);
     let mut shard_counts = vec![0u32; ids.len()];
     let mut window_counts = vec![0u32; ids.len()];
     let mut touched: Vec<u32> = Vec::new();
-    let mut q = Quality::default();
+    let mut q = Quality {
+        largest_run_share: if total == 0 {
+            0.0
+        } else {
+            longest as f64 / total as f64
+        },
+        ..Quality::default()
+    };
     let mut window_sum = 0u64;
     let (mut window_fill, mut window_max) = (0usize, 0u32);
     for shard in shards::open_shards(staging, false)? {
@@ -88,4 +121,32 @@ pub(super) fn measure_dispersion(staging: &Path, input: &rusqlite::Connection) -
         window_sum as f64 / q.windows as f64
     };
     Ok(q)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn quality(shard: f64, run: f64) -> Quality {
+        Quality {
+            shard_max_run_share: vec![0.001, shard],
+            largest_run_share: run,
+            ..Quality::default()
+        }
+    }
+
+    #[test]
+    fn a_goal_one_run_exceeds_is_out_of_reach_not_missed() {
+        assert_eq!(quality(0.015, 0.01).verdict(), "goal ≤ 2%: met");
+        assert!(
+            quality(0.068, 0.067).verdict().contains(
+                "out of reach for this pack: its longest run alone is 6.700% of all rows"
+            )
+        );
+        assert!(
+            quality(0.03, 0.01)
+                .verdict()
+                .starts_with("goal ≤ 2%: missed")
+        );
+    }
 }
