@@ -51,7 +51,7 @@ pub mod rng;
 
 pub use pack::{
     Companion, CompanionValue, NewRun, NewStep, Pack, PackWriter, Param, Published, Run, Runs,
-    Step, Steps, WriterOptions,
+    SqlLimits, Step, Steps, WriterOptions,
 };
 
 /// Threads to use when the user does not say: all cores.
