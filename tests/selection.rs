@@ -44,7 +44,11 @@ fn exported_runs(file: &Path) -> Vec<u64> {
     let ids: std::collections::BTreeSet<u64> = std::fs::read_to_string(file)
         .unwrap()
         .lines()
-        .map(|l| serde_json::from_str::<Value>(l).unwrap()["run_id"].as_u64().unwrap())
+        .map(|l| {
+            serde_json::from_str::<Value>(l).unwrap()["run_id"]
+                .as_u64()
+                .unwrap()
+        })
         .collect();
     ids.into_iter().collect()
 }
