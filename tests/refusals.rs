@@ -9,10 +9,13 @@ use std::path::{Path, PathBuf};
 
 use common::*;
 
+/// Every entry below a folder (a subfolder's name ends in '/') with a file's bytes.
+type Entries = Vec<(String, Option<Vec<u8>>)>;
+
 /// Every entry below `dir` (folders too, hidden ones included) with a file's bytes; None
 /// when `dir` does not exist.
-fn snapshot(dir: &Path) -> Option<Vec<(String, Option<Vec<u8>>)>> {
-    fn visit(root: &Path, dir: &Path, out: &mut Vec<(String, Option<Vec<u8>>)>) {
+fn snapshot(dir: &Path) -> Option<Entries> {
+    fn visit(root: &Path, dir: &Path, out: &mut Entries) {
         let mut entries: Vec<PathBuf> = std::fs::read_dir(dir)
             .unwrap()
             .map(|e| e.unwrap().path())
@@ -35,7 +38,7 @@ fn snapshot(dir: &Path) -> Option<Vec<(String, Option<Vec<u8>>)>> {
     })
 }
 
-fn entry_names(snap: &Option<Vec<(String, Option<Vec<u8>>)>>) -> Vec<&str> {
+fn entry_names(snap: &Option<Entries>) -> Vec<&str> {
     snap.iter().flatten().map(|(n, _)| n.as_str()).collect()
 }
 
