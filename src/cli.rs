@@ -2,11 +2,13 @@
 //! 1M`), memory sizes (`--memory 512MiB`), run selection by SQL (`--where`, `--param`), and the
 //! command line itself as a pack's `session` records it.
 
+use std::time::Duration;
+
 use anyhow::Result;
 use clap::Args;
 use rusqlite::Connection;
 
-use crate::pack::query::{Param, RunFilter, shell_quote};
+use crate::pack::query::{Param, RunFilter, SqlLimits, shell_quote};
 
 /// `--version N|NAME`: which version of a pack a reading command reads.
 #[derive(Args, Debug, Clone, Default)]
@@ -22,14 +24,24 @@ pub struct VersionArg {
 pub struct WhereArgs {
     /// Select runs with SQL: a WHERE expression over the columns of runs and run_details
     /// ("depth = 7 AND max_score > 600000"), or a query that returns run ids ("SELECT id FROM
-    /// runs WHERE max_score BETWEEN ? AND ?").
-    #[arg(long = "where", value_name = "SQL")]
+    /// runs WHERE max_score BETWEEN ? AND ?"). It may start with a comment (-- … or /* … */).
+    #[arg(long = "where", value_name = "SQL", allow_hyphen_values = true)]
     pub sql: Option<String>,
     /// A value for a parameter of --where (repeatable): VALUE binds the next `?`, NAME=VALUE
     /// binds `:NAME`. Integers and reals are numbers, 'quoted' values always text, NULL is null.
     #[arg(long = "param", value_name = "[NAME=]VALUE", value_parser = Param::parse,
           requires = "sql", allow_hyphen_values = true)]
     pub params: Vec<Param>,
+    /// Stop the --where selection after this many seconds (a WITH RECURSIVE query that never
+    /// ends) and say so.
+    #[arg(long = "sql-timeout", value_name = "SECONDS", value_parser = parse_seconds,
+          default_value = "300")]
+    pub sql_timeout: Duration,
+    /// Stop the --where selection once SQLite needs this much more memory for it (512MiB,
+    /// 2GiB) and say so.
+    #[arg(long = "sql-memory", value_name = "SIZE", value_parser = parse_size,
+          default_value = "1GiB")]
+    pub sql_memory: u64,
 }
 
 impl WhereArgs {
@@ -43,6 +55,10 @@ impl WhereArgs {
         self.sql.as_ref().map(|sql| RunFilter {
             sql: sql.clone(),
             params: self.params.clone(),
+            limits: SqlLimits {
+                time: self.sql_timeout,
+                memory: self.sql_memory,
+            },
         })
     }
 
@@ -51,6 +67,16 @@ impl WhereArgs {
     pub fn describe(&self) -> Option<String> {
         self.filter().map(|f| f.describe())
     }
+}
+
+/// `300`, `2.5` → a duration in seconds (more than 0).
+pub fn parse_seconds(text: &str) -> Result<Duration, String> {
+    text.trim()
+        .parse::<f64>()
+        .ok()
+        .filter(|s| *s > 0.0)
+        .and_then(|s| Duration::try_from_secs_f64(s).ok())
+        .ok_or_else(|| format!("{text:?} is not a number of seconds like 300 or 2.5"))
 }
 
 /// `250000`, `250k`, `1M`, `1.5M`, `10M`, `2G` → rows (decimal units: k = 10^3, M = 10^6,

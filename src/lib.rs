@@ -51,7 +51,7 @@ pub mod rng;
 
 pub use pack::{
     Companion, CompanionValue, History, NewRun, NewStep, Pack, PackWriter, Param, Published, Run,
-    Runs, Step, Steps, Version, VersionSpec, WriterOptions, tag, untag,
+    Runs, SqlLimits, Step, Steps, Version, VersionSpec, WriterOptions, tag, untag,
 };
 
 /// Threads to use when the user does not say: all cores.

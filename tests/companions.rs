@@ -691,3 +691,147 @@ for name in ["utf", "lat", "wide"]:
     let stats = run_ok(&["stats", s(&p)]);
     assert!(stats.contains("utf") && stats.contains("lat"), "{stats}");
 }
+
+/// The companion files (of any family) in `dir`, sorted.
+fn all_companions(dir: &Path) -> Vec<String> {
+    names(dir)
+        .into_iter()
+        .filter(|n| n.ends_with(".npy") && !n.starts_with("steps"))
+        .collect()
+}
+
+/// What metadata.db records of its companions: (name, file_name), by name and shard.
+fn recorded(pack: &Path) -> Vec<(String, String)> {
+    db(pack)
+        .prepare("SELECT name, file_name FROM companions ORDER BY name, shard")
+        .unwrap()
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+        .unwrap()
+        .map(Result::unwrap)
+        .collect()
+}
+
+/// `--overwrite` replaces a pack together with the families its metadata.db records (the
+/// `search` family, an attached one): `pack --search-stats`, `shuffle` and `export --format
+/// pack` re-run over their own output succeed, and leave exactly the new pack's families
+/// (recorded, checked by validate); a file of a family the pack does not record stays
+/// protected, the refusal names it and nothing changes (issue 30, item 5).
+#[test]
+fn overwrite_replaces_the_packs_own_families_and_no_other() {
+    let t = tempfile::tempdir().unwrap();
+    let raw = fixture("raw");
+    let p = t.path().join("p");
+    let pack_into = |extra: &[&str]| {
+        let mut args = vec!["pack", "--input", s(&raw), "--output", s(&p), "--quiet"];
+        args.extend_from_slice(extra);
+        run_ok(&args);
+    };
+    pack_into(&["--search-stats", "--shard-rows", "300"]);
+    let whole = t.path().join("whole.npy");
+    python_ok(
+        "companion_tool.py",
+        &["make", s(&p), "ids", "ids", "--whole", s(&whole)],
+    );
+    run_ok(&[
+        "attach",
+        s(&p),
+        "--name",
+        "ids",
+        "--from",
+        s(&whole),
+        "--quiet",
+    ]);
+    assert_eq!(all_companions(&p).len(), 16);
+
+    // Re-run with other shards: the search family is rewritten, the attached one goes with
+    // the old pack (its rows were the old pack's).
+    pack_into(&["--search-stats", "--shard-rows", "500", "--overwrite"]);
+    let want: Vec<String> = (0..5).map(|i| format!("search-{i:05}.npy")).collect();
+    assert_eq!(all_companions(&p), want);
+    assert_eq!(
+        recorded(&p),
+        want.iter()
+            .map(|f| ("search".to_string(), f.clone()))
+            .collect::<Vec<_>>()
+    );
+    run_ok(&["validate", s(&p), "--deep"]);
+    // Without --search-stats the family is gone with the old pack.
+    pack_into(&["--overwrite"]);
+    assert!(all_companions(&p).is_empty(), "{:?}", names(&p));
+    assert!(recorded(&p).is_empty());
+    pack_into(&["--search-stats", "--overwrite"]);
+    assert_eq!(all_companions(&p), ["search.npy"]);
+    run_ok(&["validate", s(&p)]);
+
+    // shuffle and export --format pack over their own output, twice each.
+    let shuffled = t.path().join("shuffled");
+    let exported = t.path().join("exported");
+    for seed in ["1", "2"] {
+        run_ok(&[
+            "shuffle",
+            s(&p),
+            "--output",
+            s(&shuffled),
+            "--seed",
+            seed,
+            "--shard-rows",
+            "1000",
+            "--overwrite",
+            "--quiet",
+        ]);
+        assert_eq!(
+            all_companions(&shuffled),
+            ["search-00000.npy", "search-00001.npy", "search-00002.npy"]
+        );
+        run_ok(&["validate", s(&shuffled)]);
+    }
+    for (sql, files) in [("1", 5), ("depth = 7", 3)] {
+        run_ok(&[
+            "export",
+            s(&p),
+            "--format",
+            "pack",
+            "--output",
+            s(&exported),
+            "--shard-rows",
+            "500",
+            "--where",
+            sql,
+            "--overwrite",
+            "--quiet",
+        ]);
+        let want: Vec<String> = (0..files).map(|i| format!("search-{i:05}.npy")).collect();
+        assert_eq!(all_companions(&exported), want, "--where {sql}");
+        run_ok(&["validate", s(&exported)]);
+    }
+
+    // A companion file the pack does not record is another tool's: refused, named, kept.
+    std::fs::copy(p.join("search.npy"), p.join("search-00009.npy")).unwrap();
+    std::fs::copy(p.join("search.npy"), p.join("theirs.npy")).unwrap();
+    let before = files(&p, |_| true);
+    let (code, text) = fail(&[
+        "pack",
+        "--input",
+        s(&raw),
+        "--output",
+        s(&p),
+        "--search-stats",
+        "--overwrite",
+    ]);
+    assert!(
+        code == 1
+            && text.contains("search-00009.npy, theirs.npy")
+            && text.contains("does not record")
+            && !text.contains("search.npy,"),
+        "{text}"
+    );
+    assert_eq!(files(&p, |_| true), before);
+    // Without --overwrite the message lists the pack's own family with its files.
+    std::fs::remove_file(p.join("search-00009.npy")).unwrap();
+    std::fs::remove_file(p.join("theirs.npy")).unwrap();
+    let (code, text) = fail(&["pack", "--input", s(&raw), "--output", s(&p)]);
+    assert!(
+        code == 1 && text.contains("already holds a pack") && text.contains("search.npy"),
+        "{text}"
+    );
+}

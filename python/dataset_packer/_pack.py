@@ -430,7 +430,9 @@ class Pack:
 
     # ------------------------------------------------------------------ selection
 
-    def select(self, where: str | None = None, *, runs=None, params=None) -> "Selection":
+    def select(self, where: str | None = None, *, runs=None, params=None,
+               sql_timeout: float | None = None, sql_memory: int | None = None
+               ) -> "Selection":
         """The runs that the SQL `where` selects and/or those listed in `runs`; both given:
         runs in both. Nothing matched: EmptySelectionError.
 
@@ -440,6 +442,11 @@ class Pack:
         `dataset-packer export --where` takes them. A query must return one column of run ids
         of this pack; anything else raises SelectionError. `params` are bound as sqlite3
         binds them: a sequence for `?`, a mapping for `:name`, matching the SQL exactly.
+
+        The SQL runs for at most `sql_timeout` seconds (default 300) and with at most
+        `sql_memory` bytes of SQLite memory (default 1 GiB), as `--sql-timeout` and
+        `--sql-memory` limit the commands; past either, SelectionError says which. Ctrl-C
+        stops it with KeyboardInterrupt.
 
         >>> train = pack.select("SELECT id FROM runs WHERE max_score BETWEEN ? AND ?",
         ...                     params=[50_000, 500_000])
@@ -455,7 +462,9 @@ class Pack:
                                f"({self.num_runs} runs)")
             chosen = wanted
         if where is not None:
-            chosen = np.intersect1d(chosen, run_ids(self.db(), where, params))
+            chosen = np.intersect1d(chosen, run_ids(self.db(), where, params,
+                                                    sql_timeout=sql_timeout,
+                                                    sql_memory=sql_memory))
         elif params is not None:
             raise ValueError("params= binds the parameters of `where`, and there is no `where`")
         if chosen.size == 0:

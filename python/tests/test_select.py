@@ -204,3 +204,135 @@ def test_split_arguments(packs, tmp_path):
     db.close()
     with pytest.raises(PackError, match="records no run fingerprints"):
         Pack(dest).split(0.1)
+
+
+# ---------------------------------------------------------------- issue 30: SQL that escapes
+
+@pytest.mark.parametrize("sql", [
+    "0) UNION SELECT 1000000 WHERE (1",
+    "0) UNION SELECT id FROM runs WHERE (1",
+    "1) LIMIT 1 --",
+    # Inside a `$name(…)` parameter SQLite takes the quote and the comment as part of the
+    # name, so the ')' after them is a real one.
+    "$a(')\n) UNION SELECT 7 WHERE (1 = '1'",
+    "$a(--)\n) UNION SELECT 7 WHERE ((1",
+])
+def test_an_expression_cannot_become_a_compound_query(packs, sql):
+    with Pack(packs["plain"]) as pack:
+        with pytest.raises(SelectionError, match="parentheses must pair up"):
+            pack.select(sql)
+
+
+def test_every_id_a_selection_returns_is_a_run_id(packs):
+    with Pack(packs["plain"]) as pack:
+        with pytest.raises(SelectionError, match="1 value that is not a run id of the pack: "
+                                                 "1000000"):
+            pack.select("SELECT id FROM runs UNION SELECT 1000000")
+        with pytest.raises(SelectionError, match="more than 1000 values that are not a run id"):
+            pack.select("WITH RECURSIVE t(x) AS (SELECT 1000 UNION ALL SELECT x + 1 FROM t) "
+                        "SELECT x FROM t")
+        with pytest.raises(SelectionError, match="NUL character"):
+            pack.select("1\0) UNION SELECT 9 --")
+
+
+def test_comments_may_start_a_selection(packs):
+    with Pack(packs["plain"]) as pack:
+        want = pack.select("depth = 7").run_ids.tolist()
+        assert pack.select("-- the deep ones\ndepth = 7").run_ids.tolist() == want
+        assert pack.select("/* the deep ones */ depth = 7").run_ids.tolist() == want
+        with pytest.raises(SelectionError, match="the expression is empty"):
+            pack.select("-- nothing else")
+
+
+ENDLESS = "WITH RECURSIVE t(x) AS (SELECT 0 UNION ALL SELECT x FROM t) SELECT x FROM t"
+GROWING = ("WITH RECURSIVE t(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM t) "
+           "SELECT length(group_concat(hex(randomblob(1000)))) % 1 FROM t")
+
+
+def test_a_selection_that_never_ends_is_stopped_with_a_message(packs):
+    with Pack(packs["plain"]) as pack:
+        with pytest.raises(SelectionError, match=r"stopped after 0\.3 s, its time limit"):
+            pack.select(ENDLESS, sql_timeout=0.3)
+        with pytest.raises(SelectionError, match="its time limit"):
+            pack.select(f"id IN ({ENDLESS})", sql_timeout=0.3)
+        # The connection is as good as before: the handler is gone.
+        assert pack.select("depth = 7").run_ids.size > 0
+
+
+def test_a_selection_that_grows_without_end_is_stopped_with_a_message(packs):
+    with Pack(packs["plain"]) as pack:
+        with pytest.raises(SelectionError, match=r"more than 32\.0 MiB of memory, its limit"):
+            pack.select(GROWING, sql_memory=32 << 20, sql_timeout=30)
+
+
+def test_limits_must_be_sensible(packs):
+    with Pack(packs["plain"]) as pack:
+        for bad in (0, -1, float("nan"), "5"):
+            with pytest.raises(SelectionError, match="sql_timeout"):
+                pack.select("depth = 7", sql_timeout=bad)
+        with pytest.raises(SelectionError, match="sql_memory"):
+            pack.select("depth = 7", sql_memory=0)
+
+
+def test_ctrl_c_stops_a_selection_promptly(packs):
+    """SIGINT during a query that never ends raises KeyboardInterrupt (sqlite3 would turn an
+    exception inside the progress handler into 'interrupted')."""
+    import os
+    import signal
+    import threading
+    import time
+
+    with Pack(packs["plain"]) as pack:
+        timer = threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGINT))
+        timer.start()
+        began = time.monotonic()
+        try:
+            with pytest.raises(KeyboardInterrupt):
+                pack.select(ENDLESS, sql_timeout=20)
+        finally:
+            timer.cancel()
+        assert time.monotonic() - began < 10
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+        assert pack.select("depth = 7").run_ids.size > 0
+
+
+def test_parameter_names_are_read_as_sqlite_reads_them(packs):
+    with Pack(packs["plain"]) as pack:
+        want = pack.select("max_score > 3000").run_ids.tolist()
+        for sql, params in [("max_score > :é", {"é": 3000}),
+                            ("max_score > $a::b", {"a::b": 3000}),
+                            ("max_score > $lim(hi)", {"lim(hi)": 3000}),
+                            ("max_score > :1", {"1": 3000}),
+                            ("max_score > @m AND :m = :m", {"m": 3000}),
+                            ("max_score > ?2 AND ?1 = 1", [1, 3000])]:
+            assert pack.select(sql, params=params).run_ids.tolist() == want, sql
+        with pytest.raises(SelectionError, match=r"no parameter :a \(it has \$a::b\)"):
+            pack.select("max_score > $a::b", params={"a": 1, "b": 2})
+        with pytest.raises(SelectionError, match=r"\$a::b has no value"):
+            pack.select("max_score > $a::b", params={})
+
+
+@pytest.mark.parametrize("value,match", [
+    (1 << 63, "beyond SQLite's 64-bit integers"),
+    (-(1 << 63) - 1, "beyond SQLite's 64-bit integers"),
+    (float("nan"), "NaN"),
+    ("\ud800", "not valid UTF-8"),
+    ([1], "a list"),
+    (object(), "a object"),
+])
+def test_every_refused_value_is_a_selection_error(packs, value, match):
+    with Pack(packs["plain"]) as pack:
+        with pytest.raises(SelectionError, match=match):
+            pack.select("max_score > ?", params=[value])
+        with pytest.raises(SelectionError, match=match):
+            pack.select("max_score > :v", params={"v": value})
+
+
+def test_numpy_and_edge_values_bind_exactly(packs):
+    with Pack(packs["plain"]) as pack:
+        want = pack.select("max_score > 3000").run_ids.tolist()
+        assert pack.select("max_score > ?", params=[np.int64(3000)]).run_ids.tolist() == want
+        assert pack.select("max_score > ?", params=[np.float32(3000)]).run_ids.tolist() == want
+        everything = pack.select("1").run_ids.tolist()
+        assert pack.select("max_score < ?", params=[(1 << 63) - 1]).run_ids.tolist() == everything
+        assert pack.select("max_score > ?", params=[-(1 << 63)]).run_ids.tolist() == everything

@@ -71,8 +71,8 @@ pub struct ExportArgs {
     /// Threads [default: all cores].
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..=1024))]
     pub workers: Option<u64>,
-    /// Replace an existing output (an export's own files only; the old one stays until the
-    /// new one is complete).
+    /// Replace an existing output (an export's own files only, for a pack the companion
+    /// families its metadata.db records; the old one stays until the new one is complete).
     #[arg(long)]
     pub overwrite: bool,
     /// --format parquet: add the run's columns (`runs` and `run_details`: depth, max_score,

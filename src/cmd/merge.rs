@@ -60,7 +60,9 @@ pub struct MergeArgs {
     /// steps.npy].
     #[arg(long, value_name = "N", value_parser = crate::cli::parse_rows)]
     pub shard_rows: Option<u64>,
-    /// Replace a pack already in the output folder.
+    /// Replace a pack already in the output folder, with the companion families its
+    /// metadata.db records (search, attached ones); the old one stays until the new one
+    /// is complete. Companion files it does not record are refused.
     #[arg(long)]
     pub overwrite: bool,
     /// Delete the input packs' files once the output is published and re-validated.

@@ -108,7 +108,9 @@ pub struct PackArgs {
     /// 1 MiB; a plain .jsonl always is), + 96 bytes per row of a run.
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..=1024))]
     pub workers: Option<u64>,
-    /// Replace a pack already in the output folder (the old one stays until the new one is complete).
+    /// Replace a pack already in the output folder, with the companion families its
+    /// metadata.db records (search, attached ones); the old one stays until the new one
+    /// is complete. Companion files it does not record are refused.
     #[arg(long, conflicts_with = "update")]
     pub overwrite: bool,
     /// Add the new runs of the input to the pack already in the output folder.

@@ -51,7 +51,9 @@ pub struct ShuffleArgs {
     /// Threads for validating the input [default: all cores]; the result never depends on it.
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..=1024))]
     pub workers: Option<u64>,
-    /// Replace a pack already in the output folder.
+    /// Replace a pack already in the output folder, with the companion families its
+    /// metadata.db records (search, attached ones); the old one stays until the new one
+    /// is complete. Companion files it does not record are refused.
     #[arg(long)]
     pub overwrite: bool,
     /// Continue an interrupted shuffle (same options) from its last completed bucket.

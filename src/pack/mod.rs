@@ -501,7 +501,32 @@ impl Pack {
     /// # Ok(()) }
     /// ```
     pub fn select_with(&self, sql: &str, params: &[Param]) -> Result<Vec<u32>> {
-        let ids = crate::pack::query::run_ids(&self.conn(), sql, params, "select")?;
+        self.select_within(sql, params, &SqlLimits::default())
+    }
+
+    /// [`Pack::select_with`] under other limits than the default (`--sql-timeout`,
+    /// `--sql-memory`): a selection that runs longer, or needs more memory, is stopped with an
+    /// error that says which limit it passed.
+    ///
+    /// ```
+    /// # fn main() -> anyhow::Result<()> {
+    /// # let fixture = dataset_packer::pack::doc_support::fixture_pack()?;
+    /// use std::time::Duration;
+    /// use dataset_packer::{Pack, SqlLimits};
+    /// let pack = Pack::open(fixture.path())?;
+    /// let quick = SqlLimits { time: Duration::from_millis(200), ..SqlLimits::default() };
+    /// let endless = "WITH RECURSIVE t(x) AS (SELECT 0 UNION ALL SELECT x FROM t) SELECT x FROM t";
+    /// let e = pack.select_within(endless, &[], &quick).unwrap_err();
+    /// assert!(e.to_string().contains("its time limit"));
+    /// # Ok(()) }
+    /// ```
+    pub fn select_within(
+        &self,
+        sql: &str,
+        params: &[Param],
+        limits: &SqlLimits,
+    ) -> Result<Vec<u32>> {
+        let ids = crate::pack::query::run_ids(&self.conn(), sql, params, "select", limits)?;
         ids.into_iter()
             .map(|id| {
                 u32::try_from(id).with_context(|| {
@@ -622,3 +647,5 @@ impl Pack {
 
 /// A value for an SQL parameter of [`Pack::select_with`].
 pub use crate::pack::query::Param;
+/// The time and memory a selection may take ([`Pack::select_within`]).
+pub use crate::pack::query::SqlLimits;

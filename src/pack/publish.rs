@@ -115,6 +115,9 @@ pub struct OutputDir {
     created: bool,
     published: bool,
     keep_staging: bool,
+    /// Companion files of the pack being replaced that its `metadata.db` records as its own:
+    /// the publish removes those the new pack does not write again.
+    replaced_companions: Vec<String>,
     /// What an interrupt (Ctrl-C, SIGTERM) removes: the staging folder, then the output
     /// folder if this run created it and it is empty.
     _on_interrupt: Vec<interrupt::Registered>,
@@ -133,7 +136,9 @@ impl Drop for OutputDir {
 
 impl OutputDir {
     /// Creates/locks `dir`, finishes or cleans what a killed run left behind, and refuses an
-    /// existing pack unless `overwrite`.
+    /// existing pack unless `overwrite`. The companion families the existing pack records
+    /// (in its `companions` table, as `--search-stats` and `attach` do) are its own and are
+    /// replaced with it; companion files it does not record are another tool's, and refused.
     pub fn open(dir: &Path, overwrite: bool) -> Result<OutputDir> {
         OutputDir::open_with(dir, overwrite, false)
     }
@@ -141,27 +146,33 @@ impl OutputDir {
     /// Like [`OutputDir::open`]; with `resume`, an unfinished staging folder is kept for the
     /// caller to continue from instead of being deleted.
     pub fn open_with(dir: &Path, overwrite: bool, resume: bool) -> Result<OutputDir> {
-        let out = OutputDir::lock_and_recover(dir, resume)?;
-        let companions = crate::pack::files::companion_files(dir)?;
-        if !companions.is_empty() {
+        let mut out = OutputDir::lock_and_recover(dir, resume)?;
+        let recorded = recorded_companions(dir);
+        let (own, foreign): (Vec<String>, Vec<String>) = crate::pack::files::companion_files(dir)?
+            .into_iter()
+            .partition(|name| recorded.contains(name));
+        if !foreign.is_empty() {
             bail!(
-                "{} holds {} next to the pack: arrays aligned row by row with it (companions), which a new pack there would orphan; move {} away, or `dataset-packer detach` the family, first",
+                "{} holds {} next to the pack: arrays aligned row by row with it (companions) that its metadata.db does not record, which a new pack there would orphan; move {} away, or `dataset-packer detach` the family, first",
                 dir.display(),
-                list_names(&companions),
-                if companions.len() == 1 { "it" } else { "them" }
+                list_names(&foreign),
+                if foreign.len() == 1 { "it" } else { "them" }
             );
         }
         let existing = pack_files_in(dir)?;
         if !existing.is_empty() && !overwrite {
+            let mut files = existing;
+            files.extend(own);
             bail!(
                 "{} already holds a pack ({}); pass --overwrite to replace it",
                 dir.display(),
-                existing.join(", ")
+                list_names(&files)
             );
         }
         if !existing.is_empty() {
             interrupt::replacing();
         }
+        out.replaced_companions = own;
         Ok(out)
     }
 
@@ -189,6 +200,7 @@ impl OutputDir {
             created,
             published: false,
             keep_staging: false,
+            replaced_companions: Vec::new(),
             _on_interrupt: on_interrupt,
         };
         out.recover(resume)?;
@@ -326,6 +338,13 @@ impl OutputDir {
         names.retain(|n| n != metadata::FILE_NAME && !kept.contains(n));
         names.extend(kept.iter().cloned());
         names.push(metadata::FILE_NAME.to_string());
+        // The replaced pack's own companion files go with it, unless the new pack writes a
+        // file of the same name (which then replaces it).
+        let replaced = self
+            .replaced_companions
+            .iter()
+            .filter(|r| !names.contains(r) && !retired.contains(r));
+        let retired: Vec<&String> = retired.iter().chain(replaced).collect();
         names.extend(retired.iter().map(|r| format!("{RETIRED}{r}")));
         // From the manifest on, an interrupt waits for the publish to finish.
         let publishing = interrupt::publishing();
@@ -392,6 +411,19 @@ impl OutputDir {
         fs::remove_dir_all(staging).with_context(|| format!("removing {}", staging.display()))?;
         Ok(())
     }
+}
+
+/// The companion files the pack in `dir` records in its `metadata.db` (none when there is
+/// no readable one): the files this tool wrote or attached, and so may replace.
+fn recorded_companions(dir: &Path) -> Vec<String> {
+    let db = dir.join(metadata::FILE_NAME);
+    if !db.is_file() {
+        return Vec::new();
+    }
+    metadata::open_read_only(&db)
+        .and_then(|conn| metadata::read_companions(&conn))
+        .map(|records| records.into_iter().map(|r| r.file_name).collect())
+        .unwrap_or_default()
 }
 
 /// `a, b, c` or `a, b, … (N files)` for messages.

@@ -13,12 +13,24 @@
 //! trainer's `run_sql` once selected every run without a word. Anything else that is not an
 //! expression (`DELETE …`, `PRAGMA …`) is refused by name.
 //!
-//! A query must return one column of integers that are run ids of the pack; NULL, text, reals
-//! and unknown ids are errors, not silently dropped rows. Parameters (`?`, `?NNN`, `:name`,
-//! `@name`, `$name`) are bound from `--param` values and must match exactly: an unbound
-//! parameter would be NULL and silently select nothing.
+//! An expression stays one expression: its parentheses must pair up among themselves (read
+//! as SQLite's tokenizer reads them), so it cannot close the `WHERE (` around it and go on
+//! with `UNION SELECT …`. Whatever the text, every id a selection returns must be a run id of
+//! the pack; NULL, text, reals and unknown ids are errors, not silently dropped rows.
+//! Parameters (`?`, `?NNN`, `:name`, `@name`, `$name`, `#name`, names as SQLite reads them)
+//! are bound from `--param` values and must match exactly: an unbound parameter would be NULL
+//! and silently select nothing.
+//!
+//! A selection runs under [`SqlLimits`]: SQLite's progress handler stops it once it has run
+//! longer than its time limit or SQLite has allocated more than its memory limit since it
+//! began (`WITH RECURSIVE` makes endless and ever-growing queries easy to write by mistake),
+//! and the error says which limit and how to raise it.
 
+use std::collections::BTreeSet;
 use std::fmt;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU8, Ordering};
+use std::time::{Duration, Instant};
 
 use anyhow::{Result, anyhow, bail};
 use rusqlite::types::{ToSqlOutput, Value, ValueRef};
@@ -36,15 +48,19 @@ use crate::format::metadata;
 /// ```
 #[derive(Debug, Clone, PartialEq)]
 pub struct Param {
-    /// `min` for `:min`, `@min` or `$min`; None for a positional `?`.
+    /// `min` for `:min`, `@min`, `$min` or `#min` (the name as SQLite reads it, without its
+    /// first character); None for a positional `?`.
     pub name: Option<String>,
     pub value: Value,
 }
 
 impl Param {
-    /// Parses `--param` text: `NAME=VALUE` binds `:NAME` (also `@NAME`, `$NAME`), a bare
-    /// `VALUE` the next positional `?`. A value is an integer, a real, `NULL`, `'quoted text'`
-    /// (always text), or else the text as written.
+    /// Parses `--param` text: `NAME=VALUE` binds `:NAME` (also `@NAME`, `$NAME`, `#NAME`), a
+    /// bare `VALUE` the next positional `?`. NAME is a parameter name as SQLite reads one
+    /// (letters, digits, `_`, `$` and any non-ASCII character, `::` between parts, a `(…)`
+    /// suffix), optionally with its `:`, `@`, `$` or `#` (needed when it starts with a digit,
+    /// as `:1=5`). A value is an integer, a real, `NULL`, `'quoted text'` (always text), or else
+    /// the text as written.
     ///
     /// ```
     /// use dataset_packer::Param;
@@ -53,11 +69,12 @@ impl Param {
     /// let p = Param::parse("min=0.5").unwrap();
     /// assert_eq!((p.name.as_deref(), p.value), (Some("min"), Value::Real(0.5)));
     /// assert_eq!(Param::parse("'42'").unwrap().value, Value::Text("42".into()));
+    /// assert_eq!(Param::parse("a::b=1").unwrap().name.as_deref(), Some("a::b"));
     /// ```
     pub fn parse(text: &str) -> Result<Param, String> {
-        let (name, value) = match text.split_once('=') {
-            Some((name, value)) if is_identifier(name) => (Some(name.to_string()), value),
-            _ => (None, text),
+        let (name, value) = match split_name(text) {
+            Some((name, value)) => (Some(name.to_string()), value),
+            None => (None, text),
         };
         Ok(Param {
             name,
@@ -70,7 +87,13 @@ impl fmt::Display for Param {
     /// As it would be given on the command line.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         if let Some(name) = &self.name {
-            write!(f, "{name}=")?;
+            // A name starting with a digit needs its prefix to be read back as a name.
+            let prefix = if name.starts_with(|c: char| c.is_ascii_digit()) {
+                ":"
+            } else {
+                ""
+            };
+            write!(f, "{prefix}{name}=")?;
         }
         match &self.value {
             Value::Null => f.write_str("NULL"),
@@ -82,12 +105,57 @@ impl fmt::Display for Param {
     }
 }
 
-fn is_identifier(s: &str) -> bool {
-    let mut chars = s.chars();
-    chars
-        .next()
-        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
-        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
+/// `NAME=VALUE` split at the end of NAME, when the text starts with a parameter name as SQLite
+/// reads one (with or without its prefix; without one, not starting with a digit).
+fn split_name(text: &str) -> Option<(&str, &str)> {
+    let (body, prefixed) = match text.strip_prefix([':', '@', '$', '#']) {
+        Some(body) => (body, true),
+        None => (text, false),
+    };
+    if !prefixed && body.starts_with(|c: char| c.is_ascii_digit()) {
+        return None;
+    }
+    let (len, named) = variable_len(body.as_bytes());
+    let value = body[len..].strip_prefix('=')?;
+    named.then_some((&body[..len], value))
+}
+
+/// SQLite's identifier characters: ASCII letters and digits, `_`, `$`, and every byte of a
+/// non-ASCII character.
+fn is_id_byte(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || b == b'_' || b == b'$' || b >= 0x80
+}
+
+/// SQLite's whitespace (nothing beyond ASCII: a no-break space is an identifier character).
+fn is_space(b: u8) -> bool {
+    matches!(b, b' ' | b'\t' | b'\n' | b'\x0c' | b'\r')
+}
+
+/// The length of the name of a `:`/`@`/`$`/`#` parameter whose prefix came just before
+/// `rest`, as SQLite's tokenizer measures it (identifier characters, `::` between parts, and
+/// a `(…)` suffix up to `)` or whitespace), and whether it is a name at all (at least one
+/// identifier character, a `(…)` suffix closed).
+fn variable_len(rest: &[u8]) -> (usize, bool) {
+    let (mut i, mut n) = (0, 0);
+    while i < rest.len() {
+        match rest[i] {
+            b if is_id_byte(b) => {
+                n += 1;
+                i += 1;
+            }
+            b'(' if n > 0 => {
+                i += 1;
+                while i < rest.len() && !is_space(rest[i]) && rest[i] != b')' {
+                    i += 1;
+                }
+                let closed = i < rest.len() && rest[i] == b')';
+                return (i + usize::from(closed), closed);
+            }
+            b':' if rest.get(i + 1) == Some(&b':') => i += 2,
+            _ => break,
+        }
+    }
+    (i, n > 0)
 }
 
 fn parse_value(text: &str) -> Result<Value, String> {
@@ -163,47 +231,100 @@ fn form(sql: &str) -> Result<Form<'_>> {
     }
 }
 
-/// Splits SQL text into the pieces that matter here: each significant character with its byte
-/// offset, skipping whitespace, comments, and the insides of strings and quoted identifiers
-/// (a quoted span is reported once, as its opening character).
+/// Splits SQL text into its tokens as SQLite's tokenizer does, as far as it matters here: each
+/// token's first character with its byte offset, skipping whitespace and comments. A string,
+/// quoted identifier, word (keyword, name or number) or parameter (`:name`, `$a(…)`, `?7`) is
+/// one token, so parentheses inside them do not count as parentheses.
 fn significant(sql: &str) -> Vec<(usize, char)> {
+    let b = sql.as_bytes();
     let mut out = Vec::new();
-    let mut chars = sql.char_indices().peekable();
-    while let Some((at, c)) = chars.next() {
-        match c {
-            c if c.is_whitespace() => {}
-            '-' if chars.peek().map(|p| p.1) == Some('-') => {
-                for (_, c) in chars.by_ref() {
-                    if c == '\n' {
-                        break;
-                    }
-                }
+    let mut i = 0;
+    while i < b.len() {
+        let at = i;
+        match b[i] {
+            c if is_space(c) => i += 1,
+            b'-' if b.get(i + 1) == Some(&b'-') => {
+                i = b[i..]
+                    .iter()
+                    .position(|&c| c == b'\n')
+                    .map_or(b.len(), |p| i + p + 1);
             }
-            '/' if chars.peek().map(|p| p.1) == Some('*') => {
-                chars.next();
-                let mut star = false;
-                for (_, c) in chars.by_ref() {
-                    if star && c == '/' {
-                        break;
-                    }
-                    star = c == '*';
-                }
+            b'/' if b.get(i + 1) == Some(&b'*') => {
+                i = sql[i + 2..].find("*/").map_or(b.len(), |p| i + 2 + p + 2);
             }
-            '\'' | '"' | '`' | '[' => {
-                let close = if c == '[' { ']' } else { c };
-                out.push((at, c));
+            q @ (b'\'' | b'"' | b'`' | b'[') => {
+                let close = if q == b'[' { b']' } else { q };
                 // A doubled quote inside is an escaped quote: leaving and re-entering the
                 // quoted span at once gives the same result.
-                for (_, c) in chars.by_ref() {
-                    if c == close {
-                        break;
-                    }
-                }
+                i = b[i + 1..]
+                    .iter()
+                    .position(|&c| c == close)
+                    .map_or(b.len(), |p| i + 1 + p + 1);
+                out.push((at, q as char));
             }
-            c => out.push((at, c)),
+            b':' | b'@' | b'$' | b'#' => {
+                i += 1 + variable_len(&b[i + 1..]).0;
+                out.push((at, b[at] as char));
+            }
+            b'?' => {
+                i += 1 + b[i + 1..].iter().take_while(|c| c.is_ascii_digit()).count();
+                out.push((at, '?'));
+            }
+            c if is_id_byte(c) => {
+                i += b[i..].iter().take_while(|&&c| is_id_byte(c)).count();
+                out.push((at, sql[at..].chars().next().unwrap_or('?')));
+            }
+            _ => {
+                let c = sql[at..].chars().next().unwrap_or('?');
+                i += c.len_utf8();
+                out.push((at, c));
+            }
         }
     }
     out
+}
+
+/// An expression's text must stay inside the `WHERE (…)` it is put in: no NUL (SQLite would
+/// stop reading there), something besides comments, and parentheses that pair up among
+/// themselves, so it cannot close the WHERE clause and go on (`0) UNION SELECT 99 WHERE (1`).
+fn check_enclosed(sql: &str) -> Result<(), String> {
+    if let Some(at) = sql.find('\0') {
+        return Err(format!(
+            "the text holds a NUL character (at byte {at}), where SQLite would stop reading"
+        ));
+    }
+    if significant(sql).is_empty() {
+        return Err("the expression is empty (only whitespace or comments)".into());
+    }
+    unbalanced(sql).map_or(Ok(()), Err)
+}
+
+/// Parentheses that do not pair up in `sql` (read as SQLite reads it: not those inside
+/// strings, quoted names, comments or parameter names), said with a caret under the first.
+fn unbalanced(sql: &str) -> Option<String> {
+    let mut open = Vec::new();
+    for (at, c) in significant(sql) {
+        match c {
+            '(' => open.push(at),
+            ')' if open.pop().is_none() => return Some(caret(sql, at, "closes nothing")),
+            _ => {}
+        }
+    }
+    open.first().map(|&at| caret(sql, at, "is never closed"))
+}
+
+/// "the ')' at column N closes nothing", with the text and a caret under the parenthesis.
+fn caret(sql: &str, at: usize, what: &str) -> String {
+    let column = sql[..at].chars().count();
+    let c = sql[at..].chars().next().unwrap_or(' ');
+    let line_start = sql[..at].rfind('\n').map_or(0, |p| p + 1);
+    let line_end = sql[at..].find('\n').map_or(sql.len(), |p| at + p);
+    format!(
+        "the '{c}' at column {} {what}; parentheses must pair up within the text\n  {}\n  {}^",
+        column + 1,
+        &sql[line_start..line_end],
+        " ".repeat(sql[line_start..at].chars().count())
+    )
 }
 
 /// The text inside the parentheses when the whole of `sql` is one parenthesised group.
@@ -241,9 +362,41 @@ fn first_word(sql: &str) -> &str {
     &rest[..end]
 }
 
-/// The run ids (ascending, each once) that `sql` selects, with `params` bound. `option` names
-/// where the text came from (`--where`), for messages.
-pub fn run_ids(conn: &Connection, sql: &str, params: &[Param], option: &str) -> Result<Vec<i64>> {
+/// How long a selection may run and how much memory SQLite may take for it, beyond what it
+/// held when the selection began (`--sql-timeout`, `--sql-memory`). The defaults are generous
+/// for any real selection and stop a runaway `WITH RECURSIVE` within minutes.
+///
+/// ```
+/// use std::time::Duration;
+/// use dataset_packer::SqlLimits;
+/// let quick = SqlLimits { time: Duration::from_secs(2), ..SqlLimits::default() };
+/// assert_eq!(quick.memory, SqlLimits::default().memory);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SqlLimits {
+    pub time: Duration,
+    /// Bytes.
+    pub memory: u64,
+}
+
+impl Default for SqlLimits {
+    fn default() -> SqlLimits {
+        SqlLimits {
+            time: Duration::from_secs(300),
+            memory: 1 << 30,
+        }
+    }
+}
+
+/// The run ids (ascending, each once) that `sql` selects, with `params` bound, within
+/// `limits`. `option` names where the text came from (`--where`), for messages.
+pub fn run_ids(
+    conn: &Connection,
+    sql: &str,
+    params: &[Param],
+    option: &str,
+    limits: &SqlLimits,
+) -> Result<Vec<i64>> {
     let details = metadata::has_table(conn, "run_details")?;
     let explain = |noun: &'static str, prefix_len: usize| {
         move |e: rusqlite::Error| {
@@ -255,8 +408,9 @@ pub fn run_ids(conn: &Connection, sql: &str, params: &[Param], option: &str) -> 
         }
     };
     let refuse = |why: String| anyhow!("{option} {sql:?}: {why}");
-    match form(sql).map_err(|e| anyhow!("{option} {e}"))? {
+    let (mut stmt, noun, prefix_len) = match form(sql).map_err(|e| anyhow!("{option} {e}"))? {
         Form::Expression => {
+            check_enclosed(sql).map_err(refuse)?;
             let from = if details {
                 "runs LEFT JOIN run_details ON run_details.run_id = runs.id"
             } else {
@@ -266,28 +420,124 @@ pub fn run_ids(conn: &Connection, sql: &str, params: &[Param], option: &str) -> 
             // the rest.
             let prefix = format!("SELECT runs.id FROM {from} WHERE (\n");
             let text = format!("{prefix}{sql}\n) ORDER BY runs.id");
-            let mut stmt = conn
+            let stmt = conn
                 .prepare(&text)
                 .map_err(explain("expression", prefix.len()))?;
-            bind(&mut stmt, params).map_err(refuse)?;
-            collect_ids(&mut stmt).map_err(explain("expression", prefix.len()))
+            (stmt, "expression", prefix.len())
         }
         Form::Query(query) => {
             let offset = query.as_ptr() as usize - sql.as_ptr() as usize;
-            let mut stmt = conn.prepare(query).map_err(|e| {
+            let stmt = conn.prepare(query).map_err(|e| {
                 // Offsets SQLite gives are in `query`; the user sees `sql`.
                 explain("query", 0)(shift_offset(e, offset))
             })?;
             check_query_shape(&stmt).map_err(refuse)?;
-            bind(&mut stmt, params).map_err(refuse)?;
-            let mut ids = query_ids(&mut stmt)
-                .map_err(explain("query", 0))?
-                .map_err(refuse)?;
-            ids.sort_unstable();
-            ids.dedup();
-            check_known(conn, &ids).map_err(refuse)?;
-            Ok(ids)
+            (stmt, "query", 0)
         }
+    };
+    bind(&mut stmt, params).map_err(refuse)?;
+    let known = metadata::read_run_ids(conn)?;
+    let watchdog = Watchdog::start(conn, limits);
+    let read = read_ids(&mut stmt, &known, noun);
+    match (watchdog.finish(), read) {
+        (Some(limit), Err(_)) => Err(refuse(limit.describe(limits, option))),
+        (_, Err(e)) => Err(explain(noun, prefix_len)(e)),
+        (_, Ok(read)) => read.map_err(refuse),
+    }
+}
+
+/// VM instructions between two checks of the limits: frequent enough to stop within a
+/// millisecond, rare enough to cost nothing measurable.
+const CHECK_EVERY_OPS: i32 = 1000;
+
+/// Which limit stopped a selection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Limit {
+    Time,
+    Memory,
+}
+
+impl Limit {
+    fn describe(self, limits: &SqlLimits, option: &str) -> String {
+        let cli = option.starts_with("--");
+        match self {
+            Limit::Time => format!(
+                "stopped after {} s, its time limit (a WITH RECURSIVE query that never ends?); give it longer with {}",
+                limits.time.as_secs_f64(),
+                if cli {
+                    "--sql-timeout SECONDS"
+                } else {
+                    "SqlLimits::time"
+                }
+            ),
+            Limit::Memory => format!(
+                "stopped: it needed more than {:.1} MiB of memory, its limit (a WITH RECURSIVE query that grows without end?); give it more with {}",
+                limits.memory as f64 / (1u64 << 20) as f64,
+                if cli {
+                    "--sql-memory SIZE"
+                } else {
+                    "SqlLimits::memory"
+                }
+            ),
+        }
+    }
+
+    fn from_code(code: u8) -> Option<Limit> {
+        match code {
+            1 => Some(Limit::Time),
+            2 => Some(Limit::Memory),
+            _ => None,
+        }
+    }
+}
+
+/// SQLite's heap in use, process-wide.
+fn sqlite_memory_used() -> u64 {
+    // SAFETY: reads SQLite's allocation counter; takes no arguments and has no preconditions.
+    let used = unsafe { rusqlite::ffi::sqlite3_memory_used() };
+    u64::try_from(used).unwrap_or(0)
+}
+
+/// SQLite's progress handler on `conn` while a selection runs: it interrupts the statement
+/// once a limit is passed and remembers which. Removed when dropped.
+struct Watchdog<'c> {
+    conn: &'c Connection,
+    stopped: Arc<AtomicU8>,
+}
+
+impl<'c> Watchdog<'c> {
+    fn start(conn: &'c Connection, limits: &SqlLimits) -> Watchdog<'c> {
+        let stopped = Arc::new(AtomicU8::new(0));
+        let flag = Arc::clone(&stopped);
+        let deadline = Instant::now().checked_add(limits.time);
+        let baseline = sqlite_memory_used();
+        let memory = limits.memory;
+        conn.progress_handler(
+            CHECK_EVERY_OPS,
+            Some(move || {
+                let code = if deadline.is_some_and(|d| Instant::now() >= d) {
+                    1
+                } else if sqlite_memory_used().saturating_sub(baseline) > memory {
+                    2
+                } else {
+                    return false;
+                };
+                flag.store(code, Ordering::Relaxed);
+                true
+            }),
+        );
+        Watchdog { conn, stopped }
+    }
+
+    /// Removes the handler; the limit that stopped the statement, if one did.
+    fn finish(self) -> Option<Limit> {
+        Limit::from_code(self.stopped.load(Ordering::Relaxed))
+    }
+}
+
+impl Drop for Watchdog<'_> {
+    fn drop(&mut self) {
+        self.conn.progress_handler(0, None::<fn() -> bool>);
     }
 }
 
@@ -297,12 +547,13 @@ pub fn run_ids(conn: &Connection, sql: &str, params: &[Param], option: &str) -> 
 pub struct RunFilter {
     pub sql: String,
     pub params: Vec<Param>,
+    pub limits: SqlLimits,
 }
 
 impl RunFilter {
     /// The run ids the filter selects (ascending); errors name `--where`.
     pub fn run_ids(&self, conn: &Connection) -> Result<Vec<i64>> {
-        run_ids(conn, &self.sql, &self.params, "--where")
+        run_ids(conn, &self.sql, &self.params, "--where", &self.limits)
     }
 
     /// `--where SQL --param …` as given, for summaries and a pack's `session`.
@@ -423,34 +674,50 @@ fn plural(n: usize) -> &'static str {
     if n == 1 { "" } else { "s" }
 }
 
-/// The ids a WHERE-expression statement returns (always integers from `runs.id`).
-fn collect_ids(stmt: &mut Statement) -> rusqlite::Result<Vec<i64>> {
-    let mut rows = stmt.raw_query();
-    let mut ids = Vec::new();
-    while let Some(row) = rows.next()? {
-        ids.push(row.get(0)?);
-    }
-    Ok(ids)
-}
+/// Distinct unknown ids a selection may return before reading stops (each is kept for the
+/// message, so a query returning endless unknown ids cannot grow memory without bound).
+const UNKNOWN_KEPT: usize = 1000;
 
-/// The values a query returns, each checked to be an integer: SQLite's errors as the outer
-/// `Err`, a value that is not a run id as the inner one, with the reason.
-fn query_ids(stmt: &mut Statement) -> rusqlite::Result<Result<Vec<i64>, String>> {
+/// The run ids a statement returns, ascending and each once: SQLite's errors as the outer
+/// `Err`; a value that is not a run id of the pack (`known`, ascending) as the inner one,
+/// with the reason. Memory stays bounded by the pack's runs, however many rows come.
+fn read_ids(
+    stmt: &mut Statement,
+    known: &[i64],
+    noun: &str,
+) -> rusqlite::Result<Result<Vec<i64>, String>> {
+    let mut chosen = vec![false; known.len()];
+    let mut unknown = BTreeSet::new();
     let mut rows = stmt.raw_query();
-    let mut ids = Vec::new();
+    let mut row_number = 0u64;
     while let Some(row) = rows.next()? {
+        row_number += 1;
         match row.get_ref(0)? {
-            ValueRef::Integer(id) => ids.push(id),
+            ValueRef::Integer(id) => match known.binary_search(&id) {
+                Ok(slot) => chosen[slot] = true,
+                Err(_) => {
+                    unknown.insert(id);
+                    if unknown.len() > UNKNOWN_KEPT {
+                        break;
+                    }
+                }
+            },
             other => {
                 return Ok(Err(format!(
-                    "row {} of the query's result is {}, not a run id; the query must return the run ids (an integer column such as runs.id)",
-                    ids.len() + 1,
+                    "row {row_number} of the {noun}'s result is {}, not a run id; the {noun} must return the run ids (an integer column such as runs.id)",
                     describe_value(other)
                 )));
             }
         }
     }
-    Ok(Ok(ids))
+    if !unknown.is_empty() {
+        return Ok(Err(unknown_ids(&unknown, known, noun)));
+    }
+    Ok(Ok(known
+        .iter()
+        .zip(chosen)
+        .filter_map(|(&id, c)| c.then_some(id))
+        .collect()))
 }
 
 fn describe_value(v: ValueRef) -> String {
@@ -463,35 +730,25 @@ fn describe_value(v: ValueRef) -> String {
     }
 }
 
-/// Every id a query returned is a run of the pack.
-fn check_known(conn: &Connection, ids: &[i64]) -> Result<(), String> {
-    let known = metadata::read_run_ids(conn).map_err(|e| e.to_string())?;
-    let unknown: Vec<String> = ids
-        .iter()
-        .filter(|id| known.binary_search(id).is_err())
-        .map(i64::to_string)
-        .collect();
-    if unknown.is_empty() {
-        return Ok(());
-    }
+/// The message for ids a selection returned that are not run ids of the pack.
+fn unknown_ids(unknown: &BTreeSet<i64>, known: &[i64], noun: &str) -> String {
     let span = match (known.first(), known.last()) {
         (Some(a), Some(b)) => format!("ids {a}..={b}"),
         _ => "no runs".into(),
     };
-    Err(format!(
-        "the query returns {} value{} that {} not a run id of the pack: {}{} (the pack has {} runs, {span}); the query must return run ids, such as runs.id",
-        unknown.len(),
-        plural(unknown.len()),
+    let count = if unknown.len() > UNKNOWN_KEPT {
+        format!("more than {UNKNOWN_KEPT} values")
+    } else {
+        format!("{} value{}", unknown.len(), plural(unknown.len()))
+    };
+    let shown: Vec<String> = unknown.iter().take(5).map(i64::to_string).collect();
+    format!(
+        "the {noun} returns {count} that {} not a run id of the pack: {}{} (the pack has {} runs, {span}); it must return run ids, such as runs.id",
         if unknown.len() == 1 { "is" } else { "are" },
-        unknown
-            .iter()
-            .take(5)
-            .cloned()
-            .collect::<Vec<_>>()
-            .join(", "),
+        shown.join(", "),
         if unknown.len() > 5 { ", …" } else { "" },
         known.len()
-    ))
+    )
 }
 
 /// Says what is wrong with the user's SQL in terms of their own text: where a syntax error is
@@ -550,35 +807,6 @@ fn explain_error(
         names.join(", ")
     ));
     out
-}
-
-/// Parentheses that do not pair up in `sql` (outside quoted strings and identifiers).
-fn unbalanced(sql: &str) -> Option<String> {
-    let mut open: Vec<usize> = Vec::new();
-    let mut quote: Option<char> = None;
-    for (col, c) in sql.chars().enumerate() {
-        match (quote, c) {
-            (Some(q), c) if c == q => quote = None,
-            (Some(_), _) => {}
-            (None, '\'' | '"' | '`') => quote = Some(c),
-            (None, '(') => open.push(col),
-            (None, ')') if open.pop().is_none() => {
-                return Some(format!(
-                    "the ')' at column {} closes nothing\n  {sql}\n  {}^",
-                    col + 1,
-                    " ".repeat(col)
-                ));
-            }
-            _ => {}
-        }
-    }
-    open.first().map(|&col| {
-        format!(
-            "the '(' at column {} is never closed\n  {sql}\n  {}^",
-            col + 1,
-            " ".repeat(col)
-        )
-    })
 }
 
 /// The known column nearest to `name` by edit distance, when it is near enough to be a typo.
@@ -649,7 +877,14 @@ mod tests {
              INSERT INTO runs VALUES (0, 7, 10, 500, 64), (1, 8, 20, 900, 128), (2, 9, 30, 100, 16);",
         ).unwrap();
         assert_eq!(
-            run_ids(&conn, "max_score > 400", &[], "--where").unwrap(),
+            run_ids(
+                &conn,
+                "max_score > 400",
+                &[],
+                "--where",
+                &SqlLimits::default()
+            )
+            .unwrap(),
             [0, 1]
         );
         let over = [Param::parse("400").unwrap()];
@@ -658,12 +893,22 @@ mod tests {
                 &conn,
                 "SELECT id FROM runs WHERE max_score > ?",
                 &over,
-                "--where"
+                "--where",
+                &SqlLimits::default()
             )
             .unwrap(),
             [0, 1]
         );
-        assert!(run_ids(&conn, "SELECT id, seed FROM runs", &[], "--where").is_err());
+        assert!(
+            run_ids(
+                &conn,
+                "SELECT id, seed FROM runs",
+                &[],
+                "--where",
+                &SqlLimits::default()
+            )
+            .is_err()
+        );
     }
 
     fn conn() -> Connection {
@@ -681,7 +926,7 @@ mod tests {
 
     fn ids(sql: &str, params: &[&str]) -> Result<Vec<i64>> {
         let params: Vec<Param> = params.iter().map(|p| Param::parse(p).unwrap()).collect();
-        run_ids(&conn(), sql, &params, "--where")
+        run_ids(&conn(), sql, &params, "--where", &SqlLimits::default())
     }
 
     fn err(sql: &str, params: &[&str]) -> String {
@@ -865,6 +1110,101 @@ mod tests {
         );
         let e = err("depth = 6)", &[]);
         assert!(e.contains("the ')' at column 10 closes nothing"), "{e}");
+    }
+
+    #[test]
+    fn an_expression_cannot_become_a_compound_query() {
+        for sql in [
+            "0) UNION SELECT 1000000 WHERE (1",
+            "0) UNION SELECT id FROM runs WHERE (1",
+            "1) LIMIT 1 --",
+            // Inside a `$name(…)` parameter, SQLite's tokenizer takes the quote and the
+            // comment as part of the name: the ')' after them is real.
+            "$a(')\n) UNION SELECT 7 WHERE (1 = '1'",
+            "$a(--)\n) UNION SELECT 7 WHERE ((1",
+        ] {
+            let e = err(sql, &[]);
+            assert!(e.contains("parentheses must pair up"), "{sql}: {e}");
+        }
+        let e = err("1\0) UNION SELECT 9 --", &[]);
+        assert!(e.contains("NUL character"), "{e}");
+        let e = err("-- nothing but a comment", &[]);
+        assert!(e.contains("the expression is empty"), "{e}");
+        // Parentheses in strings, names and comments do not count.
+        let e = err("depth = 6 AND ')' <> [(] -- )", &[]);
+        assert!(e.contains("no column ("), "{e}");
+        assert_eq!(
+            ids("depth = 6 AND ')' <> '(' /* ) */", &[]).unwrap(),
+            [0, 2]
+        );
+    }
+
+    #[test]
+    fn every_id_a_query_returns_is_a_run_id() {
+        let e = err("SELECT id FROM runs UNION SELECT 1000000", &[]);
+        assert!(
+            e.contains("1 value that is not a run id of the pack: 1000000"),
+            "{e}"
+        );
+        // An endless stream of unknown ids stops once enough are kept for the message.
+        let e = err(
+            "WITH RECURSIVE t(x) AS (SELECT 10 UNION ALL SELECT x + 1 FROM t) SELECT x FROM t",
+            &[],
+        );
+        assert!(
+            e.contains("more than 1000 values that are not a run id"),
+            "{e}"
+        );
+        // The same id endlessly is one id, and the time limit ends it.
+        let quick = SqlLimits {
+            time: Duration::from_millis(100),
+            ..SqlLimits::default()
+        };
+        let e = run_ids(
+            &conn(),
+            "WITH RECURSIVE t(x) AS (SELECT 1 UNION ALL SELECT x FROM t) SELECT x FROM t",
+            &[],
+            "--where",
+            &quick,
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("stopped after 0.1 s, its time limit"), "{e}");
+        assert!(e.contains("--sql-timeout"), "{e}");
+    }
+
+    #[test]
+    fn comments_may_start_the_text() {
+        assert_eq!(ids("-- deep ones\ndepth = 7", &[]).unwrap(), [1]);
+        assert_eq!(ids("/* deep */ depth = 7", &[]).unwrap(), [1]);
+        assert_eq!(
+            ids("-- best\nSELECT id FROM runs WHERE max_score > 600", &[]).unwrap(),
+            [1]
+        );
+    }
+
+    #[test]
+    fn parameter_names_are_read_as_sqlite_reads_them() {
+        assert_eq!(ids("max_score > :é", &["é=400"]).unwrap(), [0, 1]);
+        assert_eq!(ids("max_score > $a::b", &["a::b=400"]).unwrap(), [0, 1]);
+        assert_eq!(ids("max_score > $lim(hi)", &["lim(hi)=600"]).unwrap(), [1]);
+        assert_eq!(ids("max_score > :1", &[":1=600"]).unwrap(), [1]);
+        assert_eq!(ids("max_score > #m", &["m=600"]).unwrap(), [1]);
+        let e = err("max_score > $a::b", &["a=1"]);
+        assert!(e.contains("no parameter :a (it has $a::b)"), "{e}");
+        let e = err("max_score > $a::b", &[]);
+        assert!(
+            e.contains("$a::b has no value: give --param a::b=VALUE"),
+            "{e}"
+        );
+        let p = |t: &str| Param::parse(t).unwrap();
+        assert_eq!(p("a::b=1").name.as_deref(), Some("a::b"));
+        assert_eq!(p("$a(x=1)=2").name.as_deref(), Some("a(x=1)"));
+        assert_eq!(p("$a(x=1)=2").value, Value::Integer(2));
+        assert_eq!(p("é=3").name.as_deref(), Some("é"));
+        assert_eq!(p(":1=5").to_string(), ":1=5");
+        assert_eq!(p("1=5").name, None);
+        assert_eq!(p("a:b=1").name, None);
     }
 
     #[test]

@@ -92,22 +92,30 @@ pub fn shuffle(options: &Options, notice: &mut dyn FnMut(Notice<'_>)) -> Result<
     let input = open_input(options)?;
     let plan = plan::make_plan(options, &input.shards, &input.families, &input.conn)?;
 
-    let mut out = OutputDir::open_with(&options.output, options.overwrite, options.resume)?;
-    out.keep_staging_on_failure();
+    // An interrupted shuffle's staged output is kept at first even without --resume: a fresh
+    // start replaces it (begin_staging), a refusal must leave it.
+    let mut out = OutputDir::open_with(&options.output, options.overwrite, true)?;
+    if out.has_staging() {
+        // An interrupted shuffle's output, kept for --resume: a refusal keeps it too.
+        out.keep_staging_on_failure();
+    }
     let work = options
         .temp
         .clone()
         .unwrap_or_else(|| options.output.clone())
         .join(SHUFFLE_WORK);
-    let mut progress = resume::start_or_resume(&work, &plan, options.resume, notice)?;
+    // Every refusal comes before the first write: a shuffle refused before it starts leaves
+    // nothing behind (and discards no interrupted shuffle).
+    let start = resume::decide(&work, &plan, options.resume)?;
+    plan::check_space(&work, out.path(), &plan, &input.families, start.scattered())?;
+    out.keep_staging_on_failure();
+    let mut progress = resume::begin(&work, &plan, start, notice)?;
     let _resumable = interrupt::register(
         &work,
         OnInterrupt::Keep(
             "the shuffle's bucket files: `shuffle --resume` with the same options continues, a shuffle without --resume removes them".into(),
         ),
     );
-    let scattered = progress.bucket_rows.is_some();
-    plan::check_space(&work, out.path(), &plan, &input.families, scattered)?;
 
     if progress.buckets_done > 0 && !out.has_staging() {
         // The interrupted run was killed after its publish began: opening the output finished

@@ -171,8 +171,14 @@ fn bucket_count(memory: u64, rows: u64, bytes: u64, with_companions: bool) -> Re
     Ok(buckets)
 }
 
+/// Free bytes for this user on the filesystem of `path` (or of its folder, when `path` is
+/// not there yet), and that filesystem's id.
 fn free_bytes(path: &Path) -> Result<(u64, u64)> {
     use std::os::unix::ffi::OsStrExt;
+    let path = match path.parent() {
+        Some(parent) if !path.exists() => parent,
+        _ => path,
+    };
     let c = std::ffi::CString::new(path.as_os_str().as_bytes())?;
     // SAFETY: statvfs fills the struct for a NUL-terminated path; the result is checked.
     let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
@@ -180,7 +186,17 @@ fn free_bytes(path: &Path) -> Result<(u64, u64)> {
         return Err(std::io::Error::last_os_error())
             .with_context(|| format!("statvfs {}", path.display()));
     }
-    Ok((st.f_bavail as u64 * st.f_frsize as u64, st.f_fsid as u64))
+    let free = st.f_bavail as u64 * st.f_frsize as u64;
+    Ok((free.min(free_space_cap()), st.f_fsid as u64))
+}
+
+/// A test hook: with `DATASET_PACKER_FREE_BYTES=N` in the environment, no filesystem has more
+/// than N bytes free, so tests can run the free-space refusal without filling a disk.
+fn free_space_cap() -> u64 {
+    std::env::var("DATASET_PACKER_FREE_BYTES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(u64::MAX)
 }
 
 /// Refuses to start when the bucket files and the output cannot both fit.

@@ -43,44 +43,73 @@ impl Progress {
     }
 }
 
-/// The progress to continue from: the interrupted shuffle's with `resume` and the same plan,
-/// else a new one in an emptied work folder (`notice` hears of an interrupted shuffle that
-/// this discards).
-pub(super) fn start_or_resume(
-    work: &Path,
-    plan: &Plan,
-    resume: bool,
-    notice: &mut dyn FnMut(Notice<'_>),
-) -> Result<Progress> {
+/// How a shuffle starts, decided before anything is written: continue the interrupted
+/// shuffle's progress, or start afresh (discarding an interrupted shuffle's, if there is one).
+pub(super) enum Start {
+    Continue(Progress),
+    Fresh { discarding: Option<Progress> },
+}
+
+impl Start {
+    /// Whether the bucket files are already written (a resume after phase 1).
+    pub(super) fn scattered(&self) -> bool {
+        matches!(self, Start::Continue(p) if p.bucket_rows.is_some())
+    }
+}
+
+/// Reads the work folder (and writes nothing): the interrupted shuffle's progress to continue
+/// with `resume` and the same plan; refuses `resume` with other options.
+pub(super) fn decide(work: &Path, plan: &Plan, resume: bool) -> Result<Start> {
     let interrupted = Progress::load(work);
-    if resume {
-        match interrupted {
-            Some(p) if p.plan == *plan => {
-                log::info!(
-                    "resuming: {} of {} buckets done",
-                    p.buckets_done,
-                    plan.buckets
-                );
-                return Ok(p);
+    if !resume {
+        return Ok(Start::Fresh {
+            discarding: interrupted,
+        });
+    }
+    match interrupted {
+        Some(p) if p.plan == *plan => {
+            log::info!(
+                "resuming: {} of {} buckets done",
+                p.buckets_done,
+                plan.buckets
+            );
+            Ok(Start::Continue(p))
+        }
+        Some(p) => {
+            let mut why = plan.differences(&p.plan);
+            if why.is_empty() {
+                why.push("its plan differs".into());
             }
-            Some(p) => {
-                let mut why = plan.differences(&p.plan);
-                if why.is_empty() {
-                    why.push("its plan differs".into());
-                }
-                return Err(UsageError(format!(
-                    "--resume: the interrupted shuffle in {} was run with other options: {}; give the same options to continue it, or run without --resume to start over",
-                    work.display(),
-                    why.join("; ")
-                ))
-                .into());
-            }
-            None => log::warn!(
+            Err(UsageError(format!(
+                "--resume: the interrupted shuffle in {} was run with other options: {}; give the same options to continue it, or run without --resume to start over",
+                work.display(),
+                why.join("; ")
+            ))
+            .into())
+        }
+        None => {
+            log::warn!(
                 "--resume: no interrupted shuffle in {}; starting from the beginning",
                 work.display()
-            ),
+            );
+            Ok(Start::Fresh { discarding: None })
         }
-    } else if let Some(p) = interrupted {
+    }
+}
+
+/// The progress to continue from: the interrupted shuffle's, or a new one in an emptied work
+/// folder (`notice` hears of an interrupted shuffle that this discards).
+pub(super) fn begin(
+    work: &Path,
+    plan: &Plan,
+    start: Start,
+    notice: &mut dyn FnMut(Notice<'_>),
+) -> Result<Progress> {
+    let discarding = match start {
+        Start::Continue(p) => return Ok(p),
+        Start::Fresh { discarding } => discarding,
+    };
+    if let Some(p) = discarding {
         notice(Notice::StartingOver {
             work,
             buckets_done: p.buckets_done,
