@@ -21,7 +21,7 @@ from ._codec import (CELL_SOURCE, MOVE_NAMES, MOVE_SOURCE, MOVE_TARGET, apply_sy
                      board_eval, decode_exps, encode_board, legal_moves)
 from ._companions import Companion
 from ._errors import (CompanionError, EmptySelectionError, NotAPackError, PackError,
-                      RunIndexError, SelectionError)
+                      RunIndexError, SelectionError, VersionError)
 from ._format import LEGACY_ROW_DTYPE, STEP_ROW_DTYPE
 from ._order import EpochPlan, Permutation
 from ._mixture import Mixture
@@ -30,7 +30,7 @@ from ._pack import Pack, Selection
 __all__ = [
     "Pack", "Selection", "Mixture", "Companion", "STEP_ROW_DTYPE", "LEGACY_ROW_DTYPE", "MOVE_NAMES",
     "PackError", "NotAPackError", "RunIndexError", "SelectionError", "EmptySelectionError",
-    "CompanionError", "executable", "ExecutableNotFoundError",
+    "CompanionError", "VersionError", "executable", "ExecutableNotFoundError",
     "decode_exps", "encode_board", "board_eval", "legal_moves", "apply_symmetries",
     "CELL_SOURCE", "MOVE_TARGET", "MOVE_SOURCE", "EpochPlan", "Permutation",
 ]

@@ -113,9 +113,10 @@ class EpochStream:
     def state_dict(self, batches: int = 0, world_size: int = 1) -> dict:
         """Where to resume: the epoch, and the position after `batches` batches per rank of
         `world_size` ranks from the resume point (elastic: any world size, batch size or
-        workers can resume from it), with the seed as a check."""
+        workers can resume from it), with the seed and the pack's identity (`pack_id`,
+        `version`, `rows`; a Mixture's per source, as `sources`) as checks."""
         state = {"epoch": self.epoch, "start_sample": self._start(world_size),
-                 "seed": self.options.get("seed", 0)}
+                 "seed": self.options.get("seed", 0), **self.pack.identity}
         return self.advance(state, batches, world_size)
 
     def _start(self, world_size: int) -> int:
@@ -145,11 +146,13 @@ class EpochStream:
         self.set_epoch(state["epoch"], start_sample=state["start_sample"])
 
     def check_state(self, state: dict) -> None:
-        """Refuses a state saved with another seed: it would not continue the same order."""
+        """Refuses a state saved with another seed, or on a pack that has changed since
+        (`VersionError`, naming both): it would not continue the same order."""
         seed = self.options.get("seed", 0)
         if state.get("seed", seed) != seed:
             raise ValueError(f"the state was saved with seed={state['seed']}, this stream has "
                              f"seed={seed}: resuming would not continue the same epoch order")
+        self.pack._for_saved(state)
 
     def __getstate__(self):
         state = dict(self.__dict__)
@@ -236,7 +239,7 @@ class Iteration:
         consumed by all ranks, seed); a worker's own state adds (worker, num_workers,
         worker_batches), since the other workers' progress is not known here."""
         state = {"epoch": self.epoch, "start_sample": self.start_sample,
-                 "seed": self.stream.options.get("seed", 0)}
+                 "seed": self.stream.options.get("seed", 0), **self.stream.pack.identity}
         if self.part.num_workers == 1:
             return self.stream.advance(state, self.done, self.part.world_size)
         return dict(state, worker=self.part.worker, num_workers=self.part.num_workers,

@@ -37,6 +37,7 @@ import numpy as np
 from ._codec import apply_symmetries, decode_rows
 from ._format import ROW_BYTES, STEP_ROW_DTYPE
 from ._order import Permutation, symmetries_for
+from ._errors import VersionError
 from ._pack import NAN, Pack, Selection, _epoch
 
 _VALUATION = STEP_ROW_DTYPE.fields["valuation_type"][1]
@@ -107,6 +108,28 @@ class Mixture:
     def _selection(self, select) -> None:
         _refuse(select, None)
 
+    @property
+    def identity(self) -> dict:
+        """What a resume state records of the packs it was saved on: `sources`, each
+        source's `Pack.identity`."""
+        return {"sources": [pack.identity for pack, _ in self.sources]}
+
+    def _for_saved(self, saved) -> "Mixture":
+        """The reader of an epoch whose resume point was saved at `saved` (a state or an
+        identity): each source checked as `Pack._for_saved` checks it."""
+        if "sources" not in saved:
+            for pack, _ in self.sources:
+                pack._for_saved(saved)  # warns once that the state holds no identity
+                break
+            return self
+        found = saved["sources"]
+        if len(found) != len(self.sources):
+            raise VersionError(f"this resume state was saved on a mixture of {len(found)} "
+                               f"sources; this one has {len(self.sources)}")
+        for (pack, _), identity in zip(self.sources, found):
+            pack._for_saved(identity)
+        return self
+
     def epoch_length(self, select=None, window=None, stride=None) -> int:
         """Positions in an epoch (what `start_sample` counts)."""
         _refuse(select, window)
@@ -126,10 +149,17 @@ class Mixture:
                 select=None, rank: int = 0, world_size: int = 1, worker: int = 0,
                 num_workers: int = 1, drop_last: bool = False, start_sample: int = 0,
                 start_batch: int = 0, augment: bool = False, illegal_ev: float | None = NAN,
-                companions=None) -> Iterator[dict]:
+                companions=None, saved_at=None) -> Iterator[dict]:
         """Decoded batches of one mixture epoch, with `Pack.batches`' arguments and keys, plus
-        `source`: a pure function of (sources, weights, length, seed, epoch)."""
+        `source`: a pure function of (sources, weights, length, seed, epoch). `saved_at`:
+        the `identity` recorded with the resume point, checked source by source."""
         _refuse(select, None)
+        if saved_at is not None:
+            return self._for_saved(saved_at).batches(
+                batch_size, shuffle=shuffle, seed=seed, epoch=epoch, rank=rank,
+                world_size=world_size, worker=worker, num_workers=num_workers,
+                drop_last=drop_last, start_sample=start_sample, start_batch=start_batch,
+                augment=augment, illegal_ev=illegal_ev, companions=companions)
         families = [pack._companion_keys(companions) for pack in self._packs]
         plan, rank, numbers, _ = _epoch(
             self.length, batch_size, False, seed, epoch, rank, world_size, worker, num_workers,

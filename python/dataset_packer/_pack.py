@@ -32,6 +32,7 @@ from ._order import (EpochPlan, Part, Permutation, start_position, symmetries_fo
                      validation_side)
 from ._ranges import RowRanges, RowSet, WindowStarts
 from ._select import has_table, run_ids
+from . import _versions
 
 NAN = float("nan")
 #: The keys a batch already has: a companion added to it needs another key.
@@ -107,6 +108,33 @@ class Pack:
     @property
     def shuffled(self) -> bool:
         return self.session.get("shuffled") == "true"
+
+    # ------------------------------------------------------------------ identity
+
+    @property
+    def pack_id(self) -> str | None:
+        """The pack's random id (32 hex digits), made when it was created and kept by
+        in-place changes; None for a pack made before packs had one."""
+        return self.session.get("pack_id")
+
+    @property
+    def version(self) -> int:
+        """The version of the pack this reader reads."""
+        return 1
+
+    @property
+    def identity(self) -> dict:
+        """What a resume state records of the pack it was saved on: `pack_id`, `version` and
+        `rows` (give it back as `saved_at=` of `batches` to check a resume point)."""
+        return _versions.identity(self.pack_id, self.version, self._rows)
+
+    def _for_saved(self, saved) -> "Pack":
+        """The reader of an epoch whose resume point was saved at `saved` (a state or an
+        identity): this pack, when it has the same rows; refused otherwise."""
+        found = _versions.saved_identity(saved)
+        if found is not None:
+            _versions.check_same_rows(self.path, found, self.identity)
+        return self
 
     def close(self) -> None:
         if self._conn is not None:
@@ -553,7 +581,7 @@ class Pack:
                 select=None, rank: int = 0, world_size: int = 1, worker: int = 0,
                 num_workers: int = 1, drop_last: bool = False, start_sample: int = 0,
                 start_batch: int = 0, augment: bool = False, illegal_ev: float | None = NAN,
-                companions=None) -> Iterator[dict]:
+                companions=None, saved_at=None) -> Iterator[dict]:
         """Decoded batches of one epoch: a pure function of (pack, selection, seed, epoch).
 
         Each epoch is one permutation of the selected rows (`shuffle=False`: pack order),
@@ -573,7 +601,17 @@ class Pack:
         family's rows of exactly the batch's rows as `batch["embeddings"]` (B, *shape); a
         dict {key: name} picks other keys. Augmentation leaves companion rows as stored.
         See README "Python" for the keys and dtypes; `exps` ranges 0..16 (16 is the 65536
-        tile), so an embedding of it needs 17 tokens."""
+        tile), so an embedding of it needs 17 tokens.
+
+        `saved_at=` the `pack.identity` recorded with a resume point (or a state that holds
+        it): the epoch is refused when the pack has changed since, since its order would be
+        another one."""
+        if saved_at is not None:
+            return self._for_saved(saved_at).batches(
+                batch_size, shuffle=shuffle, seed=seed, epoch=epoch, select=select, rank=rank,
+                world_size=world_size, worker=worker, num_workers=num_workers,
+                drop_last=drop_last, start_sample=start_sample, start_batch=start_batch,
+                augment=augment, illegal_ev=illegal_ev, companions=companions)
         families = self._companion_keys(companions)
         ranges = self._row_ranges(select, "batches()")
         plan, rank, numbers, perm = _epoch(
@@ -604,13 +642,20 @@ class Pack:
                 rank: int = 0, world_size: int = 1, worker: int = 0, num_workers: int = 1,
                 drop_last: bool = False, start_sample: int = 0, start_batch: int = 0,
                 augment: bool = False, illegal_ev: float | None = NAN,
-                companions=None) -> Iterator[dict]:
+                companions=None, saved_at=None) -> Iterator[dict]:
         """Batches of windows of `length` consecutive steps of one run (never across runs):
         every key of `batches` shaped (B, length, …). Windows start every `stride` rows of a
         run (default `length`: disjoint windows; a run's last rows that do not fill one are
         left out). Order, partition, resume and augmentation (one symmetry per window) work
         as in `batches`, over windows instead of rows; `companions` too, shaped
-        (B, length, *shape). Needs the run index."""
+        (B, length, *shape), and `saved_at`. Needs the run index."""
+        if saved_at is not None:
+            return self._for_saved(saved_at).windows(
+                length, batch_size, stride=stride, shuffle=shuffle, seed=seed, epoch=epoch,
+                select=select, rank=rank, world_size=world_size, worker=worker,
+                num_workers=num_workers, drop_last=drop_last, start_sample=start_sample,
+                start_batch=start_batch, augment=augment, illegal_ev=illegal_ev,
+                companions=companions)
         families = self._companion_keys(companions)
         length = int(length)
         if length < 1:
