@@ -38,6 +38,7 @@ from ._codec import apply_symmetries, decode_rows
 from ._format import ROW_BYTES, STEP_ROW_DTYPE
 from ._order import Permutation, symmetries_for
 from ._errors import VersionError
+from ._versions import IDENTITY_KEYS, rebase
 from ._pack import NAN, Pack, Selection, _epoch
 
 _VALUATION = STEP_ROW_DTYPE.fields["valuation_type"][1]
@@ -54,6 +55,7 @@ class Mixture:
 
     def __init__(self, sources, weights=None, *, length: int | None = None):
         self.sources = [_as_source(s) for s in sources]
+        self._weights_given, self._length_given = weights, length
         if not self.sources:
             raise ValueError("a Mixture needs at least one source")
         self._ranges = [pack._row_ranges(sel, "Mixture") for pack, sel in self.sources]
@@ -114,21 +116,44 @@ class Mixture:
         source's `Pack.identity`."""
         return {"sources": [pack.identity for pack, _ in self.sources]}
 
-    def _for_saved(self, saved) -> "Mixture":
-        """The reader of an epoch whose resume point was saved at `saved` (a state or an
-        identity): each source checked as `Pack._for_saved` checks it."""
+    def _saved_versions(self, saved) -> tuple:
+        """Per source, the version to go on reading an epoch saved at `saved` (a state or
+        an identity), each source checked as `Pack._saved_versions` checks it."""
         if "sources" not in saved:
-            for pack, _ in self.sources:
-                pack._for_saved(saved)  # warns once that the state holds no identity
-                break
-            return self
+            if any(key in saved for key in IDENTITY_KEYS):
+                raise VersionError("this resume state was saved on one pack, and this reader "
+                                   f"is a mixture of {len(self.sources)} sources")
+            return self._versions_with(self.sources[0][0]._saved_versions(saved)[0])
         found = saved["sources"]
         if len(found) != len(self.sources):
             raise VersionError(f"this resume state was saved on a mixture of {len(found)} "
                                f"sources; this one has {len(self.sources)}")
-        for (pack, _), identity in zip(self.sources, found):
-            pack._for_saved(identity)
-        return self
+        return tuple(pack._saved_versions(identity)[0]
+                     for (pack, _), identity in zip(self.sources, found))
+
+    def _versions_with(self, _) -> tuple:
+        return tuple(pack.version for pack, _ in self.sources)
+
+    def _at_versions(self, versions: tuple) -> "Mixture":
+        """This mixture over those versions of its sources (selections keep the runs each
+        version holds), with the weights and length it was given: the mixture as it was
+        at those versions."""
+        if versions == self._versions_with(None):
+            return self
+        views: list = []
+        sources = []
+        for (pack, selection), version in zip(self.sources, versions):
+            view = next((v for p, n, v in views if p is pack and n == version), None)
+            if view is None:
+                view = pack.at_version(version)
+                views.append((pack, version, view))
+            sources.append(view if selection is None else rebase(selection, view))
+        return Mixture(sources, self._weights_given, length=self._length_given)
+
+    def _for_saved(self, saved) -> "Mixture":
+        """The reader of an epoch whose resume point was saved at `saved`: this mixture, or
+        the mixture over the source versions it was saved on."""
+        return self._at_versions(self._saved_versions(saved))
 
     def epoch_length(self, select=None, window=None, stride=None) -> int:
         """Positions in an epoch (what `start_sample` counts)."""

@@ -61,13 +61,35 @@ class Pack:
     >>> len(pack), pack.num_runs, pack.valuation_names, pack.shards
     """
 
-    def __init__(self, path):
+    def __init__(self, path, version=None):
         self.path = Path(path)
         if not self.path.is_dir():
             raise NotAPackError(f"{self.path} is not a pack: no such folder")
         if not (self.path / METADATA_NAME).is_file():
             raise NotAPackError(f"{self.path} is not a pack: it has no {METADATA_NAME}")
-        self._shards = [read_shard_header(p) for p in find_shard_paths(self.path)]
+        shards = [read_shard_header(p) for p in find_shard_paths(self.path)]
+        self.valuation_names = read_valuation_names(self.path / VALUATION_NAME)
+        self._conn = None
+        self._conn_pid = None
+        self.session = self._read_session()
+        self._history = _versions.History(self.db(), self.path)
+        self._version = self._history.resolve(version)
+        # A past version: its steps files cut to its rows, and its runs (the smallest ids).
+        self._past = self._version != self._history.latest
+        if self._past:
+            shards = _versions.version_shards(self, self._history, self._version)
+        self._run_limit = self._history.version_runs(self._version) if self._past else -1
+        self._set_shards(shards)
+        self.num_runs = self._check_runs()
+        if not self._past:
+            self._check_recorded_shards()
+        self._check_version()
+        self._run_table = None
+        self._run_rows = None
+        self._companions: dict[str, Companion] = {}
+
+    def _set_shards(self, shards) -> None:
+        self._shards = shards
         self._maps = [map_shard(s) for s in self._shards]
         counts = np.array([s.rows for s in self._shards], dtype=np.int64)
         self._offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
@@ -76,15 +98,6 @@ class Pack:
         sizes = set(counts[:-1].tolist())
         self._uniform_rows = sizes.pop() if len(sizes) == 1 and counts[0] > 0 else None
         self._rows = int(self._offsets[-1])
-        self.valuation_names = read_valuation_names(self.path / VALUATION_NAME)
-        self._conn = None
-        self._conn_pid = None
-        self.session = self._read_session()
-        self.num_runs = self._check_runs()
-        self._check_recorded_shards()
-        self._run_table = None
-        self._run_rows = None
-        self._companions: dict[str, Companion] = {}
 
     # ------------------------------------------------------------------ basics
 
@@ -92,7 +105,8 @@ class Pack:
         return self._rows
 
     def __repr__(self) -> str:
-        return (f"Pack({str(self.path)!r}: {self._rows} rows, {self.num_runs} runs, "
+        at = f" version {self._version} of {self._history.latest}" if self._past else ""
+        return (f"Pack({str(self.path)!r}{at}: {self._rows} rows, {self.num_runs} runs, "
                 f"{len(self._shards)} shard{'s' if len(self._shards) != 1 else ''})")
 
     @property
@@ -119,8 +133,29 @@ class Pack:
 
     @property
     def version(self) -> int:
-        """The version of the pack this reader reads."""
-        return 1
+        """The version of the pack this reader reads (1 for a pack made before versions)."""
+        return self._version
+
+    def versions(self) -> list[dict]:
+        """The pack's history, oldest first: per version a dict of `version`,
+        `created_utc`, `operation` (pack, update, attach, detach, merge, shuffle, export,
+        write), `rows`, `runs`, `command` (the command line, a list of strings), `files`
+        (family, shard, file_name, rows, bytes, crc32c per file), `families` (companion
+        families), `tags` and `sources` (pack_id, version, path of each pack it was made
+        from). A pack made before versions is version 1, as it is now.
+
+        >>> [(v["version"], v["operation"], v["rows"]) for v in pack.versions()]
+        [(1, 'pack', 1220), (2, 'update', 2240)]
+        """
+        if not self._history.recorded:
+            return _versions.unrecorded_listing(self)
+        return self._history.listing()
+
+    def at_version(self, version) -> "Pack":
+        """This pack read at another version (a number or a tag): `Pack(path, version)`."""
+        if version == self._version:
+            return self
+        return Pack(self.path, version)
 
     @property
     def identity(self) -> dict:
@@ -128,13 +163,19 @@ class Pack:
         `rows` (give it back as `saved_at=` of `batches` to check a resume point)."""
         return _versions.identity(self.pack_id, self.version, self._rows)
 
-    def _for_saved(self, saved) -> "Pack":
-        """The reader of an epoch whose resume point was saved at `saved` (a state or an
-        identity): this pack, when it has the same rows; refused otherwise."""
+    def _saved_versions(self, saved) -> tuple:
+        """The version to go on reading an epoch saved at `saved` (a state or an identity),
+        as a 1-tuple (a Mixture's has one per source); see `_versions.saved_version`."""
         found = _versions.saved_identity(saved)
-        if found is not None:
-            _versions.check_same_rows(self.path, found, self.identity)
-        return self
+        return (self.version if found is None else _versions.saved_version(self, found),)
+
+    def _at_versions(self, versions: tuple) -> "Pack":
+        return self.at_version(versions[0])
+
+    def _for_saved(self, saved) -> "Pack":
+        """The reader of an epoch whose resume point was saved at `saved`: this pack, or
+        the version of it the state was saved on (refused when it is not this pack's)."""
+        return self._at_versions(self._saved_versions(saved))
 
     def close(self) -> None:
         if self._conn is not None:
@@ -150,10 +191,12 @@ class Pack:
         self.close()
 
     def __getstate__(self):
-        return {"path": str(self.path)}
+        # The version number, not "latest": a pack that grows before a worker opens it is
+        # read there as it was here.
+        return {"path": str(self.path), "version": self._version}
 
     def __setstate__(self, state):
-        self.__init__(state["path"])
+        self.__init__(state["path"], state.get("version"))
 
     # ------------------------------------------------------------------ metadata.db
 
@@ -177,12 +220,26 @@ class Pack:
     def _check_runs(self) -> int:
         if not has_table(self.db(), "runs"):
             raise NotAPackError(f"{self.path / METADATA_NAME} has no runs table: not a pack")
-        runs, steps = self.db().execute("SELECT COUNT(*), COALESCE(SUM(steps), 0) FROM runs"
-                                        ).fetchone()
+        runs, steps = self.db().execute(
+            "SELECT COUNT(*), COALESCE(SUM(steps), 0) FROM (SELECT steps FROM runs ORDER BY id "
+            "LIMIT ?)", (self._run_limit,)).fetchone()
         if steps != self._rows:
-            raise PackError(f"{self.path}: metadata.db counts {steps} rows in runs.steps, "
+            at = f" (version {self._version}'s {runs} runs)" if self._past else ""
+            raise PackError(f"{self.path}: metadata.db counts {steps} rows in runs.steps{at}, "
                             f"the shards hold {self._rows}")
         return int(runs)
+
+    def _check_version(self) -> None:
+        """The version read against what the history records of it: a mismatch means the
+        pack was changed by a tool that does not record versions."""
+        rows = self._history.version_rows(self._version)
+        runs = self._history.version_runs(self._version)
+        if rows is not None and (rows, runs) != (self._rows, self.num_runs):
+            raise PackError(
+                f"{self.path}: metadata.db records {rows} rows and {runs} runs for version "
+                f"{self._version}, but the pack holds {self._rows} rows and {self.num_runs} "
+                f"runs: it was changed without recording a version; run `dataset-packer "
+                f"validate {self.path}`")
 
     def _check_recorded_shards(self) -> None:
         if not has_table(self.db(), "shards"):
@@ -198,7 +255,8 @@ class Pack:
     def _runs(self) -> tuple[np.ndarray, np.ndarray]:
         """(ids, steps) of every run, ascending id (loaded once)."""
         if self._run_table is None:
-            table = np.array(self.db().execute("SELECT id, steps FROM runs ORDER BY id").fetchall(),
+            table = np.array(self.db().execute("SELECT id, steps FROM runs ORDER BY id LIMIT ?",
+                                               (self._run_limit,)).fetchall(),
                              dtype=np.int64).reshape(-1, 2)
             self._run_table = (table[:, 0].copy(), table[:, 1].copy())
         return self._run_table
@@ -220,7 +278,8 @@ class Pack:
         if self._run_rows is None:
             found = np.array(self.db().execute(
                 "SELECT runs.id, COALESCE(run_index.global_row, -1) FROM runs LEFT JOIN "
-                "run_index ON run_index.run_id = runs.id ORDER BY runs.id").fetchall(),
+                "run_index ON run_index.run_id = runs.id ORDER BY runs.id LIMIT ?",
+                (self._run_limit,)).fetchall(),
                 dtype=np.int64).reshape(-1, 2)
             missing = found[found[:, 1] < 0, 0]
             if missing.size:
@@ -242,8 +301,9 @@ class Pack:
         row = self.db().execute(
             "SELECT runs.steps, run_index.global_row FROM runs LEFT JOIN run_index "
             "ON run_index.run_id = runs.id WHERE runs.id = ?", (int(run_id),)).fetchone()
-        if row is None:
-            raise KeyError(f"no run {run_id} in {self.path} ({self.num_runs} runs)")
+        if row is None or (self._past and int(run_id) not in self._runs()[0]):
+            at = f" version {self._version}" if self._past else ""
+            raise KeyError(f"no run {run_id} in {self.path}{at} ({self.num_runs} runs)")
         steps, first = row
         if first is None:
             raise RunIndexError(f"{self.path}: run_index has no entry for run {run_id}")
@@ -398,7 +458,10 @@ class Pack:
     def companions(self) -> list[str]:
         """Names of the pack's companion families (files `NAME-NNNNN.npy` / `NAME.npy`, and
         families metadata.db records), sorted. Listed by name only: a family is checked
-        when `companion(name)` (or `companions=` of a batch method) opens it."""
+        when `companion(name)` (or `companions=` of a batch method) opens it. A past version
+        lists the families it had (`versions()`)."""
+        if self._past:
+            return self._history.families(self._version)
         return sorted(set(scan(self.path)) | set(recorded(self.db())))
 
     def companion(self, name: str) -> Companion:
@@ -409,7 +472,8 @@ class Pack:
         is no such family."""
         found = self._companions.get(name)
         if found is None:
-            found = self._companions[name] = open_family(self, name)
+            opener = _versions.open_past_family if self._past else open_family
+            found = self._companions[name] = opener(self, name)
         return found
 
     def _companion_keys(self, companions) -> list[tuple[str, Companion]]:
@@ -604,11 +668,15 @@ class Pack:
         tile), so an embedding of it needs 17 tokens.
 
         `saved_at=` the `pack.identity` recorded with a resume point (or a state that holds
-        it): the epoch is refused when the pack has changed since, since its order would be
-        another one."""
+        it): when it was saved on an earlier version of this pack, the epoch is read over
+        that version, exactly as it went then (none of the rows added since); a resume point
+        of another pack, or of a version this pack's history does not hold (rewritten), is
+        refused (VersionError), since the epoch's order would be another one."""
         if saved_at is not None:
-            return self._for_saved(saved_at).batches(
-                batch_size, shuffle=shuffle, seed=seed, epoch=epoch, select=select, rank=rank,
+            reader = self._for_saved(saved_at)
+            return reader.batches(
+                batch_size, shuffle=shuffle, seed=seed, epoch=epoch,
+                select=_versions.rebase(self._selection(select), reader), rank=rank,
                 world_size=world_size, worker=worker, num_workers=num_workers,
                 drop_last=drop_last, start_sample=start_sample, start_batch=start_batch,
                 augment=augment, illegal_ev=illegal_ev, companions=companions)
@@ -650,10 +718,12 @@ class Pack:
         as in `batches`, over windows instead of rows; `companions` too, shaped
         (B, length, *shape), and `saved_at`. Needs the run index."""
         if saved_at is not None:
-            return self._for_saved(saved_at).windows(
+            reader = self._for_saved(saved_at)
+            return reader.windows(
                 length, batch_size, stride=stride, shuffle=shuffle, seed=seed, epoch=epoch,
-                select=select, rank=rank, world_size=world_size, worker=worker,
-                num_workers=num_workers, drop_last=drop_last, start_sample=start_sample,
+                select=_versions.rebase(self._selection(select), reader), rank=rank,
+                world_size=world_size, worker=worker, num_workers=num_workers,
+                drop_last=drop_last, start_sample=start_sample,
                 start_batch=start_batch, augment=augment, illegal_ev=illegal_ev,
                 companions=companions)
         families = self._companion_keys(companions)

@@ -1,83 +1,532 @@
-"""Pack identity in resume states: a state saved before `pack --update` is not resumed
-silently on the grown pack (its epoch order is another one)."""
+"""Pack versions in Python: `Pack(path, version=…)` reads a pack as it was, and a resume
+state saved before `pack --update` finishes its epoch over the rows it was saved on.
+
+Packs are made and grown by the real binary (d6's 5 runs, 1,220 rows in 300-row shards, then
+d7's 5 runs, 1,020 rows, added by `pack --update`); a copy of the pack's folder taken before
+each change is what "the pack at that time" is compared with. `record` writes the history
+tables after each command, exactly as the schema (docs/versions.md) says the binary does.
+"""
 
 from __future__ import annotations
 
+import itertools
+import json
+import pickle
+import secrets
 import shutil
+import sqlite3
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 from conftest import FIXTURES, cli
-from dataset_packer import Mixture, Pack, VersionError
-from dataset_packer._loader import EpochStream, partition
+from dataset_packer import EmptySelectionError, Mixture, Pack, VersionError
+from dataset_packer._loader import EpochStream, WorkerInfo, partition
+
+from test_loader import needs_torch
 
 RAW = FIXTURES / "raw"
+V1_ROWS, V2_ROWS = 1220, 2240
+
+HISTORY = """
+CREATE TABLE IF NOT EXISTS versions (version INTEGER PRIMARY KEY, created_utc TEXT NOT NULL,
+  operation TEXT NOT NULL, rows INTEGER NOT NULL, runs INTEGER NOT NULL, command TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS version_files (version INTEGER NOT NULL, family TEXT NOT NULL,
+  shard INTEGER NOT NULL, file_name TEXT NOT NULL, rows INTEGER NOT NULL, bytes INTEGER NOT NULL,
+  crc32c TEXT NOT NULL, PRIMARY KEY (version, family, shard));
+CREATE TABLE IF NOT EXISTS version_sources (version INTEGER NOT NULL, pack_id TEXT NOT NULL,
+  source_version INTEGER NOT NULL, path TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS version_tags (name TEXT PRIMARY KEY, version INTEGER NOT NULL,
+  created_utc TEXT NOT NULL);
+"""
 
 
-def grow(tmp_path):
-    """A pack of the d6 runs (5 runs, 1,220 rows in 300-row shards), a copy of it as it was,
-    and the raw folder to update it from: the pack, the copy, the raw folder."""
+def record(pack: Path, operation: str, command=()) -> None:
+    """The version a command made, recorded as the schema says: a pack_id when there is
+    none yet, then the pack as it is now (rows, runs, every steps and companion file)."""
+    with sqlite3.connect(pack / "metadata.db") as db:
+        db.executescript(HISTORY)
+        if db.execute("SELECT 1 FROM session WHERE meta_key = 'pack_id'").fetchone() is None:
+            db.execute("INSERT INTO session VALUES ('pack_id', ?)", (secrets.token_hex(16),))
+        (n,) = db.execute("SELECT COALESCE(MAX(version), 0) + 1 FROM versions").fetchone()
+        rows, runs = db.execute("SELECT COALESCE(SUM(steps), 0), COUNT(*) FROM runs").fetchone()
+        db.execute("INSERT INTO versions VALUES (?, '2026-11-27T06:30:00Z', ?, ?, ?, ?)",
+                   (n, operation, rows, runs, json.dumps(["dataset-packer", *map(str, command)])))
+        db.execute("INSERT INTO version_files SELECT ?, 'steps', shard, file_name, rows, bytes, "
+                   "crc32c FROM shards", (n,))
+        db.execute("INSERT INTO version_files SELECT ?, name, shard, file_name, rows, bytes, "
+                   "crc32c FROM companions", (n,))
+    db.close()
+
+
+def run(pack: Path, operation: str, *args) -> None:
+    """A command that changes the pack, and the version it records."""
+    cli(*args, "--quiet")
+    record(pack, operation, args)
+
+
+def tag(pack: Path, name: str, version: int) -> None:
+    with sqlite3.connect(pack / "metadata.db") as db:
+        db.execute("INSERT INTO version_tags VALUES (?, ?, '2026-11-27T06:31:00Z')",
+                   (name, version))
+    db.close()
+
+
+def grow(tmp_path, *flags):
+    """A pack of the d6 runs, and the raw folder it was packed from."""
+    raw = tmp_path / "raw"
+    raw.mkdir()
+    for f in (RAW / "d6_10g_v1").iterdir():
+        shutil.copy(f, raw)
+    pack = tmp_path / "pack"
+    run(pack, "pack", "pack", "--input", raw, "--output", pack, "--shard-rows", 300, *flags)
+    return pack, raw
+
+
+def snapshot(pack: Path, name: str) -> Path:
+    """A copy of the pack's folder as it is now."""
+    copy = pack.parent / name
+    shutil.copytree(pack, copy)
+    return copy
+
+
+def update(pack: Path, raw: Path, *flags) -> None:
+    """`pack --update` with the d7 runs added to the raw folder."""
+    for f in (RAW / "d7_10g_v1").iterdir():
+        shutil.copy(f, raw)
+    run(pack, "update", "pack", "--input", raw, "--output", pack, "--update",
+        "--shard-rows", 300, *flags)
+
+
+@pytest.fixture(scope="module")
+def grown(tmp_path_factory):
+    """(pack after the update, copy of it before): version 1 = 1,220 rows, 2 = 2,240."""
+    tmp = tmp_path_factory.mktemp("grown")
+    pack, raw = grow(tmp, "--search-stats")
+    before = snapshot(pack, "before")
+    update(pack, raw, "--search-stats")
+    return pack, before
+
+
+def rows_of(batches) -> np.ndarray:
+    return np.concatenate([b["row"] for b in batches])
+
+
+def same_batch(a: dict, b: dict) -> None:
+    assert sorted(a) == sorted(b)
+    for key in a:
+        np.testing.assert_array_equal(a[key], b[key], err_msg=key)
+
+
+# ---------------------------------------------------------------------- reading a version
+
+def test_an_old_version_reads_as_the_pack_did(grown):
+    pack, before = grown
+    old, then = Pack(pack, version=1), Pack(before)
+    assert (old.version, len(old), old.num_runs) == (1, V1_ROWS, 5)
+    assert old.pack_id == Pack(pack).pack_id == then.pack_id and len(old.pack_id) == 32
+    assert [p.name for p in old.shards] == [p.name for p in then.shards]
+    assert old.rows(slice(None)).tobytes() == then.rows(slice(None)).tobytes()
+    for run_id in range(5):
+        assert old.run(run_id).tobytes() == then.run(run_id).tobytes()
+    with pytest.raises(KeyError, match="no run 7 .* version 1"):
+        old.run(7)
+    for a, b in zip(old.batches(100, seed=4, epoch=1, augment=True, companions=["search"]),
+                    then.batches(100, seed=4, epoch=1, augment=True, companions=["search"])):
+        same_batch(a, b)
+    assert old.companions == then.companions == ["search"]
+    np.testing.assert_array_equal(old.companion("search")[:], then.companion("search")[:])
+    for a, b in zip(old.windows(16, 8, seed=1), then.windows(16, 8, seed=1)):
+        same_batch(a, b)
+    np.testing.assert_array_equal(old.select("1 = 1").run_ids, np.arange(5))
+    # The current version holds both.
+    now = Pack(pack)
+    assert (now.version, len(now), now.num_runs) == (2, V2_ROWS, 10)
+    assert now.rows(slice(0, V1_ROWS)).tobytes() == then.rows(slice(None)).tobytes()
+    assert Pack(pack, version="latest").version == Pack(pack, version=2).version == 2
+    assert "version 1 of 2" in repr(old)
+
+
+def test_a_version_travels_to_workers_as_a_number(grown):
+    pack, _ = grown
+    old = pickle.loads(pickle.dumps(Pack(pack, version=1)))
+    assert (old.version, len(old)) == (1, V1_ROWS)
+
+
+def test_splits_are_stable_across_versions(grown):
+    pack, before = grown
+    old, now = Pack(pack, version=1), Pack(pack)
+    checked = 0
+    for seed in range(8):
+        try:
+            parts = old.split(0.5, seed=seed)
+        except EmptySelectionError:  # 5 runs: a side may be empty
+            continue
+        for a, b, c in zip(parts, now.split(0.5, seed=seed),
+                           Pack(before).split(0.5, seed=seed)):
+            np.testing.assert_array_equal(a.run_ids, c.run_ids)
+            np.testing.assert_array_equal(a.run_ids, b.run_ids[b.run_ids < 5])
+        checked += 1
+    assert checked >= 3
+
+
+def test_versions_lists_the_history(grown):
+    pack, _ = grown
+    listed = Pack(pack).versions()
+    assert [(v["version"], v["operation"], v["rows"], v["runs"]) for v in listed] == [
+        (1, "pack", V1_ROWS, 5), (2, "update", V2_ROWS, 10)]
+    first, second = listed
+    assert first["families"] == second["families"] == ["search"]
+    steps = [f for f in first["files"] if f["family"] == "steps"]
+    assert [(f["file_name"], f["rows"]) for f in steps] == [
+        (f"steps-{k:05d}.npy", 300) for k in range(4)] + [("steps-00004.npy", 20)]
+    assert sum(f["rows"] for f in second["files"] if f["family"] == "steps") == V2_ROWS
+    assert second["command"][:2] == ["dataset-packer", "pack"] and "--update" in second["command"]
+    assert first["tags"] == [] and first["sources"] == []
+    assert first["created_utc"].endswith("Z")
+
+
+def test_unknown_versions_and_tags_are_refused_naming_what_there_is(grown, tmp_path):
+    pack, _ = grown
+    with pytest.raises(VersionError, match=rf"{pack} has no version 3: it has versions 1..2"):
+        Pack(pack, version=3)
+    with pytest.raises(VersionError, match="has no version tagged 'nightly'"):
+        Pack(pack, version="nightly")
+    with pytest.raises(TypeError):
+        Pack(pack, version=1.5)
+
+
+def test_tags_name_versions(tmp_path):
+    pack, raw = grow(tmp_path)
+    update(pack, raw)
+    tag(pack, "first", 1)
+    tag(pack, "paper", 2)
+    assert Pack(pack, version="first").version == 1
+    assert len(Pack(pack, version="paper")) == V2_ROWS
+    assert [v["tags"] for v in Pack(pack).versions()] == [["first"], ["paper"]]
+    assert Pack(pack, version="2").version == 2
+    with pytest.raises(VersionError, match="tags first = 1, paper = 2"):
+        Pack(pack, version="final")
+
+
+def test_a_pack_without_history_is_version_1_of_itself(packs):
+    plain = Pack(packs["plain"])
+    assert (plain.version, plain.pack_id) == (1, None)
+    listed = plain.versions()
+    assert len(listed) == 1 and listed[0]["rows"] == len(plain)
+    assert listed[0]["runs"] == plain.num_runs
+    assert len(Pack(packs["plain"], version=1)) == len(plain)
+    with pytest.raises(VersionError, match="version 1 only"):
+        Pack(packs["plain"], version=2)
+
+
+def test_a_family_detached_later_is_refused_naming_the_version(tmp_path):
+    pack, raw = grow(tmp_path)
+    embeddings = np.arange(V1_ROWS * 3, dtype=np.float32).reshape(V1_ROWS, 3)
+    np.save(tmp_path / "emb.npy", embeddings)
+    run(pack, "attach", "attach", pack, "--name", "emb", "--from", tmp_path / "emb.npy")
+    attached = snapshot(pack, "attached")
+    update(pack, raw, "--drop-companion", "emb")
+    v2 = Pack(pack, version=2)
+    assert v2.companions == ["emb"]
+    with pytest.raises(VersionError, match="'emb' .* at version 2 was detached in version 3"):
+        v2.companion("emb")
+    with pytest.raises(VersionError, match="detached in version 3"):
+        next(v2.batches(10, companions=["emb"]))
+    # Its rows still read, as they were.
+    assert v2.rows(slice(None)).tobytes() == Pack(attached).rows(slice(None)).tobytes()
+    np.testing.assert_array_equal(Pack(attached).companion("emb")[:], embeddings)
+    with pytest.raises(KeyError, match="attached in version 2"):
+        Pack(pack, version=1).companion("emb")
+    assert Pack(pack, version=1).companions == [] and Pack(pack).companions == []
+    # Attached again after the update: version 2's rows are not these.
+    np.save(tmp_path / "again.npy", np.zeros((V2_ROWS, 3), dtype=np.float32))
+    run(pack, "attach", "attach", pack, "--name", "emb", "--from", tmp_path / "again.npy")
+    with pytest.raises(VersionError, match="detached in version 3"):
+        Pack(pack, version=2).companion("emb")
+    assert Pack(pack).companion("emb")[:].sum() == 0
+
+
+def test_a_version_that_does_not_match_the_files_is_refused(tmp_path):
+    pack, raw = grow(tmp_path)
+    for f in (RAW / "d7_10g_v1").iterdir():
+        shutil.copy(f, raw)
+    # Grown by a tool that records no version: the history's latest is not the pack.
+    cli("pack", "--input", raw, "--output", pack, "--update", "--shard-rows", 300, "--quiet")
+    with pytest.raises(Exception, match="records 1220 rows and 5 runs for version 1, but the "
+                                        "pack holds 2240 rows"):
+        Pack(pack)
+
+
+# ---------------------------------------------------------------------- resume across growth
+
+EPOCH, SEED, BATCH, WORLD, WORKERS = 2, 3, 61, 2, 2  # 1,220 rows: 10 steps of 2 × 61
+
+
+def loader_of(stream, rank: int, state=None):
+    """A rank's batches as a DataLoader with WORKERS workers yields them: round-robin over
+    the workers' iterations (each from `state` when given, as StatefulDataLoader does)."""
+    parts = [partition(WorkerInfo(w, WORKERS), rank, WORLD) for w in range(WORKERS)]
+    runs = [iter(stream.iteration(p)) for p in parts]
+    for group in itertools.zip_longest(*runs):
+        yield from (b for b in group if b is not None)
+
+
+def steps(per_rank: list[list[dict]]) -> list[dict]:
+    """The ranks' batches in epoch order: step j is rank 0's batch j, then rank 1's."""
+    return [b for step in zip(*per_rank) for b in step]
+
+
+@pytest.mark.parametrize("taken", [0, 1, 4, 9, 10])
+def test_a_resume_after_an_update_finishes_the_saved_epoch_exactly(tmp_path, taken):
+    pack, raw = grow(tmp_path)
+    before = snapshot(pack, "before")
+    options = dict(shuffle=True, seed=SEED, augment=True)
+    stream = EpochStream(Pack(pack), BATCH, **options)
+    stream.set_epoch(EPOCH)
+    seen = [list(itertools.islice(loader_of(stream, r), taken)) for r in range(WORLD)]
+    state = stream.state_dict(batches=taken, world_size=WORLD)  # what PackLoader saves
+    assert state["start_sample"] == taken * BATCH * WORLD
+    assert (state["version"], state["rows"]) == (1, V1_ROWS)
+    update(pack, raw)
+
+    again = EpochStream(Pack(pack), BATCH, **options)
+    again.load_state_dict(state)
+    rest = [list(loader_of(again, r)) for r in range(WORLD)]
+    rows = rows_of(steps(seen) + steps(rest))
+    # Exactly one epoch of the old version: every row once, none of the new rows …
+    assert np.array_equal(np.sort(rows), np.arange(V1_ROWS))
+    # … each rank's batches as they were then: the same rows, order, symmetries and bytes.
+    then = Pack(before)
+    for r in range(WORLD):
+        want = list(then.batches(BATCH, rank=r, world_size=WORLD, epoch=EPOCH, **options))
+        assert len(seen[r]) + len(rest[r]) == len(want)
+        for a, b in zip(seen[r] + rest[r], want):
+            same_batch(a, b)
+    # A state taken during the resumed epoch still names the version it reads.
+    mid = again.state_dict(batches=0, world_size=WORLD)
+    assert (mid["version"], mid["rows"], mid["pack_id"]) == (1, V1_ROWS, state["pack_id"])
+    # The next epoch reads the grown pack.
+    again.set_epoch(EPOCH + 1)
+    nxt = rows_of(steps([list(loader_of(again, r)) for r in range(WORLD)]))
+    assert set(nxt.tolist()) == set(range(V2_ROWS))
+    assert again.state_dict()["version"] == 2
+
+
+def test_worker_states_resume_across_an_update(tmp_path):
+    """Each worker's own state (what StatefulDataLoader keeps), saved mid-epoch at version 1
+    and restored in the workers of a reader of version 2."""
+    pack, raw = grow(tmp_path)
+    before = snapshot(pack, "before")
+    stream = EpochStream(Pack(pack), BATCH, seed=SEED)
+    stream.set_epoch(EPOCH)
+    parts = [partition(WorkerInfo(w, WORKERS), 1, WORLD) for w in range(WORKERS)]
+    runs = [stream.iteration(p) for p in parts]
+    its = [iter(r) for r in runs]
+    taken = [next(its[k % WORKERS])["row"] for k in range(3)]
+    states = [r.state_dict() for r in runs]
+    assert all(s["version"] == 1 and s["rows"] == V1_ROWS for s in states)
+    update(pack, raw)
+    again = EpochStream(Pack(pack), BATCH, seed=SEED)
+    again.set_epoch(7)
+    resumed = [again.iteration(p, s) for p, s in zip(parts, states)]
+    order = resumed[3 % WORKERS:] + resumed[:3 % WORKERS]
+    rest = [b["row"] for group in itertools.zip_longest(*map(iter, order)) for b in group
+            if b is not None]
+    want = [b["row"] for b in Pack(before).batches(BATCH, seed=SEED, epoch=EPOCH, rank=1,
+                                                   world_size=WORLD)]
+    assert len(taken + rest) == len(want)
+    for a, b in zip(taken + rest, want):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_pack_batches_resume_point_reads_the_saved_version(grown):
+    pack, before = grown
+    saved = Pack(before).identity
+    assert saved == {"pack_id": Pack(pack).pack_id, "version": 1, "rows": V1_ROWS}
+    got = list(Pack(pack).batches(BATCH, seed=SEED, epoch=1, start_sample=610,
+                                  saved_at=saved, companions=["search"]))
+    want = list(Pack(before).batches(BATCH, seed=SEED, epoch=1, start_sample=610,
+                                     companions=["search"]))
+    assert len(got) == len(want) == 10
+    for a, b in zip(got, want):
+        same_batch(a, b)
+    got = list(Pack(pack).windows(8, 16, seed=SEED, start_sample=20, saved_at=saved))
+    want = list(Pack(before).windows(8, 16, seed=SEED, start_sample=20))
+    for a, b in zip(got, want):
+        same_batch(a, b)
+    # Saved at the reader's own version: the reader's epoch.
+    now = Pack(pack)
+    same_batch(next(now.batches(BATCH, seed=1, saved_at=now.identity)),
+               next(now.batches(BATCH, seed=1)))
+
+
+def test_a_selection_resumes_over_the_runs_it_had(tmp_path):
+    """A split made at version 2 holds runs of both versions; a state saved at version 1
+    with that version's split finishes over the version-1 runs of the split (the same
+    ones: a run's side never changes)."""
+    pack, raw = grow(tmp_path)
+    before = snapshot(pack, "before")
+    train = Pack(pack).split(0.4, seed=1)[0]
+    stream = EpochStream(train.pack, 50, seed=SEED, select=train)
+    stream.set_epoch(1)
+    state = stream.state_dict(batches=3)
+    update(pack, raw)
+    grown_train = Pack(pack).split(0.4, seed=1)[0]
+    assert grown_train.num_runs > train.num_runs
+    again = EpochStream(grown_train.pack, 50, seed=SEED, select=grown_train)
+    again.load_state_dict(state)
+    got = rows_of(again.batches(partition(None, None, None)))
+    then = Pack(before)
+    want = rows_of(then.batches(50, seed=SEED, epoch=1, start_sample=150,
+                                select=then.split(0.4, seed=1)[0]))
+    np.testing.assert_array_equal(got, want)
+
+
+def test_a_mixture_resumes_each_source_at_its_version(tmp_path, packs):
+    pack, raw = grow(tmp_path)
+    before = snapshot(pack, "before")
+    other = Pack(packs["sharded"])
+    stream = EpochStream(Mixture([Pack(pack), other]), 50, seed=1)
+    stream.set_epoch(1)
+    state = stream.state_dict(batches=7)
+    assert [s["version"] for s in state["sources"]] == [1, 1]
+    assert [s["rows"] for s in state["sources"]] == [V1_ROWS, len(other)]
+    update(pack, raw)
+    grown_mix = Mixture([Pack(pack), other])
+    assert len(grown_mix) == V2_ROWS + len(other)
+    again = EpochStream(grown_mix, 50, seed=1)
+    again.load_state_dict(state)
+    got = list(again.batches(partition(None, None, None)))
+    want = list(Mixture([Pack(before), other]).batches(50, seed=1, epoch=1, start_sample=350))
+    assert len(got) == len(want)
+    for a, b in zip(got, want):
+        np.testing.assert_array_equal(a["row"], b["row"])
+        np.testing.assert_array_equal(a["source"], b["source"])
+        np.testing.assert_array_equal(a["exps"], b["exps"])
+    assert again.state_dict()["sources"][0]["version"] == 1
+    got = list(grown_mix.batches(50, seed=1, epoch=1, start_sample=350,
+                                 saved_at={"sources": state["sources"]}))
+    assert [b["row"].tolist() for b in got] == [b["row"].tolist() for b in want]
+    again.set_epoch(2)
+    assert again.state_dict()["sources"][0]["version"] == 2
+    assert again._items() == len(grown_mix)
+
+
+# ---------------------------------------------------------------------- refusals
+
+def test_states_of_another_pack_or_a_rewritten_one_are_refused(tmp_path):
+    pack, raw = grow(tmp_path)
+    stream = EpochStream(Pack(pack), BATCH, seed=SEED)
+    stream.set_epoch(0)
+    state = stream.state_dict(batches=5)
+    pack_id = state["pack_id"]
+    update(pack, raw)
+    grown_stream = EpochStream(Pack(pack), BATCH, seed=SEED)
+    with pytest.raises(VersionError, match=rf"saved on pack {pack_id}@7, 1220 rows, but .* is "
+                                           rf"{pack_id}@2, 2240 rows: its history holds no "
+                                           r"version 7 \(it has versions 1..2"):
+        grown_stream.load_state_dict(dict(state, version=7))
+    with pytest.raises(VersionError, match="its version 1 has 1220 rows; the pack was "
+                                           "rewritten"):
+        grown_stream.load_state_dict(dict(state, rows=1000))
+    with pytest.raises(VersionError, match=r"saved on pack \(no pack_id\)@1, 1220 rows"):
+        grown_stream.load_state_dict(dict(state, pack_id=None))
+    # `pack --overwrite` makes a new pack: another pack_id.
+    run(pack, "pack", "pack", "--input", raw, "--output", pack, "--shard-rows", 300,
+        "--overwrite")
+    new = Pack(pack)
+    assert new.pack_id != pack_id and new.version == 1
+    with pytest.raises(VersionError, match=rf"saved on pack {pack_id}@1, 1220 rows, but "
+                                           rf".* is {new.pack_id}@1, 2240 rows: it is "
+                                           "another pack"):
+        EpochStream(new, BATCH, seed=SEED).load_state_dict(state)
+    with pytest.raises(VersionError, match="another pack"):
+        Pack(pack).batches(BATCH, start_sample=610, saved_at=state)
+
+
+def test_a_state_saved_before_an_unrecorded_update_is_refused(tmp_path):
+    """A pack without history grown by a tool that records none: the state's rows are not
+    the pack's, and nothing says which they were."""
     raw = tmp_path / "raw"
     raw.mkdir()
     for f in (RAW / "d6_10g_v1").iterdir():
         shutil.copy(f, raw)
     pack = tmp_path / "pack"
     cli("pack", "--input", raw, "--output", pack, "--shard-rows", 300, "--quiet")
-    before = tmp_path / "before"
-    shutil.copytree(pack, before)
-    return pack, before, raw
-
-
-def update(pack, raw):
-    """`pack --update` with the d7 runs added to the raw folder (5 runs, 1,020 rows)."""
+    with sqlite3.connect(pack / "metadata.db") as db:  # a pack from before versions
+        db.execute("DELETE FROM session WHERE meta_key = 'pack_id'")
+        for table in ("versions", "version_files", "version_sources", "version_tags"):
+            db.execute(f"DROP TABLE IF EXISTS {table}")
+    db.close()
+    stream = EpochStream(pack, BATCH, seed=SEED)
+    state = stream.state_dict(batches=5)
+    assert (state["pack_id"], state["version"], state["rows"]) == (None, 1, V1_ROWS)
+    EpochStream(pack, BATCH, seed=SEED).load_state_dict(state)
     for f in (RAW / "d7_10g_v1").iterdir():
         shutil.copy(f, raw)
     cli("pack", "--input", raw, "--output", pack, "--update", "--shard-rows", 300, "--quiet")
-
-
-def test_a_state_saved_before_an_update_is_refused_after_it(tmp_path):
-    pack, _, raw = grow(tmp_path)
-    stream = EpochStream(pack, 61, seed=3)
-    stream.set_epoch(0)
-    state = stream.state_dict(batches=10)
-    assert state["start_sample"] == 610 and state["rows"] == 1220
-    assert state["version"] == Pack(pack).version
-    assert state["pack_id"] == Pack(pack).pack_id
-    # Unchanged: it resumes.
-    EpochStream(pack, 61, seed=3).load_state_dict(state)
-    update(pack, raw)
-    grown = EpochStream(pack, 61, seed=3)
-    with pytest.raises(VersionError, match=r"saved on pack .*@1, 1220 rows, but .* is "
-                                           r".*@\d+, 2240 rows"):
-        grown.load_state_dict(state)
+    with sqlite3.connect(pack / "metadata.db") as db:  # still a pack from before versions
+        db.execute("DELETE FROM session WHERE meta_key = 'pack_id'")
+        for table in ("versions", "version_files", "version_sources", "version_tags"):
+            db.execute(f"DROP TABLE IF EXISTS {table}")
+    db.close()
+    grown_stream = EpochStream(pack, BATCH, seed=SEED)
+    with pytest.raises(VersionError, match=r"saved on pack \(no pack_id\)@1, 1220 rows, but "
+                                           r".* is \(no pack_id\)@1, 2240 rows"):
+        grown_stream.load_state_dict(state)
     with pytest.raises(VersionError, match="1220 rows"):
-        grown.iteration(partition(None, None, None), state)
-    with pytest.raises(VersionError, match="1220 rows"):
-        Pack(pack).batches(61, seed=3, start_sample=610, saved_at=state)
+        grown_stream.iteration(partition(None, None, None), state)
     with pytest.raises(VersionError, match="1220 rows"):
         Pack(pack).windows(8, 61, seed=3, start_sample=610, saved_at=state)
-    mixed = Mixture([Pack(pack), Pack(tmp_path / "before")])
-    with pytest.raises(VersionError, match="1220 rows"):
-        mixed.batches(61, saved_at={"sources": [state, state]})
 
 
-def test_a_mixture_state_records_each_source(tmp_path):
-    pack, before, raw = grow(tmp_path)
-    mixed = EpochStream(Mixture([Pack(pack), Pack(before)]), 50, seed=1)
-    state = mixed.state_dict(batches=3)
-    assert [s["rows"] for s in state["sources"]] == [1220, 1220]
-    update(pack, raw)
-    again = EpochStream(Mixture([Pack(pack), Pack(before)]), 50, seed=1)
-    with pytest.raises(VersionError, match="2240 rows"):
-        again.load_state_dict(state)
+def test_a_mixture_state_must_match_the_mixture(tmp_path, packs):
+    pack, _ = grow(tmp_path)
+    one = EpochStream(Pack(pack), 50).state_dict()
+    mix = EpochStream(Mixture([Pack(pack), Pack(packs["sharded"])]), 50)
+    with pytest.raises(VersionError, match="saved on one pack"):
+        mix.load_state_dict(one)
+    with pytest.raises(VersionError, match="mixture of 1 sources; this one has 2"):
+        mix.load_state_dict(dict(mix.state_dict(), sources=mix.state_dict()["sources"][:1]))
 
 
 def test_a_state_without_identity_is_warned_about(tmp_path):
-    pack, _, _ = grow(tmp_path)
+    pack, _ = grow(tmp_path)
     stream = EpochStream(pack, 61, seed=3)
     with pytest.warns(UserWarning, match="no pack identity"):
         stream.load_state_dict({"epoch": 1, "start_sample": 122, "seed": 3})
-    got = np.concatenate([b["row"] for b in stream.batches(partition(None, None, None))])
-    want = np.concatenate([b["row"] for b in Pack(pack).batches(61, seed=3, epoch=1)])
+    got = rows_of(stream.batches(partition(None, None, None)))
+    want = rows_of(Pack(pack).batches(61, seed=3, epoch=1))
     np.testing.assert_array_equal(got, want[122:])
+
+
+# ---------------------------------------------------------------------- with torch
+
+@needs_torch
+def test_packloader_with_workers_and_ranks_resumes_across_an_update(tmp_path):
+    from dataset_packer.torch import PackDataset, PackLoader
+
+    pack, raw = grow(tmp_path)
+    before = snapshot(pack, "before")
+    loaders = [PackLoader(PackDataset(pack, BATCH, seed=SEED, rank=r, world_size=WORLD),
+                          num_workers=WORKERS) for r in range(WORLD)]
+    seen = []
+    for loader in loaders:
+        loader.dataset.set_epoch(EPOCH)
+        seen.append([b["row"].numpy() for b in itertools.islice(loader, 4)])
+    states = [loader.state_dict() for loader in loaders]
+    assert states[0] == states[1] and states[0]["version"] == 1
+    update(pack, raw)
+    rest = []
+    for r in range(WORLD):
+        loader = PackLoader(PackDataset(pack, BATCH, seed=SEED, rank=r, world_size=WORLD),
+                            num_workers=WORKERS)
+        loader.load_state_dict(states[r])
+        rest.append([b["row"].numpy() for b in loader])
+    rows = np.concatenate([b for step in zip(*seen) for b in step] +
+                          [b for step in zip(*rest) for b in step])
+    want = rows_of(Pack(before).batches(BATCH * WORLD, seed=SEED, epoch=EPOCH))
+    np.testing.assert_array_equal(rows, want)
+    assert np.array_equal(np.sort(rows), np.arange(V1_ROWS))
