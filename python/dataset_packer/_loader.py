@@ -256,9 +256,7 @@ _SHARED = 4
 
 def _versions_of(reader) -> tuple:
     """The versions a reader reads: its pack's, or each source's of a Mixture."""
-    if isinstance(reader, Mixture):
-        return tuple(pack.version for pack, _ in reader.sources)
-    return (reader.version,)
+    return reader._versions() if isinstance(reader, Mixture) else (reader.version,)
 
 
 #: The key of a worker's own state: how many of its batches it has yielded.

@@ -123,7 +123,8 @@ class Mixture:
             if any(key in saved for key in IDENTITY_KEYS):
                 raise VersionError("this resume state was saved on one pack, and this reader "
                                    f"is a mixture of {len(self.sources)} sources")
-            return self._versions_with(self.sources[0][0]._saved_versions(saved)[0])
+            self.sources[0][0]._saved_versions(saved)  # warns: nothing to check
+            return self._versions()
         found = saved["sources"]
         if len(found) != len(self.sources):
             raise VersionError(f"this resume state was saved on a mixture of {len(found)} "
@@ -131,14 +132,15 @@ class Mixture:
         return tuple(pack._saved_versions(identity)[0]
                      for (pack, _), identity in zip(self.sources, found))
 
-    def _versions_with(self, _) -> tuple:
+    def _versions(self) -> tuple:
+        """The version each source reads."""
         return tuple(pack.version for pack, _ in self.sources)
 
     def _at_versions(self, versions: tuple) -> "Mixture":
         """This mixture over those versions of its sources (selections keep the runs each
         version holds), with the weights and length it was given: the mixture as it was
         at those versions."""
-        if versions == self._versions_with(None):
+        if tuple(versions) == self._versions():
             return self
         views: list = []
         sources = []

@@ -530,3 +530,38 @@ def test_packloader_with_workers_and_ranks_resumes_across_an_update(tmp_path):
     want = rows_of(Pack(before).batches(BATCH * WORLD, seed=SEED, epoch=EPOCH))
     np.testing.assert_array_equal(rows, want)
     assert np.array_equal(np.sort(rows), np.arange(V1_ROWS))
+
+
+@pytest.mark.parametrize("method", ["fork", "spawn"])
+def test_a_persistent_worker_sees_the_saved_version_and_then_its_own(tmp_path, method):
+    """A worker started before the state is loaded (persistent_workers=True) reads the
+    saved version for the saved epoch, and the grown pack for the next."""
+    import multiprocessing
+
+    from test_loader import _persistent_worker
+
+    pack, raw = grow(tmp_path)
+    before = snapshot(pack, "before")
+    state = EpochStream(Pack(pack), 100, seed=SEED).state_dict()
+    state = dict(state, epoch=1, start_sample=300)
+    update(pack, raw)
+    context = multiprocessing.get_context(method)
+    stream = EpochStream(Pack(pack), 100, seed=SEED)
+    commands, results = context.Queue(), context.Queue()
+    worker = context.Process(target=_persistent_worker, args=(stream, commands, results))
+    worker.start()
+    try:
+        part = partition(WorkerInfo(1, 2), None, None)
+        stream.load_state_dict(state)
+        commands.put(part)
+        want = [b["row"].tolist() for b in Pack(before).batches(
+            100, seed=SEED, epoch=1, start_sample=300, worker=1, num_workers=2)]
+        assert results.get(timeout=60) == want
+        stream.set_epoch(2)
+        commands.put(part)
+        want = [b["row"].tolist() for b in Pack(pack).batches(
+            100, seed=SEED, epoch=2, worker=1, num_workers=2)]
+        assert results.get(timeout=60) == want
+    finally:
+        commands.put(None)
+        worker.join(60)
