@@ -72,7 +72,7 @@ class Pack:
         self._conn = None
         self._conn_pid = None
         self.session = self._read_session()
-        self._history = _versions.History(self.db(), self.path)
+        self._history = _versions.History(self.db, self.path)
         self._version = self._history.resolve(version)
         # A past version: its steps files cut to its rows, and its runs (the smallest ids).
         self._past = self._version != self._history.latest

@@ -104,9 +104,12 @@ class History:
     opened. A pack without the tables is version 1 of itself: its rows, runs and families.
     """
 
-    def __init__(self, conn, path):
+    def __init__(self, db, path):
+        # `db()` is the pack's connection, re-opened in a forked worker: a connection is
+        # never used across a fork.
         self.path = path
-        self._conn = conn
+        self._db = db
+        conn = db()
         self.recorded = has_table(conn, "versions")
         self.rows: dict[int, tuple] = {}
         self.tags: dict[str, int] = {}
@@ -172,20 +175,20 @@ class History:
 
     def files(self, version: int, family: str) -> list[tuple[int, str, int]]:
         """(shard, file name, rows of the version) of one family's files in a version."""
-        return [(int(s), str(f), int(r)) for s, f, r in self._conn.execute(
+        return [(int(s), str(f), int(r)) for s, f, r in self._db().execute(
             "SELECT shard, file_name, rows FROM version_files WHERE version = ? AND family = ? "
             "ORDER BY shard", (int(version), family))]
 
     def families(self, version: int) -> list[str]:
         """The companion families a recorded version lists."""
-        return [str(f) for (f,) in self._conn.execute(
+        return [str(f) for (f,) in self._db().execute(
             "SELECT DISTINCT family FROM version_files WHERE version = ? AND family != 'steps' "
             "ORDER BY family", (int(version),))]
 
     def removed_in(self, family: str, version: int) -> int | None:
         """The first version after `version` that does not list `family` (None: every later
         version lists it)."""
-        listing = {int(v) for (v,) in self._conn.execute(
+        listing = {int(v) for (v,) in self._db().execute(
             "SELECT DISTINCT version FROM version_files WHERE family = ? AND version > ?",
             (family, int(version)))}
         later = [v for v in self.numbers() if v > version]
@@ -193,14 +196,14 @@ class History:
 
     def added_in(self, family: str, version: int) -> int | None:
         """The first version after `version` that lists `family`."""
-        (found,) = self._conn.execute(
+        (found,) = self._db().execute(
             "SELECT MIN(version) FROM version_files WHERE family = ? AND version > ?",
             (family, int(version))).fetchone()
         return None if found is None else int(found)
 
     def listing(self) -> list[dict]:
         """Every version as a dict (see `Pack.versions`), oldest first."""
-        conn = self._conn
+        conn = self._db()
         files: dict[int, list] = {}
         for v, family, shard, name, rows, size, crc in conn.execute(
                 "SELECT version, family, shard, file_name, rows, bytes, crc32c FROM "
