@@ -67,7 +67,7 @@ class Pack:
             raise NotAPackError(f"{self.path} is not a pack: no such folder")
         if not (self.path / METADATA_NAME).is_file():
             raise NotAPackError(f"{self.path} is not a pack: it has no {METADATA_NAME}")
-        shards = [read_shard_header(p) for p in find_shard_paths(self.path)]
+        paths = find_shard_paths(self.path)
         self.valuation_names = read_valuation_names(self.path / VALUATION_NAME)
         self._conn = None
         self._conn_pid = None
@@ -76,8 +76,8 @@ class Pack:
         self._version = self._history.resolve(version)
         # A past version: its steps files cut to its rows, and its runs (the smallest ids).
         self._past = self._version != self._history.latest
-        if self._past:
-            shards = _versions.version_shards(self, self._history, self._version)
+        shards = (_versions.version_shards(self, self._history, self._version) if self._past
+                  else [read_shard_header(p) for p in paths])
         self._run_limit = self._history.version_runs(self._version) if self._past else -1
         self._set_shards(shards)
         self.num_runs = self._check_runs()
