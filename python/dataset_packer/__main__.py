@@ -1,6 +1,6 @@
 """`python -m dataset_packer PACK [PACK …] [--json]`: what a pack holds, from its headers and
 metadata.db alone (no pass over the rows): rows, runs, shards, valuation types, runs by depth,
-scores, companions, and whether it is shuffled or legacy. The numbers `dataset-packer stats`
+scores, companions, whether it is shuffled or legacy, and its `pack_id@version`. The numbers `dataset-packer stats`
 prints about rows need the `dataset-packer` command."""
 
 from __future__ import annotations
@@ -24,7 +24,8 @@ def summary(pack: Pack) -> dict:
             "SELECT depth, COUNT(*), SUM(runs.steps) FROM runs JOIN run_details "
             "ON run_details.run_id = runs.id GROUP BY depth ORDER BY depth")]
     return {
-        "pack": str(pack.path), "rows": len(pack), "runs": pack.num_runs,
+        "pack": str(pack.path), "pack_id": pack.pack_id, "version": pack.version,
+        "versions": pack._history.latest, "rows": len(pack), "runs": pack.num_runs,
         "shards": len(pack.shards), "shuffled": pack.shuffled, "legacy": pack.legacy,
         "valuation_names": list(pack.valuation_names),
         "max_score": {"min": runs[1], "mean": runs[2], "max": runs[3]},
@@ -35,6 +36,8 @@ def summary(pack: Pack) -> dict:
 def render(s: dict) -> str:
     lines = [
         f"pack        {s['pack']}",
+        f"version     {s['pack_id'] or '(no pack_id)'}@{s['version']}"
+        + (f" ({s['versions']} versions)" if s["versions"] > 1 else ""),
         f"rows        {s['rows']:,} in {s['shards']} shard{'s' if s['shards'] != 1 else ''}"
         + (" (shuffled)" if s["shuffled"] else "") + (" (legacy 46-byte rows)" if s["legacy"]
                                                       else ""),

@@ -565,3 +565,18 @@ def test_a_persistent_worker_sees_the_saved_version_and_then_its_own(tmp_path, m
     finally:
         commands.put(None)
         worker.join(60)
+
+
+def test_python_m_dataset_packer_names_the_version(grown):
+    import subprocess
+    import sys
+
+    pack, _ = grown
+    out = subprocess.run([sys.executable, "-m", "dataset_packer", str(pack), "--json"],
+                         capture_output=True, text=True, check=True).stdout
+    found = json.loads(out)
+    assert (found["pack_id"], found["version"], found["versions"], found["rows"]) == (
+        Pack(pack).pack_id, 2, 2, V2_ROWS)
+    text = subprocess.run([sys.executable, "-m", "dataset_packer", str(pack)],
+                          capture_output=True, text=True, check=True).stdout
+    assert f"version     {Pack(pack).pack_id}@2 (2 versions)" in text
