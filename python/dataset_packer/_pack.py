@@ -55,10 +55,12 @@ def _wal_mode(path: Path) -> bool:
 
 
 class Pack:
-    """A pack folder, read-only.
+    """A pack folder, read-only; `version=N` (or a tag) reads that version of its history
+    (docs/versions.md), by default the latest.
 
     >>> pack = Pack("packs/d6")
     >>> len(pack), pack.num_runs, pack.valuation_names, pack.shards
+    >>> Pack("packs/d6", version=3).version, pack.pack_id
     """
 
     def __init__(self, path, version=None):
@@ -295,13 +297,18 @@ class Pack:
             return decode_rows(self._read_span(first, first + steps), illegal_ev)
         return self.rows(slice(first, first + steps))
 
+    def _last_run_id(self) -> int:
+        """The highest run id this version holds (-1 for none): its runs are the smallest."""
+        ids = self._runs()[0]
+        return int(ids[-1]) if ids.size else -1
+
     def _run_span(self, run_id: int) -> tuple[int, int]:
         """(first global row, steps) of a run, through run_index."""
         self._require_run_index("run()")
         row = self.db().execute(
             "SELECT runs.steps, run_index.global_row FROM runs LEFT JOIN run_index "
             "ON run_index.run_id = runs.id WHERE runs.id = ?", (int(run_id),)).fetchone()
-        if row is None or (self._past and int(run_id) not in self._runs()[0]):
+        if row is None or (self._past and int(run_id) > self._last_run_id()):
             at = f" version {self._version}" if self._past else ""
             raise KeyError(f"no run {run_id} in {self.path}{at} ({self.num_runs} runs)")
         steps, first = row
