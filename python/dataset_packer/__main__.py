@@ -36,7 +36,7 @@ def summary(pack: Pack) -> dict:
 def render(s: dict) -> str:
     lines = [
         f"pack        {s['pack']}",
-        f"version     {s['pack_id'] or '(no pack_id)'}@{s['version']}"
+        f"version     {s['pack_id'] or 'unversioned'}@{s['version']}"
         + (f" ({s['versions']} versions)" if s["versions"] > 1 else ""),
         f"rows        {s['rows']:,} in {s['shards']} shard{'s' if s['shards'] != 1 else ''}"
         + (" (shuffled)" if s["shuffled"] else "") + (" (legacy 46-byte rows)" if s["legacy"]

@@ -33,7 +33,7 @@ def identity(pack_id: str | None, version: int, rows: int) -> dict:
 def describe(found: Mapping) -> str:
     """`pack_id@version, N rows`, as messages name a pack's state."""
     pack_id = found.get("pack_id")
-    return f"{pack_id if pack_id is not None else '(no pack_id)'}@{found.get('version')}, " \
+    return f"{pack_id if pack_id is not None else 'unversioned'}@{found.get('version')}, " \
            f"{found.get('rows')} rows"
 
 
@@ -243,13 +243,25 @@ def _command(text):
 
 
 def unrecorded_listing(pack) -> list[dict]:
-    """`Pack.versions()` of a pack made before versions: version 1, as the pack is now."""
-    files = [{"family": "steps", "shard": k, "file_name": s.path.name, "rows": s.rows,
-              "bytes": s.path.stat().st_size, "crc32c": None}
-             for k, s in enumerate(pack._shards)]
-    return [{"version": 1, "created_utc": pack.session.get("created_utc"), "operation": None,
-             "rows": len(pack), "runs": pack.num_runs, "command": None, "files": files,
-             "families": pack.companions, "tags": [], "sources": []}]
+    """`Pack.versions()` of a pack made before versions: version 1, as its tables describe
+    it now (as `dataset-packer versions` lists it)."""
+    conn = pack.db()
+    files = []
+    if has_table(conn, "shards"):
+        files = [{"family": "steps", "shard": int(k), "file_name": name, "rows": int(rows),
+                  "bytes": int(size), "crc32c": crc} for k, name, rows, size, crc in
+                 conn.execute("SELECT shard, file_name, rows, bytes, crc32c FROM shards "
+                              "ORDER BY shard")]
+    if has_table(conn, "companions"):
+        files += [{"family": name, "shard": int(k), "file_name": file, "rows": int(rows),
+                   "bytes": int(size), "crc32c": crc} for name, k, file, rows, size, crc in
+                  conn.execute("SELECT name, shard, file_name, rows, bytes, crc32c FROM "
+                               "companions ORDER BY name, shard")]
+    return [{"version": 1, "created_utc": pack.session.get("created_utc", ""),
+             "operation": pack.session.get("command", "unknown"), "rows": len(pack),
+             "runs": pack.num_runs, "command": [], "files": files,
+             "families": sorted({f["family"] for f in files if f["family"] != "steps"}),
+             "tags": [], "sources": []}]
 
 
 def version_shards(pack, history: History, version: int) -> list[Shard]:

@@ -216,6 +216,9 @@ def test_a_pack_without_history_is_version_1_of_itself(packs):
     listed = plain.versions()
     assert len(listed) == 1 and listed[0]["rows"] == len(plain)
     assert listed[0]["runs"] == plain.num_runs
+    assert (listed[0]["operation"], listed[0]["command"], listed[0]["tags"]) == ("pack", [], [])
+    assert [(f["family"], f["file_name"], f["rows"]) for f in listed[0]["files"]] == [
+        ("steps", "steps.npy", len(plain))]
     assert len(Pack(packs["plain"], version=1)) == len(plain)
     with pytest.raises(VersionError, match="version 1 only"):
         Pack(packs["plain"], version=2)
@@ -431,7 +434,7 @@ def test_states_of_another_pack_or_a_rewritten_one_are_refused(tmp_path):
     with pytest.raises(VersionError, match="its version 1 has 1220 rows; the pack was "
                                            "rewritten"):
         grown_stream.load_state_dict(dict(state, rows=1000))
-    with pytest.raises(VersionError, match=r"saved on pack \(no pack_id\)@1, 1220 rows"):
+    with pytest.raises(VersionError, match=r"saved on pack unversioned@1, 1220 rows"):
         grown_stream.load_state_dict(dict(state, pack_id=None))
     # `pack --overwrite` makes a new pack: another pack_id.
     run(pack, "pack", "pack", "--input", raw, "--output", pack, "--shard-rows", 300,
@@ -473,8 +476,8 @@ def test_a_state_saved_before_an_unrecorded_update_is_refused(tmp_path):
             db.execute(f"DROP TABLE IF EXISTS {table}")
     db.close()
     grown_stream = EpochStream(pack, BATCH, seed=SEED)
-    with pytest.raises(VersionError, match=r"saved on pack \(no pack_id\)@1, 1220 rows, but "
-                                           r".* is \(no pack_id\)@1, 2240 rows"):
+    with pytest.raises(VersionError, match=r"saved on pack unversioned@1, 1220 rows, but "
+                                           r".* is unversioned@1, 2240 rows"):
         grown_stream.load_state_dict(state)
     with pytest.raises(VersionError, match="1220 rows"):
         grown_stream.iteration(partition(None, None, None), state)
