@@ -1,11 +1,19 @@
-"""A pack's identity, as resume states record it, and the check of a saved state against it.
+"""A pack's versions (docs/versions.md): its identity, its history, reading a past version,
+and the check of a saved resume state against the pack a reader reads.
+
+`metadata.db` keeps the history (tables `versions`, `version_files`, `version_tags`,
+`version_sources`). In-place changes only append, so version N is the first `rows` rows
+(each steps file cut to the rows it had then), the `runs` smallest run ids and the
+families N lists; `History` reads the tables, `version_shards` and `open_past_family` open a
+past version's files. A pack without the tables is version 1 of itself.
 
 An epoch's order is a function of the rows it permutes, so a resume point (epoch,
 start_sample) means something only on the rows it was saved on. Every resume state therefore
 records the identity of the pack it was saved on: `pack_id` (None for a pack made before
-packs had one), `version` and `rows`. A state is loaded only into a reader over the same
-rows; anything else is refused with both identities named, instead of resuming silently
-with another permutation.
+packs had one), `version` and `rows`. `saved_version` finds the version on which a saved
+epoch goes on as it would have (the saved one, from the history, when the pack has grown
+since), and refuses, naming both identities, a state of another pack or of a version the
+history does not hold, instead of resuming silently with another permutation.
 """
 
 from __future__ import annotations
