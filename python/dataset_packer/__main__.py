@@ -1,7 +1,7 @@
 """`python -m dataset_packer PACK [PACK …] [--json]`: what a pack holds, from its headers and
 metadata.db alone (no pass over the rows): rows, runs, shards, valuation types, runs by depth,
-scores, companions, whether it is shuffled or legacy, and its `pack_id@version`. The numbers `dataset-packer stats`
-prints about rows need the `dataset-packer` command."""
+scores, companions, whether it is shuffled or legacy, and its `pack_id@version`. The
+numbers `dataset-packer stats` prints about rows need the `dataset-packer` command."""
 
 from __future__ import annotations
 
