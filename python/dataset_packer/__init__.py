@@ -11,8 +11,9 @@ global index (`rows`), whole runs through the run index (`run`), selects runs wi
 function of (pack, selection, seed, epoch), split exactly between ranks and workers, with
 optional symmetry augmentation. `Pack(path, version=N)` reads a version of the pack's history
 (`pack.versions()`) exactly, and resume states record the pack's `pack_id@version`.
-Companion arrays (`embeddings-00000.npy`, … beside the shards) are memory-mapped and aligned with the rows: `pack.companion("embeddings")[rows]`,
-`pack.batches(..., companions=["embeddings"])`. `dataset_packer.torch` wraps it as a
+Companion arrays (`embeddings-00000.npy`, … beside the shards) are memory-mapped and aligned
+with the rows: `pack.companion("embeddings")[rows]`, `pack.batches(...,
+companions=["embeddings"])`. `dataset_packer.torch` wraps it as a
 PyTorch IterableDataset (imported only when used). `executable()` finds the
 `dataset-packer` command (the one installed with this package first), for running it.
 """
