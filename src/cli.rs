@@ -8,6 +8,15 @@ use rusqlite::Connection;
 
 use crate::pack::query::{Param, RunFilter, shell_quote};
 
+/// `--version N|NAME`: which version of a pack a reading command reads.
+#[derive(Args, Debug, Clone, Default)]
+pub struct VersionArg {
+    /// Read the pack as version N (or the version tag NAME names) was: its rows, runs and
+    /// companion families only. `dataset-packer versions PACK` lists them [default: latest].
+    #[arg(long = "version", value_name = "N|NAME", default_value = "latest")]
+    pub version: crate::pack::versions::VersionSpec,
+}
+
 /// `--where SQL` and its `--param` values, as `export` and `stats` take them.
 #[derive(Args, Debug, Clone, Default)]
 pub struct WhereArgs {

@@ -50,8 +50,8 @@ pub(crate) mod report;
 pub mod rng;
 
 pub use pack::{
-    Companion, CompanionValue, NewRun, NewStep, Pack, PackWriter, Param, Published, Run, Runs,
-    Step, Steps, WriterOptions,
+    Companion, CompanionValue, History, NewRun, NewStep, Pack, PackWriter, Param, Published, Run,
+    Runs, Step, Steps, Version, VersionSpec, WriterOptions, tag, untag,
 };
 
 /// Threads to use when the user does not say: all cores.

@@ -39,6 +39,10 @@ enum Command {
     Attach(cmd::attach::AttachArgs),
     /// Remove a companion array family from a pack.
     Detach(cmd::detach::DetachArgs),
+    /// List a pack's versions: every state it had, what made it, and its tags.
+    Versions(cmd::versions::VersionsArgs),
+    /// Name a version of a pack (or remove a name) to read it later with --version NAME.
+    Tag(cmd::tag::TagArgs),
 }
 
 fn main() -> ExitCode {
@@ -64,6 +68,8 @@ fn main() -> ExitCode {
         Command::Export(args) => cmd::export::run(args).map(|()| true),
         Command::Attach(args) => cmd::attach::run(args).map(|()| true),
         Command::Detach(args) => cmd::detach::run(args).map(|()| true),
+        Command::Versions(args) => cmd::versions::run(args).map(|()| true),
+        Command::Tag(args) => cmd::tag::run(args).map(|()| true),
     };
     match result {
         Ok(true) => ExitCode::SUCCESS,

@@ -50,6 +50,8 @@ pub struct ExportArgs {
     /// The pack to read.
     #[arg(value_name = "PACK")]
     pub pack: PathBuf,
+    #[command(flatten)]
+    pub version: crate::cli::VersionArg,
     /// Where to write (a file or a folder, see --format).
     #[arg(long, value_name = "PATH")]
     pub output: PathBuf,
@@ -103,7 +105,7 @@ fn parse_runs(text: &str) -> Result<RunList, String> {
 pub fn run(args: &ExportArgs) -> Result<()> {
     let started = Instant::now();
     check_usage(args)?;
-    let source = SourcePack::open(&args.pack)?;
+    let source = SourcePack::open(&args.pack, &args.version.version)?;
     if args.format == Format::Jsonl && source.shuffled {
         let from = source.session_value("source_pack")?;
         return Err(UsageError(format!(

@@ -10,4 +10,6 @@ pub mod report;
 pub mod show;
 pub mod shuffle;
 pub mod stats;
+pub mod tag;
 pub mod validate;
+pub mod versions;

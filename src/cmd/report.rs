@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result, bail};
 use clap::Args;
 
-use crate::cli::WhereArgs;
+use crate::cli::{VersionArg, WhereArgs};
 use crate::export::output::StagedFile;
 use crate::pack::stats::gather;
 use crate::report::{PackFigures, page};
@@ -39,6 +39,9 @@ pub struct ReportArgs {
     pub overwrite: bool,
     #[command(flatten)]
     pub where_args: WhereArgs,
+    /// The version of every pack to describe (see `versions`).
+    #[command(flatten)]
+    pub version: VersionArg,
     /// Threads for the row pass [default: all cores].
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..=1024))]
     pub workers: Option<u64>,
@@ -58,8 +61,13 @@ pub fn run(args: &ReportArgs) -> Result<()> {
     let names = legend_names(&args.packs);
     let mut packs = Vec::new();
     for (colour, (dir, name)) in args.packs.iter().zip(names).enumerate() {
-        let stats = gather(dir, workers, args.where_args.filter().as_ref())
-            .with_context(|| format!("reading {}", dir.display()))?;
+        let stats = gather(
+            dir,
+            &args.version.version,
+            workers,
+            args.where_args.filter().as_ref(),
+        )
+        .with_context(|| format!("reading {}", dir.display()))?;
         packs.push(PackFigures {
             name,
             colour,

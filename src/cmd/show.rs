@@ -28,6 +28,8 @@ pub struct ShowArgs {
     /// The pack folder.
     #[arg(value_name = "PACK_DIR")]
     pub pack: PathBuf,
+    #[command(flatten)]
+    pub version: crate::cli::VersionArg,
     /// The run to show (runs.id).
     #[arg(long, value_name = "ID")]
     pub run: u64,
@@ -55,7 +57,7 @@ pub fn run(args: &ShowArgs) -> Result<()> {
             limit: args.limit,
         },
     };
-    let page = page::read(&args.pack, args.run, window)?;
+    let page = page::read(&args.pack, &args.version.version, args.run, window)?;
     if args.json {
         println!("{}", page_json(&page));
     } else {

@@ -8,7 +8,7 @@ use anyhow::Result;
 use clap::Args;
 use serde_json::{Value, json};
 
-use crate::cli::WhereArgs;
+use crate::cli::{VersionArg, WhereArgs};
 use crate::format::board::MOVE_NAMES;
 use crate::pack::stats::{Spread, Stats, TypeRows, gather};
 use crate::progress::thousands;
@@ -35,6 +35,8 @@ pub struct StatsArgs {
     #[arg(value_name = "PACK_DIR")]
     pub pack: PathBuf,
     #[command(flatten)]
+    pub version: VersionArg,
+    #[command(flatten)]
     pub where_args: WhereArgs,
     /// Print the figures as one JSON document.
     #[arg(long)]
@@ -48,7 +50,12 @@ pub fn run(args: &StatsArgs) -> Result<()> {
     let workers = args
         .workers
         .map_or_else(crate::default_workers, |w| w as usize);
-    let stats = gather(&args.pack, workers, args.where_args.filter().as_ref())?;
+    let stats = gather(
+        &args.pack,
+        &args.version.version,
+        workers,
+        args.where_args.filter().as_ref(),
+    )?;
     if args.json {
         println!("{}", to_json(&stats));
     } else {
@@ -96,6 +103,10 @@ fn to_json(s: &Stats) -> Value {
     let runs = s.runs as u64;
     json!({
         "pack": s.pack.display().to_string(),
+        "pack_id": s.pack_id,
+        "version": s.version,
+        "latest_version": s.latest,
+        "made_from": s.sources,
         "runs": s.runs,
         "rows": s.rows,
         "rows_in_runs": s.rows_in_runs,
@@ -256,6 +267,24 @@ fn print_overview(s: &Stats) {
         [] => "0".into(),
     };
     println!("pack      {}", s.pack.display());
+    println!(
+        "version   {}@{}{}",
+        s.pack_id.as_deref().unwrap_or("unversioned"),
+        s.version,
+        if s.latest {
+            " (latest)"
+        } else {
+            " (an earlier version)"
+        }
+    );
+    for src in &s.sources {
+        println!(
+            "made from {}@{} ({})",
+            src.pack_id.as_deref().unwrap_or("unversioned"),
+            src.version,
+            src.path
+        );
+    }
     if let Some(expr) = &s.selection {
         println!("where     {expr} (the figures below describe only these runs and their rows)");
         if !s.params.is_empty() {

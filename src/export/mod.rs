@@ -24,6 +24,7 @@ use crate::format::row::{ROW_BYTES, offset};
 use crate::format::valuation::ValuationTable;
 use crate::pack::families::{self, Family, Scan};
 use crate::pack::shards::{self, AlignedRows, RunSlots, Shard};
+use crate::pack::versions::{self, VersionSpec};
 
 /// Source rows read per piece (≈ 3 MiB of 48-byte rows): the unit of parallel work.
 pub const PIECE_ROWS: u64 = 65_536;
@@ -45,13 +46,18 @@ pub struct SourcePack {
     pub shuffled: bool,
     /// Its companion arrays.
     pub companions: Scan,
+    /// Its `pack_id` (None: made before versions) and the version read.
+    pub identity: (Option<String>, u32),
 }
 
 impl SourcePack {
     /// Opens a pack for reading (spec or legacy packed shards); fails on structural problems.
-    pub fn open(dir: &Path) -> Result<SourcePack> {
-        let conn = shards::open_metadata(dir)?;
-        let shards = shards::open_shards(dir, true)?;
+    pub fn open(dir: &Path, version: &VersionSpec) -> Result<SourcePack> {
+        let opened = versions::open(dir, version, true)?;
+        let companions = opened.families(dir)?;
+        let versions::Opened {
+            conn, shards, view, ..
+        } = opened;
         let shard_starts = shards::shard_starts(&shards);
         let runs = metadata::read_runs(&conn)?;
         if let Some(bad) = runs.iter().find(|r| u32::try_from(r.id).is_err()) {
@@ -72,7 +78,8 @@ impl SourcePack {
             details: metadata::read_run_details(&conn)?,
             valuations: shards::read_valuations(dir)?,
             shuffled: metadata::session_value(&conn, "shuffled")?.as_deref() == Some("true"),
-            companions: families::scan(dir, &shards)?,
+            companions,
+            identity: (view.history.pack_id.clone(), view.version().version),
             shards,
             runs,
         })

@@ -71,6 +71,12 @@ pub fn write(
     opts: &PackOptions,
 ) -> Result<Written> {
     let mut staged = StagedPack::create(target, opts.overwrite, opts.shard_rows)?;
+    let (pack_id, version) = &source.identity;
+    staged.db().record_source(
+        pack_id.as_deref(),
+        *version,
+        &source.dir.display().to_string(),
+    )?;
     let written = build(source, selection, &mut staged, opts)?;
     staged.publish(&source.valuations)?;
     Ok(written)

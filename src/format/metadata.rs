@@ -36,7 +36,23 @@ CREATE TABLE findings (kind TEXT NOT NULL, run_id INT, source_path TEXT NOT NULL
 CREATE TABLE companions (name TEXT NOT NULL, shard INT NOT NULL, file_name TEXT NOT NULL,
                          descr TEXT NOT NULL, shape TEXT NOT NULL, rows INT NOT NULL,
                          bytes INT NOT NULL, crc32c TEXT NOT NULL, PRIMARY KEY (name, shard));
+CREATE TABLE versions (version INTEGER PRIMARY KEY, created_utc TEXT NOT NULL,
+                       operation TEXT NOT NULL, rows INT NOT NULL, runs INT NOT NULL,
+                       command TEXT NOT NULL);
+CREATE TABLE version_files (version INT NOT NULL, family TEXT NOT NULL, shard INT NOT NULL,
+                            file_name TEXT NOT NULL, rows INT NOT NULL, bytes INT NOT NULL,
+                            crc32c TEXT NOT NULL, PRIMARY KEY (version, family, shard));
+CREATE TABLE version_sources (version INT NOT NULL, pack_id TEXT, source_version INT NOT NULL,
+                              path TEXT NOT NULL);
+CREATE TABLE version_tags (name TEXT PRIMARY KEY, version INT NOT NULL,
+                           created_utc TEXT NOT NULL);
 ";
+
+/// The `session` key of the pack's identity: 32 hex digits drawn when the pack is made, kept by
+/// every change in place.
+pub const PACK_ID: &str = "pack_id";
+/// The `version_files.family` of the steps' shards (a companion family's is its name).
+pub const STEPS_FAMILY: &str = "steps";
 
 /// One row of `runs` plus its `run_details` and `run_index` rows.
 #[derive(Debug, Clone, PartialEq)]
@@ -141,6 +157,19 @@ pub struct PackFacts<'a> {
 pub struct MetadataWriter {
     conn: Connection,
     path: std::path::PathBuf,
+    /// What [`MetadataWriter::finish`] records in the history.
+    change: Change,
+}
+
+/// What a [`MetadataWriter`] does to the pack, and so what its commit records.
+#[derive(Clone, Copy)]
+enum Change {
+    /// A new pack: version 1, its operation the `session.command`.
+    New,
+    /// A change in place that makes a version (`update`, `attach`, `detach`).
+    InPlace(&'static str),
+    /// A change of the history's own records (tags): no version.
+    Annotation,
 }
 
 impl MetadataWriter {
@@ -154,21 +183,60 @@ impl MetadataWriter {
         Ok(MetadataWriter {
             conn,
             path: path.to_path_buf(),
+            change: Change::New,
         })
     }
 
     /// Copies the `metadata.db` of the pack in `pack_dir` into `staging` and opens the copy
-    /// to extend it (see [`MetadataWriter::extend`]).
-    pub fn extend_copy(pack_dir: &Path, staging: &Path) -> Result<MetadataWriter> {
+    /// to change the pack in place by `operation` (see [`MetadataWriter::extend`]).
+    pub fn extend_copy(
+        pack_dir: &Path,
+        staging: &Path,
+        operation: &'static str,
+    ) -> Result<MetadataWriter> {
         let copy = staging.join(FILE_NAME);
         std::fs::copy(pack_dir.join(FILE_NAME), &copy)
             .with_context(|| format!("copying {} to {}", FILE_NAME, staging.display()))?;
-        MetadataWriter::extend(&copy)
+        MetadataWriter::extend(&copy, operation)
+    }
+
+    /// Copies the `metadata.db` of the pack in `pack_dir` into `staging` to change its
+    /// history's records (tags) only: the commit makes no version.
+    pub fn annotate_copy(pack_dir: &Path, staging: &Path) -> Result<MetadataWriter> {
+        let mut writer = MetadataWriter::extend_copy(pack_dir, staging, "annotate")?;
+        writer.change = Change::Annotation;
+        Ok(writer)
+    }
+
+    /// Names `version` `name` (moving the name if another version had it).
+    pub fn set_tag(&self, name: &str, version: u32) -> Result<()> {
+        self.conn.execute(
+            "INSERT INTO version_tags (name, version, created_utc) VALUES (?1, ?2, ?3)
+             ON CONFLICT(name) DO UPDATE SET version = excluded.version,
+             created_utc = excluded.created_utc",
+            params![name, version, utc_now()],
+        )?;
+        Ok(())
+    }
+
+    /// Removes the tag `name`; returns the version it named, None when there is no such tag.
+    pub fn delete_tag(&self, name: &str) -> Result<Option<u32>> {
+        Ok(self
+            .conn
+            .query_row(
+                "DELETE FROM version_tags WHERE name = ?1 RETURNING version",
+                [name],
+                |r| r.get(0),
+            )
+            .optional()?)
     }
 
     /// Opens a copy of an existing pack's `metadata.db` (made by the caller in a staging
-    /// folder) to extend it: tables and columns this version writes are added when missing.
-    pub fn extend(path: &Path) -> Result<MetadataWriter> {
+    /// folder) to change the pack in place by `operation` (`update`, `attach`, `detach`):
+    /// tables and columns this version writes are added when missing, and a pack made before
+    /// versions gets its history begun with the state it is in (version 1), so that
+    /// [`MetadataWriter::finish`] records the change as version 2.
+    pub fn extend(path: &Path, operation: &'static str) -> Result<MetadataWriter> {
         let conn = Connection::open(path).with_context(|| format!("opening {}", path.display()))?;
         conn.pragma_update(None, "journal_mode", "WAL")?;
         conn.pragma_update(None, "synchronous", "NORMAL")?;
@@ -176,9 +244,62 @@ impl MetadataWriter {
         let writer = MetadataWriter {
             conn,
             path: path.to_path_buf(),
+            change: Change::InPlace(operation),
         };
         writer.add_missing_schema()?;
+        if latest_version(&writer.conn)?.is_none() {
+            let made_by = session_value(&writer.conn, "command")?;
+            let made = session_value(&writer.conn, "created_utc")?;
+            writer.record_version(
+                made_by.as_deref().unwrap_or("unknown"),
+                made.as_deref().unwrap_or(""),
+                "[]",
+            )?;
+        }
         Ok(writer)
+    }
+
+    /// Appends a version to the history: the pack as these tables now describe it (its rows,
+    /// runs, the steps' shards and every recorded companion family's files), made by
+    /// `operation` at `created_utc` with `command` (a JSON array of the arguments). The pack
+    /// gets its `pack_id` with its first version.
+    fn record_version(&self, operation: &str, created_utc: &str, command: &str) -> Result<()> {
+        if session_value(&self.conn, PACK_ID)?.is_none() {
+            self.set_session(PACK_ID, &new_pack_id())?;
+        }
+        let version = latest_version(&self.conn)?.unwrap_or(0) + 1;
+        // A pack from another tool may record no shards: its rows are its runs' steps.
+        self.conn.execute(
+            "INSERT INTO versions (version, created_utc, operation, rows, runs, command)
+             VALUES (?1, ?2, ?3,
+                     COALESCE((SELECT SUM(rows) FROM shards),
+                              (SELECT SUM(steps) FROM runs), 0),
+                     (SELECT COUNT(*) FROM runs), ?4)",
+            params![version, created_utc, operation, command],
+        )?;
+        self.conn.execute(
+            "INSERT INTO version_files (version, family, shard, file_name, rows, bytes, crc32c)
+             SELECT ?1, ?2, shard, file_name, rows, bytes, crc32c FROM shards",
+            params![version, STEPS_FAMILY],
+        )?;
+        self.conn.execute(
+            "INSERT INTO version_files (version, family, shard, file_name, rows, bytes, crc32c)
+             SELECT ?1, name, shard, file_name, rows, bytes, crc32c FROM companions",
+            params![version],
+        )?;
+        Ok(())
+    }
+
+    /// Records that the new pack was made from version `version` of the pack at `path` (whose
+    /// `pack_id` is None when it had no history): its lineage.
+    pub fn record_source(&self, pack_id: Option<&str>, version: u32, path: &str) -> Result<()> {
+        self.conn
+            .prepare_cached(
+                "INSERT INTO version_sources (version, pack_id, source_version, path)
+                 VALUES (1, ?1, ?2, ?3)",
+            )?
+            .execute(params![pack_id, version, path])?;
+        Ok(())
     }
 
     /// Creates the tables and `run_details` columns of [`SCHEMA`] an older pack lacks.
@@ -420,7 +541,24 @@ impl MetadataWriter {
     }
 
     /// Commits, switches back to a rollback journal and closes, leaving one self-contained file.
+    /// Records the version this writer made (see [`MetadataWriter::extend`]; a new pack's is
+    /// version 1, its operation the `session.command`), then commits.
     pub fn finish(self) -> Result<()> {
+        let operation = match self.change {
+            Change::InPlace(op) => Some(op.to_string()),
+            Change::New => {
+                Some(session_value(&self.conn, "command")?.unwrap_or_else(|| "unknown".into()))
+            }
+            Change::Annotation => None,
+        };
+        if let Some(operation) = operation {
+            let command = serde_json::to_string(
+                &std::env::args_os()
+                    .map(|a| a.to_string_lossy().into_owned())
+                    .collect::<Vec<_>>(),
+            )?;
+            self.record_version(&operation, &utc_now(), &command)?;
+        }
         self.conn.execute_batch("COMMIT")?;
         self.conn.pragma_update(None, "journal_mode", "DELETE")?;
         self.conn
@@ -477,6 +615,30 @@ impl MetadataWriter {
             .execute("DELETE FROM finding_counts WHERE count <= 0", [])?;
         Ok(())
     }
+}
+
+/// The highest version of the pack's history; None for a pack made before versions (no
+/// `versions` table, or an empty one).
+pub fn latest_version(conn: &Connection) -> Result<Option<u32>> {
+    if !has_table(conn, "versions")? {
+        return Ok(None);
+    }
+    Ok(conn.query_row("SELECT MAX(version) FROM versions", [], |r| r.get(0))?)
+}
+
+/// 32 hex digits from the operating system's random source (the clock and the process id
+/// where it cannot be read).
+fn new_pack_id() -> String {
+    use std::io::Read;
+    let mut bytes = [0u8; 16];
+    let read = std::fs::File::open("/dev/urandom").and_then(|mut f| f.read_exact(&mut bytes));
+    if read.is_err() {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos());
+        bytes = (nanos ^ (u128::from(std::process::id()) << 96)).to_le_bytes();
+    }
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// The current UTC time as ISO 8601 (`2026-11-23T14:05:09Z`), as `session` records times.

@@ -53,7 +53,7 @@ pub fn attach(pack: &Path, name: &str, from: &[PathBuf], quiet: bool) -> Result<
     }
     bar.finish_and_clear();
     let files = writer.finish()?;
-    let db = MetadataWriter::extend_copy(pack, &staging)?;
+    let db = MetadataWriter::extend_copy(pack, &staging, "attach")?;
     for record in families::records(&layout, &files) {
         db.insert_companion(&record)?;
     }
@@ -97,7 +97,7 @@ pub fn detach(pack: &Path, name: &str) -> Result<Detached> {
         })
         .sum();
     let staging = out.begin_staging()?;
-    let db = MetadataWriter::extend_copy(pack, &staging)?;
+    let db = MetadataWriter::extend_copy(pack, &staging, "detach")?;
     db.delete_companion(name)?;
     db.finish()?;
     let mut kept = out.pack_files()?;

@@ -58,6 +58,7 @@ pub(crate) mod shard_writer;
 pub(crate) mod shards;
 pub(crate) mod shuffle;
 pub(crate) mod stats;
+pub mod versions;
 mod writer;
 
 use std::path::{Path, PathBuf};
@@ -69,6 +70,7 @@ use memmap2::Mmap;
 pub use companion::{Companion, CompanionValue};
 pub use run::{Run, Runs};
 pub use step::{Step, Steps};
+pub use versions::{History, Version, VersionSpec, tag, untag};
 pub(crate) use writer::StagedPack;
 pub use writer::{NewRun, NewStep, PackWriter, Published, WriterOptions};
 
@@ -102,6 +104,8 @@ pub struct Pack {
     runs: Vec<(i64, i64)>,
     shuffled: bool,
     companions: Scan,
+    /// The version read, with the pack's history.
+    view: versions::View,
 }
 
 impl std::fmt::Debug for Pack {
@@ -131,6 +135,23 @@ impl Pack {
     /// # Ok(()) }
     /// ```
     pub fn open(path: impl AsRef<Path>) -> Result<Pack> {
+        Pack::open_version(path, &VersionSpec::Latest)
+    }
+
+    /// Opens the pack in folder `path` as version `spec` of it was: exactly its rows, runs and
+    /// companion families, nothing added later (see [`versions`]). Costs what
+    /// [`Pack::open`] costs: no row is read. An error lists the versions or tags the pack has.
+    ///
+    /// ```
+    /// # fn main() -> anyhow::Result<()> {
+    /// # let fixture = dataset_packer::pack::doc_support::fixture_pack()?;
+    /// use dataset_packer::{Pack, VersionSpec};
+    /// let pack = Pack::open_version(fixture.path(), &VersionSpec::Number(1))?;
+    /// assert_eq!((pack.version(), pack.len()), (1, 2240));
+    /// assert!(Pack::open_version(fixture.path(), &"9".parse()?).is_err());
+    /// # Ok(()) }
+    /// ```
+    pub fn open_version(path: impl AsRef<Path>, spec: &VersionSpec) -> Result<Pack> {
         let dir = path.as_ref().to_path_buf();
         let conn = shards::open_metadata(&dir)?;
         let invalid = |what: String| {
@@ -145,7 +166,11 @@ impl Pack {
         if let Some(p) = problems.first() {
             return Err(invalid(format!("{}: {p}", metadata::FILE_NAME)));
         }
-        let shards = shards::open_shards(&dir, false)?;
+        let opened = versions::open(&dir, spec, false)?;
+        let companions = opened.families(&dir)?;
+        let versions::Opened {
+            conn, shards, view, ..
+        } = opened;
         let starts = shards::shard_starts(&shards);
         let runs = metadata::read_run_steps(&conn)?;
         let mut checks = vec![verify::check_total_steps(
@@ -172,7 +197,6 @@ impl Pack {
                     .transpose()
             })
             .collect::<Result<Vec<_>>>()?;
-        let companions = crate::pack::families::scan(&dir, &shards)?;
         Ok(Pack {
             dir,
             shards,
@@ -183,7 +207,52 @@ impl Pack {
             runs,
             shuffled,
             companions,
+            view,
         })
+    }
+
+    /// The version of the pack this reader reads (the latest unless opened with
+    /// [`Pack::open_version`]); 1 for a pack made before versions.
+    ///
+    /// ```
+    /// # fn main() -> anyhow::Result<()> {
+    /// # let fixture = dataset_packer::pack::doc_support::fixture_pack()?;
+    /// let pack = dataset_packer::Pack::open(fixture.path())?;
+    /// assert_eq!(pack.version(), 1);
+    /// # Ok(()) }
+    /// ```
+    pub fn version(&self) -> u32 {
+        self.view.version().version
+    }
+
+    /// The pack's identity: 32 hex digits drawn when it was made, kept by every change in
+    /// place (`pack --update`, `attach`, `detach`); None for a pack made before versions.
+    /// With [`Pack::version`] it names the data exactly: `pack_id@version`.
+    ///
+    /// ```
+    /// # fn main() -> anyhow::Result<()> {
+    /// # let fixture = dataset_packer::pack::doc_support::fixture_pack()?;
+    /// let pack = dataset_packer::Pack::open(fixture.path())?;
+    /// assert_eq!(pack.pack_id().map(str::len), Some(32));
+    /// # Ok(()) }
+    /// ```
+    pub fn pack_id(&self) -> Option<&str> {
+        self.view.history.pack_id.as_deref()
+    }
+
+    /// The pack's history, oldest version first (one version for a pack made before
+    /// versions).
+    ///
+    /// ```
+    /// # fn main() -> anyhow::Result<()> {
+    /// # let fixture = dataset_packer::pack::doc_support::fixture_pack()?;
+    /// let pack = dataset_packer::Pack::open(fixture.path())?;
+    /// let first = &pack.versions()[0];
+    /// assert_eq!((first.version, first.operation.as_str(), first.rows), (1, "pack", 2240));
+    /// # Ok(()) }
+    /// ```
+    pub fn versions(&self) -> &[Version] {
+        &self.view.history.versions
     }
 
     /// The folder the pack was opened from.
@@ -473,6 +542,7 @@ impl Pack {
     /// # Ok(()) }
     /// ```
     pub fn companion(&self, name: &str) -> Result<Companion<'_>> {
+        self.view.check_family(&self.dir, name)?;
         if let Some(family) = self.companions.family(name) {
             return Companion::open(self, family);
         }

@@ -16,6 +16,7 @@ use crate::format::valuation::ValuationTable;
 use crate::pack::families;
 use crate::pack::run_index;
 use crate::pack::shards::{self, Shard};
+use crate::pack::versions::{self, VersionSpec};
 use crate::progress::thousands;
 
 /// Which rows of the run a page holds.
@@ -27,10 +28,11 @@ pub enum Window {
 }
 
 /// Reads one page of run `id` of the pack in `dir`.
-pub fn read(dir: &Path, id: u64, window: Window) -> Result<Page> {
-    let conn = shards::open_metadata(dir)?;
-    let run = find_run(&conn, dir, id)?;
-    let shards = shards::open_shards(dir, true)?;
+pub fn read(dir: &Path, version: &VersionSpec, id: u64, window: Window) -> Result<Page> {
+    let opened = versions::open(dir, version, true)?;
+    let run = find_run(&opened.conn, dir, id)?;
+    let search = search_family(dir, &opened)?;
+    let versions::Opened { conn, shards, .. } = opened;
     let names = shards::read_valuations(dir)?;
     let first_row = match run.first_row {
         Some(at) => at,
@@ -50,7 +52,7 @@ pub fn read(dir: &Path, id: u64, window: Window) -> Result<Page> {
     // One row past the page tells the step the next page starts at.
     let mut page = rows.read(start, limit + 1)?;
     let next = (page.len() as u64 > limit).then(|| page.pop().expect("a row past the page"));
-    let search = match search_family(dir, &shards)? {
+    let search = match search {
         Some(family) => Some(rows.read_search(&family, start, page.len() as u64)?),
         None => None,
     };
@@ -279,8 +281,8 @@ pub struct Page {
 
 /// The pack's `search` family when it holds the search statistics of `pack --search-stats`
 /// (a family of that name from another tool is not shown).
-fn search_family(dir: &Path, shards: &[Shard]) -> Result<Option<families::Family>> {
-    let scan = families::scan(dir, shards)?;
+fn search_family(dir: &Path, opened: &versions::Opened) -> Result<Option<families::Family>> {
+    let scan = opened.families(dir)?;
     Ok(scan
         .family(search::FAMILY)
         .filter(|f| f.holds_search_stats())

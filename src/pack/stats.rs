@@ -20,6 +20,7 @@ use crate::ordered::ordered_try_map;
 use crate::pack::families;
 use crate::pack::query::RunFilter;
 use crate::pack::shards::{self, RunSlots, Shard};
+use crate::pack::versions::{self, VersionSpec};
 
 /// Rows per memory-mapped chunk (6 MiB), as in validate.
 pub const CHUNK_ROWS: u64 = 128 * 1024;
@@ -647,6 +648,12 @@ pub fn phases(counts: &RowCounts, types: &[TypeRows]) -> Vec<Phase> {
 /// Everything stats reports.
 pub struct Stats {
     pub pack: PathBuf,
+    /// The pack's identity (None: made before versions), the version described, whether it
+    /// is the latest, and the packs the pack was made from (its lineage).
+    pub pack_id: Option<String>,
+    pub version: u32,
+    pub latest: bool,
+    pub sources: Vec<versions::Source>,
     /// The `--where` SQL the figures are restricted to, and its `--param` values.
     pub selection: Option<String>,
     pub params: Vec<String>,
@@ -694,13 +701,20 @@ pub struct Stats {
     pub elapsed: f64,
 }
 
-pub fn gather(dir: &Path, workers: usize, filter: Option<&RunFilter>) -> Result<Stats> {
+pub fn gather(
+    dir: &Path,
+    version: &VersionSpec,
+    workers: usize,
+    filter: Option<&RunFilter>,
+) -> Result<Stats> {
     let started = Instant::now();
-    let conn = shards::open_metadata(dir)?;
-    let shards = shards::open_shards(dir, true)?;
-    let all: Vec<usize> = (0..shards.len()).collect();
-    shards::verify_shards(dir, &conn, &shards, &all, workers)?;
-    let scan = families::scan(dir, &shards)?;
+    let opened = versions::open(dir, version, true)?;
+    let all: Vec<usize> = (0..opened.shards.len()).collect();
+    shards::verify_shards(dir, &opened.conn, &opened.shards, &all, workers)?;
+    let scan = opened.families(dir)?;
+    let versions::Opened {
+        conn, shards, view, ..
+    } = opened;
     let table = shards::read_valuations(dir)?;
     let mut runs = metadata::read_runs(&conn)?;
     let details = metadata::read_run_details(&conn)?;
@@ -748,6 +762,10 @@ pub fn gather(dir: &Path, workers: usize, filter: Option<&RunFilter>) -> Result<
     };
     Ok(Stats {
         pack: dir.to_path_buf(),
+        pack_id: view.history.pack_id.clone(),
+        version: view.version().version,
+        latest: view.is_latest(),
+        sources: view.history.versions[0].sources.clone(),
         selection: filter.map(|f| f.sql.clone()),
         params: filter.map_or_else(Vec::new, |f| {
             f.params.iter().map(|p| p.to_string()).collect()

@@ -19,6 +19,7 @@ use crate::ordered::ordered_try_map;
 use crate::pack::families;
 use crate::pack::fingerprints;
 use crate::pack::shards::{self, RunSlots, Shard};
+use crate::pack::versions::{History, Version, VersionFile};
 use crate::progress;
 
 /// Rows per memory-mapped chunk (6 MiB): small enough that resident memory stays bounded.
@@ -496,6 +497,7 @@ pub fn check(dir: &Path, options: &Options) -> Result<Report> {
         scan_rows.then_some(&pass.data_crcs[..]),
     )?);
     checks.push(check_companions(dir, conn.as_ref(), &shards, scan_rows)?);
+    checks.push(check_history(conn.as_ref(), &shards)?);
     checks.push(check_leftovers(dir));
     if !scan_rows {
         if conn.is_some() {
@@ -544,6 +546,128 @@ pub fn check(dir: &Path, options: &Options) -> Result<Report> {
         bytes: total_bytes,
         deep,
     })
+}
+
+/// The history of versions: each version's files are in the folder and hold at least its
+/// rows, its steps files add up to its rows, rows and runs only grow, and the latest version is
+/// exactly what the folder and the `shards` and `companions` tables hold.
+pub fn check_history(conn: Option<&rusqlite::Connection>, shards: &[Shard]) -> Result<Check> {
+    const NAME: &str = "versions";
+    let Some(conn) = conn else {
+        return Ok(Check::skipped(NAME, "no metadata.db"));
+    };
+    let history = History::read(conn)?;
+    if !history.recorded {
+        return Ok(Check::skipped(
+            NAME,
+            "made before versions: read as version 1 of itself",
+        ));
+    }
+    let mut c = Check::new(NAME);
+    let families = metadata::read_companions(conn)?;
+    let file_rows = |name: &str| -> Option<u64> {
+        if let Some(s) = shards.iter().find(|s| s.name == name) {
+            return Some(s.header.rows);
+        }
+        families
+            .iter()
+            .find(|f| f.file_name == name)
+            .map(|f| f.rows)
+    };
+    let mut before: Option<&Version> = None;
+    for v in &history.versions {
+        let steps: u64 = v
+            .files
+            .iter()
+            .filter(|f| f.family == metadata::STEPS_FAMILY)
+            .map(|f| f.rows)
+            .sum();
+        if steps != v.rows && v.files.iter().any(|f| f.family == metadata::STEPS_FAMILY) {
+            c.fail(|| {
+                format!(
+                    "version {}: its shards hold {steps} rows, it records {}",
+                    v.version, v.rows
+                )
+            });
+        }
+        if let Some(b) = before
+            && (v.rows < b.rows || v.runs < b.runs)
+        {
+            c.fail(|| {
+                format!(
+                    "version {} has {} rows and {} runs, fewer than version {} ({} rows, {} runs)",
+                    v.version, v.rows, v.runs, b.version, b.rows, b.runs
+                )
+            });
+        }
+        // A family removed later is gone with its files; every other file must still be there.
+        let kept = |f: &VersionFile| {
+            f.family == metadata::STEPS_FAMILY || history.removed_in(v.version, &f.family).is_none()
+        };
+        for f in v.files.iter().filter(|f| kept(f)) {
+            match file_rows(&f.file_name) {
+                None => c.fail(|| format!("version {}: {} is missing", v.version, f.file_name)),
+                Some(rows) if rows < f.rows => c.fail(|| {
+                    format!(
+                        "version {}: {} has {rows} rows, the version has {} of them",
+                        v.version, f.file_name, f.rows
+                    )
+                }),
+                Some(_) => {}
+            }
+        }
+        before = Some(v);
+    }
+    let latest = history.latest();
+    let runs: i64 = conn.query_row("SELECT COUNT(*) FROM runs", [], |r| r.get(0))?;
+    let rows: u64 = shards.iter().map(|s| s.header.rows).sum();
+    if latest.rows != rows || latest.runs != runs as u64 {
+        c.fail(|| {
+            format!(
+                "the latest version ({}) records {} rows and {} runs, the pack has {rows} rows and {runs} runs",
+                latest.version, latest.rows, latest.runs
+            )
+        });
+    }
+    let recorded = metadata::read_shard_records(conn)?.unwrap_or_default();
+    let now: Vec<(String, u64, u64, String)> = recorded
+        .iter()
+        .map(|r| {
+            (
+                r.file_name.clone(),
+                r.rows,
+                r.bytes,
+                format!("{:08x}", r.crc32c),
+            )
+        })
+        .chain(families.iter().map(|r| {
+            (
+                r.file_name.clone(),
+                r.rows,
+                r.bytes,
+                format!("{:08x}", r.crc32c),
+            )
+        }))
+        .collect();
+    let then: Vec<(String, u64, u64, String)> = latest
+        .files
+        .iter()
+        .map(|f| (f.file_name.clone(), f.rows, f.bytes, f.crc32c.clone()))
+        .collect();
+    if sorted(now) != sorted(then) {
+        c.fail(|| {
+            format!(
+                "the latest version ({}) lists other files than metadata.db's shards and companions tables: the pack was changed without recording a version",
+                latest.version
+            )
+        });
+    }
+    Ok(c)
+}
+
+fn sorted<T: Ord>(mut v: Vec<T>) -> Vec<T> {
+    v.sort();
+    v
 }
 
 /// Shard files and headers: names, contiguity, readable headers of the pack dtype, sizes the

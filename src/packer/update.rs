@@ -276,7 +276,7 @@ fn stage_metadata(
     fingerprints: &[Fingerprint],
     computed: bool,
 ) -> Result<MetadataWriter> {
-    let db = MetadataWriter::extend_copy(&existing.dir, staging)?;
+    let db = MetadataWriter::extend_copy(&existing.dir, staging, "update")?;
     for (name, _) in dropped {
         db.delete_companion(name)?;
     }

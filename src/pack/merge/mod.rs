@@ -110,6 +110,10 @@ pub(crate) fn merge(options: &Options) -> Result<Summary> {
 
     let shard_rows = options.shard_rows.or_else(|| inputs_shard_rows(&sources));
     let mut staged = StagedPack::create(&options.output, options.overwrite, shard_rows)?;
+    for s in &sources {
+        let conn = s.conn.lock().unwrap_or_else(|e| e.into_inner());
+        crate::pack::versions::record_source(staged.db(), &s.path, &conn, None)?;
+    }
     let mut summary = stage::write_merged(&sources, &valuations, &carried, &mut staged, options)?;
     log::debug!("merge: staged in {:?}", started.elapsed());
     staged.publish(&valuations)?;

@@ -140,6 +140,7 @@ pub fn shuffle(options: &Options, notice: &mut dyn FnMut(Notice<'_>)) -> Result<
     let mut staged = finish::stage(out, staging, &plan, families, gathered)?;
     let records = staged.finish_files()?;
     let quality = quality::measure_dispersion(staged.staging(), &input.conn)?;
+    crate::pack::versions::record_source(staged.db(), &options.input, &input.conn, None)?;
     let upgraded = finish::write_metadata(
         staged.db(),
         &records,

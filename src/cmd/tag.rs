@@ -1,0 +1,70 @@
+//! `tag`: name a version of a pack (`tag PACK NAME [--version N]`), or remove a name
+//! (`tag PACK --delete NAME`). A tag changes no data, so it makes no version.
+
+use std::path::PathBuf;
+
+use anyhow::Result;
+use clap::Args;
+
+use crate::pack::versions::{self, VersionSpec};
+
+#[derive(Args, Debug)]
+#[command(after_help = "Examples:
+  dataset-packer tag packs/d6 paper-baseline             # names the latest version
+  dataset-packer tag packs/d6 paper-baseline --version 3 # moves the name to version 3
+  dataset-packer tag packs/d6 --delete paper-baseline
+  dataset-packer stats packs/d6 --version paper-baseline
+
+A tag is 1 to 200 letters, digits, '.', '_' or '-', not all digits and not `latest`.")]
+pub struct TagArgs {
+    /// The pack.
+    #[arg(value_name = "PACK")]
+    pub pack: PathBuf,
+    /// The name to give (or, with --delete, to remove).
+    #[arg(value_name = "NAME")]
+    pub name: String,
+    /// The version to name: a number, another tag, or `latest` (the default).
+    #[arg(
+        long,
+        value_name = "N|NAME",
+        default_value = "latest",
+        conflicts_with = "delete"
+    )]
+    pub version: VersionSpec,
+    /// Remove the tag NAME instead.
+    #[arg(long)]
+    pub delete: bool,
+    /// Print the result as JSON on stdout.
+    #[arg(long)]
+    pub json: bool,
+}
+
+pub fn run(args: &TagArgs) -> Result<()> {
+    let version = if args.delete {
+        versions::untag(&args.pack, &args.name)?
+    } else {
+        versions::tag(&args.pack, &args.name, &args.version)?
+    };
+    if args.json {
+        let doc = serde_json::json!({
+            "pack": args.pack.display().to_string(),
+            "tag": args.name,
+            "version": version,
+            "deleted": args.delete,
+        });
+        println!("{doc}");
+    } else if args.delete {
+        println!(
+            "removed tag {} (version {version}) from {}",
+            args.name,
+            args.pack.display()
+        );
+    } else {
+        println!(
+            "tagged version {version} of {} {}",
+            args.pack.display(),
+            args.name
+        );
+    }
+    Ok(())
+}
