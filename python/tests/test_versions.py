@@ -3,8 +3,8 @@ state saved before `pack --update` finishes its epoch over the rows it was saved
 
 Packs are made and grown by the real binary (d6's 5 runs, 1,220 rows in 300-row shards, then
 d7's 5 runs, 1,020 rows, added by `pack --update`); a copy of the pack's folder taken before
-each change is what "the pack at that time" is compared with. `record` writes the history
-tables after each command, exactly as the schema (docs/versions.md) says the binary does.
+each change is what "the pack at that time" is compared with. The binary records the
+history (`metadata.db`'s versions tables) on every change.
 """
 
 from __future__ import annotations
@@ -12,7 +12,6 @@ from __future__ import annotations
 import itertools
 import json
 import pickle
-import secrets
 import shutil
 import sqlite3
 from pathlib import Path
@@ -21,7 +20,7 @@ import numpy as np
 import pytest
 
 from conftest import FIXTURES, cli
-from dataset_packer import EmptySelectionError, Mixture, Pack, VersionError
+from dataset_packer import EmptySelectionError, Mixture, Pack, PackError, VersionError
 from dataset_packer._loader import EpochStream, WorkerInfo, partition
 
 from test_loader import needs_torch
@@ -29,47 +28,21 @@ from test_loader import needs_torch
 RAW = FIXTURES / "raw"
 V1_ROWS, V2_ROWS = 1220, 2240
 
-HISTORY = """
-CREATE TABLE IF NOT EXISTS versions (version INTEGER PRIMARY KEY, created_utc TEXT NOT NULL,
-  operation TEXT NOT NULL, rows INTEGER NOT NULL, runs INTEGER NOT NULL, command TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS version_files (version INTEGER NOT NULL, family TEXT NOT NULL,
-  shard INTEGER NOT NULL, file_name TEXT NOT NULL, rows INTEGER NOT NULL, bytes INTEGER NOT NULL,
-  crc32c TEXT NOT NULL, PRIMARY KEY (version, family, shard));
-CREATE TABLE IF NOT EXISTS version_sources (version INTEGER NOT NULL, pack_id TEXT NOT NULL,
-  source_version INTEGER NOT NULL, path TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS version_tags (name TEXT PRIMARY KEY, version INTEGER NOT NULL,
-  created_utc TEXT NOT NULL);
-"""
-
-
-def record(pack: Path, operation: str, command=()) -> None:
-    """The version a command made, recorded as the schema says: a pack_id when there is
-    none yet, then the pack as it is now (rows, runs, every steps and companion file)."""
-    with sqlite3.connect(pack / "metadata.db") as db:
-        db.executescript(HISTORY)
-        if db.execute("SELECT 1 FROM session WHERE meta_key = 'pack_id'").fetchone() is None:
-            db.execute("INSERT INTO session VALUES ('pack_id', ?)", (secrets.token_hex(16),))
-        (n,) = db.execute("SELECT COALESCE(MAX(version), 0) + 1 FROM versions").fetchone()
-        rows, runs = db.execute("SELECT COALESCE(SUM(steps), 0), COUNT(*) FROM runs").fetchone()
-        db.execute("INSERT INTO versions VALUES (?, '2026-11-27T06:30:00Z', ?, ?, ?, ?)",
-                   (n, operation, rows, runs, json.dumps(["dataset-packer", *map(str, command)])))
-        db.execute("INSERT INTO version_files SELECT ?, 'steps', shard, file_name, rows, bytes, "
-                   "crc32c FROM shards", (n,))
-        db.execute("INSERT INTO version_files SELECT ?, name, shard, file_name, rows, bytes, "
-                   "crc32c FROM companions", (n,))
-    db.close()
-
-
-def run(pack: Path, operation: str, *args) -> None:
-    """A command that changes the pack, and the version it records."""
+def change(*args) -> None:
+    """A command that makes or changes a pack (the binary records the version it makes)."""
     cli(*args, "--quiet")
-    record(pack, operation, args)
 
 
 def tag(pack: Path, name: str, version: int) -> None:
+    cli("tag", pack, name, "--version", version)
+
+
+def unversion(pack: Path) -> None:
+    """Makes the pack one from before versions: no pack_id, no history tables."""
     with sqlite3.connect(pack / "metadata.db") as db:
-        db.execute("INSERT INTO version_tags VALUES (?, ?, '2026-11-27T06:31:00Z')",
-                   (name, version))
+        db.execute("DELETE FROM session WHERE meta_key = 'pack_id'")
+        for table in ("versions", "version_files", "version_sources", "version_tags"):
+            db.execute(f"DROP TABLE IF EXISTS {table}")
     db.close()
 
 
@@ -80,7 +53,7 @@ def grow(tmp_path, *flags):
     for f in (RAW / "d6_10g_v1").iterdir():
         shutil.copy(f, raw)
     pack = tmp_path / "pack"
-    run(pack, "pack", "pack", "--input", raw, "--output", pack, "--shard-rows", 300, *flags)
+    change("pack", "--input", raw, "--output", pack, "--shard-rows", 300, *flags)
     return pack, raw
 
 
@@ -95,7 +68,7 @@ def update(pack: Path, raw: Path, *flags) -> None:
     """`pack --update` with the d7 runs added to the raw folder."""
     for f in (RAW / "d7_10g_v1").iterdir():
         shutil.copy(f, raw)
-    run(pack, "update", "pack", "--input", raw, "--output", pack, "--update",
+    change("pack", "--input", raw, "--output", pack, "--update",
         "--shard-rows", 300, *flags)
 
 
@@ -182,7 +155,8 @@ def test_versions_lists_the_history(grown):
     assert [(f["file_name"], f["rows"]) for f in steps] == [
         (f"steps-{k:05d}.npy", 300) for k in range(4)] + [("steps-00004.npy", 20)]
     assert sum(f["rows"] for f in second["files"] if f["family"] == "steps") == V2_ROWS
-    assert second["command"][:2] == ["dataset-packer", "pack"] and "--update" in second["command"]
+    assert Path(second["command"][0]).name == "dataset-packer"
+    assert second["command"][1] == "pack" and "--update" in second["command"]
     assert first["tags"] == [] and first["sources"] == []
     assert first["created_utc"].endswith("Z")
 
@@ -210,8 +184,10 @@ def test_tags_name_versions(tmp_path):
         Pack(pack, version="final")
 
 
-def test_a_pack_without_history_is_version_1_of_itself(packs):
-    plain = Pack(packs["plain"])
+def test_a_pack_without_history_is_version_1_of_itself(packs, tmp_path):
+    shutil.copytree(packs["plain"], tmp_path / "plain")
+    unversion(tmp_path / "plain")
+    plain = Pack(tmp_path / "plain")
     assert (plain.version, plain.pack_id) == (1, None)
     listed = plain.versions()
     assert len(listed) == 1 and listed[0]["rows"] == len(plain)
@@ -219,16 +195,16 @@ def test_a_pack_without_history_is_version_1_of_itself(packs):
     assert (listed[0]["operation"], listed[0]["command"], listed[0]["tags"]) == ("pack", [], [])
     assert [(f["family"], f["file_name"], f["rows"]) for f in listed[0]["files"]] == [
         ("steps", "steps.npy", len(plain))]
-    assert len(Pack(packs["plain"], version=1)) == len(plain)
+    assert len(Pack(tmp_path / "plain", version=1)) == len(plain)
     with pytest.raises(VersionError, match="version 1 only"):
-        Pack(packs["plain"], version=2)
+        Pack(tmp_path / "plain", version=2)
 
 
 def test_a_family_detached_later_is_refused_naming_the_version(tmp_path):
     pack, raw = grow(tmp_path)
     embeddings = np.arange(V1_ROWS * 3, dtype=np.float32).reshape(V1_ROWS, 3)
     np.save(tmp_path / "emb.npy", embeddings)
-    run(pack, "attach", "attach", pack, "--name", "emb", "--from", tmp_path / "emb.npy")
+    change("attach", pack, "--name", "emb", "--from", tmp_path / "emb.npy")
     attached = snapshot(pack, "attached")
     update(pack, raw, "--drop-companion", "emb")
     v2 = Pack(pack, version=2)
@@ -245,7 +221,7 @@ def test_a_family_detached_later_is_refused_naming_the_version(tmp_path):
     assert Pack(pack, version=1).companions == [] and Pack(pack).companions == []
     # Attached again after the update: version 2's rows are not these.
     np.save(tmp_path / "again.npy", np.zeros((V2_ROWS, 3), dtype=np.float32))
-    run(pack, "attach", "attach", pack, "--name", "emb", "--from", tmp_path / "again.npy")
+    change("attach", pack, "--name", "emb", "--from", tmp_path / "again.npy")
     with pytest.raises(VersionError, match="detached in version 3"):
         Pack(pack, version=2).companion("emb")
     assert Pack(pack).companion("emb")[:].sum() == 0
@@ -255,9 +231,13 @@ def test_a_version_that_does_not_match_the_files_is_refused(tmp_path):
     pack, raw = grow(tmp_path)
     for f in (RAW / "d7_10g_v1").iterdir():
         shutil.copy(f, raw)
-    # Grown by a tool that records no version: the history's latest is not the pack.
     cli("pack", "--input", raw, "--output", pack, "--update", "--shard-rows", 300, "--quiet")
-    with pytest.raises(Exception, match="records 1220 rows and 5 runs for version 1, but the "
+    # As if grown by a tool that records no version: the history's latest is not the pack.
+    with sqlite3.connect(pack / "metadata.db") as db:
+        db.execute("DELETE FROM versions WHERE version = 2")
+        db.execute("DELETE FROM version_files WHERE version = 2")
+    db.close()
+    with pytest.raises(PackError, match="records 1220 rows and 5 runs for version 1, but the "
                                         "pack holds 2240 rows"):
         Pack(pack)
 
@@ -437,7 +417,7 @@ def test_states_of_another_pack_or_a_rewritten_one_are_refused(tmp_path):
     with pytest.raises(VersionError, match=r"saved on pack unversioned@1, 1220 rows"):
         grown_stream.load_state_dict(dict(state, pack_id=None))
     # `pack --overwrite` makes a new pack: another pack_id.
-    run(pack, "pack", "pack", "--input", raw, "--output", pack, "--shard-rows", 300,
+    change("pack", "--input", raw, "--output", pack, "--shard-rows", 300,
         "--overwrite")
     new = Pack(pack)
     assert new.pack_id != pack_id and new.version == 1
@@ -458,11 +438,7 @@ def test_a_state_saved_before_an_unrecorded_update_is_refused(tmp_path):
         shutil.copy(f, raw)
     pack = tmp_path / "pack"
     cli("pack", "--input", raw, "--output", pack, "--shard-rows", 300, "--quiet")
-    with sqlite3.connect(pack / "metadata.db") as db:  # a pack from before versions
-        db.execute("DELETE FROM session WHERE meta_key = 'pack_id'")
-        for table in ("versions", "version_files", "version_sources", "version_tags"):
-            db.execute(f"DROP TABLE IF EXISTS {table}")
-    db.close()
+    unversion(pack)
     stream = EpochStream(pack, BATCH, seed=SEED)
     state = stream.state_dict(batches=5)
     assert (state["pack_id"], state["version"], state["rows"]) == (None, 1, V1_ROWS)
@@ -470,11 +446,7 @@ def test_a_state_saved_before_an_unrecorded_update_is_refused(tmp_path):
     for f in (RAW / "d7_10g_v1").iterdir():
         shutil.copy(f, raw)
     cli("pack", "--input", raw, "--output", pack, "--update", "--shard-rows", 300, "--quiet")
-    with sqlite3.connect(pack / "metadata.db") as db:  # still a pack from before versions
-        db.execute("DELETE FROM session WHERE meta_key = 'pack_id'")
-        for table in ("versions", "version_files", "version_sources", "version_tags"):
-            db.execute(f"DROP TABLE IF EXISTS {table}")
-    db.close()
+    unversion(pack)  # grown by a tool that records no versions
     grown_stream = EpochStream(pack, BATCH, seed=SEED)
     with pytest.raises(VersionError, match=r"saved on pack unversioned@1, 1220 rows, but "
                                            r".* is unversioned@1, 2240 rows"):
@@ -583,3 +555,65 @@ def test_python_m_dataset_packer_names_the_version(grown):
     text = subprocess.run([sys.executable, "-m", "dataset_packer", str(pack)],
                           capture_output=True, text=True, check=True).stdout
     assert f"version     {Pack(pack).pack_id}@2 (2 versions)" in text
+
+
+# ---------------------------------------------------------------------- the binary's history
+
+def test_python_and_the_cli_list_the_same_history(tmp_path):
+    pack, raw = grow(tmp_path, "--search-stats")
+    update(pack, raw, "--search-stats")
+    tag(pack, "first", 1)
+    d7 = tmp_path / "d7"
+    cli("pack", "--input", RAW / "d7_10g_v1", "--output", d7, "--shard-rows", 300, "--quiet")
+    d6 = tmp_path / "d6"
+    cli("pack", "--input", RAW / "d6_10g_v1", "--output", d6, "--shard-rows", 300, "--quiet")
+    merged = tmp_path / "merged"
+    cli("merge", "--input", d6, "--input", d7, "--output", merged, "--quiet")
+    for path in (pack, merged):
+        listed = json.loads(cli("versions", path, "--json"))
+        assert listed["pack_id"] == Pack(path).pack_id
+        assert Pack(path).versions() == listed["versions"]
+    # Lineage: the merged pack names the packs it was made from.
+    (made,) = Pack(merged).versions()
+    assert made["operation"] == "merge"
+    assert [(s["pack_id"], s["version"]) for s in made["sources"]] == [
+        (Pack(d6).pack_id, 1), (Pack(d7).pack_id, 1)]
+    assert Pack(merged).pack_id not in (Pack(d6).pack_id, Pack(d7).pack_id)
+
+
+def test_detach_makes_a_version_whose_predecessor_keeps_its_rows(tmp_path):
+    pack, _ = grow(tmp_path)
+    np.save(tmp_path / "emb.npy", np.ones((V1_ROWS, 2), dtype=np.float32))
+    cli("attach", pack, "--name", "emb", "--from", tmp_path / "emb.npy", "--quiet")
+    cli("detach", pack, "--name", "emb")
+    assert [(v["version"], v["operation"], v["families"]) for v in Pack(pack).versions()] == [
+        (1, "pack", []), (2, "attach", ["emb"]), (3, "detach", [])]
+    attached = Pack(pack, version=2)
+    with pytest.raises(VersionError, match="detached in version 3"):
+        attached.companion("emb")
+    assert attached.rows(slice(None)).tobytes() == Pack(pack).rows(slice(None)).tobytes()
+    # Same rows in every version: a state of any of them resumes on the reader's own.
+    state = dict(EpochStream(attached, BATCH, seed=SEED).state_dict(), start_sample=122)
+    assert state["version"] == 2
+    stream = EpochStream(Pack(pack), BATCH, seed=SEED)
+    stream.load_state_dict(state)
+    assert stream.state_dict()["version"] == 3
+
+
+def test_the_first_change_of_a_pack_from_before_versions(tmp_path):
+    """Its first in-place change records version 1 (the pack before) and 2, and gives it a
+    pack_id; a state saved before names no pack_id, so it resumes only on the same rows."""
+    pack, raw = grow(tmp_path)
+    unversion(pack)
+    before = snapshot(pack, "before")
+    state = EpochStream(Pack(pack), BATCH, seed=SEED).state_dict(batches=5)
+    assert (state["pack_id"], state["version"], state["rows"]) == (None, 1, V1_ROWS)
+    update(pack, raw)
+    now = Pack(pack)
+    assert now.pack_id is not None and now.version == 2
+    assert [(v["version"], v["rows"]) for v in now.versions()] == [(1, V1_ROWS), (2, V2_ROWS)]
+    old = Pack(pack, version=1)
+    assert old.rows(slice(None)).tobytes() == Pack(before).rows(slice(None)).tobytes()
+    with pytest.raises(VersionError, match=r"saved on pack unversioned@1, 1220 rows, but .* is "
+                                           rf"{now.pack_id}@2, 2240 rows"):
+        EpochStream(now, BATCH, seed=SEED).load_state_dict(state)
