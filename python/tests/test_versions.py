@@ -617,3 +617,23 @@ def test_the_first_change_of_a_pack_from_before_versions(tmp_path):
     with pytest.raises(VersionError, match=r"saved on pack unversioned@1, 1220 rows, but .* is "
                                            rf"{now.pack_id}@2, 2240 rows"):
         EpochStream(now, BATCH, seed=SEED).load_state_dict(state)
+
+
+def test_an_old_version_is_what_export_of_that_version_writes(grown, tmp_path):
+    pack, _ = grown
+    out = tmp_path / "v1"
+    cli("export", pack, "--version", 1, "--format", "pack", "--output", out, "--quiet")
+    exported, old = Pack(out), Pack(pack, version=1)
+    assert exported.rows(slice(None)).tobytes() == old.rows(slice(None)).tobytes()
+    np.testing.assert_array_equal(exported.companion("search")[:], old.companion("search")[:])
+    assert [(s["pack_id"], s["version"]) for s in exported.versions()[0]["sources"]] == [
+        (old.pack_id, 1)]
+
+
+def test_a_pack_from_before_versions_lists_as_the_cli_lists_it(packs, tmp_path):
+    for name in ("sharded", "findings"):
+        shutil.copytree(packs[name], tmp_path / name)
+        unversion(tmp_path / name)
+        listed = json.loads(cli("versions", tmp_path / name, "--json"))
+        assert listed["pack_id"] is None and not listed["recorded"]
+        assert Pack(tmp_path / name).versions() == listed["versions"]
