@@ -121,8 +121,7 @@ class EpochStream:
         """(reader, options) of an epoch over these versions of the pack (or of the
         mixture's sources); default: the current epoch's."""
         if versions is None:
-            versions = (tuple(self._shared[_SHARED:]) if self._shared[_SHARED - 1] else
-                        self._own_versions)
+            versions = self._epoch_versions()
         if versions == self._own_versions:
             return self.pack, self.options
         found = self._readers.get(versions)
@@ -133,6 +132,13 @@ class EpochStream:
                 options["select"] = rebase(options["select"], reader)
             found = self._readers[versions] = (reader, options)
         return found
+
+    def _epoch_versions(self) -> tuple:
+        """The versions the current epoch reads: those `load_state_dict` set for the saved
+        epoch, else the stream's own."""
+        if self._shared[_SHARED - 1]:
+            return tuple(self._shared[_SHARED:])
+        return self._own_versions
 
     def _items(self, versions: Optional[tuple] = None) -> int:
         """Positions in an epoch: the selection's rows, or its windows."""
@@ -160,11 +166,8 @@ class EpochStream:
         """`state` moved on by `batches` batches per rank of `world_size` ranks (capped at
         the end of the epoch)."""
         step = self.batch_size * world_size
-        items = self._items(self._saved_versions(state))
+        items = self._items(self.pack._saved_versions(state))
         return dict(state, start_sample=min(state["start_sample"] + int(batches) * step, items))
-
-    def _saved_versions(self, state: dict) -> tuple:
-        return self.pack._saved_versions(state)
 
     def load_state_dict(self, state: dict) -> None:
         """Resumes from `state_dict()`: the next iteration continues that epoch, over the
@@ -188,7 +191,7 @@ class EpochStream:
         if state.get("seed", seed) != seed:
             raise ValueError(f"the state was saved with seed={state['seed']}, this stream has "
                              f"seed={seed}: resuming would not continue the same epoch order")
-        versions = self._saved_versions(state)
+        versions = self.pack._saved_versions(state)
         self._reader(versions)  # opens the versions now: a problem shows here
         return versions
 
@@ -224,9 +227,8 @@ class EpochStream:
         """This share's pass over the epoch from the shared epoch and resume point, or from
         `state` (a `state_dict()`, or an `Iteration.state_dict()` of this very share)."""
         if state is None:
-            versions = (tuple(self._shared[_SHARED:]) if self._shared[_SHARED - 1] else
-                        self._own_versions)
-            return Iteration(self, part, self.epoch, self._start(part.world_size), 0, versions)
+            return Iteration(self, part, self.epoch, self._start(part.world_size), 0,
+                             self._epoch_versions())
         versions = self.check_state(state)
         done = 0
         if WORKER_BATCHES in state:
