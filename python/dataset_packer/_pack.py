@@ -73,6 +73,7 @@ class Pack:
         self.valuation_names = read_valuation_names(self.path / VALUATION_NAME)
         self._conn = None
         self._conn_pid = None
+        self._restriction = None
         self.session = self._read_session()
         self._history = _versions.History(self.db, self.path)
         self._version = self._history.resolve(version)
@@ -81,6 +82,10 @@ class Pack:
         shards = (_versions.version_shards(self, self._history, self._version) if self._past
                   else [read_shard_header(p) for p in paths])
         self._run_limit = self._history.version_runs(self._version) if self._past else -1
+        if self._past:
+            # Every SQL read (selections too) sees the version's runs only.
+            self._restriction = _versions.restriction(self.db(), self._run_limit)
+            self.db().executescript(self._restriction)
         self._set_shards(shards)
         self.num_runs = self._check_runs()
         if not self._past:
@@ -212,6 +217,8 @@ class Pack:
                 raise NotAPackError(f"{self.path / METADATA_NAME}: not an SQLite database "
                                     f"({e})") from None
             self._conn_pid = os.getpid()
+            if self._restriction is not None:
+                self._conn.executescript(self._restriction)
         return self._conn
 
     def _read_session(self) -> dict:

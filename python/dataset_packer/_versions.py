@@ -272,6 +272,22 @@ def unrecorded_listing(pack) -> list[dict]:
              "tags": [], "sources": []}]
 
 
+def restriction(conn, runs: int) -> str:
+    """SQL that shadows the run tables with TEMP views of a past version's runs (the `runs`
+    smallest ids), as the command line reads a version: then every query of the read-only
+    connection, a selection's included, sees only them."""
+    found = conn.execute("SELECT id FROM main.runs ORDER BY id LIMIT 1 OFFSET ?",
+                         (max(runs - 1, 0),)).fetchone() if runs else None
+    last = -1 if found is None else int(found[0])
+    sql = [f"CREATE TEMP VIEW runs AS SELECT * FROM main.runs WHERE id <= {last};"]
+    for table, column in (("run_details", "run_id"), ("run_index", "run_id"),
+                          ("findings", "run_id")):
+        if has_table(conn, table):
+            sql.append(f"CREATE TEMP VIEW {table} AS SELECT * FROM main.{table} "
+                       f"WHERE {column} IS NULL OR {column} <= {last};")
+    return "\n".join(sql)
+
+
 def version_shards(pack, history: History, version: int) -> list[Shard]:
     """The steps files of a past version, each cut to the rows it had then (a prefix of the
     file now: in-place changes only append). A file that is gone, or holds fewer rows than

@@ -637,3 +637,29 @@ def test_a_pack_from_before_versions_lists_as_the_cli_lists_it(packs, tmp_path):
         listed = json.loads(cli("versions", tmp_path / name, "--json"))
         assert listed["pack_id"] is None and not listed["recorded"]
         assert Pack(tmp_path / name).versions() == listed["versions"]
+
+
+def test_sql_at_a_version_sees_only_its_runs(grown):
+    pack, before = grown
+    old, then = Pack(pack, version=1), Pack(before)
+    for where in ("max_score >= (SELECT MAX(max_score) FROM runs)",
+                  "SELECT run_id FROM run_details WHERE depth = 6",
+                  "id IN (SELECT run_id FROM run_index)"):
+        np.testing.assert_array_equal(old.select(where).run_ids, then.select(where).run_ids)
+    (count,) = old.db().execute("SELECT COUNT(*) FROM runs").fetchone()
+    assert count == 5
+    # A forked worker re-opens the connection: it is restricted again.
+    import multiprocessing
+
+    context = multiprocessing.get_context("fork")
+    found = context.Queue()
+    child = context.Process(target=_count_runs, args=(old, found))  # inherited, not pickled
+    child.start()
+    assert found.get(timeout=60) == 5
+    child.join(60)
+    with pytest.raises(Exception, match="not a run id of the pack"):
+        old.select("SELECT 7")
+
+
+def _count_runs(pack, found) -> None:
+    found.put(pack.db().execute("SELECT COUNT(*) FROM runs").fetchone()[0])
