@@ -546,7 +546,10 @@ class Pack:
         if chosen.size == 0:
             what = f"select({where!r})" if where is not None else "select(runs=[])"
             raise EmptySelectionError(f"{what} matches no runs of {self.path}")
-        return Selection(self, chosen, where, params)
+        found = Selection(self, chosen, where, params)
+        # How to make it again on another version of the pack (`_versions.rebase`).
+        found._query = (where, None if runs is None else wanted, params)
+        return found
 
     def split(self, fraction: float, seed: int = 0, *, select=None
               ) -> tuple["Selection", "Selection"]:
@@ -809,6 +812,7 @@ class Selection:
         ids, steps = pack._runs()
         self.num_rows = int(steps[np.searchsorted(ids, self.run_ids)].sum())
         self._rows = None
+        self._query = None
 
     def _row_set(self) -> RowSet:
         """The selection's rows found by run_id (computed once)."""

@@ -93,11 +93,18 @@ def saved_version(pack, saved: Mapping) -> int:
 
 
 def rebase(selection, view):
-    """A selection of a pack as a selection of one of its versions: its runs that the
-    version holds (a split or a selection by SQL made at that version selects exactly
-    those: in-place changes only add runs, with higher ids)."""
+    """A selection of a pack as the same selection of one of its versions. One made by
+    `select` is made again there (its SQL then sees the version's runs, as it did when the
+    version was the pack); any other (a split) keeps its runs that the version holds, which
+    is what it selected then, since a run's side never changes and in-place changes only add
+    runs, with higher ids."""
     if selection is None or selection.pack is view:
         return selection
+    if selection._query is not None:
+        where, runs, params = selection._query
+        if runs is not None:
+            runs = runs[runs <= view._last_run_id()]
+        return view.select(where, runs=runs, params=params)
     ids = selection.run_ids
     kept = ids[np.isin(ids, view._runs()[0])]
     return type(selection)(view, kept, selection.where, selection.params)

@@ -663,3 +663,33 @@ def test_sql_at_a_version_sees_only_its_runs(grown):
 
 def _count_runs(pack, found) -> None:
     found.put(pack.db().execute("SELECT COUNT(*) FROM runs").fetchone()[0])
+
+
+def test_a_selection_by_sql_is_made_again_on_the_saved_version(tmp_path):
+    """SQL whose result depends on the other runs (here the mean score of the pack) selects
+    other old runs once the pack has grown; the saved epoch goes on over the selection the
+    SQL made on the saved version."""
+    pack, raw = grow(tmp_path)
+    before = snapshot(pack, "before")
+    where = "max_score * 4 >= (SELECT AVG(max_score) FROM runs)"
+    stream = EpochStream(Pack(pack), 40, seed=SEED, select=where)
+    stream.set_epoch(1)
+    state = stream.state_dict(batches=2)
+    then = Pack(before).select(where)
+    update(pack, raw)
+    grown_selection = Pack(pack).select(where)
+    old_runs = grown_selection.run_ids[grown_selection.run_ids < 5]
+    assert not np.array_equal(old_runs, then.run_ids)  # the SQL selects otherwise now
+    again = EpochStream(Pack(pack), 40, seed=SEED, select=where)
+    again.load_state_dict(state)
+    got = rows_of(again.batches(partition(None, None, None)))
+    want = rows_of(Pack(before).batches(40, seed=SEED, epoch=1, start_sample=80, select=where))
+    np.testing.assert_array_equal(got, want)
+    # With runs= too, and through Pack.batches' saved_at.
+    runs = [0, 1, 2, 3, 4, 6]
+    mine = Pack(pack).select(where, runs=runs)
+    got = rows_of(Pack(pack).batches(40, seed=SEED, epoch=1, select=mine,
+                                     saved_at=Pack(before).identity))
+    want = rows_of(Pack(before).batches(40, seed=SEED, epoch=1,
+                                        select=Pack(before).select(where, runs=runs[:5])))
+    np.testing.assert_array_equal(got, want)
