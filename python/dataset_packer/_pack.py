@@ -88,6 +88,11 @@ class Pack:
             self.db().executescript(self._restriction)
         self._set_shards(shards)
         self.num_runs = self._check_runs()
+        if self._past:
+            # The session's totals as the version had them (as the command line shows them).
+            totals = {"total_rows": self._rows, "total_runs": self.num_runs,
+                      "shard_count": len(shards)}
+            self.session.update({k: str(v) for k, v in totals.items() if k in self.session})
         if not self._past:
             self._check_recorded_shards()
         self._check_version()

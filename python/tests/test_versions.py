@@ -119,6 +119,9 @@ def test_an_old_version_reads_as_the_pack_did(grown):
     assert now.rows(slice(0, V1_ROWS)).tobytes() == then.rows(slice(None)).tobytes()
     assert Pack(pack, version="latest").version == Pack(pack, version=2).version == 2
     assert "version 1 of 2" in repr(old)
+    assert (old.session["total_rows"], old.session["total_runs"], old.session["shard_count"]) \
+        == (str(V1_ROWS), "5", "5") == tuple(then.session[k] for k in
+                                              ("total_rows", "total_runs", "shard_count"))
 
 
 def test_a_version_travels_to_workers_as_a_number(grown):
