@@ -100,8 +100,9 @@ def rebase(selection, view):
     runs, with higher ids."""
     if selection is None or selection.pack is view:
         return selection
-    if selection._query is not None:
-        where, runs, params = selection._query
+    query = getattr(selection, "_query", None)  # None: not made by select()
+    if query is not None:
+        where, runs, params = query
         if runs is not None:
             runs = runs[runs <= view._last_run_id()]
         return view.select(where, runs=runs, params=params)
