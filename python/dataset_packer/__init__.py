@@ -9,9 +9,11 @@
 global index (`rows`), whole runs through the run index (`run`), selects runs with SQL
 (`select`), and yields decoded batches (`batches`, `windows`, `sample`) that are a pure
 function of (pack, selection, seed, epoch), split exactly between ranks and workers, with
-optional symmetry augmentation. Companion arrays (`embeddings-00000.npy`, … beside the
-shards) are memory-mapped and aligned with the rows: `pack.companion("embeddings")[rows]`,
-`pack.batches(..., companions=["embeddings"])`. `dataset_packer.torch` wraps it as a
+optional symmetry augmentation. `Pack(path, version=N)` reads a version of the pack's history
+(`pack.versions()`) exactly, and resume states record the pack's `pack_id@version`.
+Companion arrays (`embeddings-00000.npy`, … beside the shards) are memory-mapped and aligned
+with the rows: `pack.companion("embeddings")[rows]`, `pack.batches(...,
+companions=["embeddings"])`. `dataset_packer.torch` wraps it as a
 PyTorch IterableDataset (imported only when used). `executable()` finds the
 `dataset-packer` command (the one installed with this package first), for running it.
 """
@@ -21,7 +23,7 @@ from ._codec import (CELL_SOURCE, MOVE_NAMES, MOVE_SOURCE, MOVE_TARGET, apply_sy
                      board_eval, decode_exps, encode_board, legal_moves)
 from ._companions import Companion
 from ._errors import (CompanionError, EmptySelectionError, NotAPackError, PackError,
-                      RunIndexError, SelectionError)
+                      RunIndexError, SelectionError, VersionError)
 from ._format import LEGACY_ROW_DTYPE, STEP_ROW_DTYPE
 from ._order import EpochPlan, Permutation
 from ._mixture import Mixture
@@ -30,7 +32,7 @@ from ._pack import Pack, Selection
 __all__ = [
     "Pack", "Selection", "Mixture", "Companion", "STEP_ROW_DTYPE", "LEGACY_ROW_DTYPE", "MOVE_NAMES",
     "PackError", "NotAPackError", "RunIndexError", "SelectionError", "EmptySelectionError",
-    "CompanionError", "executable", "ExecutableNotFoundError",
+    "CompanionError", "VersionError", "executable", "ExecutableNotFoundError",
     "decode_exps", "encode_board", "board_eval", "legal_moves", "apply_symmetries",
     "CELL_SOURCE", "MOVE_TARGET", "MOVE_SOURCE", "EpochPlan", "Permutation",
 ]

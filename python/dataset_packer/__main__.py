@@ -1,7 +1,7 @@
 """`python -m dataset_packer PACK [PACK …] [--json]`: what a pack holds, from its headers and
 metadata.db alone (no pass over the rows): rows, runs, shards, valuation types, runs by depth,
-scores, companions, and whether it is shuffled or legacy. The numbers `dataset-packer stats`
-prints about rows need the `dataset-packer` command."""
+scores, companions, whether it is shuffled or legacy, and its `pack_id@version`. The
+numbers `dataset-packer stats` prints about rows need the `dataset-packer` command."""
 
 from __future__ import annotations
 
@@ -28,7 +28,8 @@ def summary(pack: Pack) -> dict:
         "SELECT source_path, reason FROM skipped_runs ORDER BY source_path")] if has_table(
         db, "skipped_runs") else []
     return {
-        "pack": str(pack.path), "rows": len(pack), "runs": pack.num_runs,
+        "pack": str(pack.path), "pack_id": pack.pack_id, "version": pack.version,
+        "versions": pack._history.latest, "rows": len(pack), "runs": pack.num_runs,
         "skipped_runs": skipped,
         "shards": len(pack.shards), "shuffled": pack.shuffled, "legacy": pack.legacy,
         "valuation_names": list(pack.valuation_names),
@@ -40,6 +41,8 @@ def summary(pack: Pack) -> dict:
 def render(s: dict) -> str:
     lines = [
         f"pack        {s['pack']}",
+        f"version     {s['pack_id'] or 'unversioned'}@{s['version']}"
+        + (f" ({s['versions']} versions)" if s["versions"] > 1 else ""),
         f"rows        {s['rows']:,} in {s['shards']} shard{'s' if s['shards'] != 1 else ''}"
         + (" (shuffled)" if s["shuffled"] else "") + (" (legacy 46-byte rows)" if s["legacy"]
                                                       else ""),

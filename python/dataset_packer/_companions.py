@@ -192,10 +192,45 @@ def open_family(pack, name: str) -> Companion:
         if want not in present:
             raise CompanionError(f"{folder / want}: missing; companion {name} has no file for "
                                  f"{shard.name} ({len(present)} of {len(shards)} files)")
-    arrays, dtype, trailing, first = [], None, None, None
+    headers = _check_files(name, [(folder / file, shard.name, int(pack._offsets[k + 1] -
+                                   pack._offsets[k])) for k, (shard, file) in
+                                  enumerate(zip(shards, expected))], prefix=False)
+    dtype, trailing = headers[0][4], headers[0][5]
+    if records:
+        _check_records(folder, name, records, expected, headers, dtype, trailing)
+    return _mapped(pack, name, [(path, rows, offset) for path, rows, offset, *_ in headers],
+                   dtype, trailing, bool(records))
+
+
+def open_prefix_family(pack, name: str, files: list[tuple[Path, str, int]]) -> Companion:
+    """The family `name` as a past version of the pack had it: (path, shard file name, rows
+    of the version) per shard, each file holding at least those rows (in-place changes only
+    append), read up to them. What metadata.db's `companions` table records is the family
+    now, so it is not compared."""
+    headers = _check_files(name, files, prefix=True)
+    return _mapped(pack, name, [(path, want, offset) for (path, _, want), (_, _, offset, *_)
+                                in zip(files, headers)], headers[0][4], headers[0][5], True)
+
+
+def _mapped(pack, name, files, dtype, trailing, recorded: bool) -> Companion:
+    """The family's files memory-mapped: (path, rows, data offset) each."""
+    arrays = []
+    for path, rows, offset in files:
+        if rows == 0:
+            arrays.append(np.empty((0,) + trailing, dtype=dtype))
+            continue
+        mapped = np.memmap(path, dtype=dtype, mode="r", offset=offset, shape=(rows,) + trailing)
+        arrays.append(mapped.view(np.ndarray))
+    return Companion(pack, name, [f[0] for f in files], arrays, dtype, trailing, recorded)
+
+
+def _check_files(name: str, files, prefix: bool) -> list[tuple]:
+    """Each file's header checked against its shard's rows (`prefix`: at least that many)
+    and against the first file's dtype and shape: (path, rows, data offset, size, dtype,
+    trailing shape) per file."""
+    dtype, trailing, first = None, None, None
     headers = []
-    for k, (shard, file) in enumerate(zip(shards, expected)):
-        path = folder / file
+    for path, shard_name, shard_rows in files:
         shape, fortran, file_dtype, offset = _read_header(path)
         if not shape:
             raise CompanionError(f"{path}: a 0-dimensional array has no rows")
@@ -209,9 +244,8 @@ def open_family(pack, name: str) -> Companion:
         row_bytes = file_dtype.itemsize * int(np.prod(tail, dtype=np.int64))
         if row_bytes <= 0:
             raise CompanionError(f"{path}: rows of {describe(file_dtype, tail)} are empty")
-        shard_rows = int(pack._offsets[k + 1] - pack._offsets[k])
-        if rows != shard_rows:
-            raise CompanionError(f"{path}: {rows} rows, but {shard.name} has {shard_rows} "
+        if rows < shard_rows if prefix else rows != shard_rows:
+            raise CompanionError(f"{path}: {rows} rows, but {shard_name} has {shard_rows} "
                                  f"(companion row i must be row i of its shard)")
         size = path.stat().st_size
         want = offset + rows * row_bytes
@@ -225,16 +259,8 @@ def open_family(pack, name: str) -> Companion:
             raise CompanionError(f"{path}: dtype {describe(file_dtype, tail)}, but {first.name} "
                                  f"has {describe(dtype, trailing)} (every file of a family has "
                                  "one dtype and shape)")
-        headers.append((path, rows, offset, size))
-    if records:
-        _check_records(folder, name, records, expected, headers, dtype, trailing)
-    for path, rows, offset, _ in headers:
-        if rows == 0:
-            arrays.append(np.empty((0,) + trailing, dtype=dtype))
-            continue
-        mapped = np.memmap(path, dtype=dtype, mode="r", offset=offset, shape=(rows,) + trailing)
-        arrays.append(mapped.view(np.ndarray))
-    return Companion(pack, name, [h[0] for h in headers], arrays, dtype, trailing, bool(records))
+        headers.append((path, rows, offset, size, dtype, trailing))
+    return headers
 
 
 def _check_records(folder: Path, name: str, records, expected, headers, dtype, trailing):
@@ -246,7 +272,7 @@ def _check_records(folder: Path, name: str, records, expected, headers, dtype, t
         what = (f"records {extra[0]}, which pairs with no shard" if extra else
                 f"records files {listed[:3]}…, the pack's shards pair with {expected[:3]}…")
         raise CompanionError(f"{where}: companion {name}: {what}")
-    for (shard, file, descr, shape, rows, size), (path, found_rows, _, found_size) in zip(
+    for (shard, file, descr, shape, rows, size), (path, found_rows, _, found_size, *_) in zip(
             records, headers):
         try:
             want_dtype = np.lib.format.descr_to_dtype(ast.literal_eval(descr))

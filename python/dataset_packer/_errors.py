@@ -27,3 +27,9 @@ class EmptySelectionError(PackError, ValueError):
 class CompanionError(PackError):
     """A companion family (`NAME-NNNNN.npy` beside the shards) that does not line up with the
     pack or with what metadata.db records of it; the message names the file."""
+
+
+class VersionError(PackError, ValueError):
+    """A pack version that cannot be read as asked (an unknown version or tag, a companion
+    family detached since), or a resume state saved on another pack, or on a version this
+    pack's history does not hold; the message names both."""

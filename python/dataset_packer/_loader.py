@@ -29,6 +29,7 @@ import numpy as np
 from ._order import Part
 from ._mixture import Mixture
 from ._pack import Pack
+from ._versions import rebase
 
 
 @dataclass(frozen=True)
@@ -59,7 +60,12 @@ class EpochStream:
 
     `window`: yield `Pack.windows(window, batch_size, ...)` instead of `Pack.batches`.
     Other keyword options are those of `Pack.batches` (shuffle, seed, select, drop_last,
-    augment, illegal_ev, companions; `stride` too with `window`)."""
+    augment, illegal_ev, companions; `stride` too with `window`).
+
+    A state loaded from an earlier version of the pack (`load_state_dict`) finishes its
+    epoch over that version (the same rows in the same order); the versions to read are
+    kept in shared memory with the epoch, so workers see them too. The next `set_epoch`
+    goes back to the stream's own pack."""
 
     def __init__(self, pack, batch_size: int, *, window: Optional[int] = None,
                  rank: Optional[int] = None, world_size: Optional[int] = None, **options):
@@ -77,8 +83,13 @@ class EpochStream:
             # shuffled pack's rows are found by run_id once, then travel with the selection).
             options["select"] = self.pack._selection(options["select"])
         self.options = options
-        # epoch, start_sample, start_batch
-        self._shared = multiprocessing.RawArray("q", 3)
+        self._own_versions = _versions_of(self.pack)
+        # epoch, start_sample, start_batch, whether the epoch reads saved versions, and
+        # those versions (one per source)
+        self._shared = multiprocessing.RawArray("q", _SHARED + len(self._own_versions))
+        # Readers of saved versions by versions, with their options (not pickled: a worker
+        # opens its own).
+        self._readers: dict = {}
 
     @property
     def epoch(self) -> int:
@@ -96,26 +107,51 @@ class EpochStream:
         """The epoch the next iteration yields, resumed after its first `start_sample`
         positions (any world size, batch size or workers) or at each rank's batch
         `start_batch` (the shorthand for an unchanged batch size and world size). Seen by
-        every worker at its next iteration, persistent ones included."""
+        every worker at its next iteration, persistent ones included. It reads the stream's
+        own pack (a saved version loaded by `load_state_dict` is for the saved epoch)."""
         for value, name in ((epoch, "epoch"), (start_sample, "start_sample"),
                             (start_batch, "start_batch")):
             if isinstance(value, bool) or int(value) != value or value < 0:
                 raise ValueError(f"{name} must be an integer ≥ 0, not {value!r}")
         if start_batch and start_sample:
             raise ValueError("give start_sample or start_batch, not both")
-        self._shared[:] = [int(epoch), int(start_sample), int(start_batch)]
+        self._shared[:_SHARED] = [int(epoch), int(start_sample), int(start_batch), 0]
 
-    def _items(self) -> int:
+    def _reader(self, versions: Optional[tuple] = None):
+        """(reader, options) of an epoch over these versions of the pack (or of the
+        mixture's sources); default: the current epoch's."""
+        if versions is None:
+            versions = self._epoch_versions()
+        if versions == self._own_versions:
+            return self.pack, self.options
+        found = self._readers.get(versions)
+        if found is None:
+            reader = self.pack._at_versions(versions)
+            options = dict(self.options)
+            if options.get("select") is not None:
+                options["select"] = rebase(options["select"], reader)
+            found = self._readers[versions] = (reader, options)
+        return found
+
+    def _epoch_versions(self) -> tuple:
+        """The versions the current epoch reads: those `load_state_dict` set for the saved
+        epoch, else the stream's own."""
+        if self._shared[_SHARED - 1]:
+            return tuple(self._shared[_SHARED:])
+        return self._own_versions
+
+    def _items(self, versions: Optional[tuple] = None) -> int:
         """Positions in an epoch: the selection's rows, or its windows."""
-        return self.pack.epoch_length(self.options.get("select"), self.window,
-                                      self.options.get("stride"))
+        reader, options = self._reader(versions)
+        return reader.epoch_length(options.get("select"), self.window, options.get("stride"))
 
     def state_dict(self, batches: int = 0, world_size: int = 1) -> dict:
         """Where to resume: the epoch, and the position after `batches` batches per rank of
         `world_size` ranks from the resume point (elastic: any world size, batch size or
-        workers can resume from it), with the seed as a check."""
+        workers can resume from it), with the seed and the identity of the pack the epoch
+        reads (`pack_id`, `version`, `rows`; a Mixture's per source, as `sources`)."""
         state = {"epoch": self.epoch, "start_sample": self._start(world_size),
-                 "seed": self.options.get("seed", 0)}
+                 "seed": self.options.get("seed", 0), **self._reader()[0].identity}
         return self.advance(state, batches, world_size)
 
     def _start(self, world_size: int) -> int:
@@ -130,12 +166,13 @@ class EpochStream:
         """`state` moved on by `batches` batches per rank of `world_size` ranks (capped at
         the end of the epoch)."""
         step = self.batch_size * world_size
-        return dict(state, start_sample=min(state["start_sample"] + int(batches) * step,
-                                            self._items()))
+        items = self._items(self.pack._saved_versions(state))
+        return dict(state, start_sample=min(state["start_sample"] + int(batches) * step, items))
 
     def load_state_dict(self, state: dict) -> None:
-        """Resumes from `state_dict()`: the next iteration continues that epoch."""
-        self.check_state(state)
+        """Resumes from `state_dict()`: the next iteration continues that epoch, over the
+        version of the pack it was saved on."""
+        versions = self.check_state(state)
         if WORKER_BATCHES in state:
             raise ValueError(
                 f"this is the state of one DataLoader worker (worker {state['worker']} of "
@@ -143,16 +180,24 @@ class EpochStream:
                 "through the StatefulDataLoader that saved it, or resume from "
                 "PackLoader.state_dict(), which holds for every worker and rank")
         self.set_epoch(state["epoch"], start_sample=state["start_sample"])
+        if versions != self._own_versions:
+            self._shared[_SHARED - 1:] = [1, *versions]
 
-    def check_state(self, state: dict) -> None:
-        """Refuses a state saved with another seed: it would not continue the same order."""
+    def check_state(self, state: dict) -> tuple:
+        """Refuses a state saved with another seed, or on another pack or a version this
+        pack's history does not hold (`VersionError`, naming both): it would not continue
+        the same order. Gives the versions the saved epoch goes on reading."""
         seed = self.options.get("seed", 0)
         if state.get("seed", seed) != seed:
             raise ValueError(f"the state was saved with seed={state['seed']}, this stream has "
                              f"seed={seed}: resuming would not continue the same epoch order")
+        versions = self.pack._saved_versions(state)
+        self._reader(versions)  # opens the versions now: a problem shows here
+        return versions
 
     def __getstate__(self):
         state = dict(self.__dict__)
+        state["_readers"] = {}
         if _mp_context.get_spawning_popen() is None:
             # Not a worker start-up: a copy, which gets shared memory of its own.
             state["_shared"] = list(self._shared)
@@ -161,16 +206,17 @@ class EpochStream:
     def __setstate__(self, state):
         if isinstance(state["_shared"], list):
             values = state["_shared"]
-            state["_shared"] = multiprocessing.RawArray("q", 3)
+            state["_shared"] = multiprocessing.RawArray("q", len(values))
             state["_shared"][:] = values
         self.__dict__.update(state)
 
     def num_batches(self, world_size: int = 1) -> int:
         """Batches per rank in an epoch (all workers together), from the resume point on."""
-        return self.pack.num_batches(
-            self.batch_size, select=self.options.get("select"), world_size=world_size,
-            drop_last=self.options.get("drop_last", False), window=self.window,
-            stride=self.options.get("stride"), start_sample=self.start_sample,
+        reader, options = self._reader()
+        return reader.num_batches(
+            self.batch_size, select=options.get("select"), world_size=world_size,
+            drop_last=options.get("drop_last", False), window=self.window,
+            stride=options.get("stride"), start_sample=self.start_sample,
             start_batch=self.start_batch)
 
     def batches(self, part: Part) -> Iterator[dict]:
@@ -181,8 +227,9 @@ class EpochStream:
         """This share's pass over the epoch from the shared epoch and resume point, or from
         `state` (a `state_dict()`, or an `Iteration.state_dict()` of this very share)."""
         if state is None:
-            return Iteration(self, part, self.epoch, self._start(part.world_size))
-        self.check_state(state)
+            return Iteration(self, part, self.epoch, self._start(part.world_size), 0,
+                             self._epoch_versions())
+        versions = self.check_state(state)
         done = 0
         if WORKER_BATCHES in state:
             if (state["worker"], state["num_workers"]) != (part.worker, part.num_workers):
@@ -192,15 +239,26 @@ class EpochStream:
                     f"{part.num_workers}: resume with as many workers as before, or from "
                     "PackLoader.state_dict(), which holds for any number of workers")
             done = state[WORKER_BATCHES]
-        return Iteration(self, part, state["epoch"], state["start_sample"], done)
+        return Iteration(self, part, state["epoch"], state["start_sample"], done, versions)
 
-    def _batches(self, part: Part, epoch: int, start_sample: int) -> Iterator[dict]:
-        common = dict(self.options, epoch=epoch, start_sample=start_sample, rank=part.rank,
+    def _batches(self, part: Part, epoch: int, start_sample: int,
+                 versions: Optional[tuple] = None) -> Iterator[dict]:
+        reader, options = self._reader(versions)
+        common = dict(options, epoch=epoch, start_sample=start_sample, rank=part.rank,
                       world_size=part.world_size, worker=part.worker,
                       num_workers=part.num_workers)
         if self.window is None:
-            return self.pack.batches(self.batch_size, **common)
-        return self.pack.windows(self.window, self.batch_size, **common)
+            return reader.batches(self.batch_size, **common)
+        return reader.windows(self.window, self.batch_size, **common)
+
+
+#: Shared slots before the versions: epoch, start_sample, start_batch, versions-in-use flag.
+_SHARED = 4
+
+
+def _versions_of(reader) -> tuple:
+    """The versions a reader reads: its pack's, or each source's of a Mixture."""
+    return reader._versions() if isinstance(reader, Mixture) else (reader.version,)
 
 
 #: The key of a worker's own state: how many of its batches it has yielded.
@@ -209,12 +267,14 @@ WORKER_BATCHES = "worker_batches"
 
 class Iteration:
     """One pass of a (rank, worker) share over an epoch from `start_sample`, after the first
-    `done` of its own batches; `done` counts on as batches are yielded."""
+    `done` of its own batches; `done` counts on as batches are yielded. `versions`: those
+    of the pack (of each source) the epoch reads."""
 
     def __init__(self, stream: EpochStream, part: Part, epoch: int, start_sample: int,
-                 done: int = 0):
+                 done: int = 0, versions: Optional[tuple] = None):
         self.stream, self.part = stream, part
         self.epoch, self.start_sample, self.done = int(epoch), int(start_sample), int(done)
+        self.versions = stream._own_versions if versions is None else tuple(versions)
 
     def __iter__(self) -> Iterator[dict]:
         part, stream = self.part, self.stream
@@ -224,21 +284,24 @@ class Iteration:
         first = part.worker + self.done * part.num_workers
         if first:
             step = stream.batch_size * part.world_size
-            start = min(start + first * step, stream._items())
+            start = min(start + first * step, stream._items(self.versions))
         rest = Part(part.rank, part.world_size, 0, part.num_workers)
-        for batch in stream._batches(rest, self.epoch, start):
+        for batch in stream._batches(rest, self.epoch, start, self.versions):
             # Counted before it is handed on: a state taken once the batch is out includes it.
             self.done += 1
             yield batch
 
     def state_dict(self) -> dict:
         """Where this share stands. Without other workers, the elastic state (epoch, samples
-        consumed by all ranks, seed); a worker's own state adds (worker, num_workers,
-        worker_batches), since the other workers' progress is not known here."""
+        consumed by all ranks, seed, the identity of the pack read); a worker's own state
+        adds (worker, num_workers, worker_batches), since the other workers' progress is not
+        known here."""
+        stream = self.stream
         state = {"epoch": self.epoch, "start_sample": self.start_sample,
-                 "seed": self.stream.options.get("seed", 0)}
+                 "seed": stream.options.get("seed", 0),
+                 **stream._reader(self.versions)[0].identity}
         if self.part.num_workers == 1:
-            return self.stream.advance(state, self.done, self.part.world_size)
+            return stream.advance(state, self.done, self.part.world_size)
         return dict(state, worker=self.part.worker, num_workers=self.part.num_workers,
                     **{WORKER_BATCHES: self.done})
 

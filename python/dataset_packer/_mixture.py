@@ -37,6 +37,8 @@ import numpy as np
 from ._codec import apply_symmetries, decode_rows
 from ._format import ROW_BYTES, STEP_ROW_DTYPE
 from ._order import Permutation, symmetries_for
+from ._errors import VersionError
+from ._versions import IDENTITY_KEYS, rebase
 from ._pack import NAN, Pack, Selection, _epoch
 
 _VALUATION = STEP_ROW_DTYPE.fields["valuation_type"][1]
@@ -53,6 +55,7 @@ class Mixture:
 
     def __init__(self, sources, weights=None, *, length: int | None = None):
         self.sources = [_as_source(s) for s in sources]
+        self._weights_given, self._length_given = weights, length
         if not self.sources:
             raise ValueError("a Mixture needs at least one source")
         self._ranges = [pack._row_ranges(sel, "Mixture") for pack, sel in self.sources]
@@ -107,6 +110,53 @@ class Mixture:
     def _selection(self, select) -> None:
         _refuse(select, None)
 
+    @property
+    def identity(self) -> dict:
+        """What a resume state records of the packs it was saved on: `sources`, each
+        source's `Pack.identity`."""
+        return {"sources": [pack.identity for pack, _ in self.sources]}
+
+    def _saved_versions(self, saved) -> tuple:
+        """Per source, the version to go on reading an epoch saved at `saved` (a state or
+        an identity), each source checked as `Pack._saved_versions` checks it."""
+        if "sources" not in saved:
+            if any(key in saved for key in IDENTITY_KEYS):
+                raise VersionError("this resume state was saved on one pack, and this reader "
+                                   f"is a mixture of {len(self.sources)} sources")
+            self.sources[0][0]._saved_versions(saved)  # warns: nothing to check
+            return self._versions()
+        found = saved["sources"]
+        if len(found) != len(self.sources):
+            raise VersionError(f"this resume state was saved on a mixture of {len(found)} "
+                               f"sources; this one has {len(self.sources)}")
+        return tuple(pack._saved_versions(identity)[0]
+                     for (pack, _), identity in zip(self.sources, found))
+
+    def _versions(self) -> tuple:
+        """The version each source reads."""
+        return tuple(pack.version for pack, _ in self.sources)
+
+    def _at_versions(self, versions: tuple) -> "Mixture":
+        """This mixture over those versions of its sources (selections keep the runs each
+        version holds), with the weights and length it was given: the mixture as it was
+        at those versions."""
+        if tuple(versions) == self._versions():
+            return self
+        views: list = []
+        sources = []
+        for (pack, selection), version in zip(self.sources, versions):
+            view = next((v for p, n, v in views if p is pack and n == version), None)
+            if view is None:
+                view = pack.at_version(version)
+                views.append((pack, version, view))
+            sources.append(view if selection is None else rebase(selection, view))
+        return Mixture(sources, self._weights_given, length=self._length_given)
+
+    def _for_saved(self, saved) -> "Mixture":
+        """The reader of an epoch whose resume point was saved at `saved`: this mixture, or
+        the mixture over the source versions it was saved on."""
+        return self._at_versions(self._saved_versions(saved))
+
     def epoch_length(self, select=None, window=None, stride=None) -> int:
         """Positions in an epoch (what `start_sample` counts)."""
         _refuse(select, window)
@@ -126,10 +176,17 @@ class Mixture:
                 select=None, rank: int = 0, world_size: int = 1, worker: int = 0,
                 num_workers: int = 1, drop_last: bool = False, start_sample: int = 0,
                 start_batch: int = 0, augment: bool = False, illegal_ev: float | None = NAN,
-                companions=None) -> Iterator[dict]:
+                companions=None, saved_at=None) -> Iterator[dict]:
         """Decoded batches of one mixture epoch, with `Pack.batches`' arguments and keys, plus
-        `source`: a pure function of (sources, weights, length, seed, epoch)."""
+        `source`: a pure function of (sources, weights, length, seed, epoch). `saved_at`:
+        the `identity` recorded with the resume point, checked source by source."""
         _refuse(select, None)
+        if saved_at is not None:
+            return self._for_saved(saved_at).batches(
+                batch_size, shuffle=shuffle, seed=seed, epoch=epoch, rank=rank,
+                world_size=world_size, worker=worker, num_workers=num_workers,
+                drop_last=drop_last, start_sample=start_sample, start_batch=start_batch,
+                augment=augment, illegal_ev=illegal_ev, companions=companions)
         families = [pack._companion_keys(companions) for pack in self._packs]
         plan, rank, numbers, _ = _epoch(
             self.length, batch_size, False, seed, epoch, rank, world_size, worker, num_workers,

@@ -34,6 +34,7 @@ from ._order import (EpochPlan, Part, Permutation, start_position, symmetries_fo
                      validation_side)
 from ._ranges import RowRanges, RowSet, WindowStarts
 from ._select import has_table, run_ids
+from . import _versions
 
 NAN = float("nan")
 #: What `Pack(legacy_legal=…)` takes: how a legacy pack's `ev_legal` is read.
@@ -58,10 +59,12 @@ def _wal_mode(path: Path) -> bool:
 
 
 class Pack:
-    """A pack folder, read-only.
+    """A pack folder, read-only; `version=N` (or a tag) reads that version of its history
+    (docs/versions.md), by default the latest.
 
     >>> pack = Pack("packs/d6")
     >>> len(pack), pack.num_runs, pack.valuation_names, pack.shards
+    >>> Pack("packs/d6", version=3).version, pack.pack_id
 
     A legacy pack (46-byte rows, the reference packer's) has wrong `ev_legal` bits on its
     tuple rows: every read (`batches`, `windows`, `gather`, `sample`, `rows`, `run`, and so
@@ -69,7 +72,7 @@ class Pack:
     `legacy_legal="stored"` asks for the bits as stored.
     """
 
-    def __init__(self, path, *, legacy_legal: str = "recompute"):
+    def __init__(self, path, version=None, *, legacy_legal: str = "recompute"):
         if legacy_legal not in LEGACY_LEGAL:
             raise ValueError(f"legacy_legal must be one of {LEGACY_LEGAL}, not {legacy_legal!r}")
         self.legacy_legal = legacy_legal
@@ -78,7 +81,39 @@ class Pack:
             raise NotAPackError(f"{self.path} is not a pack: no such folder")
         if not (self.path / METADATA_NAME).is_file():
             raise NotAPackError(f"{self.path} is not a pack: it has no {METADATA_NAME}")
-        self._shards = [read_shard_header(p) for p in find_shard_paths(self.path)]
+        paths = find_shard_paths(self.path)
+        self.valuation_names = read_valuation_names(self.path / VALUATION_NAME)
+        self._conn = None
+        self._conn_pid = None
+        self._restriction = None
+        self.session = self._read_session()
+        self._history = _versions.History(self.db, self.path)
+        self._version = self._history.resolve(version)
+        # A past version: its steps files cut to its rows, and its runs (the smallest ids).
+        self._past = self._version != self._history.latest
+        shards = (_versions.version_shards(self, self._history, self._version) if self._past
+                  else [read_shard_header(p) for p in paths])
+        self._run_limit = self._history.version_runs(self._version) if self._past else -1
+        if self._past:
+            # Every SQL read (selections too) sees the version's runs only.
+            self._restriction = _versions.restriction(self.db(), self._run_limit)
+            self.db().executescript(self._restriction)
+        self._set_shards(shards)
+        self.num_runs = self._check_runs()
+        if self._past:
+            # The session's totals as the version had them (as the command line shows them).
+            totals = {"total_rows": self._rows, "total_runs": self.num_runs,
+                      "shard_count": len(shards)}
+            self.session.update({k: str(v) for k, v in totals.items() if k in self.session})
+        if not self._past:
+            self._check_recorded_shards()
+        self._check_version()
+        self._run_table = None
+        self._run_rows = None
+        self._companions: dict[str, Companion] = {}
+
+    def _set_shards(self, shards) -> None:
+        self._shards = shards
         self._maps = [map_shard(s) for s in self._shards]
         counts = np.array([s.rows for s in self._shards], dtype=np.int64)
         self._offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
@@ -87,15 +122,6 @@ class Pack:
         sizes = set(counts[:-1].tolist())
         self._uniform_rows = sizes.pop() if len(sizes) == 1 and counts[0] > 0 else None
         self._rows = int(self._offsets[-1])
-        self.valuation_names = read_valuation_names(self.path / VALUATION_NAME)
-        self._conn = None
-        self._conn_pid = None
-        self.session = self._read_session()
-        self.num_runs = self._check_runs()
-        self._check_recorded_shards()
-        self._run_table = None
-        self._run_rows = None
-        self._companions: dict[str, Companion] = {}
 
     # ------------------------------------------------------------------ basics
 
@@ -103,7 +129,8 @@ class Pack:
         return self._rows
 
     def __repr__(self) -> str:
-        return (f"Pack({str(self.path)!r}: {self._rows} rows, {self.num_runs} runs, "
+        at = f" version {self._version} of {self._history.latest}" if self._past else ""
+        return (f"Pack({str(self.path)!r}{at}: {self._rows} rows, {self.num_runs} runs, "
                 f"{len(self._shards)} shard{'s' if len(self._shards) != 1 else ''})")
 
     @property
@@ -120,6 +147,60 @@ class Pack:
     def shuffled(self) -> bool:
         return self.session.get("shuffled") == "true"
 
+    # ------------------------------------------------------------------ identity
+
+    @property
+    def pack_id(self) -> str | None:
+        """The pack's random id (32 hex digits), made when it was created and kept by
+        in-place changes; None for a pack made before packs had one."""
+        return self.session.get("pack_id")
+
+    @property
+    def version(self) -> int:
+        """The version of the pack this reader reads (1 for a pack made before versions)."""
+        return self._version
+
+    def versions(self) -> list[dict]:
+        """The pack's history, oldest first: per version a dict of `version`,
+        `created_utc`, `operation` (pack, update, attach, detach, merge, shuffle, export,
+        write), `rows`, `runs`, `command` (the command line, a list of strings), `files`
+        (family, shard, file_name, rows, bytes, crc32c per file), `families` (companion
+        families), `tags` and `sources` (pack_id, version, path of each pack it was made
+        from). A pack made before versions is version 1, as it is now.
+
+        >>> [(v["version"], v["operation"], v["rows"]) for v in pack.versions()]
+        [(1, 'pack', 1220), (2, 'update', 2240)]
+        """
+        if not self._history.recorded:
+            return _versions.unrecorded_listing(self)
+        return self._history.listing()
+
+    def at_version(self, version) -> "Pack":
+        """This pack read at another version (a number or a tag): `Pack(path, version)`."""
+        if version == self._version:
+            return self
+        return Pack(self.path, version, legacy_legal=self.legacy_legal)
+
+    @property
+    def identity(self) -> dict:
+        """What a resume state records of the pack it was saved on: `pack_id`, `version` and
+        `rows` (give it back as `saved_at=` of `batches` to check a resume point)."""
+        return _versions.identity(self.pack_id, self.version, self._rows)
+
+    def _saved_versions(self, saved) -> tuple:
+        """The version to go on reading an epoch saved at `saved` (a state or an identity),
+        as a 1-tuple (a Mixture's has one per source); see `_versions.saved_version`."""
+        found = _versions.saved_identity(saved)
+        return (self.version if found is None else _versions.saved_version(self, found),)
+
+    def _at_versions(self, versions: tuple) -> "Pack":
+        return self.at_version(versions[0])
+
+    def _for_saved(self, saved) -> "Pack":
+        """The reader of an epoch whose resume point was saved at `saved`: this pack, or
+        the version of it the state was saved on (refused when it is not this pack's)."""
+        return self._at_versions(self._saved_versions(saved))
+
     def close(self) -> None:
         if self._conn is not None:
             self._conn.close()
@@ -134,10 +215,14 @@ class Pack:
         self.close()
 
     def __getstate__(self):
-        return {"path": str(self.path), "legacy_legal": self.legacy_legal}
+        # The version number, not "latest": a pack that grows before a worker opens it is
+        # read there as it was here.
+        return {"path": str(self.path), "version": self._version,
+                "legacy_legal": self.legacy_legal}
 
     def __setstate__(self, state):
-        self.__init__(state["path"], legacy_legal=state.get("legacy_legal", "recompute"))
+        self.__init__(state["path"], state.get("version"),
+                      legacy_legal=state.get("legacy_legal", "recompute"))
 
     # ------------------------------------------------------------------ metadata.db
 
@@ -151,6 +236,8 @@ class Pack:
                 raise NotAPackError(f"{self.path / METADATA_NAME}: not an SQLite database "
                                     f"({e})") from None
             self._conn_pid = os.getpid()
+            if self._restriction is not None:
+                self._conn.executescript(self._restriction)
         return self._conn
 
     def _read_session(self) -> dict:
@@ -161,12 +248,26 @@ class Pack:
     def _check_runs(self) -> int:
         if not has_table(self.db(), "runs"):
             raise NotAPackError(f"{self.path / METADATA_NAME} has no runs table: not a pack")
-        runs, steps = self.db().execute("SELECT COUNT(*), COALESCE(SUM(steps), 0) FROM runs"
-                                        ).fetchone()
+        runs, steps = self.db().execute(
+            "SELECT COUNT(*), COALESCE(SUM(steps), 0) FROM (SELECT steps FROM runs ORDER BY id "
+            "LIMIT ?)", (self._run_limit,)).fetchone()
         if steps != self._rows:
-            raise PackError(f"{self.path}: metadata.db counts {steps} rows in runs.steps, "
+            at = f" (version {self._version}'s {runs} runs)" if self._past else ""
+            raise PackError(f"{self.path}: metadata.db counts {steps} rows in runs.steps{at}, "
                             f"the shards hold {self._rows}")
         return int(runs)
+
+    def _check_version(self) -> None:
+        """The version read against what the history records of it: a mismatch means the
+        pack was changed by a tool that does not record versions."""
+        rows = self._history.version_rows(self._version)
+        runs = self._history.version_runs(self._version)
+        if rows is not None and (rows, runs) != (self._rows, self.num_runs):
+            raise PackError(
+                f"{self.path}: metadata.db records {rows} rows and {runs} runs for version "
+                f"{self._version}, but the pack holds {self._rows} rows and {self.num_runs} "
+                f"runs: it was changed without recording a version; run `dataset-packer "
+                f"validate {self.path}`")
 
     def _check_recorded_shards(self) -> None:
         if not has_table(self.db(), "shards"):
@@ -182,7 +283,8 @@ class Pack:
     def _runs(self) -> tuple[np.ndarray, np.ndarray]:
         """(ids, steps) of every run, ascending id (loaded once)."""
         if self._run_table is None:
-            table = np.array(self.db().execute("SELECT id, steps FROM runs ORDER BY id").fetchall(),
+            table = np.array(self.db().execute("SELECT id, steps FROM runs ORDER BY id LIMIT ?",
+                                               (self._run_limit,)).fetchall(),
                              dtype=np.int64).reshape(-1, 2)
             self._run_table = (table[:, 0].copy(), table[:, 1].copy())
         return self._run_table
@@ -204,7 +306,8 @@ class Pack:
         if self._run_rows is None:
             found = np.array(self.db().execute(
                 "SELECT runs.id, COALESCE(run_index.global_row, -1) FROM runs LEFT JOIN "
-                "run_index ON run_index.run_id = runs.id ORDER BY runs.id").fetchall(),
+                "run_index ON run_index.run_id = runs.id ORDER BY runs.id LIMIT ?",
+                (self._run_limit,)).fetchall(),
                 dtype=np.int64).reshape(-1, 2)
             missing = found[found[:, 1] < 0, 0]
             if missing.size:
@@ -220,14 +323,20 @@ class Pack:
             return decode_rows(self._read_span(first, first + steps), illegal_ev)
         return self.rows(slice(first, first + steps))
 
+    def _last_run_id(self) -> int:
+        """The highest run id this version holds (-1 for none): its runs are the smallest."""
+        ids = self._runs()[0]
+        return int(ids[-1]) if ids.size else -1
+
     def _run_span(self, run_id: int) -> tuple[int, int]:
         """(first global row, steps) of a run, through run_index."""
         self._require_run_index("run()")
         row = self.db().execute(
             "SELECT runs.steps, run_index.global_row FROM runs LEFT JOIN run_index "
             "ON run_index.run_id = runs.id WHERE runs.id = ?", (int(run_id),)).fetchone()
-        if row is None:
-            raise KeyError(f"no run {run_id} in {self.path} ({self.num_runs} runs)")
+        if row is None or (self._past and int(run_id) > self._last_run_id()):
+            at = f" version {self._version}" if self._past else ""
+            raise KeyError(f"no run {run_id} in {self.path}{at} ({self.num_runs} runs)")
         steps, first = row
         if first is None:
             raise RunIndexError(f"{self.path}: run_index has no entry for run {run_id}")
@@ -391,7 +500,10 @@ class Pack:
     def companions(self) -> list[str]:
         """Names of the pack's companion families (files `NAME-NNNNN.npy` / `NAME.npy`, and
         families metadata.db records), sorted. Listed by name only: a family is checked
-        when `companion(name)` (or `companions=` of a batch method) opens it."""
+        when `companion(name)` (or `companions=` of a batch method) opens it. A past version
+        lists the families it had (`versions()`)."""
+        if self._past:
+            return self._history.families(self._version)
         return sorted(set(scan(self.path)) | set(recorded(self.db())))
 
     def companion(self, name: str) -> Companion:
@@ -402,7 +514,8 @@ class Pack:
         is no such family."""
         found = self._companions.get(name)
         if found is None:
-            found = self._companions[name] = open_family(self, name)
+            opener = _versions.open_past_family if self._past else open_family
+            found = self._companions[name] = opener(self, name)
         return found
 
     def _companion_keys(self, companions) -> list[tuple[str, Companion]]:
@@ -472,7 +585,10 @@ class Pack:
             note = self._no_depth_note(where) if where is not None else None
             raise EmptySelectionError(f"{what} matches no runs of {self.path}"
                                       + (f": {note}" if note else ""))
-        return Selection(self, chosen, where, params)
+        found = Selection(self, chosen, where, params)
+        # How to make it again on another version of the pack (`_versions.rebase`).
+        found._query = (where, None if runs is None else wanted, params)
+        return found
 
     def _no_depth_note(self, where: str) -> str | None:
         """Why SQL naming `depth` matched nothing, when no run records a depth (a pack
@@ -601,7 +717,7 @@ class Pack:
                 select=None, rank: int = 0, world_size: int = 1, worker: int = 0,
                 num_workers: int = 1, drop_last: bool = False, start_sample: int = 0,
                 start_batch: int = 0, augment: bool = False, illegal_ev: float | None = NAN,
-                companions=None) -> Iterator[dict]:
+                companions=None, saved_at=None) -> Iterator[dict]:
         """Decoded batches of one epoch: a pure function of (pack, selection, seed, epoch).
 
         Each epoch is one permutation of the selected rows (`shuffle=False`: pack order),
@@ -621,7 +737,21 @@ class Pack:
         family's rows of exactly the batch's rows as `batch["embeddings"]` (B, *shape); a
         dict {key: name} picks other keys. Augmentation leaves companion rows as stored.
         See README "Python" for the keys and dtypes; `exps` ranges 0..16 (16 is the 65536
-        tile), so an embedding of it needs 17 tokens."""
+        tile), so an embedding of it needs 17 tokens.
+
+        `saved_at=` the `pack.identity` recorded with a resume point (or a state that holds
+        it): when it was saved on an earlier version of this pack, the epoch is read over
+        that version, exactly as it went then (none of the rows added since); a resume point
+        of another pack, or of a version this pack's history does not hold (rewritten), is
+        refused (VersionError), since the epoch's order would be another one."""
+        if saved_at is not None:
+            reader = self._for_saved(saved_at)
+            return reader.batches(
+                batch_size, shuffle=shuffle, seed=seed, epoch=epoch,
+                select=_versions.rebase(self._selection(select), reader), rank=rank,
+                world_size=world_size, worker=worker, num_workers=num_workers,
+                drop_last=drop_last, start_sample=start_sample, start_batch=start_batch,
+                augment=augment, illegal_ev=illegal_ev, companions=companions)
         families = self._companion_keys(companions)
         ranges = self._row_ranges(select, "batches()")
         plan, rank, numbers, perm = _epoch(
@@ -652,13 +782,22 @@ class Pack:
                 rank: int = 0, world_size: int = 1, worker: int = 0, num_workers: int = 1,
                 drop_last: bool = False, start_sample: int = 0, start_batch: int = 0,
                 augment: bool = False, illegal_ev: float | None = NAN,
-                companions=None) -> Iterator[dict]:
+                companions=None, saved_at=None) -> Iterator[dict]:
         """Batches of windows of `length` consecutive steps of one run (never across runs):
         every key of `batches` shaped (B, length, …). Windows start every `stride` rows of a
         run (default `length`: disjoint windows; a run's last rows that do not fill one are
         left out). Order, partition, resume and augmentation (one symmetry per window) work
         as in `batches`, over windows instead of rows; `companions` too, shaped
-        (B, length, *shape). Needs the run index."""
+        (B, length, *shape), and `saved_at`. Needs the run index."""
+        if saved_at is not None:
+            reader = self._for_saved(saved_at)
+            return reader.windows(
+                length, batch_size, stride=stride, shuffle=shuffle, seed=seed, epoch=epoch,
+                select=_versions.rebase(self._selection(select), reader), rank=rank,
+                world_size=world_size, worker=worker, num_workers=num_workers,
+                drop_last=drop_last, start_sample=start_sample,
+                start_batch=start_batch, augment=augment, illegal_ev=illegal_ev,
+                companions=companions)
         families = self._companion_keys(companions)
         length = int(length)
         if length < 1:
@@ -728,6 +867,7 @@ class Selection:
         ids, steps = pack._runs()
         self.num_rows = int(steps[np.searchsorted(ids, self.run_ids)].sum())
         self._rows = None
+        self._query = None
 
     def _row_set(self) -> RowSet:
         """The selection's rows found by run_id (computed once)."""

@@ -28,8 +28,10 @@ batch and pins its tensors.
 `set_epoch` is called in the main process before iterating; the epoch and resume point are
 kept in shared memory, so workers see them whether they are started anew each epoch or kept
 (`persistent_workers=True`). `PackLoader` counts the batches the training loop took, and its
-`state_dict()` is (epoch, samples consumed, seed): `load_state_dict` resumes after those
-samples with any world size, batch size or number of workers.
+`state_dict()` is (epoch, samples consumed, seed, and the pack's `pack_id`, `version` and
+`rows`): `load_state_dict` resumes after those samples with any world size, batch size or
+number of workers, over the version of the pack the state was saved on when the pack has
+grown since (the rest of that epoch; docs/versions.md).
 
 `PackDataset.state_dict()` / `load_state_dict()` are what torchdata's `StatefulDataLoader`
 calls (`batch_size=None` there too): while an iteration runs in a process, the state says how

@@ -171,7 +171,7 @@ def test_state_dict_resumes_elastically(sharded):
     stream.set_epoch(2)
     # Two ranks took 4 batches each: 800 samples of the epoch.
     state = stream.state_dict(batches=4, world_size=2)
-    assert state == {"epoch": 2, "start_sample": 800, "seed": 6}
+    assert state == {"epoch": 2, "start_sample": 800, "seed": 6, **sharded.identity}
     # Resumed on three ranks with another batch size: the rest of the same order.
     other = EpochStream(sharded.path, 64, seed=6, augment=True)
     other.load_state_dict(state)
@@ -211,7 +211,7 @@ def test_an_iteration_resumes_from_its_own_state(sharded, workers):
     taken = [next(running[k % workers])["row"].tolist() for k in range(7)]
     states = [run.state_dict() for run in runs]
     if workers == 1:
-        assert states == [{"epoch": 1, "start_sample": 150 + 700, "seed": 5}]
+        assert states == [{"epoch": 1, "start_sample": 150 + 700, "seed": 5, **sharded.identity}]
     else:
         assert [s["worker_batches"] for s in states] == [len(range(w, 7, workers))
                                                          for w in range(workers)]
@@ -335,7 +335,7 @@ def test_torch_loader_state_resumes_on_another_world_size(sharded):
         if k == 3:
             break
     state = loader.state_dict()
-    assert state == {"epoch": 5, "start_sample": 800, "seed": 3}
+    assert state == {"epoch": 5, "start_sample": 800, "seed": 3, **sharded.identity}
     # Three ranks of 64 rows take over after the 800 samples two ranks of 100 consumed.
     rest = []
     for rank in range(3):

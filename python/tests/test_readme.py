@@ -1,9 +1,11 @@
 """The README's "Python" section runs as written (its ```py blocks; the PyTorch one only when
-torch is importable), against `packs/fixtures` packed from the fixture drop."""
+torch is importable), against `packs/fixtures` packed from a copy of the fixture drop in
+`raw`."""
 
 from __future__ import annotations
 
 import importlib.util
+import shutil
 import subprocess
 import sys
 
@@ -30,7 +32,9 @@ def python_section_blocks() -> list[str]:
 @pytest.fixture(scope="module")
 def workdir(tmp_path_factory):
     root = tmp_path_factory.mktemp("readme")
-    cli("pack", "--input", FIXTURES / "raw", "--output", root / "packs" / "fixtures",
+    # Packed from `raw` in the working folder, where the PyTorch example's update looks.
+    shutil.copytree(FIXTURES / "raw", root / "raw")
+    cli("pack", "--input", root / "raw", "--output", root / "packs" / "fixtures",
         "--shard-rows", 700, "--quiet")
     return root
 
