@@ -1,6 +1,9 @@
 """The Python reader's cost of opening a version of a big pack (issue 29: "opening a version
 costs no more than opening the pack").
 
+With `--keep DIR`, the fabricated packs stay in DIR (`versioned`, `plain`) for the Rust
+library's timing: `cargo run --release --example open_version -- DIR/versioned latest 180 1`.
+
 Fabricates a 40M-row pack in a temporary folder without writing its rows: 400 shards of
 100,000 rows as sparse files (`np.lib.format.open_memmap` seeks past the data), 40,000 runs
 of 1,000 steps, and a history of 365 versions (a year of nightly `pack --update`s: version k
@@ -38,18 +41,20 @@ def fabricate(folder: Path, history: bool) -> None:
     (folder / "valuation_types.json").write_text(json.dumps(["search"]))
     db = sqlite3.connect(folder / "metadata.db")
     db.executescript("""
-        CREATE TABLE session (meta_key TEXT PRIMARY KEY, meta_value TEXT);
-        CREATE TABLE runs (id INTEGER PRIMARY KEY, steps INTEGER NOT NULL);
+        CREATE TABLE session (meta_key TEXT PRIMARY KEY, meta_value TEXT NOT NULL);
+        CREATE TABLE runs (id INTEGER PRIMARY KEY, seed BIGINT NOT NULL, steps INT NOT NULL,
+                           max_score INT NOT NULL, highest_tile INT NOT NULL);
         CREATE TABLE run_index (run_id INTEGER PRIMARY KEY, global_row INTEGER NOT NULL);
         CREATE TABLE shards (shard INTEGER PRIMARY KEY, file_name TEXT NOT NULL,
                              rows INT NOT NULL, bytes INT NOT NULL, crc32c TEXT NOT NULL);
     """)
     runs = ROWS // RUN_STEPS
-    db.executemany("INSERT INTO runs VALUES (?, ?)", ((i, RUN_STEPS) for i in range(runs)))
+    db.executemany("INSERT INTO runs VALUES (?, ?, ?, 0, 0)",
+                   ((i, i, RUN_STEPS) for i in range(runs)))
     db.executemany("INSERT INTO run_index VALUES (?, ?)",
                    ((i, i * RUN_STEPS) for i in range(runs)))
     db.executemany("INSERT INTO shards VALUES (?, ?, ?, ?, '00000000')",
-                   ((k, f"steps-{k:05d}.npy", SHARD_ROWS, 128 + 48 * SHARD_ROWS)
+                   ((k, f"steps-{k:05d}.npy", SHARD_ROWS, (folder / f"steps-{k:05d}.npy").stat().st_size)
                     for k in range(SHARDS)))
     if history:
         db.execute("INSERT INTO session VALUES ('pack_id', ?)", ("ab" * 16,))
@@ -63,6 +68,8 @@ def fabricate(folder: Path, history: bool) -> None:
               PRIMARY KEY (version, family, shard));
             CREATE TABLE version_tags (name TEXT PRIMARY KEY, version INTEGER NOT NULL,
               created_utc TEXT NOT NULL);
+            CREATE TABLE version_sources (version INT NOT NULL, pack_id TEXT,
+              source_version INT NOT NULL, path TEXT NOT NULL);
         """)
         for v in range(1, VERSIONS + 1):
             # Whole runs: version v holds the first runs_v runs.
@@ -89,7 +96,10 @@ def timed(open_it, repeat: int = 7) -> float:
 
 
 def main() -> None:
-    with tempfile.TemporaryDirectory() as tmp:
+    keep = sys.argv[sys.argv.index("--keep") + 1] if "--keep" in sys.argv else None
+    with tempfile.TemporaryDirectory() as scratch:
+        tmp = keep or scratch
+        Path(tmp).mkdir(parents=True, exist_ok=True)
         versioned, plain = Path(tmp) / "versioned", Path(tmp) / "plain"
         fabricate(versioned, True)
         fabricate(plain, False)

@@ -240,19 +240,20 @@ impl Pack {
         self.view.history.pack_id.as_deref()
     }
 
-    /// The pack's history, oldest version first (one version for a pack made before
-    /// versions).
+    /// The pack's history, oldest version first, each with its files (one version for a pack
+    /// made before versions): what `dataset-packer versions --json` lists.
     ///
     /// ```
     /// # fn main() -> anyhow::Result<()> {
     /// # let fixture = dataset_packer::pack::doc_support::fixture_pack()?;
     /// let pack = dataset_packer::Pack::open(fixture.path())?;
-    /// let first = &pack.versions()[0];
+    /// let first = &pack.versions()?[0];
     /// assert_eq!((first.version, first.operation.as_str(), first.rows), (1, "pack", 2240));
+    /// assert_eq!(first.files[0].file_name, "steps.npy");
     /// # Ok(()) }
     /// ```
-    pub fn versions(&self) -> &[Version] {
-        &self.view.history.versions
+    pub fn versions(&self) -> Result<Vec<Version>> {
+        Ok(History::read(&self.conn())?.versions)
     }
 
     /// The folder the pack was opened from.

@@ -151,6 +151,19 @@ pub struct History {
 impl History {
     /// Reads the history of the pack whose `metadata.db` is `conn`.
     pub fn read(conn: &Connection) -> Result<History> {
+        let mut history = History::read_summary(conn)?;
+        if history.recorded {
+            for v in &mut history.versions {
+                v.files = version_files(conn, v.version)?;
+            }
+        }
+        Ok(history)
+    }
+
+    /// [`History::read`] without the versions' file lists (each version's `files` is empty
+    /// but for a pack made before versions): what opening a version needs, in a few queries
+    /// however long the history.
+    pub fn read_summary(conn: &Connection) -> Result<History> {
         let pack_id = metadata::session_value(conn, PACK_ID)?;
         if metadata::latest_version(conn)?.is_none() {
             return Ok(History {
@@ -179,16 +192,47 @@ impl History {
                 })
             })?
             .collect::<rusqlite::Result<Vec<_>>>()?;
-        for v in &mut versions {
-            v.files = version_files(conn, v.version)?;
-            v.families = families_of(&v.files);
-            v.tags = column_for(
-                conn,
-                "SELECT name FROM main.version_tags WHERE version = ?1 ORDER BY name",
-                v.version,
-            )?;
-            v.sources = sources_of(conn, v.version)?;
-        }
+        let mut each =
+            |sql: &str,
+             add: &mut dyn FnMut(&mut Version, &rusqlite::Row) -> rusqlite::Result<()>|
+             -> Result<()> {
+                let mut stmt = conn.prepare(sql)?;
+                let mut rows = stmt.query([])?;
+                while let Some(row) = rows.next()? {
+                    let number: u32 = row.get(0)?;
+                    if let Some(v) = versions.iter_mut().find(|v| v.version == number) {
+                        add(v, row)?;
+                    }
+                }
+                Ok(())
+            };
+        each(
+            "SELECT DISTINCT version, family FROM main.version_files
+             WHERE family <> 'steps' ORDER BY version, family",
+            &mut |v, r| {
+                v.families.push(r.get(1)?);
+                Ok(())
+            },
+        )?;
+        each(
+            "SELECT version, name FROM main.version_tags ORDER BY name",
+            &mut |v, r| {
+                v.tags.push(r.get(1)?);
+                Ok(())
+            },
+        )?;
+        each(
+            "SELECT version, pack_id, source_version, path FROM main.version_sources
+             ORDER BY rowid",
+            &mut |v, r| {
+                v.sources.push(Source {
+                    pack_id: r.get(1)?,
+                    version: r.get(2)?,
+                    path: r.get(3)?,
+                });
+                Ok(())
+            },
+        )?;
         Ok(History {
             pack_id,
             recorded: true,
@@ -342,31 +386,6 @@ fn families_of(files: &[VersionFile]) -> Vec<String> {
     names.into_iter().map(str::to_string).collect()
 }
 
-fn column_for(conn: &Connection, sql: &str, version: u32) -> Result<Vec<String>> {
-    let mut stmt = conn.prepare_cached(sql)?;
-    let names = stmt
-        .query_map([version], |r| r.get(0))?
-        .collect::<rusqlite::Result<_>>()?;
-    Ok(names)
-}
-
-fn sources_of(conn: &Connection, version: u32) -> Result<Vec<Source>> {
-    let mut stmt = conn.prepare_cached(
-        "SELECT pack_id, source_version, path FROM main.version_sources WHERE version = ?1
-         ORDER BY rowid",
-    )?;
-    let sources = stmt
-        .query_map([version], |r| {
-            Ok(Source {
-                pack_id: r.get(0)?,
-                version: r.get(1)?,
-                path: r.get(2)?,
-            })
-        })?
-        .collect::<rusqlite::Result<_>>()?;
-    Ok(sources)
-}
-
 /// A pack read as one of its versions: what [`View::restrict`] and [`View::cut`] apply.
 #[derive(Debug, Clone)]
 pub struct View {
@@ -379,13 +398,16 @@ impl View {
     /// The view of the version `spec` names of the pack whose `metadata.db` is `conn` (at
     /// `dir`, for messages).
     pub fn resolve(conn: &Connection, dir: &Path, spec: &VersionSpec) -> Result<View> {
-        let history = History::read(conn)?;
+        let mut history = History::read_summary(conn)?;
         let number = history.find(dir, spec)?.version;
         let index = history
             .versions
             .iter()
             .position(|v| v.version == number)
             .expect("found above");
+        if history.recorded {
+            history.versions[index].files = version_files(conn, number)?;
+        }
         Ok(View { history, index })
     }
 
