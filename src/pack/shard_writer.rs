@@ -831,6 +831,75 @@ mod tests {
         }
     }
 
+    /// The files and records of `rows` written in `cuts` pieces by `write_rows`, and placed
+    /// then written by other threads in reverse order: they must be the same.
+    #[test]
+    fn placed_rows_written_out_of_order_give_the_same_files_as_written_rows() {
+        let rows: Vec<u8> = (0..23u8).flat_map(|i| [i; ROW_BYTES]).collect();
+        let cuts = [0, 2, 3, 9, 10, 17, 23].map(|r| r * ROW_BYTES);
+        let pieces: Vec<&[u8]> = cuts.windows(2).map(|w| &rows[w[0]..w[1]]).collect();
+        for shard_rows in [None, Some(4), Some(5), Some(100)] {
+            let written = tempfile::tempdir().unwrap();
+            let mut w = ShardWriter::new(written.path(), shard_rows);
+            // A first piece written the usual way (as an update's carried rows are).
+            w.write_rows(pieces[0]).unwrap();
+            for p in &pieces[1..] {
+                w.write_rows(p).unwrap();
+            }
+            let expected = w.finish().unwrap();
+
+            let placed = tempfile::tempdir().unwrap();
+            let mut w = ShardWriter::new(placed.path(), shard_rows);
+            w.write_rows(pieces[0]).unwrap();
+            let mut todo = Vec::new();
+            for p in &pieces[1..] {
+                let crc = crate::crc::crc32c(p);
+                todo.push((*p, w.place_rows(p, crc).unwrap()));
+            }
+            std::thread::scope(|scope| {
+                for (bytes, placements) in todo.into_iter().rev() {
+                    scope.spawn(move || {
+                        for placement in placements.into_iter().rev() {
+                            placement.write(bytes);
+                        }
+                    });
+                }
+            });
+            let got = w.finish().unwrap();
+            assert_eq!(got, expected, "shard_rows {shard_rows:?}");
+            for r in &got {
+                let a = std::fs::read(written.path().join(&r.file_name)).unwrap();
+                let b = std::fs::read(placed.path().join(&r.file_name)).unwrap();
+                assert_eq!(a, b, "{} (shard_rows {shard_rows:?})", r.file_name);
+                assert_eq!(crate::crc::crc32c(&b), r.crc32c);
+            }
+        }
+    }
+
+    #[test]
+    fn a_placement_never_written_fails_the_writer() {
+        let t = tempfile::tempdir().unwrap();
+        let mut w = ShardWriter::new(t.path(), Some(4));
+        let rows: Vec<u8> = (0..6u8).flat_map(|i| [i; ROW_BYTES]).collect();
+        let placements = w.place_rows(&rows, crate::crc::crc32c(&rows)).unwrap();
+        assert_eq!(placements.len(), 2, "6 rows in shards of 4: two pieces");
+        drop(placements);
+        let err = w.finish().unwrap_err().to_string();
+        assert!(err.contains("never written"), "{err}");
+    }
+
+    #[test]
+    fn rows_cannot_be_written_after_rows_were_placed_in_the_same_shard() {
+        let t = tempfile::tempdir().unwrap();
+        let mut w = ShardWriter::new(t.path(), None);
+        let rows = vec![7u8; 2 * ROW_BYTES];
+        for p in w.place_rows(&rows, crate::crc::crc32c(&rows)).unwrap() {
+            p.write(&rows);
+        }
+        let err = w.write_rows(&rows).unwrap_err().to_string();
+        assert!(err.contains("after rows placed"), "{err}");
+    }
+
     #[test]
     fn reserved_space_is_given_back_when_fewer_rows_come() {
         let t = tempfile::tempdir().unwrap();

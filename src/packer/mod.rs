@@ -197,12 +197,27 @@ pub(crate) fn parse_and_write(
         },
     );
     bar.finish_and_clear();
-    // The last runs' copies (no worker came back for them). After a failure they are dropped
-    // unwritten: nothing is published then.
+    // The last runs' copies, which no worker came back for, on as many threads (so the tail
+    // stays parallel). After a failure they are dropped unwritten: nothing is published then.
     if outcome.is_ok() {
-        copy_waiting(&copies);
+        copy_on_threads(&copies, workers);
     }
     outcome
+}
+
+/// Copies the runs waiting in `copies` on `threads` threads.
+fn copy_on_threads(copies: &Mutex<VecDeque<Copy>>, threads: usize) {
+    std::thread::scope(|scope| {
+        for i in 0..threads {
+            std::thread::Builder::new()
+                .name(format!("copy-{i}"))
+                .spawn_scoped(scope, || {
+                    copy_waiting(copies);
+                    crate::thread_cpu::thread_done();
+                })
+                .expect("spawning a copy thread");
+        }
+    });
 }
 
 /// Parses and fingerprints one run (on a worker thread).
