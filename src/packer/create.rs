@@ -43,7 +43,9 @@ pub(crate) fn pack(job: &Job) -> Result<Summary> {
 pub(crate) fn pack_into(job: &Job, out: OutputDir) -> Result<Summary> {
     let started = Instant::now();
     thread_cpu::enabled(); // the probe's clock starts here
+    let discover = thread_cpu::Span::start("main: discover");
     let mut found = discover_runs(&job.input)?;
+    drop(discover);
     let full_run_count = found.runs.len();
     if let Some(p) = job.partition {
         keep_partition(&mut found, p);
@@ -85,10 +87,14 @@ pub(crate) fn pack_into(job: &Job, out: OutputDir) -> Result<Summary> {
             }
         );
     }
+    let finish = thread_cpu::Span::start("main: finish (close, sync, record)");
     let packed = packer.finish(&found.orphans)?;
     record_session(job, &packed, found.orphans.len(), full_run_count)?;
+    drop(finish);
     let (summary, ready) = packed.commit(found.runs.iter().map(|r| r.rows_bytes).sum());
+    let publish = thread_cpu::Span::start("main: publish");
     ready.publish()?;
+    drop(publish);
     thread_cpu::write_report()?;
     Ok(summary)
 }
