@@ -133,12 +133,17 @@ impl Placement {
     /// failure is reported when the shard is closed.
     pub fn write(mut self, rows: &[u8]) {
         let bytes = &rows[self.range.clone()];
-        match self.shard.file.write_all_at(bytes, self.offset) {
-            Ok(()) => start_writeback(&self.shard.file, self.offset, bytes.len() as u64),
-            Err(e) => self
-                .shard
-                .fail(format!("writing {}: {e}", self.shard.path.display())),
+        let mut offset = self.offset;
+        // Pieces of at most 1 MiB: see WRITE_PIECE.
+        for piece in bytes.chunks(WRITE_PIECE) {
+            if let Err(e) = self.shard.file.write_all_at(piece, offset) {
+                let path = self.shard.path.display();
+                self.shard.fail(format!("writing {path}: {e}"));
+                break;
+            }
+            offset += piece.len() as u64;
         }
+        start_writeback(&self.shard.file, self.offset, bytes.len() as u64);
         self.written = true;
     }
 }
