@@ -48,6 +48,7 @@ pub mod raw;
 pub(crate) mod report;
 #[doc(hidden)]
 pub mod rng;
+pub(crate) mod thread_cpu;
 
 pub use pack::{
     Companion, CompanionValue, History, NewRun, NewStep, Pack, PackWriter, Param, Published, Run,

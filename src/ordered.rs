@@ -42,8 +42,8 @@ where
     let changed = Condvar::new();
 
     std::thread::scope(|scope| {
-        for _ in 0..workers.min(items.len()) {
-            scope.spawn(|| {
+        for w in 0..workers.min(items.len()) {
+            let work = || {
                 let mut local = init();
                 loop {
                     let i = {
@@ -76,7 +76,15 @@ where
                     drop(s);
                     changed.notify_all();
                 }
-            });
+            };
+            // Named, so that `/proc`, `top -H` and the CPU probe tell the workers apart.
+            std::thread::Builder::new()
+                .name(format!("worker-{w}"))
+                .spawn_scoped(scope, move || {
+                    work();
+                    crate::thread_cpu::thread_done();
+                })
+                .expect("spawning a worker thread");
         }
 
         let mut outcome = None;

@@ -1019,3 +1019,55 @@ fn a_long_plain_rows_file_streams_like_its_gzip() {
         gz_err.replace(s(&gz), "IN").replace(".jsonl.gz", ".jsonl")
     );
 }
+
+/// DATASET_PACKER_THREAD_CPU=FILE (the scaling bench's probe): the report names the parser
+/// threads, the main thread and the writer's pieces, and the threads' CPU times fit in the
+/// process's; the pack is the same as without it.
+#[test]
+fn the_thread_cpu_probe_reports_every_pack_thread() {
+    let t = tempfile::tempdir().unwrap();
+    let input = fixture("raw");
+    let report = t.path().join("threads.json");
+    let probed = t.path().join("probed");
+    let out = pack_env(
+        &input,
+        &probed,
+        &["--workers", "2", "--search-stats", "--shard-rows", "300"],
+        &[("DATASET_PACKER_THREAD_CPU", Some(s(&report)))],
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    let plain = t.path().join("plain");
+    pack(
+        &input,
+        &plain,
+        &["--workers", "2", "--search-stats", "--shard-rows", "300"],
+    );
+    let bytes = |p: &std::path::Path| files(p, |name| name != "metadata.db");
+    assert_eq!(bytes(&probed), bytes(&plain));
+    let r: Value = serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
+    let cpu = r["cpu_s"].as_object().unwrap();
+    for name in [
+        "thread worker-0",
+        "thread worker-1",
+        "thread main",
+        "span parse",
+        "span copy",
+        "span writer",
+    ] {
+        assert!(cpu.contains_key(name), "no {name:?} in {r}");
+    }
+    let total = r["process_cpu_s"].as_f64().unwrap();
+    let threads: f64 = cpu
+        .iter()
+        .filter(|(k, _)| k.starts_with("thread "))
+        .map(|(_, v)| v.as_f64().unwrap())
+        .sum();
+    assert!(
+        threads > 0.0 && threads <= total * 1.001 + 1e-3,
+        "threads {threads} s of {total} s"
+    );
+    assert_eq!(
+        r["count"]["span writer"], 10,
+        "one writer span per run: {r}"
+    );
+}

@@ -2,10 +2,14 @@
 //! final row count on close, NumPy's header has room for it), rows appended in order, a CRC-32C
 //! of every shard's bytes computed on the way, every shard fsynced before it counts as written.
 
+use std::collections::VecDeque;
 use std::fs::File;
 use std::io::{BufWriter, Write};
+use std::ops::Range;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 
 use anyhow::{Context, Result, bail};
 
@@ -91,6 +95,84 @@ struct OpenShard {
     data_crc: u32,
     /// Bytes of the file already handed to the kernel for writeback.
     flushed_to: u64,
+    /// Once rows are placed in the shard ([`ShardWriter::place_rows`]): the handle their
+    /// writers share. From then on rows only go in by placement.
+    shared: Option<Arc<SharedShard>>,
+}
+
+/// A shard file as the threads writing placed rows into it share it.
+struct SharedShard {
+    file: File,
+    path: PathBuf,
+    /// Placements handed out and not yet dropped.
+    inflight: AtomicUsize,
+    /// The first failure of a placement (a write error, or rows never written).
+    error: Mutex<Option<String>>,
+}
+
+impl SharedShard {
+    fn fail(&self, message: String) {
+        let mut error = self.error.lock().unwrap_or_else(|e| e.into_inner());
+        error.get_or_insert(message);
+    }
+}
+
+/// Rows placed in a shard file but not yet written there: a byte range of the caller's
+/// buffer and the file offset it goes to. Any thread may write it ([`Placement::write`]), in
+/// any order; the shard is closed once every placement in it is written or dropped (a
+/// placement dropped unwritten fails the writer's [`ShardWriter::finish`]).
+pub struct Placement {
+    shard: Arc<SharedShard>,
+    offset: u64,
+    range: Range<usize>,
+    written: bool,
+}
+
+impl Placement {
+    /// Writes the placed rows: `rows` is the buffer given to [`ShardWriter::place_rows`]. A
+    /// failure is reported when the shard is closed.
+    pub fn write(mut self, rows: &[u8]) {
+        let bytes = &rows[self.range.clone()];
+        let mut offset = self.offset;
+        // Pieces of at most 1 MiB: see WRITE_PIECE.
+        for piece in bytes.chunks(WRITE_PIECE) {
+            if let Err(e) = self.shard.file.write_all_at(piece, offset) {
+                let path = self.shard.path.display();
+                self.shard.fail(format!("writing {path}: {e}"));
+                break;
+            }
+            offset += piece.len() as u64;
+        }
+        start_writeback(&self.shard.file, self.offset, bytes.len() as u64);
+        self.written = true;
+    }
+}
+
+impl Drop for Placement {
+    fn drop(&mut self) {
+        if !self.written {
+            self.shard.fail(format!(
+                "internal error: rows placed in {} were never written",
+                self.shard.path.display()
+            ));
+        }
+        self.shard.inflight.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// Starts the kernel's writeback of a byte range just written (see [`Flusher`]; placed rows
+/// are written on the caller's threads, which start it themselves).
+fn start_writeback(file: &File, from: u64, len: u64) {
+    use std::os::fd::AsRawFd;
+    // SAFETY: a valid open fd and a byte range inside the file; the call only starts I/O.
+    unsafe {
+        libc::sync_file_range(
+            file.as_raw_fd(),
+            from as i64,
+            len as i64,
+            libc::SYNC_FILE_RANGE_WRITE,
+        );
+    }
 }
 
 /// Start writeback of every this many bytes as they are written, so the fsync before publish
@@ -110,6 +192,30 @@ const BUFFER_BYTES: usize = 64 << 10;
 impl OpenShard {
     fn end_offset(&self) -> u64 {
         self.header_len + self.rows * self.row_bytes
+    }
+
+    /// The handle placed rows are written through (made on the first placement).
+    fn share(&mut self) -> Result<Arc<SharedShard>> {
+        if let Some(shared) = &self.shared {
+            return Ok(shared.clone());
+        }
+        // Rows written before (the header, an update's carried rows) reach the file first.
+        self.file
+            .flush()
+            .with_context(|| format!("writing {}", self.path.display()))?;
+        let file = self
+            .file
+            .get_ref()
+            .try_clone()
+            .with_context(|| format!("opening {}", self.path.display()))?;
+        let shared = Arc::new(SharedShard {
+            file,
+            path: self.path.clone(),
+            inflight: AtomicUsize::new(0),
+            error: Mutex::new(None),
+        });
+        self.shared = Some(shared.clone());
+        Ok(shared)
     }
 
     /// Hands what is written but not yet handed over to the background writeback thread.
@@ -135,7 +241,8 @@ struct Flusher {
 impl Flusher {
     fn start() -> Flusher {
         let (ranges, todo) = std::sync::mpsc::channel::<(File, u64, u64)>();
-        std::thread::spawn(move || {
+        let thread = std::thread::Builder::new().name("writeback".into());
+        let started = thread.spawn(move || {
             use std::os::fd::AsRawFd;
             for (file, from, len) in todo {
                 // SAFETY: a valid open fd and a byte range inside the file; the call only
@@ -149,7 +256,10 @@ impl Flusher {
                     );
                 }
             }
+            crate::thread_cpu::thread_done();
         });
+        // Without the thread, the ranges are never started: harmless (see above).
+        drop(started);
         Flusher { ranges }
     }
 
@@ -171,6 +281,8 @@ pub struct ShardWriter {
     layout: FileLayout,
     header_len: u64,
     current: Option<OpenShard>,
+    /// Full shards with placed rows, closed (in order) once all of those are written.
+    filled: VecDeque<OpenShard>,
     next_index: u32,
     total_rows: u64,
     written: Vec<ShardRecord>,
@@ -193,6 +305,7 @@ impl ShardWriter {
             header_len: layout.header(0).len() as u64,
             layout,
             current: None,
+            filled: VecDeque::new(),
             next_index: 0,
             total_rows: 0,
             written: Vec::new(),
@@ -285,6 +398,11 @@ impl ShardWriter {
     /// It does not fsync: [`ShardWriter::resume`] checks the files against the state's CRCs
     /// instead, so a machine crash is detected rather than resumed from silently.
     pub fn snapshot(&mut self) -> Result<WriterState> {
+        let placed = self.current.as_ref().is_some_and(|s| s.shared.is_some());
+        anyhow::ensure!(
+            !placed && self.filled.is_empty(),
+            "internal error: a snapshot of a writer with placed rows"
+        );
         if let Some(s) = &mut self.current {
             s.file.flush()?;
         }
@@ -355,6 +473,7 @@ impl ShardWriter {
                     rows,
                     data_crc: state.current_crc,
                     flushed_to,
+                    shared: None,
                 })
             }
         };
@@ -365,6 +484,7 @@ impl ShardWriter {
             layout,
             header_len,
             current,
+            filled: VecDeque::new(),
             next_index: state.next_index,
             total_rows: state.total_rows,
             written: state.written.clone(),
@@ -418,6 +538,7 @@ impl ShardWriter {
             rows: 0,
             data_crc: 0,
             flushed_to: 0,
+            shared: None,
         });
         self.next_index += 1;
         Ok(())
@@ -454,26 +575,45 @@ impl ShardWriter {
 
     /// Appends whole rows (a multiple of 48 bytes), starting new shards as they fill.
     pub fn write_rows(&mut self, bytes: &[u8]) -> Result<()> {
-        self.append(bytes, None)
+        self.append(bytes, None, None)
     }
 
     /// Like [`ShardWriter::write_rows`], for rows whose CRC-32C the caller already computed
     /// (merge checksums its input anyway): their bytes are not read again unless they straddle
     /// two shards.
     pub fn write_rows_with_crc(&mut self, bytes: &[u8], crc: u32) -> Result<()> {
-        self.append(bytes, Some(crc))
+        self.append(bytes, Some(crc), None)
     }
 
-    fn append(&mut self, mut bytes: &[u8], crc_of_all: Option<u32>) -> Result<()> {
+    /// Places whole rows whose CRC-32C the caller computed, without writing them: the rows
+    /// take their place in the shards (and in the shards' checksums) now, and the caller
+    /// writes each returned [`Placement`] from `bytes`, on any thread and in any order, before
+    /// [`ShardWriter::finish`]. The bytes of the files are the same as with
+    /// [`ShardWriter::write_rows`]; the copying moves off the thread that orders the rows.
+    /// Once a shard has placed rows, rows only go into it by placement.
+    pub fn place_rows(&mut self, bytes: &[u8], crc: u32) -> Result<Vec<Placement>> {
+        let mut placed = Vec::with_capacity(1);
+        self.append(bytes, Some(crc), Some(&mut placed))?;
+        Ok(placed)
+    }
+
+    /// Appends `bytes` (whose CRC-32C may be given): written, or with `placed` placed.
+    fn append(
+        &mut self,
+        mut bytes: &[u8],
+        crc_of_all: Option<u32>,
+        mut placed: Option<&mut Vec<Placement>>,
+    ) -> Result<()> {
         let row_bytes = self.layout.row_bytes;
         debug_assert_eq!(bytes.len() % row_bytes, 0);
         fault_injection::check(self.total_rows + (bytes.len() / row_bytes) as u64)?;
         let all_len = bytes.len();
+        self.close_filled(false)?;
         while !bytes.is_empty() {
             let limit = self.limit(self.next_index.saturating_sub(1));
             let full = matches!((&self.current, limit), (Some(s), Some(l)) if s.rows == l);
             if full {
-                self.close_current()?;
+                self.retire_current()?;
             }
             if self.current.is_none() {
                 self.open_next()?;
@@ -483,12 +623,32 @@ impl ShardWriter {
             let room = limit.map_or(u64::MAX, |l| l - shard.rows);
             let rows = ((bytes.len() / row_bytes) as u64).min(room);
             let (now, rest) = bytes.split_at(rows as usize * row_bytes);
-            // Pieces of at most 1 MiB: see WRITE_PIECE.
-            for piece in now.chunks(WRITE_PIECE) {
-                shard
-                    .file
-                    .write_all(piece)
-                    .with_context(|| format!("writing {}", shard.path.display()))?;
+            match placed.as_deref_mut() {
+                Some(placed) => {
+                    let shared = shard.share()?;
+                    shared.inflight.fetch_add(1, Ordering::AcqRel);
+                    let from = all_len - bytes.len();
+                    placed.push(Placement {
+                        shard: shared,
+                        offset: shard.end_offset(),
+                        range: from..from + now.len(),
+                        written: false,
+                    });
+                }
+                None => {
+                    anyhow::ensure!(
+                        shard.shared.is_none(),
+                        "internal error: rows written after rows placed in {}",
+                        shard.path.display()
+                    );
+                    // Pieces of at most 1 MiB: see WRITE_PIECE.
+                    for piece in now.chunks(WRITE_PIECE) {
+                        shard
+                            .file
+                            .write_all(piece)
+                            .with_context(|| format!("writing {}", shard.path.display()))?;
+                    }
+                }
             }
             let crc = match crc_of_all {
                 Some(crc) if now.len() == all_len => crc,
@@ -496,9 +656,39 @@ impl ShardWriter {
             };
             shard.data_crc = crate::crc::combine(shard.data_crc, crc, now.len());
             shard.rows += rows;
-            shard.start_writeback(&self.flusher)?;
+            if shard.shared.is_none() {
+                shard.start_writeback(&self.flusher)?;
+            }
             self.total_rows += rows;
             bytes = rest;
+        }
+        Ok(())
+    }
+
+    /// Closes the full shard: now, or once its placed rows are written.
+    fn retire_current(&mut self) -> Result<()> {
+        match &self.current {
+            Some(s) if s.shared.is_some() => {
+                self.filled.extend(self.current.take());
+                Ok(())
+            }
+            _ => self.close_current(),
+        }
+    }
+
+    /// Closes the full shards whose placed rows are all written; with `all`, every one (their
+    /// placements must be written or dropped by then).
+    fn close_filled(&mut self, all: bool) -> Result<()> {
+        while let Some(shard) = self.filled.front() {
+            let shared = shard
+                .shared
+                .as_ref()
+                .expect("filled shards have placed rows");
+            if !all && shared.inflight.load(Ordering::Acquire) != 0 {
+                break;
+            }
+            let shard = self.filled.pop_front().expect("a front");
+            self.close(shard)?;
         }
         Ok(())
     }
@@ -507,6 +697,26 @@ impl ShardWriter {
         let Some(shard) = self.current.take() else {
             return Ok(());
         };
+        self.close(shard)
+    }
+
+    /// Writes a shard's header, gives back unused reserved space, syncs it and records it.
+    fn close(&mut self, shard: OpenShard) -> Result<()> {
+        if let Some(shared) = &shard.shared {
+            anyhow::ensure!(
+                shared.inflight.load(Ordering::Acquire) == 0,
+                "internal error: {} closed before its placed rows were written",
+                shard.path.display()
+            );
+            if let Some(e) = shared
+                .error
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .take()
+            {
+                bail!(e);
+            }
+        }
         let path = shard.path;
         let file = shard.file.into_inner().map_err(|e| e.into_error())?;
         let header = self.layout.header(shard.rows);
@@ -522,7 +732,8 @@ impl ShardWriter {
         file.sync_all()
             .with_context(|| format!("syncing {}", path.display()))?;
         self.written.push(ShardRecord {
-            shard: self.next_index - 1,
+            // Shards close in order, after every earlier one (kept ones included).
+            shard: self.written.len() as u32,
             file_name: path.file_name().unwrap().to_string_lossy().into_owned(),
             rows: shard.rows,
             bytes: (header.len() + data_len) as u64,
@@ -534,9 +745,10 @@ impl ShardWriter {
     /// Closes the last shard (creating an empty one if nothing was written: a pack always has a
     /// shard) and returns every shard's record.
     pub fn finish(mut self) -> Result<Vec<ShardRecord>> {
-        if self.current.is_none() && self.written.is_empty() {
+        if self.current.is_none() && self.written.is_empty() && self.filled.is_empty() {
             self.open_next()?;
         }
+        self.close_filled(true)?;
         self.close_current()?;
         Ok(self.written)
     }
@@ -622,6 +834,75 @@ mod tests {
             let bytes = std::fs::read(t.path().join(&r.file_name)).unwrap();
             assert_eq!(crate::crc::crc32c(&bytes), r.crc32c, "{}", r.file_name);
         }
+    }
+
+    /// The files and records of `rows` written in `cuts` pieces by `write_rows`, and placed
+    /// then written by other threads in reverse order: they must be the same.
+    #[test]
+    fn placed_rows_written_out_of_order_give_the_same_files_as_written_rows() {
+        let rows: Vec<u8> = (0..23u8).flat_map(|i| [i; ROW_BYTES]).collect();
+        let cuts = [0, 2, 3, 9, 10, 17, 23].map(|r| r * ROW_BYTES);
+        let pieces: Vec<&[u8]> = cuts.windows(2).map(|w| &rows[w[0]..w[1]]).collect();
+        for shard_rows in [None, Some(4), Some(5), Some(100)] {
+            let written = tempfile::tempdir().unwrap();
+            let mut w = ShardWriter::new(written.path(), shard_rows);
+            // A first piece written the usual way (as an update's carried rows are).
+            w.write_rows(pieces[0]).unwrap();
+            for p in &pieces[1..] {
+                w.write_rows(p).unwrap();
+            }
+            let expected = w.finish().unwrap();
+
+            let placed = tempfile::tempdir().unwrap();
+            let mut w = ShardWriter::new(placed.path(), shard_rows);
+            w.write_rows(pieces[0]).unwrap();
+            let mut todo = Vec::new();
+            for p in &pieces[1..] {
+                let crc = crate::crc::crc32c(p);
+                todo.push((*p, w.place_rows(p, crc).unwrap()));
+            }
+            std::thread::scope(|scope| {
+                for (bytes, placements) in todo.into_iter().rev() {
+                    scope.spawn(move || {
+                        for placement in placements.into_iter().rev() {
+                            placement.write(bytes);
+                        }
+                    });
+                }
+            });
+            let got = w.finish().unwrap();
+            assert_eq!(got, expected, "shard_rows {shard_rows:?}");
+            for r in &got {
+                let a = std::fs::read(written.path().join(&r.file_name)).unwrap();
+                let b = std::fs::read(placed.path().join(&r.file_name)).unwrap();
+                assert_eq!(a, b, "{} (shard_rows {shard_rows:?})", r.file_name);
+                assert_eq!(crate::crc::crc32c(&b), r.crc32c);
+            }
+        }
+    }
+
+    #[test]
+    fn a_placement_never_written_fails_the_writer() {
+        let t = tempfile::tempdir().unwrap();
+        let mut w = ShardWriter::new(t.path(), Some(4));
+        let rows: Vec<u8> = (0..6u8).flat_map(|i| [i; ROW_BYTES]).collect();
+        let placements = w.place_rows(&rows, crate::crc::crc32c(&rows)).unwrap();
+        assert_eq!(placements.len(), 2, "6 rows in shards of 4: two pieces");
+        drop(placements);
+        let err = w.finish().unwrap_err().to_string();
+        assert!(err.contains("never written"), "{err}");
+    }
+
+    #[test]
+    fn rows_cannot_be_written_after_rows_were_placed_in_the_same_shard() {
+        let t = tempfile::tempdir().unwrap();
+        let mut w = ShardWriter::new(t.path(), None);
+        let rows = vec![7u8; 2 * ROW_BYTES];
+        for p in w.place_rows(&rows, crate::crc::crc32c(&rows)).unwrap() {
+            p.write(&rows);
+        }
+        let err = w.write_rows(&rows).unwrap_err().to_string();
+        assert!(err.contains("after rows placed"), "{err}");
     }
 
     #[test]

@@ -15,6 +15,7 @@ use crate::pack::StagedPack;
 use crate::pack::publish::OutputDir;
 use crate::pack::shard_writer::FileLayout;
 use crate::raw::discover::{Discovery, RunSource};
+use crate::thread_cpu;
 
 /// `--partition I/N`: the I-th of N contiguous slices of the run list.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -41,7 +42,10 @@ pub(crate) fn pack(job: &Job) -> Result<Summary> {
 /// A plain pack of the whole input (or of one partition of it) into `out`.
 pub(crate) fn pack_into(job: &Job, out: OutputDir) -> Result<Summary> {
     let started = Instant::now();
+    thread_cpu::enabled(); // the probe's clock starts here
+    let discover = thread_cpu::Span::start("main: discover");
     let mut found = discover_runs(&job.input)?;
+    drop(discover);
     let full_run_count = found.runs.len();
     if let Some(p) = job.partition {
         keep_partition(&mut found, p);
@@ -83,10 +87,15 @@ pub(crate) fn pack_into(job: &Job, out: OutputDir) -> Result<Summary> {
             }
         );
     }
+    let finish = thread_cpu::Span::start("main: finish (close, sync, record)");
     let packed = packer.finish(&found.orphans)?;
     record_session(job, &packed, found.orphans.len(), full_run_count)?;
+    drop(finish);
     let (summary, ready) = packed.commit(found.runs.iter().map(|r| r.rows_bytes).sum());
+    let publish = thread_cpu::Span::start("main: publish");
     ready.publish()?;
+    drop(publish);
+    thread_cpu::write_report()?;
     Ok(summary)
 }
 

@@ -12,13 +12,15 @@ pub(crate) mod create;
 mod existing;
 pub(crate) mod update;
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::path::{Path, PathBuf};
+use std::sync::Mutex;
 use std::time::Instant;
 
 use anyhow::{Context, Result, bail};
 use serde_json::json;
 
+use crate::crc::crc32c;
 use crate::findings::{DUPLICATE_RUN, Duplicates, Tally, duplicate_detail};
 use crate::format::board::LineTables;
 use crate::format::fingerprint::{self, Fingerprint, RunFacts};
@@ -27,9 +29,11 @@ use crate::format::row::remap_rows;
 use crate::format::valuation::{MAX_NAMES, ValuationTable};
 use crate::ordered::ordered_try_map;
 use crate::pack::StagedPack;
+use crate::pack::shard_writer::Placement;
 use crate::progress::{self, thousands};
 use crate::raw::discover::{Discovery, RunSource, discover, orphan_detail};
 use crate::raw::run::{FindingKind, ParsedRun, RunError, RunParser};
+use crate::thread_cpu::Span;
 
 /// How the writer treats invalid and duplicate runs.
 #[derive(Debug, Clone, Copy, Default)]
@@ -90,10 +94,61 @@ pub(crate) fn discover_runs(input: &Path) -> Result<Discovery> {
     Ok(found)
 }
 
-/// A parsed run and its fingerprint.
+/// A parsed run, its fingerprint, and the CRC-32C of its rows and of its search statistics
+/// (computed on the worker, so the writer only combines them into the shards' checksums).
 pub(crate) struct Parsed {
     run: ParsedRun,
     fingerprint: Fingerprint,
+    crcs: RowCrcs,
+}
+
+/// The CRC-32C of a run's rows (as parsed) and of its search statistics, when kept.
+#[derive(Clone, Copy)]
+struct RowCrcs {
+    rows: u32,
+    search: Option<u32>,
+}
+
+impl RowCrcs {
+    fn of(run: &ParsedRun) -> RowCrcs {
+        RowCrcs {
+            rows: crc32c(&run.rows),
+            search: run.search.as_deref().map(crc32c),
+        }
+    }
+}
+
+/// A written run's rows and search statistics, placed in the files and waiting to be copied
+/// there: the workers copy them between runs, so the writer's thread only orders the runs.
+struct Copy {
+    rows: Vec<u8>,
+    rows_placed: Vec<Placement>,
+    search: Option<(Vec<u8>, Vec<Placement>)>,
+}
+
+impl Copy {
+    fn write(self) {
+        for p in self.rows_placed {
+            p.write(&self.rows);
+        }
+        if let Some((search, placed)) = self.search {
+            for p in placed {
+                p.write(&search);
+            }
+        }
+    }
+}
+
+/// Copies the runs waiting in `copies` (on whichever thread calls it).
+fn copy_waiting(copies: &Mutex<VecDeque<Copy>>) {
+    loop {
+        let next = copies.lock().unwrap_or_else(|e| e.into_inner()).pop_front();
+        let Some(copy) = next else {
+            return;
+        };
+        let _span = Span::start("copy");
+        copy.write();
+    }
 }
 
 /// Parses `runs` on `workers` threads and hands them to `packer` in order.
@@ -112,15 +167,24 @@ pub(crate) fn parse_and_write(
     let keep_search = packer.search.is_some();
     let items: Vec<(u32, &RunSource)> = (first_id..).zip(runs.iter().copied()).collect();
     let rows_before = packer.staged.steps().total_rows();
+    let copies = Mutex::new(VecDeque::new());
     let outcome = ordered_try_map(
         &items,
         workers,
         workers * 2,
         || RunParser::new(&tables).keep_search_stats(keep_search),
-        |parser, &(id, src)| parse_one(parser, src, id),
+        |parser, &(id, src)| {
+            copy_waiting(&copies);
+            parse_one(parser, src, id)
+        },
         |i, parsed| {
+            let _writer = Span::start("writer");
             let src = items[i].1;
             let accepted = packer.accept(src, parsed);
+            copies
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .extend(packer.copies.drain(..));
             bar.inc(src.rows_bytes);
             let rows = packer.staged.steps().total_rows() - rows_before;
             let rate = rows as f64 / started.elapsed().as_secs_f64().max(1e-9);
@@ -133,12 +197,35 @@ pub(crate) fn parse_and_write(
         },
     );
     bar.finish_and_clear();
+    // The last runs' copies, which no worker came back for, on as many threads (so the tail
+    // stays parallel). After a failure they are dropped unwritten: nothing is published then.
+    if outcome.is_ok() {
+        copy_on_threads(&copies, workers);
+    }
     outcome
+}
+
+/// Copies the runs waiting in `copies` on `threads` threads.
+fn copy_on_threads(copies: &Mutex<VecDeque<Copy>>, threads: usize) {
+    std::thread::scope(|scope| {
+        for i in 0..threads {
+            std::thread::Builder::new()
+                .name(format!("copy-{i}"))
+                .spawn_scoped(scope, || {
+                    copy_waiting(copies);
+                    crate::thread_cpu::thread_done();
+                })
+                .expect("spawning a copy thread");
+        }
+    });
 }
 
 /// Parses and fingerprints one run (on a worker thread).
 fn parse_one(parser: &mut RunParser, src: &RunSource, id: u32) -> Result<Parsed, RunError> {
+    let parse = Span::start("parse");
     let run = parser.parse(src, id)?;
+    drop(parse);
+    let fingerprint_span = Span::start("fingerprint");
     let facts = RunFacts {
         seed: i64::from(run.sidecar.seed),
         steps: run.row_count,
@@ -151,7 +238,14 @@ fn parse_one(parser: &mut RunParser, src: &RunSource, id: u32) -> Result<Parsed,
             line: None,
             message: format!("{e:#}"),
         })?;
-    Ok(Parsed { run, fingerprint })
+    drop(fingerprint_span);
+    let _crc = Span::start("crc");
+    let crcs = RowCrcs::of(&run);
+    Ok(Parsed {
+        run,
+        fingerprint,
+        crcs,
+    })
 }
 
 /// What the writer starts from: nothing (a new pack) or an existing pack it extends.
@@ -194,6 +288,8 @@ pub(crate) struct Packer {
     recheck: HashMap<String, (u32, Fingerprint)>,
     /// Rechecked runs whose new rows file holds their packed content: (sidecar path, run id).
     reformed: Vec<(String, u32)>,
+    /// Runs written whose rows are placed but not yet copied into the files.
+    copies: Vec<Copy>,
 }
 
 impl Packer {
@@ -219,6 +315,7 @@ impl Packer {
             already_packed: Vec::new(),
             recheck: start.recheck,
             reformed: Vec::new(),
+            copies: Vec::new(),
         }
     }
 
@@ -253,11 +350,17 @@ impl Packer {
             let reason = format!("duplicate: {}", duplicate_detail(kept, &parsed.fingerprint));
             return self.skip(path, reason);
         }
+        let mut crcs = Some(parsed.crcs);
         let run = match self.assign_valuations(src, parsed.run) {
-            Ok(run) => run,
+            Ok((run, remapped)) => {
+                if remapped {
+                    crcs = None;
+                }
+                run
+            }
             Err(e) => return self.reject(src, e),
         };
-        let run_id = self.write_run(src, run, parsed.fingerprint)?;
+        let run_id = self.write_run(src, run, crcs, parsed.fingerprint)?;
         match earlier {
             Some(kept) => {
                 let example = FindingRecord {
@@ -328,14 +431,14 @@ impl Packer {
     }
 
     /// Maps the run's local valuation ids to pack ids, adding new names in first-appearance
-    /// order; a run that would bring a 257th name is invalid.
+    /// order; a run that would bring a 257th name is invalid. Says whether the rows changed.
     fn assign_valuations(
         &mut self,
         src: &RunSource,
         mut run: ParsedRun,
-    ) -> Result<ParsedRun, RunError> {
+    ) -> Result<(ParsedRun, bool), RunError> {
         if !run.has_extra_valuations() {
-            return Ok(run);
+            return Ok((run, false));
         }
         let names = run.valuation_names.iter().map(String::as_str);
         let new = self.valuations.count_new(names);
@@ -365,29 +468,67 @@ impl Packer {
         for (local, name) in run.valuation_names.iter().enumerate() {
             map[local] = self.valuations.intern(name).expect("room was checked");
         }
+        let local_ids = run.valuation_names.len();
+        if map[..local_ids]
+            .iter()
+            .enumerate()
+            .all(|(i, &id)| usize::from(id) == i)
+        {
+            // The pack's ids are the run's own: the rows stay as they are (and their CRC good).
+            return Ok((run, false));
+        }
         remap_rows(&mut run.rows, |id| id, Some(&map));
-        Ok(run)
+        Ok((run, true))
     }
 
     /// Writes the run's rows and metadata under the next run id, which it returns.
+    /// `crcs` are those of the rows as they are (None when they changed since they were
+    /// computed). The rows are placed in the files here and copied there later, by a worker
+    /// ([`Packer::copies`]).
     fn write_run(
         &mut self,
         src: &RunSource,
         mut run: ParsedRun,
+        mut crcs: Option<RowCrcs>,
         fingerprint: Fingerprint,
     ) -> Result<u32> {
         let run_id = self.next_run_id;
         self.next_run_id = run_id.checked_add(1).context("more than 2^32 runs")?;
         if run.stamped_run_id != run_id {
+            // A run before this one was left out: rare, and then the CRC is computed again here.
             remap_rows(&mut run.rows, |_| run_id, None);
+            crcs = None;
         }
+        let crcs = match crcs {
+            Some(crcs) => crcs,
+            None => {
+                let _crc = Span::start("writer: crc of changed rows");
+                RowCrcs::of(&run)
+            }
+        };
         let first_row = self.staged.steps().position();
-        self.staged.steps().write_rows(&run.rows)?;
-        match (self.search, &run.search) {
-            (Some(family), Some(stats)) => self.staged.family(family).write_rows(stats)?,
-            (None, _) => self.search_rows_not_kept += run.searched_rows,
-            (Some(_), None) => bail!("internal error: a run parsed without its search statistics"),
-        }
+        let place = Span::start("writer: place");
+        let rows_placed = self.staged.steps().place_rows(&run.rows, crcs.rows)?;
+        let search = match (self.search, run.search.take(), crcs.search) {
+            (Some(family), Some(stats), Some(crc)) => {
+                let placed = self.staged.family(family).place_rows(&stats, crc)?;
+                Some((stats, placed))
+            }
+            (None, _, _) => {
+                self.search_rows_not_kept += run.searched_rows;
+                None
+            }
+            (Some(_), _, _) => {
+                bail!("internal error: a run parsed without its search statistics")
+            }
+        };
+        self.copies.push(Copy {
+            rows: std::mem::take(&mut run.rows),
+            rows_placed,
+            search,
+        });
+        drop(place);
+        let _db = Span::start("writer: metadata.db");
         let s = &run.sidecar;
         let source_path = rel_string(&src.rel_sidecar);
         let db = self.staged.db();

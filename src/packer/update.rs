@@ -43,6 +43,7 @@ pub(crate) enum Updated {
 /// Adds the new runs of `job.input` to the pack in `job.output` (packs the whole input when
 /// there is no pack yet), and publishes the result.
 pub(crate) fn update(job: &Job) -> Result<Updated> {
+    crate::thread_cpu::enabled(); // the probe's clock starts here
     let (out, has_pack) = OutputDir::open_for_update(&job.output)?;
     if !has_pack {
         log::info!(
@@ -81,6 +82,7 @@ pub(crate) fn update(job: &Job) -> Result<Updated> {
         ready.publish_keeping(&report.kept_shards, &retired)?;
         report.removed_companions = dropped.into_iter().map(|(name, _)| name).collect();
     }
+    crate::thread_cpu::write_report()?;
     Ok(Updated::Extended(report))
 }
 

@@ -1,0 +1,266 @@
+#!/usr/bin/env python3
+"""Pack scaling bench (issue 34): where pack's CPU time goes, thread by thread, and how close
+pack comes to the decompression floor at the same thread count.
+
+    python3 bench/scaling.py cpu     # per-thread CPU shares at 1, 2, 4 workers, ±--search-stats,
+                                     # and Amdahl's prediction for 16 and 64 cores
+    python3 bench/scaling.py ratio   # pack ÷ libdeflate floor at 2 workers, paired rounds
+    python3 bench/scaling.py rss     # peak RSS at 2 workers on half the drop and on all of it
+    python3 bench/scaling.py all     # the three
+
+The three drops are generated once by examples/bench_corpus (100 runs of 20 000 rows each):
+the current logger's rows with depth-6/7 and depth-2/3 search counters, and the old (design
+notes') rows. CPU shares come from the binary itself: with DATASET_PACKER_THREAD_CPU=FILE,
+`pack` writes each thread's CPU time (CLOCK_THREAD_CPUTIME_ID: the parser threads
+`worker-N`, the main thread, which orders the runs and writes metadata.db, the `writeback`
+threads) and the writer's pieces of work, at its end. CPU time barely changes when other jobs
+share the machine, wall time does: every wall figure is printed with the load average, rounds
+alternate floor and pack, and medians are reported.
+
+Environment: PACKER (the binary, default target/release/dataset-packer), SCAL_DIR (default
+target/bench/scaling), SCAL_ROUNDS (paired rounds, default 5), SCAL_CPU_ROUNDS (runs per CPU
+configuration, default 3), SCAL_WORKERS (default "1 2 4"), SCAL_OUT (where packs are written,
+default /dev/shm: tmpfs).
+"""
+
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PACKER = os.environ.get("PACKER", os.path.join(ROOT, "target/release/dataset-packer"))
+EXAMPLES = os.path.join(ROOT, "target/release/examples")
+DIR = os.environ.get("SCAL_DIR", os.path.join(ROOT, "target/bench/scaling"))
+ROUNDS = int(os.environ.get("SCAL_ROUNDS", "5"))
+CPU_ROUNDS = int(os.environ.get("SCAL_CPU_ROUNDS", "3"))
+WORKERS = [int(w) for w in os.environ.get("SCAL_WORKERS", "1 2 4").split()]
+# Packs are written to tmpfs, as in the issue's measurement: the disk (and other jobs' I/O on
+# it) plays no part, the floor writes nothing either.
+OUT = os.environ.get("SCAL_OUT", "/dev/shm" if os.path.isdir("/dev/shm") else DIR)
+
+# name: bench_corpus arguments
+DROPS = {
+    "current d6-7": ["--rows", "current", "--depth", "6-7"],
+    "current d2-3": ["--rows", "current", "--depth", "2-3"],
+    "old layout": ["--rows", "design", "--depth", "6"],
+}
+
+
+def drop_dir(name):
+    return os.path.join(DIR, "drop-" + name.replace(" ", "-"))
+
+
+def load():
+    with open("/proc/loadavg") as f:
+        return float(f.read().split()[0])
+
+
+def make_drops():
+    if all(os.path.exists(os.path.join(EXAMPLES, e)) for e in ("bench_corpus", "gunzip_floor")):
+        pass  # built before (cargo would only check, but waits for other builds' lock)
+    else:
+        subprocess.run(
+            ["cargo", "build", "--release", "--example", "bench_corpus", "--example",
+             "gunzip_floor"],
+            cwd=ROOT,
+            check=True,
+        )
+    for name, args in DROPS.items():
+        d = drop_dir(name)
+        if os.path.exists(os.path.join(d, ".complete")):
+            continue  # generated before (bench_corpus writes .complete last)
+        shutil.rmtree(d, ignore_errors=True)
+        print(f"generating {d}", file=sys.stderr)
+        subprocess.run(
+            [os.path.join(EXAMPLES, "bench_corpus"), "--out", d, "--runs", "100",
+             "--rows-per-run", "20000", "--threads", "2", *args],
+            check=True,
+            stdout=subprocess.DEVNULL,
+        )
+
+
+def warm(d):
+    for root, _, files in os.walk(d):
+        for f in files:
+            with open(os.path.join(root, f), "rb") as fh:
+                while fh.read(1 << 20):
+                    pass
+
+
+def cpu_of_children(before):
+    now = os.times()
+    return (now.children_user - before.children_user) + (now.children_system - before.children_system)
+
+
+def run_pack(drop, workers, search, probe=None, out_dir=None):
+    """One pack into a fresh folder: (wall s, CPU s, peak RSS KiB, probe report or None)."""
+    out = out_dir or tempfile.mkdtemp(prefix="scal-pack-", dir=OUT)
+    target = os.path.join(out, "pack")
+    shutil.rmtree(target, ignore_errors=True)
+    env = dict(os.environ)
+    report = os.path.join(out, "threads.json")
+    if probe:
+        env["DATASET_PACKER_THREAD_CPU"] = report
+    cmd = ["/usr/bin/time", "-f", "%M", PACKER, "pack", "--input", drop, "--output", target,
+           "--workers", str(workers), "--quiet"] + (["--search-stats"] if search else [])
+    before = os.times()
+    t = time.perf_counter()
+    p = subprocess.run(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    wall = time.perf_counter() - t
+    cpu = cpu_of_children(before)
+    if p.returncode != 0:
+        sys.exit(f"pack failed: {p.stderr}")
+    rss = int(p.stderr.strip().splitlines()[-1])
+    data = json.load(open(report)) if probe else None
+    if not out_dir:
+        shutil.rmtree(out, ignore_errors=True)
+    return wall, cpu, rss, data
+
+
+def run_floor(drop, threads):
+    before = os.times()
+    p = subprocess.run(
+        [os.path.join(EXAMPLES, "gunzip_floor"), drop, "--threads", str(threads), "--engine",
+         "libdeflate"],
+        capture_output=True, text=True, check=True,
+    )
+    cpu = cpu_of_children(before)
+    return json.loads(p.stdout)["seconds"], cpu
+
+
+def shares(report):
+    """Per-thread and per-piece CPU shares (percent of the process's CPU time)."""
+    total = report["process_cpu_s"]
+    cpu = report["cpu_s"]
+    workers = sum(v for k, v in cpu.items() if k.startswith("thread worker-"))
+    main = cpu.get("thread main", 0.0)
+    writeback = sum(v for k, v in cpu.items() if "writeback" in k)
+    spans = {k[5:]: v for k, v in cpu.items() if k.startswith("span ")}
+    out = {
+        "parsers (worker-N threads)": workers,
+        "main thread (orders runs, metadata.db, publish)": main,
+        "  of which the writer (per run)": spans.get("writer", 0.0),
+        "writeback threads": writeback,
+        "other / unaccounted": total - workers - main - writeback,
+    }
+    for k, v in spans.items():
+        if k != "writer":
+            if k.startswith("main: "):
+                out["  " + k] = v
+            else:
+                out[("  main: " if k.startswith("writer") else "  workers: ") + k] = v
+    return {k: 100.0 * v / total for k, v in out.items()}, total
+
+
+def amdahl_efficiency(serial, n):
+    """Speed-up ÷ n for a serial fraction `serial` of the 1-thread CPU time."""
+    return 1.0 / (serial * n + (1.0 - serial))
+
+
+def cmd_cpu():
+    print(f"# CPU shares (median of {CPU_ROUNDS} runs), binary {PACKER}")
+    for name in DROPS:
+        d = drop_dir(name)
+        warm(d)
+        for search in (False, True):
+            table = {}
+            totals = {}
+            serial = {}
+            for w in WORKERS:
+                runs = [shares(run_pack(d, w, search, probe=True)[3]) for _ in range(CPU_ROUNDS)]
+                keys = runs[0][0].keys()
+                table[w] = {k: statistics.median(r[0].get(k, 0.0) for r in runs) for k in keys}
+                totals[w] = statistics.median(r[1] for r in runs)
+                serial[w] = table[w]["main thread (orders runs, metadata.db, publish)"]
+            print(f"\n## {name}, {'--search-stats' if search else 'no --search-stats'} "
+                  f"(load {load():.1f})")
+            print("| thread | " + " | ".join(f"{w} worker{'s' if w > 1 else ''}" for w in WORKERS) + " |")
+            print("|---|" + "---:|" * len(WORKERS))
+            keys = list(dict.fromkeys(k for w in WORKERS for k in table[w]))
+            for k in keys:
+                print(f"| {k} | " + " | ".join(f"{table[w].get(k, 0.0):.2f}%" for w in WORKERS) + " |")
+            print("| process CPU s | " + " | ".join(f"{totals[w]:.3f}" for w in WORKERS) + " |")
+            s = max(serial.values()) / 100.0
+            e2 = amdahl_efficiency(s, 2)
+            preds = ", ".join(
+                f"{n} cores: efficiency {amdahl_efficiency(s, n):.2f} ({amdahl_efficiency(s, n) / e2:.2f} of the 2-core one)"
+                for n in (16, 64)
+            )
+            print(f"\nserial share (largest of the main thread's) {100 * s:.2f}% -> Amdahl: {preds}")
+
+
+def cmd_ratio():
+    print(f"# pack --workers 2 ÷ libdeflate floor at 2 threads, {ROUNDS} paired rounds, binary {PACKER}")
+    print("| drop | --search-stats | floor s (median) | pack s (median) | pack ÷ floor, paired median (range) | "
+          "by CPU time: floor CPU ÷ pack CPU | load avg (range) |")
+    print("|---|---|---:|---:|---|---:|---|")
+    walls = {}
+    for name in DROPS:
+        d = drop_dir(name)
+        warm(d)
+        for search in (False, True):
+            ratios, floors, packs, cpu_ratios, loads = [], [], [], [], []
+            for _ in range(ROUNDS):
+                loads.append(load())
+                f, fcpu = run_floor(d, 2)
+                p, pcpu, _, _ = run_pack(d, 2, search)
+                floors.append(f)
+                packs.append(p)
+                ratios.append(f / p)
+                cpu_ratios.append(fcpu / pcpu)
+            walls[(name, search)] = packs
+            print(f"| {name} | {'yes' if search else 'no'} | {statistics.median(floors):.3f} | "
+                  f"{statistics.median(packs):.3f} | **{statistics.median(ratios):.2f}** "
+                  f"({min(ratios):.2f}–{max(ratios):.2f}) | {statistics.median(cpu_ratios):.2f} | "
+                  f"{statistics.median(loads):.1f} ({min(loads):.1f}–{max(loads):.1f}) |")
+    print("\n--search-stats cost at 2 workers (median pack wall time, with ÷ without):")
+    for name in DROPS:
+        a = statistics.median(walls[(name, False)])
+        b = statistics.median(walls[(name, True)])
+        print(f"- {name}: {100 * (b / a - 1):+.1f}%")
+
+
+def cmd_rss():
+    print("# peak RSS, pack --workers 2 (KiB, largest of 3)")
+    print("| drop | --search-stats | 50 runs (1 M rows) | 100 runs (2 M rows) |")
+    print("|---|---|---:|---:|")
+    for name in DROPS:
+        d = drop_dir(name)
+        half = os.path.join(DIR, "half-" + os.path.basename(d))
+        if not os.path.exists(half):
+            # The first 50 runs (by path): each run's sidecar and rows file, linked.
+            bases = sorted(
+                os.path.relpath(os.path.join(root, f), d)[: -len(".meta.json")]
+                for root, _, files in os.walk(d)
+                for f in files
+                if f.endswith(".meta.json")
+            )
+            for base in bases[: len(bases) // 2]:
+                os.makedirs(os.path.join(half, os.path.dirname(base)), exist_ok=True)
+                for ext in (".meta.json", ".jsonl.gz"):
+                    os.symlink(os.path.join(d, base + ext), os.path.join(half, base + ext))
+        for search in (False, True):
+            r = [max(run_pack(x, 2, search)[2] for _ in range(3)) for x in (half, d)]
+            print(f"| {name} | {'yes' if search else 'no'} | {r[0]} | {r[1]} |")
+
+
+def main():
+    modes = sys.argv[1:] or ["all"]
+    os.makedirs(DIR, exist_ok=True)
+    make_drops()
+    for m in modes:
+        if m in ("cpu", "all"):
+            cmd_cpu()
+        if m in ("ratio", "all"):
+            cmd_ratio()
+        if m in ("rss", "all"):
+            cmd_rss()
+
+
+if __name__ == "__main__":
+    main()
