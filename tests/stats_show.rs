@@ -421,6 +421,7 @@ fn stats_is_the_same_for_any_sharding_and_worker_count() {
         let mut m = v.as_object().unwrap().clone();
         for k in [
             "pack",
+            "pack_id",
             "shards",
             "bytes",
             "metadata_bytes",

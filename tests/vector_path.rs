@@ -26,7 +26,8 @@ fn pack_with(input: &Path, output: &Path, scalar: bool) -> Output {
 fn db_tables(pack: &Path) -> Vec<String> {
     let db = db(pack);
     let tables: Vec<String> = db
-        .prepare("SELECT name FROM sqlite_master WHERE type = 'table' AND name != 'session' ORDER BY name")
+        // session and versions hold the command line and the time (and session the pack_id).
+        .prepare("SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT IN ('session', 'versions') ORDER BY name")
         .unwrap()
         .query_map([], |r| r.get(0))
         .unwrap()
