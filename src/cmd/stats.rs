@@ -278,12 +278,7 @@ fn print_overview(s: &Stats) {
         }
     );
     for src in &s.sources {
-        println!(
-            "made from {}@{} ({})",
-            src.pack_id.as_deref().unwrap_or("unversioned"),
-            src.version,
-            src.path
-        );
+        println!("made from {src} ({})", src.path);
     }
     if let Some(expr) = &s.selection {
         println!("where     {expr} (the figures below describe only these runs and their rows)");

@@ -73,11 +73,6 @@ fn print_version(v: &Version) {
         println!("        families: {}", v.families.join(", "));
     }
     for s in &v.sources {
-        println!(
-            "        from {}@{} ({})",
-            s.pack_id.as_deref().unwrap_or("unversioned"),
-            s.version,
-            s.path
-        );
+        println!("        from {s} ({})", s.path);
     }
 }

@@ -114,6 +114,14 @@ pub struct Source {
     pub path: String,
 }
 
+impl fmt::Display for Source {
+    /// `pack_id@version` (`unversioned@1` for a pack made before versions).
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let id = self.pack_id.as_deref().unwrap_or("unversioned");
+        write!(f, "{id}@{}", self.version)
+    }
+}
+
 /// One version of a pack.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Version {
