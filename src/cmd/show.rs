@@ -14,6 +14,7 @@ use crate::format::row::StepRow;
 use crate::format::search::{FieldValue, SearchStats};
 use crate::format::valuation::ValuationTable;
 use crate::pack::page::{self, Page, Window};
+use crate::pack::versions::VersionSpec;
 use crate::progress::thousands;
 
 #[derive(Args, Debug)]
@@ -300,8 +301,13 @@ fn print_footer(p: &Page, args: &ShowArgs) {
         None => println!("{shown}; end of run {}", r.id),
         Some(next) => {
             println!("{shown}; next page:");
+            // The next page of the same version: an earlier one is named, the latest is not.
+            let version = match &args.version.version {
+                VersionSpec::Latest => String::new(),
+                spec => format!(" --version {spec}"),
+            };
             println!(
-                "  dataset-packer show {} --run {} --from {next} --limit {}",
+                "  dataset-packer show {}{version} --run {} --from {next} --limit {}",
                 args.pack.display(),
                 r.id,
                 args.limit

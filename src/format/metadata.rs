@@ -791,8 +791,13 @@ pub fn schema_problems(conn: &Connection) -> Result<Vec<String>> {
             .collect();
         if found_view != columns {
             let show = |cols: &[Column]| {
+                // NOT NULL and the key too: they may be all that differs.
                 cols.iter()
-                    .map(|(n, t, _, _)| format!("{n} {t}"))
+                    .map(|(n, t, not_null, key)| {
+                        let not_null = if *not_null { " NOT NULL" } else { "" };
+                        let key = if *key { " PRIMARY KEY" } else { "" };
+                        format!("{n} {t}{not_null}{key}")
+                    })
                     .collect::<Vec<_>>()
                     .join(", ")
             };
