@@ -303,6 +303,13 @@ impl History {
             .map(|v| v.version)
     }
 
+    /// Whether any version lists `family` (one none lists was put there by another tool).
+    fn records_family(&self, family: &str) -> bool {
+        self.versions
+            .iter()
+            .any(|v| v.families.iter().any(|f| f == family))
+    }
+
     /// `pack_id@version` (`unversioned@1` for a pack made before versions).
     pub fn identity(&self, version: u32) -> String {
         format!(
@@ -429,11 +436,6 @@ impl View {
         self.index + 1 == self.history.versions.len()
     }
 
-    /// `pack_id@version`.
-    pub fn identity(&self) -> String {
-        self.history.identity(self.version().version)
-    }
-
     /// Makes the read-only connection `conn` see the pack as the version was: temporary views
     /// named like the tables shadow them (SQLite resolves an unqualified name in `temp`
     /// first), so the version's runs, shards, families and totals are all any query sees,
@@ -545,13 +547,7 @@ impl View {
     /// or added by a later one. Families no version records (placed by other tools) pass.
     pub fn check_family(&self, dir: &Path, family: &str) -> Result<()> {
         let v = self.version();
-        let recorded_anywhere = |f: &str| {
-            self.history
-                .versions
-                .iter()
-                .any(|x| x.families.iter().any(|g| g == f))
-        };
-        if !self.history.recorded || !recorded_anywhere(family) {
+        if !self.history.recorded || !self.history.records_family(family) {
             return Ok(());
         }
         if v.families.iter().any(|f| f == family) {
@@ -595,11 +591,7 @@ impl View {
         let v = self.version();
         !self.history.recorded
             || v.families.iter().any(|f| f == family)
-            || !self
-                .history
-                .versions
-                .iter()
-                .any(|x| x.families.iter().any(|f| f == family))
+            || !self.history.records_family(family)
     }
 }
 
