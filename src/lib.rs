@@ -29,6 +29,7 @@
 //! only for the `dataset-packer` binary and the tool's own tests and benches, and hidden from
 //! these docs.
 
+pub(crate) mod attach;
 #[doc(hidden)]
 pub mod cli;
 #[doc(hidden)]
@@ -39,6 +40,7 @@ pub(crate) mod findings;
 pub mod format;
 #[doc(hidden)]
 pub mod interrupt;
+pub(crate) mod merge;
 pub(crate) mod ordered;
 pub mod pack;
 pub(crate) mod packer;
@@ -48,7 +50,11 @@ pub mod raw;
 pub(crate) mod report;
 #[doc(hidden)]
 pub mod rng;
+pub(crate) mod show;
+pub(crate) mod shuffle;
+pub(crate) mod stats;
 pub(crate) mod thread_cpu;
+pub mod verify;
 
 pub use pack::{
     Companion, CompanionValue, History, NewRun, NewStep, Pack, PackWriter, Param, Published, Run,

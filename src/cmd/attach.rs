@@ -1,4 +1,4 @@
-//! `attach`: add a companion family to a pack (`pack::attach` does the work: lines
+//! `attach`: add a companion family to a pack (`attach` does the work: lines
 //! the arrays up with the shards, copies them into checksummed files, publishes them with a
 //! staged `metadata.db`), and say what was added.
 
@@ -8,7 +8,7 @@ use std::time::Instant;
 use anyhow::Result;
 use clap::Args;
 
-use crate::pack::attach::{Attached, attach};
+use crate::attach::{Attached, attach};
 use crate::pack::families::describe;
 use crate::progress::thousands;
 

@@ -1,4 +1,4 @@
-//! `detach`: remove a companion family from a pack, atomically (`pack::attach::detach`:
+//! `detach`: remove a companion family from a pack, atomically (`attach::detach`:
 //! its files and its records in `metadata.db` go in one publish), and say what was removed.
 
 use std::path::PathBuf;
@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use anyhow::Result;
 use clap::Args;
 
-use crate::pack::attach::{Detached, detach};
+use crate::attach::{Detached, detach};
 use crate::pack::publish::list_names;
 
 #[derive(Args, Debug)]

@@ -1,5 +1,5 @@
-//! `merge`: packs → one pack. The arguments become `pack::merge::Options` for the library's
-//! `pack::merge::merge` (which checks the inputs, copies, publishes and deletes inputs); this
+//! `merge`: packs → one pack. The arguments become `merge::Options` for the library's
+//! `merge::merge` (which checks the inputs, copies, publishes and deletes inputs); this
 //! prints its summary, as text or `--json`.
 
 use std::path::PathBuf;
@@ -10,7 +10,7 @@ use clap::Args;
 use serde_json::json;
 
 use crate::UsageError;
-use crate::pack::merge::{self, Summary};
+use crate::merge::{self, Summary};
 use crate::progress::{count, thousands};
 
 #[derive(Args, Debug)]

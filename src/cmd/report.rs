@@ -11,9 +11,9 @@ use clap::Args;
 
 use crate::cli::{VersionArg, WhereArgs};
 use crate::export::output::StagedFile;
-use crate::pack::stats::{gather_with_steps, longest_run};
 use crate::progress::thousands;
 use crate::report::{PackFigures, page};
+use crate::stats::{gather_with_steps, longest_run};
 
 #[derive(Args, Debug)]
 #[command(after_help = "Examples:

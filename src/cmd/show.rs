@@ -1,4 +1,4 @@
-//! `show`: one game, move by move. The story: read one page of the run (`pack::page`
+//! `show`: one game, move by move. The story: read one page of the run (`show`
 //! seeks to it through the run index and maps only its rows); print the run's facts, then each
 //! step's board with real tile values, the move played, the valuation type and the four EVs
 //! with illegal moves marked (or the same as JSON), and how to see the next page.
@@ -13,9 +13,9 @@ use crate::format::board::{self, MOVE_NAMES};
 use crate::format::row::StepRow;
 use crate::format::search::{FieldValue, SearchStats};
 use crate::format::valuation::ValuationTable;
-use crate::pack::page::{self, Page, Window};
 use crate::pack::versions::VersionSpec;
 use crate::progress::thousands;
+use crate::show::{self, Page, Window};
 
 #[derive(Args, Debug)]
 #[command(after_help = "Examples:
@@ -58,7 +58,7 @@ pub fn run(args: &ShowArgs) -> Result<()> {
             limit: args.limit,
         },
     };
-    let page = page::read(&args.pack, &args.version.version, args.run, window)?;
+    let page = show::read(&args.pack, &args.version.version, args.run, window)?;
     if args.json {
         println!("{}", page_json(&page));
     } else {

@@ -1,7 +1,7 @@
 //! `shuffle`: a pack → a pack whose rows are a uniformly random permutation, in bounded memory.
 //! The command turns its arguments into the library's options, prints what the shuffle tells
 //! on the way, and prints the summary and quality report (text or `--json`); the work (plan,
-//! scatter and gather passes, resume, metadata, publish) is `pack::shuffle`'s, and
+//! scatter and gather passes, resume, metadata, publish) is `shuffle`'s, and
 //! docs/shuffle.md says why it gives an exactly uniform permutation.
 
 use std::path::{Path, PathBuf};
@@ -12,8 +12,8 @@ use clap::Args;
 use serde_json::json;
 
 use crate::format::row::ROW_BYTES;
-use crate::pack::shuffle::{self, Notice, Options, Summary, WINDOW};
 use crate::progress::{self, thousands};
+use crate::shuffle::{self, Notice, Options, Summary, WINDOW};
 
 #[derive(Args, Debug)]
 #[command(after_help = "Examples:

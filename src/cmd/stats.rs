@@ -10,8 +10,8 @@ use serde_json::{Value, json};
 
 use crate::cli::{VersionArg, WhereArgs};
 use crate::format::board::MOVE_NAMES;
-use crate::pack::stats::{Spread, Stats, TypeRows, gather};
 use crate::progress::thousands;
+use crate::stats::{Spread, Stats, TypeRows, gather};
 
 /// Width of the histogram bars, in terminal cells.
 const BAR_WIDTH: usize = 36;

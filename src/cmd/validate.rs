@@ -1,5 +1,5 @@
 //! `validate`: prove a pack is complete, consistent and loader-ready. The checks themselves
-//! are the library's ([`crate::pack::verify`], one function per family); this command takes
+//! are the library's ([`crate::verify`], one function per family); this command takes
 //! the arguments, runs them and prints every failed check with examples and a one-line verdict.
 
 use std::path::PathBuf;
@@ -13,7 +13,7 @@ use crate::pack::shards;
 use crate::pack::versions::{History, VersionSpec};
 use crate::progress::{count, thousands};
 // Merge and shuffle validate their inputs through these names.
-pub use crate::pack::verify::{Options, Report, check};
+pub use crate::verify::{Options, Report, check};
 
 #[derive(Args, Debug)]
 #[command(after_help = "Exit status: 0 valid, 1 invalid, 2 usage error.

@@ -41,23 +41,18 @@ mod companion;
 pub mod doc_support;
 mod run;
 mod step;
-pub mod verify;
 
 // The machinery under the public reader: crate-internal, shared by the commands and the
 // writers. See docs/architecture.md for what each owns.
-pub(crate) mod attach;
+pub(crate) mod checks;
 pub(crate) mod families;
 pub(crate) mod files;
 pub(crate) mod fingerprints;
-pub(crate) mod merge;
-pub(crate) mod page;
 pub(crate) mod publish;
 pub(crate) mod query;
 pub(crate) mod run_index;
 pub(crate) mod shard_writer;
 pub(crate) mod shards;
-pub(crate) mod shuffle;
-pub(crate) mod stats;
 pub mod versions;
 mod writer;
 
@@ -173,12 +168,12 @@ impl Pack {
         } = opened;
         let starts = shards::shard_starts(&shards);
         let runs = metadata::read_run_steps(&conn)?;
-        let mut checks = vec![verify::check_total_steps(
+        let mut checks = vec![checks::check_total_steps(
             &runs,
             *starts.last().expect("a start per shard and the end"),
         )];
         if let Some(records) = metadata::read_shard_records(&conn)? {
-            checks.push(verify::check_checksums(&dir, &records, &shards, None));
+            checks.push(checks::check_checksums(&dir, &records, &shards, None));
         }
         if let Some(failed) = checks.iter().find(|c| c.failures > 0) {
             return Err(invalid(format!(
@@ -586,35 +581,6 @@ impl Pack {
                 names => names.join(", "),
             }
         )
-    }
-
-    /// Checks everything `dataset-packer validate` checks, reading every byte (on all cores):
-    /// an error lists the failed checks, each with an example naming the file (and row).
-    ///
-    /// ```
-    /// # fn main() -> anyhow::Result<()> {
-    /// # let fixture = dataset_packer::pack::doc_support::fixture_pack()?;
-    /// let pack = dataset_packer::Pack::open(fixture.path())?;
-    /// pack.verify()?;
-    /// # Ok(()) }
-    /// ```
-    pub fn verify(&self) -> Result<()> {
-        let options = verify::Options {
-            deep: false,
-            workers: crate::default_workers(),
-            quiet: true,
-            legacy_ok: false,
-            scan_rows: true,
-        };
-        let report = verify::check(&self.dir, &options)?;
-        if !report.valid() {
-            bail!(
-                "{} is not valid:\n{}",
-                self.dir.display(),
-                report.failures()
-            );
-        }
-        Ok(())
     }
 
     fn refuse_shuffled(&self) -> Result<()> {

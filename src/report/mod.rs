@@ -1,4 +1,4 @@
-//! The `report` page: the figures of [`crate::pack::stats`] for one or more packs as one
+//! The `report` page: the figures of [`crate::stats`] for one or more packs as one
 //! self-contained HTML file. Each figure is a section with a title, an inline SVG chart with
 //! labelled axes (packs overlaid, told apart by colour and a legend) and, in a `<details>`, the
 //! numbers behind it as a table: the same numbers `stats --json` prints, written so that they
@@ -10,8 +10,8 @@ use std::collections::BTreeSet;
 use std::fmt::Write;
 
 use crate::format::board::MOVE_NAMES;
-use crate::pack::stats::{LANDMARK_TILES, Stats};
 use crate::progress::thousands;
+use crate::stats::{LANDMARK_TILES, Stats};
 use chart::{Axes, Series, escape};
 
 /// One pack on the page: its name in legends and tables, its colour in every chart (an index
@@ -490,7 +490,7 @@ fn captioned(title: &str, svg: String) -> String {
     format!("<h3>{}</h3>{svg}", escape(title))
 }
 
-fn step_label(b: &crate::pack::stats::StepBucket) -> String {
+fn step_label(b: &crate::stats::StepBucket) -> String {
     match b.to {
         Some(to) => format!("{}–{}", b.from, to),
         None => format!("{}+", b.from),

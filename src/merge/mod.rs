@@ -24,7 +24,7 @@ use anyhow::{Context, Result, bail};
 use crate::format::valuation::ValuationTable;
 use crate::pack::StagedPack;
 use crate::pack::files::is_pack_file;
-use crate::pack::verify;
+use crate::verify;
 use source::Source;
 
 /// What to merge, and how.

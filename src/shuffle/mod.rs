@@ -25,7 +25,7 @@ use crate::interrupt::{self, OnInterrupt};
 use crate::pack::families::{self, Family};
 use crate::pack::publish::{OutputDir, SHUFFLE_WORK};
 use crate::pack::shards::{self, Shard};
-use crate::pack::verify;
+use crate::verify;
 use resume::Progress;
 
 /// What to shuffle, where, and how: `shuffle`'s options as plain values.

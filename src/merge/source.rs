@@ -14,7 +14,7 @@ use crate::format::valuation::ValuationTable;
 use crate::pack::families::{self, OpenCompanion, Scan};
 use crate::pack::fingerprints;
 use crate::pack::shards::{self, Shard};
-use crate::pack::verify;
+use crate::verify;
 
 /// One input pack, validated and read.
 pub(super) struct Source {
