@@ -19,7 +19,7 @@ use crate::pack::files;
 use crate::pack::publish::OutputDir;
 use crate::pack::shard_writer::{FileLayout, ShardWriter};
 use crate::pack::shards::{self, Shard};
-use crate::progress;
+use crate::progress::{Bar, Observer};
 
 /// Bytes copied per read.
 const COPY_BYTES: u64 = 1 << 20;
@@ -33,7 +33,7 @@ pub struct Attached {
 
 /// Adds the family `name`, its rows copied from the arrays `from`, to the pack in `pack`
 /// (a progress bar unless `quiet`).
-pub fn attach(pack: &Path, name: &str, from: &[PathBuf], quiet: bool) -> Result<Attached> {
+pub fn attach(pack: &Path, name: &str, from: &[PathBuf], observer: &Observer) -> Result<Attached> {
     check_name(name)?;
     let out = OutputDir::open_existing(pack)?;
     let shards = shards::open_shards(pack, false)?;
@@ -47,7 +47,7 @@ pub fn attach(pack: &Path, name: &str, from: &[PathBuf], quiet: bool) -> Result<
     let mut writer = ShardWriter::with_sizes(&staging, layout.clone(), sizes, !single);
     let total: u64 = shards.iter().map(|s| s.header.rows).sum();
     writer.expect_rows(total);
-    let bar = progress::rows_bar(total, quiet, "attach");
+    let bar = Bar::rows(observer, "attach", total);
     for src in &sources {
         copy_rows(src, layout.row_bytes as u64, &mut writer, &bar)?;
     }
@@ -239,12 +239,7 @@ fn line_up(name: &str, sources: &[Source], shards: &[Shard]) -> Result<FileLayou
     }
 }
 
-fn copy_rows(
-    src: &Source,
-    row_bytes: u64,
-    writer: &mut ShardWriter,
-    bar: &indicatif::ProgressBar,
-) -> Result<()> {
+fn copy_rows(src: &Source, row_bytes: u64, writer: &mut ShardWriter, bar: &Bar) -> Result<()> {
     use std::os::unix::fs::FileExt;
     let file = std::fs::File::open(&src.path)
         .with_context(|| format!("opening {}", src.path.display()))?;

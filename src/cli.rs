@@ -183,3 +183,31 @@ mod tests {
         assert_eq!(shell_quote(""), "''");
     }
 }
+
+/// The exit code for a failed command: 2 for a usage error (the command line or a state the
+/// library refuses to act on: `ErrorKind::Refused`), 1 for everything else (bad data, I/O).
+pub fn exit_code(e: &anyhow::Error) -> u8 {
+    let refused = e.chain().any(|c| {
+        c.is::<crate::UsageError>()
+            || c.downcast_ref::<crate::Error>()
+                .is_some_and(|e| e.kind() == crate::ErrorKind::Refused)
+    });
+    if refused { 2 } else { 1 }
+}
+
+/// The message for a failed command: the error and its causes, then, when the library says
+/// which option the error is about, the flag that sets it.
+pub fn render(e: &anyhow::Error) -> String {
+    let mut text = format!("error: {e:#}");
+    let option = e.chain().find_map(|c| {
+        c.downcast_ref::<crate::Error>()
+            .and_then(crate::Error::option)
+    });
+    if let Some(option) = option {
+        let flag = format!("--{}", option.replace('_', "-"));
+        if !text.contains(&flag) {
+            text.push_str(&format!("\n  (see {flag})"));
+        }
+    }
+    text
+}

@@ -35,6 +35,7 @@ pub mod cli;
 #[doc(hidden)]
 pub mod cmd;
 pub(crate) mod crc;
+pub mod error;
 pub(crate) mod export;
 pub(crate) mod findings;
 pub mod format;
@@ -44,7 +45,7 @@ pub(crate) mod merge;
 pub(crate) mod ordered;
 pub mod pack;
 pub(crate) mod packer;
-pub(crate) mod progress;
+pub mod progress;
 #[doc(hidden)]
 pub mod raw;
 pub(crate) mod report;
@@ -56,6 +57,7 @@ pub(crate) mod stats;
 pub(crate) mod thread_cpu;
 pub mod verify;
 
+pub use error::{Error, ErrorKind, Result};
 pub use pack::{
     Companion, CompanionValue, History, NewRun, NewStep, Pack, PackWriter, Param, Published, Run,
     Runs, SqlLimits, Step, Steps, Version, VersionSpec, WriterOptions, tag, untag,

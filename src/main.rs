@@ -3,7 +3,7 @@
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
-use dataset_packer::{UsageError, cmd};
+use dataset_packer::cmd;
 
 #[derive(Parser)]
 #[command(
@@ -82,12 +82,8 @@ fn main() -> ExitCode {
         Ok(true) => ExitCode::SUCCESS,
         Ok(false) => ExitCode::from(1),
         Err(e) => {
-            eprintln!("error: {e:#}");
-            if e.downcast_ref::<UsageError>().is_some() {
-                ExitCode::from(2)
-            } else {
-                ExitCode::from(1)
-            }
+            eprintln!("{}", dataset_packer::cli::render(&e));
+            ExitCode::from(dataset_packer::cli::exit_code(&e))
         }
     }
 }

@@ -1,143 +1,137 @@
-//! Progress on long work. On a terminal: an indicatif bar on stderr. Off a terminal (Slurm
-//! logs, CI, `nohup`): a plain line on stderr at a steady interval (rows, MB/s, percent, ETA),
-//! every `DATASET_PACKER_PROGRESS_INTERVAL` seconds (default 10). `--quiet`: nothing.
+//! Progress on long work, as the library reports it: an operation tells a [`Progress`]
+//! observer (given in its options) when a stage starts, how far it got and when it ends; it
+//! draws and prints nothing itself. The command-line tool's bars are one observer. Also the
+//! number formatting the library's messages share.
 
-use std::io::IsTerminal;
-use std::time::Duration;
+use std::sync::Arc;
 
-use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle, WeakProgressBar};
-
-/// Seconds between plain progress lines when stderr is not a terminal.
-const DEFAULT_INTERVAL_S: f64 = 10.0;
-/// Bytes of a row, for the MB/s of row-driven progress.
-const ROW_BYTES: f64 = 48.0;
-
-/// A byte-driven bar (total = input bytes) whose message carries rows and rows/s.
-pub fn bytes_bar(total_bytes: u64, quiet: bool, what: &str) -> ProgressBar {
-    let bar = ProgressBar::with_draw_target(Some(total_bytes), draw_target(quiet));
-    bar.set_style(
-        ProgressStyle::with_template(&format!(
-            "{what} [{{elapsed_precise}}] {{wide_bar}} {{bytes}}/{{total_bytes}} ({{bytes_per_sec}}, ETA {{eta}}) {{msg}}"
-        ))
-        .expect("valid template"),
-    );
-    plain_lines(&bar, quiet, what, Unit::Bytes);
-    bar
-}
-
-/// A row-driven bar (total = rows).
-pub fn rows_bar(total_rows: u64, quiet: bool, what: &str) -> ProgressBar {
-    let bar = ProgressBar::with_draw_target(Some(total_rows), draw_target(quiet));
-    bar.set_style(
-        ProgressStyle::with_template(&format!(
-            "{what} [{{elapsed_precise}}] {{wide_bar}} {{human_pos}}/{{human_len}} rows ({{per_sec}}, ETA {{eta}}) {{msg}}"
-        ))
-        .expect("valid template"),
-    );
-    plain_lines(&bar, quiet, what, Unit::Rows);
-    bar
-}
-
-fn draw_target(quiet: bool) -> ProgressDrawTarget {
-    if quiet || !std::io::stderr().is_terminal() {
-        ProgressDrawTarget::hidden()
-    } else {
-        ProgressDrawTarget::stderr_with_hz(4)
-    }
-}
-
-#[derive(Clone, Copy)]
-enum Unit {
+/// What a stage counts.
+///
+/// ```
+/// use dataset_packer::progress::Unit;
+/// assert_ne!(Unit::Rows, Unit::Bytes);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Unit {
+    /// Input bytes (packing raw logs: the compressed bytes read).
     Bytes,
+    /// Rows (steps) read or written.
     Rows,
 }
 
-/// Off a terminal and not quiet: a thread that prints a plain line about `bar` every interval
-/// until the bar is finished or dropped.
-fn plain_lines(bar: &ProgressBar, quiet: bool, what: &str, unit: Unit) {
-    if quiet || std::io::stderr().is_terminal() {
-        return;
+/// An observer of a long operation's progress. Stages run one after another (`begin`,
+/// any number of `advance` and `message` calls, `end`); `advance` may be called from several
+/// threads at once.
+///
+/// ```
+/// use std::sync::atomic::{AtomicU64, Ordering};
+/// use dataset_packer::progress::{Progress, Unit};
+///
+/// #[derive(Default)]
+/// struct Count(AtomicU64);
+/// impl Progress for Count {
+///     fn begin(&self, _stage: &str, _total: u64, _unit: Unit) {}
+///     fn advance(&self, by: u64) {
+///         self.0.fetch_add(by, Ordering::Relaxed);
+///     }
+/// }
+/// let count = Count::default();
+/// count.advance(5);
+/// assert_eq!(count.0.load(Ordering::Relaxed), 5);
+/// ```
+pub trait Progress: Send + Sync {
+    /// A stage starts: its name (`pack`, `shuffle 1/2 scatter`), and its total in `unit`.
+    fn begin(&self, stage: &str, total: u64, unit: Unit);
+    /// `by` more units of the current stage are done.
+    fn advance(&self, by: u64);
+    /// A note about the current stage (rows so far, the run being read).
+    fn message(&self, _text: &str) {}
+    /// The current stage is over (finished, or abandoned on an error).
+    fn end(&self) {}
+}
+
+/// Where an operation reports its progress: an observer, or none (the default: silent).
+///
+/// ```
+/// use dataset_packer::progress::{Observer, Progress, Unit};
+/// struct Log;
+/// impl Progress for Log {
+///     fn begin(&self, stage: &str, total: u64, _unit: Unit) {
+///         eprintln!("{stage}: {total}");
+///     }
+///     fn advance(&self, _by: u64) {}
+/// }
+/// let quiet = Observer::default();
+/// let logged = Observer::new(Log);
+/// assert!(quiet.is_none() && !logged.is_none());
+/// ```
+#[derive(Clone, Default)]
+pub struct Observer(Option<Arc<dyn Progress>>);
+
+impl Observer {
+    /// Reports to `progress`.
+    pub fn new(progress: impl Progress + 'static) -> Observer {
+        Observer(Some(Arc::new(progress)))
     }
-    let interval = interval();
-    let weak = bar.downgrade();
-    let what = what.to_string();
-    std::thread::spawn(move || ticker(weak, &what, unit, interval));
+
+    /// Whether nothing observes.
+    pub fn is_none(&self) -> bool {
+        self.0.is_none()
+    }
 }
 
-/// The interval between plain progress lines.
-fn interval() -> Duration {
-    let seconds = std::env::var("DATASET_PACKER_PROGRESS_INTERVAL")
-        .ok()
-        .and_then(|v| v.parse::<f64>().ok())
-        .filter(|s| s.is_finite() && *s > 0.0)
-        .unwrap_or(DEFAULT_INTERVAL_S);
-    Duration::from_secs_f64(seconds)
+impl std::fmt::Debug for Observer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(if self.0.is_some() {
+            "Observer(..)"
+        } else {
+            "Observer(none)"
+        })
+    }
 }
 
-fn ticker(weak: WeakProgressBar, what: &str, unit: Unit, interval: Duration) {
-    let step = interval.min(Duration::from_millis(100));
-    let mut waited = Duration::ZERO;
-    loop {
-        std::thread::sleep(step);
-        waited += step;
-        let Some(bar) = weak.upgrade() else { return };
-        if bar.is_finished() {
-            return;
+/// An operation's handle on its observer for one stage: what the library's code advances. A
+/// stage with no observer costs a branch. Ends the stage when the last clone is dropped.
+#[derive(Clone, Default)]
+pub(crate) struct Bar(Option<Arc<Stage>>);
+
+struct Stage(Arc<dyn Progress>);
+
+impl Drop for Stage {
+    fn drop(&mut self) {
+        self.0.end();
+    }
+}
+
+impl Bar {
+    /// Starts stage `stage` of `total` `unit`s on `observer` (nothing when there is none).
+    pub(crate) fn start(observer: &Observer, stage: &str, total: u64, unit: Unit) -> Bar {
+        Bar(observer.0.as_ref().map(|o| {
+            o.begin(stage, total, unit);
+            Arc::new(Stage(o.clone()))
+        }))
+    }
+
+    /// A row-counting stage.
+    pub(crate) fn rows(observer: &Observer, stage: &str, total: u64) -> Bar {
+        Bar::start(observer, stage, total, Unit::Rows)
+    }
+
+    pub(crate) fn inc(&self, by: u64) {
+        if let Some(s) = &self.0 {
+            s.0.advance(by);
         }
-        if waited >= interval {
-            waited = Duration::ZERO;
-            eprintln!("{}", plain_line(&bar, what, unit));
+    }
+
+    pub(crate) fn set_message(&self, text: impl AsRef<str>) {
+        if let Some(s) = &self.0 {
+            s.0.message(text.as_ref());
         }
     }
-}
 
-/// `pack: 55.1 MB of 208.1 MB (26.5%), 45.2 MB/s, 1,234,567 rows, elapsed 1.2 s, ETA 3 s`.
-fn plain_line(bar: &ProgressBar, what: &str, unit: Unit) -> String {
-    let done = bar.position();
-    let total = bar.length().unwrap_or(0);
-    let elapsed = bar.elapsed().as_secs_f64().max(1e-9);
-    let percent = if total == 0 {
-        100.0
-    } else {
-        100.0 * done as f64 / total as f64
-    };
-    let eta = if done == 0 {
-        "unknown".to_string()
-    } else {
-        duration(elapsed * (total.saturating_sub(done)) as f64 / done as f64)
-    };
-    let msg = bar.message();
-    let extra = if msg.is_empty() {
-        String::new()
-    } else {
-        format!(", {msg}")
-    };
-    match unit {
-        Unit::Bytes => format!(
-            "{what}: {:.1} MB of {:.1} MB ({percent:.1}%), {:.1} MB/s{extra}, elapsed {}, ETA {eta}",
-            done as f64 / 1e6,
-            total as f64 / 1e6,
-            done as f64 / 1e6 / elapsed,
-            duration(elapsed)
-        ),
-        Unit::Rows => format!(
-            "{what}: {} of {} rows ({percent:.1}%), {} rows/s, {:.1} MB/s{extra}, elapsed {}, ETA {eta}",
-            thousands(done),
-            thousands(total),
-            thousands((done as f64 / elapsed) as u64),
-            done as f64 * ROW_BYTES / 1e6 / elapsed,
-            duration(elapsed)
-        ),
-    }
-}
-
-/// `42 s`, `3 min 05 s`, `2 h 07 min`.
-fn duration(seconds: f64) -> String {
-    let s = seconds.round() as u64;
-    match s {
-        0..60 => format!("{seconds:.1} s"),
-        60..3600 => format!("{} min {:02} s", s / 60, s % 60),
-        _ => format!("{} h {:02} min", s / 3600, s / 60 % 60),
+    /// Ends the stage now (clones still held end nothing more).
+    pub(crate) fn finish_and_clear(self) {
+        drop(self);
     }
 }
 
@@ -168,10 +162,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn durations_and_counts_read_well() {
-        assert_eq!(duration(3.24), "3.2 s");
-        assert_eq!(duration(185.0), "3 min 05 s");
-        assert_eq!(duration(7620.0), "2 h 07 min");
+    fn counts_read_well() {
         assert_eq!(count(1, "shard", "shards"), "1 shard");
         assert_eq!(count(1200, "run", "runs"), "1,200 runs");
     }

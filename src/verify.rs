@@ -21,7 +21,7 @@ use crate::pack::families;
 use crate::pack::fingerprints;
 use crate::pack::shards::{self, RunSlots, Shard};
 use crate::pack::versions::{History, Version, VersionFile};
-use crate::progress;
+use crate::progress::{Bar, Observer};
 
 /// Rows per memory-mapped chunk (6 MiB): small enough that resident memory stays bounded.
 const CHUNK_ROWS: u64 = 128 * 1024;
@@ -41,7 +41,7 @@ impl crate::Pack {
         let options = Options {
             deep: false,
             workers: crate::default_workers(),
-            quiet: true,
+            progress: Default::default(),
             legacy_ok: false,
             scan_rows: true,
         };
@@ -383,11 +383,11 @@ impl Report {
 }
 
 /// How to check a pack.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct Options {
     pub deep: bool,
     pub workers: usize,
-    pub quiet: bool,
+    pub progress: Observer,
     /// Accept legacy packed 46-byte shards (merge reads them) instead of failing them.
     pub legacy_ok: bool,
     /// Stream every row (checksums, per-row and per-run checks). Without it only the structure
@@ -401,7 +401,7 @@ pub fn check(dir: &Path, options: &Options) -> Result<Report> {
     let Options {
         deep,
         workers,
-        quiet,
+        ref progress,
         legacy_ok,
         scan_rows,
     } = *options;
@@ -454,7 +454,7 @@ pub fn check(dir: &Path, options: &Options) -> Result<Report> {
         runs.len(),
         scan_rows,
         workers,
-        quiet,
+        progress,
     )?;
 
     checks.push(check_shard_checksums(
@@ -746,7 +746,7 @@ fn scan_rows_once(
     runs: usize,
     scan_rows: bool,
     workers: usize,
-    quiet: bool,
+    observer: &Observer,
 ) -> Result<RowPass> {
     let chunk_list = shards::chunks(shards, CHUNK_ROWS);
     let total_rows = *shard_first_global
@@ -759,7 +759,7 @@ fn scan_rows_once(
         data_crcs: vec![(0, 0); shards.len()],
     };
     let mut last_slot: Option<u32> = None;
-    let bar = progress::rows_bar(total_rows, quiet, "validate");
+    let bar = Bar::rows(observer, "validate", total_rows);
     let scanned = if scan_rows { &chunk_list[..] } else { &[] };
     let outcome = ordered_try_map(
         scanned,

@@ -51,7 +51,12 @@ pub fn run(args: &AttachArgs) -> Result<()> {
         layout,
         files,
         rows: total,
-    } = attach(&args.pack, &args.name, &args.from, args.quiet)?;
+    } = attach(
+        &args.pack,
+        &args.name,
+        &args.from,
+        &crate::cmd::progress::Bars::unless(args.quiet),
+    )?;
 
     let bytes: u64 = files.iter().map(|f| f.bytes).sum();
     let elapsed = started.elapsed().as_secs_f64();

@@ -187,7 +187,7 @@ pub fn run(args: &ExportArgs) -> Result<()> {
                     &args.output,
                     args.overwrite,
                     workers,
-                    args.quiet,
+                    &crate::cmd::progress::Bars::unless(args.quiet),
                 )?
             } else {
                 jsonl::write_dir(
@@ -197,7 +197,7 @@ pub fn run(args: &ExportArgs) -> Result<()> {
                     &args.output,
                     args.overwrite,
                     workers,
-                    args.quiet,
+                    &crate::cmd::progress::Bars::unless(args.quiet),
                 )?
             };
             (w.runs, w.rows, files(w.files, &args.output))
@@ -205,7 +205,7 @@ pub fn run(args: &ExportArgs) -> Result<()> {
         Format::Parquet => {
             let opts = parquet::ParquetOptions {
                 overwrite: args.overwrite,
-                quiet: args.quiet,
+                progress: crate::cmd::progress::Bars::unless(args.quiet),
                 workers,
                 file_rows: args.shard_rows,
                 companions: &companions,
@@ -218,7 +218,7 @@ pub fn run(args: &ExportArgs) -> Result<()> {
             let opts = pack::PackOptions {
                 shard_rows: args.shard_rows.or(source.shard_rows()),
                 overwrite: args.overwrite,
-                quiet: args.quiet,
+                progress: crate::cmd::progress::Bars::unless(args.quiet),
                 selection_text: &selection_text,
                 workers,
                 companions: &companions,

@@ -117,7 +117,7 @@ pub fn run(args: &MergeArgs) -> Result<()> {
         workers: args
             .workers
             .map_or_else(crate::default_workers, |w| w as usize),
-        quiet: args.quiet,
+        progress: crate::cmd::progress::Bars::unless(args.quiet),
         command_line: crate::cli::command_line(),
     };
     let summary = merge::merge(&options)?;

@@ -6,6 +6,7 @@ pub mod export;
 pub mod merge;
 pub mod pack;
 pub mod pack_update;
+pub mod progress;
 pub mod report;
 pub mod show;
 pub mod shuffle;

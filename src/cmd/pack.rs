@@ -164,7 +164,7 @@ impl PackArgs {
             search_stats: self.search_stats,
             partition: self.partition,
             drop_companions: self.drop_companion.clone(),
-            quiet: self.quiet,
+            progress: crate::cmd::progress::Bars::unless(self.quiet),
             command_line: crate::cli::command_line(),
         }
     }

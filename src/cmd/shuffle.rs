@@ -100,7 +100,7 @@ fn options(args: &ShuffleArgs) -> Options {
             .map_or_else(crate::default_workers, |w| w as usize),
         overwrite: args.overwrite,
         resume: args.resume,
-        quiet: args.quiet,
+        progress: crate::cmd::progress::Bars::unless(args.quiet),
         command_line: crate::cli::command_line(),
     }
 }

@@ -55,7 +55,7 @@ pub fn run(args: &ValidateArgs) -> Result<bool> {
         workers: args
             .workers
             .map_or_else(crate::default_workers, |w| w as usize),
-        quiet: args.quiet,
+        progress: crate::cmd::progress::Bars::unless(args.quiet),
         legacy_ok: false,
         scan_rows: true,
     };

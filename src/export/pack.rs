@@ -27,7 +27,7 @@ use crate::pack::StagedPack;
 use crate::pack::families::{self, Family};
 use crate::pack::fingerprints;
 use crate::pack::run_index::RunStarts;
-use crate::progress;
+use crate::progress::{Bar, Observer};
 
 /// What the exported pack holds.
 pub struct Written {
@@ -55,7 +55,7 @@ impl Written {
 pub struct PackOptions<'a> {
     pub shard_rows: Option<u64>,
     pub overwrite: bool,
-    pub quiet: bool,
+    pub progress: Observer,
     /// How the runs were chosen, recorded in `session`.
     pub selection_text: &'a str,
     /// Threads for computing fingerprints a source did not record.
@@ -99,7 +99,7 @@ fn build(
         staged.add_family(family.layout());
     }
     staged.expect_rows(total_rows);
-    let bar = progress::rows_bar(total_rows, opts.quiet, "export");
+    let bar = Bar::rows(&opts.progress, "export", total_rows);
     let mut rows = Vec::with_capacity(super::PIECE_ROWS as usize * ROW_BYTES);
     let mut keep = Vec::new();
     let mut companion_rows = Vec::new();

@@ -35,7 +35,7 @@ use crate::format::row::ROW_BYTES;
 use crate::format::row::StepRow;
 use crate::ordered::ordered_try_map;
 use crate::pack::families::Family;
-use crate::progress;
+use crate::progress::{Bar, Observer};
 
 /// Source rows per row group (a multiple of the piece size).
 pub const ROW_GROUP_ROWS: u64 = 4 * PIECE_ROWS;
@@ -389,7 +389,7 @@ pub fn write(
     };
     let mut counts = RowCounts::new(selection);
     let total: u64 = groups.iter().flatten().map(|p| p.count).sum();
-    let bar = progress::rows_bar(total, opts.quiet, "export");
+    let bar = Bar::rows(&opts.progress, "export", total);
     let outcome = ordered_try_map(
         &groups,
         opts.workers,
@@ -460,7 +460,7 @@ fn write_runs_file(
 /// Options of a Parquet export.
 pub struct ParquetOptions<'a> {
     pub overwrite: bool,
-    pub quiet: bool,
+    pub progress: Observer,
     pub workers: usize,
     /// Rows per part file of a folder export.
     pub file_rows: Option<u64>,

@@ -18,7 +18,7 @@ use crate::pack::families;
 use crate::pack::run_index::RunStarts;
 use crate::pack::shard_writer::ShardWriter;
 use crate::pack::shards::Shard;
-use crate::progress;
+use crate::progress::{Bar, Observer};
 
 /// Rows copied per read (≈ 1 MiB: a chunk stays in cache from read to write).
 const COPY_ROWS: usize = 21_845;
@@ -58,13 +58,13 @@ pub(super) fn copy_rows(
     plans: &[Plan],
     writers: &mut Writers,
     db: &MetadataWriter,
-    quiet: bool,
+    observer: &Observer,
 ) -> Result<u64> {
     let (pieces_tx, pieces) = mpsc::sync_channel(PIECES_IN_FLIGHT);
     let (spare_tx, spare) = mpsc::channel();
     std::thread::scope(|scope| {
         let reader = scope.spawn(move || read_inputs(plans, pieces_tx, &spare));
-        let written = write_pieces(pieces, spare_tx, plans, writers, db, quiet);
+        let written = write_pieces(pieces, spare_tx, plans, writers, db, observer);
         let read = reader.join().expect("the reading thread does not panic");
         // A reading error explains a writing one (the writer stops when the reader does).
         let changed = read?;
@@ -250,10 +250,10 @@ fn write_pieces(
     plans: &[Plan],
     writers: &mut Writers,
     db: &MetadataWriter,
-    quiet: bool,
+    observer: &Observer,
 ) -> Result<()> {
     let total_rows: u64 = plans.iter().map(|p| p.src.rows()).sum();
-    let bar = progress::rows_bar(total_rows, quiet, "merge");
+    let bar = Bar::rows(observer, "merge", total_rows);
     for piece in pieces {
         match piece {
             Piece::Rows(chunk) => {

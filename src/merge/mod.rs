@@ -47,7 +47,7 @@ pub(crate) struct Options {
     /// Threads for validating inputs.
     pub workers: usize,
     /// No progress bars.
-    pub quiet: bool,
+    pub progress: crate::progress::Observer,
     /// The command line the session table records.
     pub command_line: String,
 }
@@ -95,7 +95,7 @@ pub(crate) fn merge(options: &Options) -> Result<Summary> {
     let verify_options = verify::Options {
         deep: false,
         workers: options.workers,
-        quiet: options.quiet,
+        progress: options.progress.clone(),
         legacy_ok: true,
         scan_rows: false,
     };
@@ -170,7 +170,7 @@ fn delete_inputs(
         &verify::Options {
             legacy_ok: false,
             scan_rows: true,
-            ..*options
+            ..options.clone()
         },
     )?;
     if !report.valid() || !report.has_checksums() {

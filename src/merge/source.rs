@@ -54,7 +54,7 @@ impl Source {
         let recorded = db.and_then(|c| metadata::read_shard_records(&c).ok().flatten());
         let options = verify::Options {
             scan_rows: recorded.is_none(),
-            ..*options
+            ..options.clone()
         };
         let report = verify::check(path, &options)?;
         if !report.valid() {

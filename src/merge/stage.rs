@@ -54,7 +54,7 @@ pub(super) fn write_merged(
         steps: parts.steps,
         companions: parts.families,
     };
-    let ev_legal_changed = copy_rows(&plans, &mut writers, parts.db, options.quiet)?;
+    let ev_legal_changed = copy_rows(&plans, &mut writers, parts.db, &options.progress)?;
     let legacy = sources
         .iter()
         .any(|s| s.shards.iter().any(Shard::is_legacy));

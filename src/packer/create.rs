@@ -74,7 +74,7 @@ pub(crate) fn pack_into(job: &Job, out: OutputDir) -> Result<Summary> {
         job.options,
     );
     let runs: Vec<&RunSource> = found.runs.iter().collect();
-    parse_and_write(&runs, &mut packer, job.workers, job.quiet, started)?;
+    parse_and_write(&runs, &mut packer, job.workers, &job.progress, started)?;
     if packer.runs_written() == 0 && job.partition.is_none() {
         bail!(
             "no valid runs in {}: all {} runs were {}",

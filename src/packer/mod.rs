@@ -30,7 +30,7 @@ use crate::format::valuation::{MAX_NAMES, ValuationTable};
 use crate::ordered::ordered_try_map;
 use crate::pack::StagedPack;
 use crate::pack::shard_writer::Placement;
-use crate::progress::{self, thousands};
+use crate::progress::{Bar, Observer, Unit, thousands};
 use crate::raw::discover::{Discovery, RunSource, discover, orphan_detail};
 use crate::raw::run::{FindingKind, ParsedRun, RunError, RunParser};
 use crate::thread_cpu::Span;
@@ -66,7 +66,7 @@ pub(crate) struct Job {
     /// Companion families an update removes.
     pub drop_companions: Vec<String>,
     /// No progress bar.
-    pub quiet: bool,
+    pub progress: Observer,
     /// The command line, as the pack's session records it.
     pub command_line: String,
 }
@@ -156,12 +156,12 @@ pub(crate) fn parse_and_write(
     runs: &[&RunSource],
     packer: &mut Packer,
     workers: usize,
-    quiet: bool,
+    observer: &Observer,
     started: Instant,
 ) -> Result<()> {
     let tables = LineTables::new();
     let total_bytes: u64 = runs.iter().map(|r| r.rows_bytes).sum();
-    let bar = progress::bytes_bar(total_bytes, quiet, "pack");
+    let bar = Bar::start(observer, "pack", total_bytes, Unit::Bytes);
     // Each run carries the id it gets if no run before it is left out.
     let first_id = packer.next_run_id;
     let keep_search = packer.search.is_some();

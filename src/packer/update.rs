@@ -212,7 +212,13 @@ fn extend(
     for c in &sorted.changed {
         packer.skip(c.path.clone(), c.reason.clone())?;
     }
-    parse_and_write(&sorted.new, &mut packer, job.workers, job.quiet, started)?;
+    parse_and_write(
+        &sorted.new,
+        &mut packer,
+        job.workers,
+        &job.progress,
+        started,
+    )?;
     let packed = packer.finish(&found.orphans)?;
     let nothing_new = packed.next_run_id == packed.first_run_id;
     let skips_known = packed

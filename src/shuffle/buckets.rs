@@ -16,7 +16,7 @@ use crate::format::row::ROW_BYTES;
 use crate::pack::families::Family;
 use crate::pack::shard_writer::ShardWriter;
 use crate::pack::shards::Shard;
-use crate::progress;
+use crate::progress::{Bar, Observer};
 use crate::rng::{Xoshiro, below_fast, splitmix_at};
 
 /// Rows per read while scattering (≈ 4 MiB).
@@ -55,7 +55,7 @@ pub(super) fn scatter(
     families: &[Family],
     plan: &Plan,
     work: &Path,
-    quiet: bool,
+    observer: &Observer,
 ) -> Result<(Vec<u64>, Vec<u32>)> {
     let k = plan.buckets as usize;
     let record = record_bytes(families);
@@ -76,7 +76,7 @@ pub(super) fn scatter(
         })
         .collect::<Result<_>>()?;
     let key = splitmix_at(plan.seed, u64::MAX);
-    let bar = progress::rows_bar(plan.input_rows, quiet, "shuffle 1/2 scatter");
+    let bar = Bar::rows(observer, "shuffle 1/2 scatter", plan.input_rows);
     let read_rows = (READ_ROWS * ROW_BYTES / record).max(1);
     let mut buf = vec![0u8; read_rows * ROW_BYTES];
     let mut companion_bufs: Vec<Vec<u8>> = vec![Vec::new(); families.len()];
@@ -141,7 +141,7 @@ pub(super) fn gather(
     progress: &mut Progress,
     work: &Path,
     staging: &Path,
-    quiet: bool,
+    observer: &Observer,
 ) -> Result<Gathered> {
     let bucket_rows = progress.bucket_rows.clone().expect("phase 1 is done");
     let resuming = progress.buckets_done > 0;
@@ -165,7 +165,7 @@ pub(super) fn gather(
         })
         .collect::<Result<Vec<_>>>()?;
     let record = record_bytes(families);
-    let bar = progress::rows_bar(plan.input_rows, quiet, "shuffle 2/2 buckets");
+    let bar = Bar::rows(observer, "shuffle 2/2 buckets", plan.input_rows);
     bar.inc(bucket_rows[..progress.buckets_done as usize].iter().sum());
     let mut buf: Vec<u8> = Vec::new();
     let mut order: Vec<u32> = Vec::new();

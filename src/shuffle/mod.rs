@@ -50,7 +50,7 @@ pub struct Options {
     /// Continue an interrupted shuffle with the same plan from its last completed bucket.
     pub resume: bool,
     /// No progress bars.
-    pub quiet: bool,
+    pub progress: crate::progress::Observer,
     /// The command line recorded in the output's session table.
     pub command_line: String,
 }
@@ -128,7 +128,7 @@ pub fn shuffle(options: &Options, notice: &mut dyn FnMut(Notice<'_>)) -> Result<
         progress.save(&work)?;
     }
     if progress.bucket_rows.is_none() {
-        scatter(&input, &plan, &mut progress, &work, options.quiet)?;
+        scatter(&input, &plan, &mut progress, &work, &options.progress)?;
     }
     let staging = if progress.buckets_done > 0 {
         out.resume_staging()?
@@ -142,7 +142,7 @@ pub fn shuffle(options: &Options, notice: &mut dyn FnMut(Notice<'_>)) -> Result<
         &mut progress,
         &work,
         &staging,
-        options.quiet,
+        &options.progress,
     )?;
     let rows = gathered.rows;
     let mut staged = finish::stage(out, staging, &plan, families, gathered)?;
@@ -194,7 +194,7 @@ fn open_input(options: &Options) -> Result<Input> {
     let checks = verify::Options {
         deep: false,
         workers: options.workers,
-        quiet: options.quiet,
+        progress: options.progress.clone(),
         legacy_ok: true,
         scan_rows: true,
     };
@@ -224,9 +224,9 @@ fn scatter(
     plan: &plan::Plan,
     progress: &mut Progress,
     work: &Path,
-    quiet: bool,
+    observer: &crate::progress::Observer,
 ) -> Result<()> {
-    let (rows, crcs) = buckets::scatter(&input.shards, &input.families, plan, work, quiet)?;
+    let (rows, crcs) = buckets::scatter(&input.shards, &input.families, plan, work, observer)?;
     progress.bucket_rows = Some(rows);
     progress.bucket_crcs = crcs;
     progress.buckets_done = 0;
