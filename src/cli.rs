@@ -47,7 +47,7 @@ pub struct WhereArgs {
 impl WhereArgs {
     /// The run ids `--where` selects (ascending), or None without `--where`.
     pub fn run_ids(&self, conn: &Connection) -> Result<Option<Vec<i64>>> {
-        self.filter().map(|f| f.run_ids(conn)).transpose()
+        Ok(self.filter().map(|f| f.run_ids(conn)).transpose()?)
     }
 
     /// The selection as the library takes it; None without `--where`.

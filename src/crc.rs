@@ -71,8 +71,8 @@ pub fn append(crc: u32, data: &[u8]) -> u32 {
 }
 
 /// The CRC-32C of a whole file, read in 1 MiB pieces.
-pub fn file_crc(path: &std::path::Path) -> anyhow::Result<u32> {
-    use anyhow::Context;
+pub fn file_crc(path: &std::path::Path) -> crate::Result<u32> {
+    use crate::error::Context;
     use std::io::Read;
     let mut file =
         std::fs::File::open(path).with_context(|| format!("opening {}", path.display()))?;

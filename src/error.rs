@@ -167,26 +167,6 @@ impl Error {
             }),
         }
     }
-
-    /// The same error, as another kind.
-    pub(crate) fn as_kind(mut self, kind: ErrorKind) -> Error {
-        self.kind = kind;
-        self
-    }
-
-    /// The innermost cause that is one of the library's own errors of another library's
-    /// type `E` (an `io::Error`, a `rusqlite::Error`), if any.
-    pub(crate) fn find_cause<E: StdError + 'static>(&self) -> Option<&E> {
-        let mut at: Option<&(dyn StdError + 'static)> = Some(self);
-        let mut found = None;
-        while let Some(e) = at {
-            if let Some(hit) = e.downcast_ref::<E>() {
-                found = Some(hit);
-            }
-            at = e.source();
-        }
-        found
-    }
 }
 
 impl fmt::Debug for Error {
@@ -242,6 +222,12 @@ impl From<rusqlite::Error> for Error {
             _ => ErrorKind::Corrupt,
         };
         Error::wrap(kind, e)
+    }
+}
+
+impl From<std::num::ParseIntError> for Error {
+    fn from(e: std::num::ParseIntError) -> Error {
+        Error::wrap(ErrorKind::InvalidInput, e)
     }
 }
 
@@ -318,6 +304,17 @@ macro_rules! fail {
 }
 pub(crate) use fail;
 
+/// Returns early with an error of a kind unless `cond` holds:
+/// `ensure!(n < max, InvalidInput, "{n} is too many")`.
+macro_rules! ensure {
+    ($cond:expr, $kind:ident, $($arg:tt)+) => {
+        if !$cond {
+            $crate::error::fail!($kind, $($arg)+);
+        }
+    };
+}
+pub(crate) use ensure;
+
 /// An error of a kind, as a value: `err!(Refused, "{} exists", dir.display())`.
 macro_rules! err {
     ($kind:ident, $($arg:tt)+) => {
@@ -351,6 +348,5 @@ mod tests {
             (e.kind(), e.option()),
             (ErrorKind::Refused, Some("overwrite"))
         );
-        assert!(e.find_cause::<Error>().is_some());
     }
 }

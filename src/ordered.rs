@@ -122,8 +122,8 @@ pub fn ordered_try_map<T, S, R>(
     window: usize,
     init: impl Fn() -> S + Sync,
     map: impl Fn(&mut S, &T) -> R + Sync,
-    mut consume: impl FnMut(usize, R) -> anyhow::Result<()>,
-) -> anyhow::Result<()>
+    mut consume: impl FnMut(usize, R) -> crate::Result<()>,
+) -> crate::Result<()>
 where
     T: Sync,
     R: Send,

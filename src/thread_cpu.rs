@@ -13,6 +13,8 @@ use std::collections::BTreeMap;
 use std::sync::{Mutex, OnceLock};
 use std::time::Instant;
 
+use crate::error::err;
+
 /// The environment variable naming the report file.
 pub const ENV: &str = "DATASET_PACKER_THREAD_CPU";
 
@@ -145,7 +147,7 @@ fn other_live_threads() -> Vec<(String, f64)> {
 
 /// Writes the report (call on the main thread, at the end of the command): every recorded
 /// thread and span, the main thread, the live threads, the process's total and the wall time.
-pub fn write_report() -> anyhow::Result<()> {
+pub fn write_report() -> crate::Result<()> {
     let Some(probe) = probe() else {
         return Ok(());
     };
@@ -166,5 +168,5 @@ pub fn write_report() -> anyhow::Result<()> {
         "count": *counts,
     });
     std::fs::write(&probe.file, format!("{report}\n"))
-        .map_err(|e| anyhow::anyhow!("writing {}: {e}", probe.file))
+        .map_err(|e| err!(Io, "writing {}: {e}", probe.file))
 }

@@ -7,7 +7,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 
-use anyhow::{Result, bail};
+use crate::error::{Result, fail};
 
 use crate::findings;
 use crate::format::board::{self, LineTables};
@@ -47,7 +47,7 @@ impl crate::Pack {
         };
         let report = check(self.path(), &options)?;
         if !report.valid() {
-            bail!(
+            fail!(Corrupt, 
                 "{} is not valid:\n{}",
                 self.path().display(),
                 report.failures()

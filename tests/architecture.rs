@@ -193,6 +193,76 @@ fn the_pack_library_depends_on_nothing_above_it() {
     }
 }
 
+/// Modules of the command line: the only ones that may import `cmd` or `cli`, and use anyhow.
+fn is_cli(m: &str) -> bool {
+    m == "cli" || m == "cmd" || m.starts_with("cmd::")
+}
+
+/// Only the command line imports the command line: the library (pack, the operations, the
+/// doc fixture) never reaches up into `cmd` or `cli`.
+#[test]
+fn nothing_outside_the_command_line_imports_it() {
+    let g = graph();
+    for (m, deps) in g.iter().filter(|(m, _)| !is_cli(m)) {
+        let up: Vec<&String> = deps.iter().filter(|d| is_cli(d)).collect();
+        assert!(up.is_empty(), "{m} imports {up:?}");
+    }
+}
+
+/// The library's errors are its own typed `Error`: anyhow is the command line's.
+#[test]
+fn the_library_does_not_use_anyhow() {
+    for (m, code) in modules().iter().filter(|(m, _)| !is_cli(m)) {
+        let code: String = code
+            .lines()
+            .filter(|l| !l.trim_start().starts_with('#'))
+            .collect::<Vec<_>>()
+            .join("\n");
+        for word in ["anyhow", "UsageError"] {
+            assert!(!code.contains(word), "{m} uses {word}");
+        }
+    }
+}
+
+/// The primitives that open a pack's files: shard listings, npy headers, `metadata.db`.
+const DOOR_PRIMITIVES: [&str; 8] = [
+    "list_shards(",
+    "open_shards(",
+    "open_metadata(",
+    "open_read_only(",
+    "read_head(",
+    "parse_header(",
+    "parse_array_header(",
+    "Connection::open",
+];
+
+/// Where `primitive` is called outside the pack module (the one door: `pack::open` and the
+/// pack's own files) and the format contract that defines the primitives.
+fn doors(mods: &BTreeMap<String, String>) -> Vec<String> {
+    let inside = |m: &str| m == "pack" || m.starts_with("pack::") || m.starts_with("format");
+    let mut found = Vec::new();
+    for (m, code) in mods.iter().filter(|(m, _)| !inside(m)) {
+        for p in DOOR_PRIMITIVES {
+            if code.contains(p) {
+                found.push(format!("{m} calls {p}"));
+            }
+        }
+    }
+    found
+}
+
+/// One door into a pack: no command and no operation opens shard files, parses npy headers
+/// or opens `metadata.db` itself; they all read through the pack module's opener.
+#[test]
+fn every_reader_goes_through_the_one_door() {
+    let found = doors(&modules());
+    assert!(found.is_empty(), "other doors into a pack:\n{}", found.join("\n"));
+    // The checker itself finds a door.
+    let mut fake = BTreeMap::new();
+    fake.insert("merge::source".to_string(), "let c = metadata::open_read_only(&p)?;".to_string());
+    assert_eq!(doors(&fake), ["merge::source calls open_read_only("]);
+}
+
 #[test]
 fn a_cycle_is_found_when_there_is_one() {
     // The checker itself: a module graph with a cycle through three modules.

@@ -321,3 +321,20 @@ fn show_refuses_a_pack_whose_rows_are_not_where_the_runs_table_says() {
         stderr(&out)
     );
 }
+
+#[test]
+fn the_library_opens_it_and_reads_the_rows_a_full_pack_holds() {
+    let t = tempfile::tempdir().unwrap();
+    let (original, reference, changed) = packs(t.path(), Some(1000));
+    assert!(changed > 0, "the reference marks some rows differently");
+    let legacy = dataset_packer::Pack::open(&reference).unwrap();
+    let full = dataset_packer::Pack::open(&original).unwrap();
+    assert_eq!((legacy.len(), legacy.num_runs()), (full.len(), full.num_runs()));
+    // Every row as the upgraded pack holds it: ev_legal recomputed from the board.
+    let a: Vec<[u8; 48]> = legacy.steps().map(|s| *s.as_bytes()).collect();
+    let b: Vec<[u8; 48]> = full.steps().map(|s| *s.as_bytes()).collect();
+    assert!(a == b, "the legacy pack's rows differ from the full pack's");
+    let run = legacy.run(7).unwrap();
+    assert!(run.steps().all(|s| s.run_id() == 7));
+    assert_eq!(run.len(), full.run(7).unwrap().len());
+}

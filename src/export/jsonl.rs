@@ -366,7 +366,7 @@ pub fn write_dir(
             let base = staged.path().join(run_base(run.id));
             let meta = sidecar_json(run, source.details.get(&run.id));
             write_new(&base.with_extension("meta.json"), meta.as_bytes())?;
-            write_new(&base.with_extension("jsonl.gz"), &gz)
+            Ok(write_new(&base.with_extension("jsonl.gz"), &gz)?)
         },
     );
     bar.finish_and_clear();

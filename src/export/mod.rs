@@ -141,13 +141,13 @@ impl SourcePack {
 
     /// A `session` value of the pack.
     pub fn session_value(&self, key: &str) -> Result<Option<String>> {
-        metadata::session_value(&self.db()?, key)
+        Ok(metadata::session_value(&self.db()?, key)?)
     }
 
     /// A read-only connection to the pack's `metadata.db` (not kept open: a connection cannot
     /// be shared between the worker threads that read the pack).
     pub fn db(&self) -> Result<Connection> {
-        metadata::open_read_only(&self.dir.join(metadata::FILE_NAME))
+        Ok(metadata::open_read_only(&self.dir.join(metadata::FILE_NAME))?)
     }
 
     pub fn total_rows(&self) -> u64 {
@@ -203,7 +203,7 @@ impl SourcePack {
 
     /// The rows of one piece in the 48-byte layout.
     pub fn read(&self, piece: &Piece) -> Result<AlignedRows> {
-        self.shards[piece.shard].read_aligned(piece.start, piece.count)
+        Ok(self.shards[piece.shard].read_aligned(piece.start, piece.count)?)
     }
 
     /// Where a piece is, for error messages.

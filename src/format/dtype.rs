@@ -35,6 +35,12 @@ impl fmt::Display for DtypeError {
 
 impl std::error::Error for DtypeError {}
 
+impl From<DtypeError> for crate::Error {
+    fn from(e: DtypeError) -> crate::Error {
+        crate::Error::wrap(crate::ErrorKind::Corrupt, e)
+    }
+}
+
 fn err(msg: impl Into<String>) -> DtypeError {
     DtypeError(msg.into())
 }

@@ -15,7 +15,7 @@
 //! Nothing else counts: not the run id, not the pack's valuation ids, not file names, folders,
 //! gzip layout, JSON spelling or key order, and not `run_details`.
 
-use anyhow::{Result, bail};
+use crate::error::{Result, fail};
 use xxhash_rust::xxh3::Xxh3;
 
 use crate::format::row::{ROW_BYTES, offset};
@@ -130,7 +130,7 @@ impl<'n> RunHasher<'n> {
     /// The fingerprint; fails when the rows fed differ in number from the run's `steps`.
     pub fn finish(mut self) -> Result<Fingerprint> {
         if self.rows != self.facts.steps {
-            bail!(
+            fail!(Corrupt, 
                 "the run has {} rows but runs.steps says {}",
                 self.rows,
                 self.facts.steps
@@ -155,7 +155,7 @@ fn canonical_id<'n>(
     id: u8,
 ) -> Result<u8> {
     let Some(name) = names.get(id as usize) else {
-        bail!("valuation_type id {id} is not in the valuation table");
+        fail!(Corrupt, "valuation_type id {id} is not in the valuation table");
     };
     let c = match STANDARD_NAMES.iter().position(|s| s == name) {
         Some(standard) => standard as u8,

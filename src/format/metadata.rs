@@ -4,7 +4,7 @@
 
 use std::path::Path;
 
-use anyhow::{Context, Result};
+use crate::error::{Context, Result};
 use rusqlite::{Connection, OpenFlags, OptionalExtension, params};
 
 use crate::format::fingerprint::Fingerprint;

@@ -322,6 +322,12 @@ impl fmt::Display for HeaderError {
 
 impl std::error::Error for HeaderError {}
 
+impl From<HeaderError> for crate::Error {
+    fn from(e: HeaderError) -> crate::Error {
+        crate::Error::wrap(crate::ErrorKind::Corrupt, e)
+    }
+}
+
 fn bad(msg: impl Into<String>) -> HeaderError {
     HeaderError(msg.into())
 }

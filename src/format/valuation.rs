@@ -3,7 +3,7 @@
 
 use std::collections::HashMap;
 
-use anyhow::{Context, Result, bail};
+use crate::error::{Context, Result, fail};
 
 /// Names with fixed ids in every pack: search=0, tuple11=1, tuple10=2.
 pub const STANDARD_NAMES: [&str; 3] = ["search", "tuple11", "tuple10"];
@@ -81,7 +81,7 @@ impl ValuationTable {
             return Ok(id);
         }
         if self.names.len() >= MAX_NAMES {
-            bail!(
+            fail!(InvalidInput, 
                 "a 257th valuation_type name {name:?} (at most {MAX_NAMES} names fit the one-byte id)"
             );
         }
@@ -106,7 +106,7 @@ impl ValuationTable {
                 .enumerate()
                 .map(|(i, v)| match v {
                     serde_json::Value::String(s) => Ok((i as u64, s)),
-                    other => bail!("entry {i} is {other}, not a name"),
+                    other => fail!(Corrupt, "entry {i} is {other}, not a name"),
                 })
                 .collect::<Result<_>>()?,
             serde_json::Value::Object(map) => {
@@ -123,11 +123,11 @@ impl ValuationTable {
                         (serde_json::Value::Number(id), _, true) => {
                             Ok((id.as_u64().unwrap_or(u64::MAX), k))
                         }
-                        _ => bail!("an object must map ids to names or names to ids"),
+                        _ => fail!(Corrupt, "an object must map ids to names or names to ids"),
                     })
                     .collect::<Result<_>>()?
             }
-            _ => bail!("expected an array of names or an object"),
+            _ => fail!(Corrupt, "expected an array of names or an object"),
         };
         let mut slots: Vec<Option<String>> = vec![None; pairs.len()];
         for (id, name) in pairs {
@@ -135,12 +135,12 @@ impl ValuationTable {
                 .get_mut(id as usize)
                 .with_context(|| format!("ids are not contiguous from 0 (found id {id})"))?;
             if slot.is_some() {
-                bail!("id {id} appears twice");
+                fail!(Corrupt, "id {id} appears twice");
             }
             *slot = Some(name);
         }
         if slots.len() > MAX_NAMES {
-            bail!(
+            fail!(Corrupt, 
                 "{} names; at most {MAX_NAMES} fit the one-byte id",
                 slots.len()
             );
@@ -151,7 +151,7 @@ impl ValuationTable {
         };
         for name in slots.into_iter().flatten() {
             if t.ids.contains_key(&name) {
-                bail!("name {name:?} appears twice");
+                fail!(Corrupt, "name {name:?} appears twice");
             }
             t.push(name);
         }

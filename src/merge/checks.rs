@@ -126,5 +126,5 @@ pub(super) fn carried_companions(sources: &[Source], options: &Options) -> Resul
         .iter()
         .map(|s| (s.path.as_path(), &s.companions))
         .collect();
-    families::common_families(&scans, dropped)
+    Ok(families::common_families(&scans, dropped)?)
 }

@@ -93,7 +93,7 @@ fn read_inputs(
                 .families
                 .iter()
                 .map(|f| f.open(si))
-                .collect::<Result<Vec<_>>>()?;
+                .collect::<crate::Result<Vec<_>>>()?;
             let mut data_crc = 0u32;
             let mut companion_crcs = vec![0u32; companion_files.len()];
             let mut done = 0u64;

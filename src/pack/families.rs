@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 use std::fs::File;
 use std::path::{Path, PathBuf};
 
-use anyhow::{Context, Result, bail};
+use crate::error::{Context, Result, err};
 
 use crate::format::metadata::CompanionRecord;
 use crate::format::npy::{self, ArrayHeader};
@@ -389,24 +389,30 @@ pub fn common_families(inputs: &[(&Path, &Scan)], dropped: &[String]) -> Result<
         let mut first: Option<(&Path, &Family)> = None;
         for (path, scan) in inputs {
             let Some(f) = scan.family(name) else {
-                bail!(
-                    "companion {name} is in {} but not in {}; pass --drop-companion {name} to leave it out",
+                return Err(err!(
+                    Refused,
+                    "companion {name} is in {} but not in {}; drop companion {name} to leave it out",
                     inputs
                         .iter()
                         .find(|(_, s)| s.family(name).is_some())
                         .map_or(String::new(), |(p, _)| p.display().to_string()),
                     path.display()
-                );
+                )
+                .with_option("drop_companion"));
             };
             match first {
                 None => first = Some((path, f)),
-                Some((p0, f0)) if !f0.same_kind(f) => bail!(
-                    "companion {name} is {} in {} but {} in {}; pass --drop-companion {name} to leave it out",
-                    f0.describe(),
-                    p0.display(),
-                    f.describe(),
-                    path.display()
-                ),
+                Some((p0, f0)) if !f0.same_kind(f) => {
+                    return Err(err!(
+                        Refused,
+                        "companion {name} is {} in {} but {} in {}; drop companion {name} to leave it out",
+                        f0.describe(),
+                        p0.display(),
+                        f.describe(),
+                        path.display()
+                    )
+                    .with_option("drop_companion"));
+                }
                 Some(_) => {}
             }
         }

@@ -6,7 +6,7 @@
 use std::collections::HashMap;
 use std::ops::Range;
 
-use anyhow::{Context, Result, bail};
+use crate::error::{Context, Result, fail};
 
 use crate::format::fingerprint::{Fingerprint, RunFacts, RunHasher};
 use crate::format::metadata::{RunDetails, RunRow};
@@ -75,7 +75,7 @@ pub fn compute(
         first_row += steps;
     }
     if first_row != *starts.last().unwrap() {
-        bail!(
+        fail!(Corrupt, 
             "the runs table counts {first_row} rows but the shards hold {}",
             starts.last().unwrap()
         );
@@ -126,7 +126,7 @@ fn check_run_ids(rows: &[u8], run_id: i64, shard: &Shard, start: u64) -> Result<
     for (i, row) in rows.chunks_exact(ROW_BYTES).enumerate() {
         let id = u32::from_le_bytes(row[offset::RUN_ID..offset::RUN_ID + 4].try_into().unwrap());
         if i64::from(id) != run_id {
-            bail!(
+            fail!(Corrupt, 
                 "{} row {} belongs to run {id}, where the runs table places run {run_id} (the pack is not in run order)",
                 shard.name,
                 start + i as u64

@@ -59,7 +59,7 @@ mod writer;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
-use anyhow::{Context, Result, bail};
+use crate::error::{Context, Result, err, fail};
 use memmap2::Mmap;
 
 pub use companion::{Companion, CompanionValue};
@@ -88,8 +88,8 @@ use shards::Shard;
 pub struct Pack {
     dir: PathBuf,
     shards: Vec<Shard>,
-    /// Each shard's data section (None for a shard of no rows, which cannot be mapped).
-    maps: Vec<Option<Mmap>>,
+    /// Each shard's rows.
+    maps: Vec<ShardRows>,
     /// The global row where each shard starts, then the total.
     starts: Vec<u64>,
     /// In a Mutex only so that `Pack` is `Sync` (a connection is `Send`, not `Sync`).
@@ -150,7 +150,7 @@ impl Pack {
         let dir = path.as_ref().to_path_buf();
         let conn = shards::open_metadata(&dir)?;
         let invalid = |what: String| {
-            anyhow::anyhow!(
+            err!(Corrupt, 
                 "{} is not a valid pack: {what}; `dataset-packer validate {}` says more",
                 dir.display(),
                 dir.display()
@@ -161,7 +161,7 @@ impl Pack {
         if let Some(p) = problems.first() {
             return Err(invalid(format!("{}: {p}", metadata::FILE_NAME)));
         }
-        let opened = versions::open(&dir, spec, false)?;
+        let opened = versions::open(&dir, spec, true)?;
         let companions = opened.families(&dir)?;
         let versions::Opened {
             conn, shards, view, ..
@@ -186,11 +186,7 @@ impl Pack {
         let shuffled = metadata::session_value(&conn, "shuffled")?.as_deref() == Some("true");
         let maps = shards
             .iter()
-            .map(|s| {
-                (s.header.rows > 0)
-                    .then(|| s.map_rows(0, s.header.rows))
-                    .transpose()
-            })
+            .map(ShardRows::map)
             .collect::<Result<Vec<_>>>()?;
         Ok(Pack {
             dir,
@@ -360,7 +356,7 @@ impl Pack {
     /// ```
     pub fn row(&self, index: u64) -> Result<Step<'_>> {
         if index >= self.len() {
-            bail!(
+            fail!(InvalidInput, 
                 "row {index} is past the end of {} ({} rows)",
                 self.dir.display(),
                 self.len()
@@ -424,7 +420,7 @@ impl Pack {
                 (Some(a), Some(b)) => format!("ids {a}–{b}"),
                 _ => "no ids".into(),
             };
-            bail!(
+            fail!(InvalidInput, 
                 "run {id} is not in {} (its runs table has {count} runs, {ids})",
                 self.dir.display()
             );
@@ -432,7 +428,7 @@ impl Pack {
         let steps = found.run.steps as u64;
         let at = match found.first_row {
             Some(at) => at,
-            None if metadata::has_table(&conn, "run_index")? => bail!(
+            None if metadata::has_table(&conn, "run_index")? => fail!(Corrupt, 
                 "{}/metadata.db has no run_index entry for run {id}; `dataset-packer validate {}` says more",
                 self.dir.display(),
                 self.dir.display()
@@ -525,8 +521,12 @@ impl Pack {
         let ids = crate::pack::query::run_ids(&self.conn(), sql, params, "select", limits)?;
         ids.into_iter()
             .map(|id| {
-                u32::try_from(id).with_context(|| {
-                    format!("{}: runs.id {id} cannot be a run_id", self.dir.display())
+                u32::try_from(id).map_err(|_| {
+                    err!(
+                        Corrupt,
+                        "{}: runs.id {id} cannot be a run_id",
+                        self.dir.join(metadata::FILE_NAME).display()
+                    )
                 })
             })
             .collect()
@@ -568,12 +568,12 @@ impl Pack {
             return Companion::open(self, family);
         }
         if let Some((_, problem)) = self.companions.problems.iter().find(|(n, _)| n == name) {
-            bail!(
+            fail!(Corrupt, 
                 "{}: companion {name} does not line up with the shards: {problem}",
                 self.dir.display()
             );
         }
-        bail!(
+        fail!(InvalidInput, 
             "{} has no companion array {name} (it has: {})",
             self.dir.display(),
             match self.companion_names() {
@@ -585,7 +585,7 @@ impl Pack {
 
     fn refuse_shuffled(&self) -> Result<()> {
         if self.shuffled {
-            bail!(
+            fail!(Unsupported, 
                 "{} is shuffled (session shuffled=true): a run's rows are scattered and there is no run index; read the run in the pack it was shuffled from",
                 self.dir.display()
             );
@@ -600,15 +600,54 @@ impl Pack {
 
     /// Shard `shard`'s rows.
     fn shard_rows(&self, shard: usize) -> &[[u8; ROW_BYTES]] {
-        match &self.maps[shard] {
-            Some(map) => map.as_chunks::<ROW_BYTES>().0,
-            None => &[],
-        }
+        self.maps[shard].rows()
     }
 
     /// The global row where each shard starts, then the total.
     fn starts(&self) -> &[u64] {
         &self.starts
+    }
+}
+
+/// A shard's rows as the reader hands them out: mapped as they are, or, for a legacy packed
+/// 46-byte shard, converted to the 48-byte layout with `ev_legal` recomputed from the board
+/// (what every command that writes a pack from a legacy one writes) the first time a row of
+/// it is read, so opening stays cheap and a legacy shard costs its rows' memory once.
+enum ShardRows {
+    Empty,
+    Mapped(Mmap),
+    Legacy {
+        raw: Mmap,
+        rows: std::sync::OnceLock<Vec<[u8; ROW_BYTES]>>,
+    },
+}
+
+impl ShardRows {
+    fn map(shard: &Shard) -> Result<ShardRows> {
+        if shard.header.rows == 0 {
+            return Ok(ShardRows::Empty);
+        }
+        let map = shard.map_rows(0, shard.header.rows)?;
+        Ok(if shard.is_legacy() {
+            ShardRows::Legacy {
+                raw: map,
+                rows: std::sync::OnceLock::new(),
+            }
+        } else {
+            ShardRows::Mapped(map)
+        })
+    }
+
+    fn rows(&self) -> &[[u8; ROW_BYTES]] {
+        match self {
+            ShardRows::Empty => &[],
+            ShardRows::Mapped(map) => map.as_chunks::<ROW_BYTES>().0,
+            ShardRows::Legacy { raw, rows } => rows.get_or_init(|| {
+                let mut bytes = crate::format::row::legacy_rows_to_aligned(raw);
+                crate::format::row::recompute_ev_legal(&mut bytes);
+                bytes.as_chunks::<ROW_BYTES>().0.to_vec()
+            }),
+        }
     }
 }
 

@@ -13,7 +13,7 @@
 use std::fs::{self, File};
 use std::path::{Path, PathBuf};
 
-use anyhow::{Context, Result, bail};
+use crate::error::{Context, Result, ensure, err, fail};
 
 use crate::format::{metadata, valuation};
 use crate::interrupt::{self, OnInterrupt};
@@ -152,7 +152,7 @@ impl OutputDir {
             .into_iter()
             .partition(|name| recorded.contains(name));
         if !foreign.is_empty() {
-            bail!(
+            fail!(Refused, 
                 "{} holds {} next to the pack: arrays aligned row by row with it (companions) that its metadata.db does not record, which a new pack there would orphan; move {} away, or `dataset-packer detach` the family, first",
                 dir.display(),
                 list_names(&foreign),
@@ -163,11 +163,13 @@ impl OutputDir {
         if !existing.is_empty() && !overwrite {
             let mut files = existing;
             files.extend(own);
-            bail!(
-                "{} already holds a pack ({}); pass --overwrite to replace it",
+            return Err(err!(
+                Refused,
+                "{} already holds a pack ({}); it is replaced only when overwriting is asked for",
                 dir.display(),
                 list_names(&files)
-            );
+            )
+            .with_option("overwrite"));
         }
         if !existing.is_empty() {
             interrupt::replacing();
@@ -184,7 +186,7 @@ impl OutputDir {
             .with_context(|| format!("creating output folder {}", dir.display()))?;
         let lock = File::open(dir).with_context(|| format!("opening {}", dir.display()))?;
         if lock.try_lock().is_err() {
-            bail!(
+            fail!(Refused, 
                 "another dataset-packer process is writing to {}",
                 dir.display()
             );
@@ -206,7 +208,7 @@ impl OutputDir {
         out.recover(resume)?;
         let stray = stray_step_files(dir)?;
         if !stray.is_empty() {
-            bail!(
+            fail!(Refused, 
                 "{} holds {} that loaders would take for pack shards but this tool did not write; move {} away first",
                 dir.display(),
                 stray.join(", "),
@@ -222,7 +224,7 @@ impl OutputDir {
         crate::pack::shards::open_metadata(dir)?;
         let out = OutputDir::lock_and_recover(dir, false)?;
         if !dir.join(metadata::FILE_NAME).exists() {
-            bail!(
+            fail!(NotAPack, 
                 "{} is not a pack: it has no {}",
                 dir.display(),
                 metadata::FILE_NAME
@@ -248,11 +250,13 @@ impl OutputDir {
             interrupt::replacing();
         }
         if !has_pack && !existing.is_empty() {
-            bail!(
-                "{} holds pack files ({}) but no metadata.db, so no pack to update; replace them with `dataset-packer pack --overwrite`",
+            return Err(err!(
+                Refused,
+                "{} holds pack files ({}) but no metadata.db, so no pack to update; replace them by packing with overwriting asked for",
                 dir.display(),
                 existing.join(", ")
-            );
+            )
+            .with_option("overwrite"));
         }
         Ok((out, has_pack))
     }
@@ -331,8 +335,9 @@ impl OutputDir {
     pub fn publish_with(mut self, kept: &[String], retired: &[String]) -> Result<()> {
         let staging = self.staging_path();
         let mut names = staged_files(&staging)?;
-        anyhow::ensure!(
+        ensure!(
             names.iter().any(|n| n == metadata::FILE_NAME),
+            Corrupt,
             "staging has no metadata.db"
         );
         names.retain(|n| n != metadata::FILE_NAME && !kept.contains(n));

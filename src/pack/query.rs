@@ -32,7 +32,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::time::{Duration, Instant};
 
-use anyhow::{Result, anyhow, bail};
+use crate::error::{Result, err, fail};
 use rusqlite::types::{ToSqlOutput, Value, ValueRef};
 use rusqlite::{Connection, Statement};
 
@@ -219,7 +219,7 @@ fn form(sql: &str) -> Result<Form<'_>> {
     let word = first_word(inner).to_ascii_uppercase();
     match word.as_str() {
         "SELECT" | "WITH" | "VALUES" => Ok(Form::Query(inner)),
-        w if NOT_QUERIES.contains(&w) && first_word(sql).eq_ignore_ascii_case(w) => bail!(
+        w if NOT_QUERIES.contains(&w) && first_word(sql).eq_ignore_ascii_case(w) => fail!(InvalidInput, 
             "{sql:?} is {} {w} statement; runs are selected by a WHERE expression (e.g. \"depth = 7\") or by a SELECT/WITH query that returns run ids, nothing else",
             if w.starts_with(['A', 'E', 'I', 'U']) {
                 "an"
@@ -401,14 +401,14 @@ pub fn run_ids(
     let explain = |noun: &'static str, prefix_len: usize| {
         move |e: rusqlite::Error| {
             let columns = columns(conn, details).unwrap_or_default();
-            anyhow!(
+            err!(InvalidInput, 
                 "{}",
                 explain_error(option, sql, noun, prefix_len, &e, &columns)
             )
         }
     };
-    let refuse = |why: String| anyhow!("{option} {sql:?}: {why}");
-    let (mut stmt, noun, prefix_len) = match form(sql).map_err(|e| anyhow!("{option} {e}"))? {
+    let refuse = |why: String| err!(InvalidInput, "{option} {sql:?}: {why}");
+    let (mut stmt, noun, prefix_len) = match form(sql).map_err(|e| err!(InvalidInput, "{option} {e}"))? {
         Form::Expression => {
             check_enclosed(sql).map_err(refuse)?;
             let from = if details {

@@ -1,7 +1,7 @@
 //! One run (game) of a pack: where its rows are, found through the run index, and checked to
 //! carry its id at both ends before they are handed out.
 
-use anyhow::{Result, bail};
+use crate::error::{Result, err, fail};
 
 use crate::format::metadata::RowLocation;
 
@@ -37,7 +37,7 @@ impl<'a> Run<'a> {
             )
         };
         if end.is_none() {
-            bail!(
+            fail!(Corrupt, 
                 "{}: metadata.db places run {id}'s {len} rows from global row {first}, past the pack's {} rows; {}",
                 pack.path().display(),
                 pack.len(),
@@ -48,7 +48,7 @@ impl<'a> Run<'a> {
             for at in [first, first + len - 1] {
                 let found = pack.row(at)?.run_id();
                 if found != id {
-                    bail!(
+                    fail!(Corrupt, 
                         "{}: global row {at} belongs to run {found}, but metadata.db places run {id} there; {}",
                         pack.path().display(),
                         hint()
@@ -189,7 +189,7 @@ impl<'a> Iterator for Runs<'a> {
         let unindexed_start = self.unindexed_start;
         self.unindexed_start += steps;
         let Ok(id) = u32::try_from(id) else {
-            return Some(Err(anyhow::anyhow!(
+            return Some(Err(err!(Corrupt, 
                 "{}: runs.id {id} cannot be a run_id",
                 self.pack.path().display()
             )));

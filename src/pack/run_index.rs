@@ -3,7 +3,7 @@
 //! stream into a [`ShardWriter`] and records where each run's first row landed. Rebuilding it
 //! for a pack that records none (the reference packer's): [`locate_unindexed`].
 
-use anyhow::{Result, bail};
+use crate::error::{Result, fail};
 
 use crate::format::metadata::RowLocation;
 use crate::format::row::{ROW_BYTES, offset};
@@ -78,7 +78,7 @@ pub fn locate_unindexed(
     let starts = shards::shard_starts(shards);
     let rows = *starts.last().expect("a start per shard and the end");
     if total != rows as i64 || before < 0 {
-        bail!(
+        fail!(Corrupt, 
             "the pack records no run index, and its runs table counts {total} rows where the shards hold {rows}: the run's place cannot be rebuilt (run `dataset-packer validate`)"
         );
     }
@@ -111,7 +111,7 @@ pub fn locate_unindexed(
         }
     }
     if let Some(at) = wrong.first() {
-        bail!(
+        fail!(Corrupt, 
             "the pack records no run index, and its rows are not where the runs table places run {id} (global rows {first}..{}; row {at} disagrees): the pack is not in run order (run `dataset-packer validate`)",
             first + steps
         );

@@ -11,9 +11,8 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
-use anyhow::{Context, Result, bail};
+use crate::error::{Context, Result, ensure, err, fail};
 
-use crate::UsageError;
 
 use crate::format::metadata::{RowLocation, ShardRecord};
 use crate::format::npy;
@@ -399,8 +398,9 @@ impl ShardWriter {
     /// instead, so a machine crash is detected rather than resumed from silently.
     pub fn snapshot(&mut self) -> Result<WriterState> {
         let placed = self.current.as_ref().is_some_and(|s| s.shared.is_some());
-        anyhow::ensure!(
+        ensure!(
             !placed && self.filled.is_empty(),
+            Corrupt,
             "internal error: a snapshot of a writer with placed rows"
         );
         if let Some(s) = &mut self.current {
@@ -436,7 +436,7 @@ impl ShardWriter {
             let bytes =
                 std::fs::read(&path).with_context(|| format!("reading {}", path.display()))?;
             if bytes.len() as u64 != done.bytes || crate::crc::crc32c(&bytes) != done.crc32c {
-                bail!(
+                fail!(Corrupt, 
                     "{} no longer matches what was written before the interruption",
                     path.display()
                 );
@@ -456,7 +456,7 @@ impl ShardWriter {
                 file.read_exact_at(&mut data, header_len)
                     .with_context(|| format!("reading {}", path.display()))?;
                 if crate::crc::crc32c(&data) != state.current_crc {
-                    bail!(
+                    fail!(Corrupt, 
                         "{} no longer matches what was written before the interruption",
                         path.display()
                     );
@@ -510,15 +510,18 @@ impl ShardWriter {
 
     fn open_next(&mut self) -> Result<()> {
         if u64::from(self.next_index) >= MAX_SHARDS {
-            return Err(UsageError(format!(
-                "--shard-rows {} would need more than {MAX_SHARDS} shards; choose a larger value",
+            return Err(err!(
+                Refused,
+                "shards of {} rows would need more than {MAX_SHARDS} shards; choose a larger \
+                 shard size",
                 self.shard_rows.unwrap_or(0)
-            ))
-            .into());
+            )
+            .with_option("shard_rows"));
         }
         if let Some(sizes) = &self.sizes {
-            anyhow::ensure!(
+            ensure!(
                 (self.next_index as usize) < sizes.len(),
+                Corrupt,
                 "more rows than the {} files of {} hold",
                 sizes.len(),
                 self.layout.prefix
@@ -636,8 +639,9 @@ impl ShardWriter {
                     });
                 }
                 None => {
-                    anyhow::ensure!(
+                    ensure!(
                         shard.shared.is_none(),
+                        Corrupt,
                         "internal error: rows written after rows placed in {}",
                         shard.path.display()
                     );
@@ -703,8 +707,9 @@ impl ShardWriter {
     /// Writes a shard's header, gives back unused reserved space, syncs it and records it.
     fn close(&mut self, shard: OpenShard) -> Result<()> {
         if let Some(shared) = &shard.shared {
-            anyhow::ensure!(
+            ensure!(
                 shared.inflight.load(Ordering::Acquire) == 0,
+                Corrupt,
                 "internal error: {} closed before its placed rows were written",
                 shard.path.display()
             );
@@ -714,7 +719,7 @@ impl ShardWriter {
                 .unwrap_or_else(|e| e.into_inner())
                 .take()
             {
-                bail!(e);
+                fail!(Io, "{e}");
             }
         }
         let path = shard.path;
@@ -762,7 +767,8 @@ mod fault_injection {
 
     static LIMIT: OnceLock<Option<u64>> = OnceLock::new();
 
-    pub fn check(rows_after_write: u64) -> anyhow::Result<()> {
+    pub fn check(rows_after_write: u64) -> crate::Result<()> {
+        use crate::error::fail;
         let limit = LIMIT.get_or_init(|| {
             std::env::var("DATASET_PACKER_FAIL_AFTER_ROWS")
                 .ok()?
@@ -771,7 +777,7 @@ mod fault_injection {
         });
         match limit {
             Some(n) if rows_after_write > *n => {
-                anyhow::bail!("injected failure after {n} rows (DATASET_PACKER_FAIL_AFTER_ROWS)")
+                fail!(Io, "injected failure after {n} rows (DATASET_PACKER_FAIL_AFTER_ROWS)")
             }
             _ => Ok(()),
         }

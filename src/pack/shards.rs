@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use std::fs::File;
 use std::path::{Path, PathBuf};
 
-use anyhow::{Context, Result, bail};
+use crate::error::{Context, Result, fail};
 use memmap2::{Mmap, MmapOptions};
 
 use crate::format::npy::{self, Header, RowLayout};
@@ -333,10 +333,10 @@ pub fn read_valuations(dir: &Path) -> Result<ValuationTable> {
 pub fn open_shards(dir: &Path, legacy_ok: bool) -> Result<Vec<Shard>> {
     let listing = list_shards(dir)?;
     if let Some(p) = listing.problems.first() {
-        bail!("{} is not a valid pack: {p}", dir.display());
+        fail!(Corrupt, "{} is not a valid pack: {p}", dir.display());
     }
     if !legacy_ok && let Some(name) = listing.legacy.first() {
-        bail!(
+        fail!(Unsupported, 
             "{}: {name} is a legacy packed 46-byte shard; {}",
             dir.display(),
             upgrade_hint(dir)
@@ -496,7 +496,7 @@ pub fn verify_files(dir: &Path, files: &[(&Path, &str, u64, u32)], workers: usiz
         || (),
         |_, &(path, name, bytes, crc)| -> Result<()> {
             if bytes == u64::MAX {
-                bail!(
+                fail!(Corrupt, 
                     "{}: {name} has no checksum recorded in metadata.db, which lists the pack's files; run `dataset-packer validate {}`",
                     dir.display(),
                     dir.display()
@@ -507,7 +507,7 @@ pub fn verify_files(dir: &Path, files: &[(&Path, &str, u64, u32)], workers: usiz
                 .len();
             let computed = crate::crc::file_crc(path)?;
             if len != bytes || computed != crc {
-                bail!(
+                fail!(Corrupt, 
                     "{}: {name} does not match its recorded checksum ({len} bytes, crc32c {computed:08x}; recorded {bytes} bytes, crc32c {crc:08x}): the pack is damaged; run `dataset-packer validate {}`",
                     dir.display(),
                     dir.display()
@@ -530,10 +530,10 @@ pub fn open_metadata(dir: &Path) -> Result<rusqlite::Connection> {
 /// exist, is a file, or is not a pack (with a hint when it holds raw self-play logs).
 pub fn check_is_pack(dir: &Path) -> Result<()> {
     if !dir.exists() {
-        bail!("{} does not exist", dir.display());
+        fail!(NotAPack, "{} does not exist", dir.display());
     }
     if !dir.is_dir() {
-        bail!("{} is not a folder (a pack is a folder)", dir.display());
+        fail!(NotAPack, "{} is not a folder (a pack is a folder)", dir.display());
     }
     if dir.join(crate::format::metadata::FILE_NAME).is_file() {
         return Ok(());
@@ -550,7 +550,7 @@ pub fn check_is_pack(dir: &Path) -> Result<()> {
             })
         })
         .unwrap_or(false);
-    bail!(
+    fail!(NotAPack, 
         "{} is not a pack (no {}){}; to pack raw logs: `dataset-packer pack --input {} --output PACK`",
         dir.display(),
         crate::format::metadata::FILE_NAME,

@@ -28,6 +28,21 @@ impl<'a> Step<'a> {
         Step { row }
     }
 
+    /// The row's 48 bytes, laid out as the format's `STEP_ROW_DTYPE` (what NumPy reads from
+    /// a shard; for a legacy pack, the row as a full pack holds it).
+    ///
+    /// ```
+    /// # fn main() -> dataset_packer::Result<()> {
+    /// # let fixture = dataset_packer::pack::doc_support::fixture_pack()?;
+    /// let pack = dataset_packer::Pack::open(fixture.path())?;
+    /// let row = pack.row(0)?.as_bytes();
+    /// assert_eq!(u32::from_le_bytes(row[..4].try_into().unwrap()), pack.row(0)?.run_id());
+    /// # Ok(()) }
+    /// ```
+    pub fn as_bytes(&self) -> &'a [u8; ROW_BYTES] {
+        self.row
+    }
+
     #[inline]
     fn u32_at(&self, at: usize) -> u32 {
         u32::from_le_bytes(self.row[at..at + 4].try_into().expect("four bytes"))

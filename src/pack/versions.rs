@@ -16,7 +16,7 @@ use std::fmt;
 use std::path::Path;
 use std::str::FromStr;
 
-use anyhow::{Context, Result, bail};
+use crate::error::{Context, Result, fail};
 use rusqlite::{Connection, OptionalExtension};
 use serde::Serialize;
 
@@ -48,7 +48,7 @@ pub enum VersionSpec {
 }
 
 impl FromStr for VersionSpec {
-    type Err = anyhow::Error;
+    type Err = crate::Error;
 
     fn from_str(s: &str) -> Result<VersionSpec> {
         if s == "latest" {
@@ -57,7 +57,7 @@ impl FromStr for VersionSpec {
         if !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()) {
             return match s.parse::<u32>() {
                 Ok(n) if n > 0 => Ok(VersionSpec::Number(n)),
-                _ => bail!("version {s} does not exist: versions are numbered from 1"),
+                _ => fail!(InvalidInput, "version {s} does not exist: versions are numbered from 1"),
             };
         }
         check_tag_name(s)?;
@@ -82,12 +82,12 @@ pub fn check_tag_name(name: &str) -> Result<()> {
         .chars()
         .all(|c| c.is_alphanumeric() || matches!(c, '.' | '_' | '-'));
     if name.is_empty() || !ok_chars || name.len() > 200 {
-        bail!(
+        fail!(InvalidInput, 
             "tag {name:?}: a tag is 1 to 200 letters, digits, '.', '_' or '-' (and not all digits)"
         );
     }
     if name.bytes().all(|b| b.is_ascii_digit()) || name == "latest" {
-        bail!("tag {name:?} would read as a version number or `latest`; pick another name");
+        fail!(InvalidInput, "tag {name:?} would read as a version number or `latest`; pick another name");
     }
     Ok(())
 }
@@ -517,7 +517,7 @@ impl View {
             return Ok(cut_rows(shards, v.rows));
         }
         if steps.len() > shards.len() {
-            bail!(
+            fail!(Corrupt, 
                 "{}: version {} lists {} shard files, the folder has {}: the pack was rewritten since",
                 dir.display(),
                 v.version,
@@ -528,7 +528,7 @@ impl View {
         shards.truncate(steps.len());
         for (shard, file) in shards.iter_mut().zip(&steps) {
             if shard.name != file.file_name || shard.header.rows < file.rows {
-                bail!(
+                fail!(Corrupt, 
                     "{}: version {} has {} rows of {}, the folder has {} with {} rows: the pack was rewritten since",
                     dir.display(),
                     v.version,
@@ -552,7 +552,7 @@ impl View {
         }
         if v.families.iter().any(|f| f == family) {
             return match self.history.removed_in(v.version, family) {
-                Some(removed) => bail!(
+                Some(removed) => fail!(InvalidInput, 
                     "{} version {}: its companion {family} was removed by version {removed} ({}); its rows are still readable without it",
                     dir.display(),
                     v.version,
@@ -571,13 +571,13 @@ impl View {
             .iter()
             .find(|x| x.version > v.version && x.families.iter().any(|f| f == family));
         match added {
-            Some(added) => bail!(
+            Some(added) => fail!(InvalidInput, 
                 "{} version {} has no companion {family}: version {} added it",
                 dir.display(),
                 v.version,
                 added.version
             ),
-            None => bail!(
+            None => fail!(InvalidInput, 
                 "{} version {} has no companion {family}",
                 dir.display(),
                 v.version
@@ -706,7 +706,7 @@ pub fn untag(dir: &Path, name: &str) -> Result<u32> {
     let staging = out.begin_staging()?;
     let db = MetadataWriter::annotate_copy(dir, &staging)?;
     let Some(version) = db.delete_tag(name)? else {
-        bail!("{} has no tag {name:?}", dir.display());
+        fail!(InvalidInput, "{} has no tag {name:?}", dir.display());
     };
     db.finish()?;
     publish_metadata(out)?;

@@ -9,7 +9,7 @@
 
 use std::path::{Path, PathBuf};
 
-use anyhow::{Result, bail, ensure};
+use crate::error::{Result, ensure, fail};
 
 use crate::findings::{DUPLICATE_RUN, Duplicates, RowFindings, Tally, duplicate_detail};
 use crate::format::board;
@@ -430,7 +430,7 @@ impl PackWriter {
     /// ```
     pub fn add_run(&mut self, run: &NewRun, steps: &[NewStep]) -> Result<u32> {
         let id = self.runs;
-        ensure!(id < u32::MAX, "a pack holds at most {} runs", u32::MAX);
+        ensure!(id < u32::MAX, Refused, "a pack holds at most {} runs", u32::MAX);
         self.encode(id, run.seed, steps)?;
         let facts = RunFacts {
             seed: i64::from(run.seed),
@@ -482,11 +482,11 @@ impl PackWriter {
         for (n, step) in steps.iter().enumerate() {
             let at = || format!("run {id}, step {n} (step_index {})", step.step_index);
             if previous.is_some_and(|p| step.step_index <= p) {
-                bail!("{}: step indexes must increase along a run", at());
+                fail!(InvalidInput, "{}: step indexes must increase along a run", at());
             }
             previous = Some(step.step_index);
             if let Some(cell) = step.exponents.iter().position(|&e| e > 16) {
-                bail!(
+                fail!(InvalidInput, 
                     "{}: cell {cell} has exponent {}, above 16 (65536)",
                     at(),
                     step.exponents[cell]
@@ -494,18 +494,21 @@ impl PackWriter {
             }
             ensure!(
                 step.move_dir < 4,
+                InvalidInput,
                 "{}: move_dir {} is not 0..=3",
                 at(),
                 step.move_dir
             );
             ensure!(
                 step.branch_evs.iter().all(|v| v.is_finite()),
+                InvalidInput,
                 "{}: branch EVs must be finite, got {:?}",
                 at(),
                 step.branch_evs
             );
             ensure!(
                 usize::from(step.valuation_type) < self.valuations.len(),
+                InvalidInput,
                 "{}: valuation_type {} is not in the pack's table ({} names; add names with \
                  PackWriter::valuation_type)",
                 at(),

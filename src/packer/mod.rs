@@ -193,7 +193,7 @@ pub(crate) fn parse_and_write(
                 thousands(rows),
                 thousands(rate as u64)
             ));
-            accepted
+            Ok(accepted?)
         },
     );
     bar.finish_and_clear();
@@ -202,7 +202,7 @@ pub(crate) fn parse_and_write(
     if outcome.is_ok() {
         copy_on_threads(&copies, workers);
     }
-    outcome
+    Ok(outcome?)
 }
 
 /// Copies the runs waiting in `copies` on `threads` threads.
@@ -729,12 +729,12 @@ impl Ready {
 
     /// Publishes a new pack.
     pub fn publish(self) -> Result<()> {
-        self.staged.publish(&self.valuations)
+        Ok(self.staged.publish(&self.valuations)?)
     }
 
     /// Publishes an extended pack: see [`StagedPack::publish_keeping`].
     pub fn publish_keeping(self, kept: &[String], retired: &[String]) -> Result<()> {
-        self.staged.publish_keeping(&self.valuations, kept, retired)
+        Ok(self.staged.publish_keeping(&self.valuations, kept, retired)?)
     }
 }
 

@@ -74,7 +74,7 @@ pub(super) fn scatter(
                 crc: 0,
             })
         })
-        .collect::<Result<_>>()?;
+        .collect::<crate::Result<_>>()?;
     let key = splitmix_at(plan.seed, u64::MAX);
     let bar = Bar::rows(observer, "shuffle 1/2 scatter", plan.input_rows);
     let read_rows = (READ_ROWS * ROW_BYTES / record).max(1);
@@ -86,7 +86,7 @@ pub(super) fn scatter(
         let companion_files = families
             .iter()
             .map(|f| f.open(si))
-            .collect::<Result<Vec<_>>>()?;
+            .collect::<crate::Result<Vec<_>>>()?;
         let mut done = 0u64;
         while done < shard.header.rows {
             let n = (shard.header.rows - done).min(read_rows as u64) as usize;
@@ -217,7 +217,7 @@ pub(super) fn gather(
         progress.companion_writers = companion_writers
             .iter_mut()
             .map(ShardWriter::snapshot)
-            .collect::<Result<_>>()?;
+            .collect::<crate::Result<_>>()?;
         progress.save(work)?;
         std::fs::remove_file(&path).with_context(|| format!("removing {}", path.display()))?;
         bar.inc(n as u64);
