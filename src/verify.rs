@@ -19,6 +19,7 @@ use crate::ordered::ordered_try_map;
 use crate::pack::checks::{Check, Tally, check_checksums, check_total_steps};
 use crate::pack::families;
 use crate::pack::fingerprints;
+use crate::pack::open;
 use crate::pack::shards::{self, RunSlots, Shard};
 use crate::pack::versions::{History, Version, VersionFile};
 use crate::progress::{Bar, Observer};
@@ -47,7 +48,8 @@ impl crate::Pack {
         };
         let report = check(self.path(), &options)?;
         if !report.valid() {
-            fail!(Corrupt, 
+            fail!(
+                Corrupt,
                 "{} is not valid:\n{}",
                 self.path().display(),
                 report.failures()
@@ -647,7 +649,7 @@ fn sorted<T: Ord>(mut v: Vec<T>) -> Vec<T> {
 /// Shard files and headers: names, contiguity, readable headers of the pack dtype, sizes the
 /// headers promise; legacy packed shards fail unless `legacy_ok`. Returns the usable shards.
 pub fn check_shard_files(dir: &Path, legacy_ok: bool) -> Result<(Check, Vec<Shard>)> {
-    let listing = shards::list_shards(dir)?;
+    let listing = open::listing(dir)?;
     let mut files = Check::new("shard files and headers");
     for p in &listing.problems {
         files.fail(|| p.clone());
@@ -671,7 +673,7 @@ pub fn check_metadata_db(dir: &Path) -> (Check, Option<rusqlite::Connection>) {
     let db_path = dir.join(metadata::FILE_NAME);
     let mut db_check = Check::new("metadata.db schema");
     let conn = if db_path.exists() {
-        match metadata::open_read_only(&db_path) {
+        match open::metadata_file(&db_path) {
             Ok(c) => match metadata::schema_problems(&c) {
                 Ok(problems) if problems.is_empty() => Some(c),
                 Ok(problems) => {
@@ -701,7 +703,7 @@ pub fn check_metadata_db(dir: &Path) -> (Check, Option<rusqlite::Connection>) {
 /// when it does not read, so rows are not failed twice for one problem).
 pub fn check_valuation_table(dir: &Path) -> (Check, usize) {
     let mut vt_check = Check::new("valuation_types.json");
-    let names = match shards::read_valuations(dir) {
+    let names = match open::valuations(dir) {
         Ok(t) => t.len(),
         Err(e) => {
             vt_check.fail(|| format!("{e:#}"));
@@ -1011,7 +1013,7 @@ fn check_fingerprints(
         }
         None => check.note = Some("well formed; --deep also recomputes them from the rows".into()),
         Some((shards, workers)) => {
-            let valuations = shards::read_valuations(dir)?;
+            let valuations = open::valuations(dir)?;
             let computed = match fingerprints::compute(shards, &runs, &valuations, workers) {
                 Ok(c) => c,
                 Err(e) => {

@@ -324,7 +324,9 @@ fn merge_carries_companions_in_output_order() {
         s(&t.path().join("x")),
     ]);
     assert!(
-        text.contains("companion emb is in") && text.contains("drop companion emb") && text.contains("--drop-companion"),
+        text.contains("companion emb is in")
+            && text.contains("drop companion emb")
+            && text.contains("--drop-companion"),
         "{text}"
     );
     let x = t.path().join("x");

@@ -329,7 +329,10 @@ fn the_library_opens_it_and_reads_the_rows_a_full_pack_holds() {
     assert!(changed > 0, "the reference marks some rows differently");
     let legacy = dataset_packer::Pack::open(&reference).unwrap();
     let full = dataset_packer::Pack::open(&original).unwrap();
-    assert_eq!((legacy.len(), legacy.num_runs()), (full.len(), full.num_runs()));
+    assert_eq!(
+        (legacy.len(), legacy.num_runs()),
+        (full.len(), full.num_runs())
+    );
     // Every row as the upgraded pack holds it: ev_legal recomputed from the board.
     let a: Vec<[u8; 48]> = legacy.steps().map(|s| *s.as_bytes()).collect();
     let b: Vec<[u8; 48]> = full.steps().map(|s| *s.as_bytes()).collect();

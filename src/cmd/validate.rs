@@ -62,7 +62,7 @@ pub fn run(args: &ValidateArgs) -> Result<bool> {
     let version = match &args.version.version {
         VersionSpec::Latest => None,
         spec => {
-            let history = History::read(&shards::open_metadata(&args.pack)?)?;
+            let history = History::of_pack(&args.pack)?;
             let v = history.find(&args.pack, spec)?;
             Some((history.identity(v.version), v.rows, v.runs))
         }

@@ -6,7 +6,6 @@ use std::path::PathBuf;
 use anyhow::Result;
 use clap::Args;
 
-use crate::pack::shards;
 use crate::pack::versions::{History, Version};
 use crate::progress::thousands;
 
@@ -30,7 +29,7 @@ pub struct VersionsArgs {
 }
 
 pub fn run(args: &VersionsArgs) -> Result<()> {
-    let history = History::read(&shards::open_metadata(&args.pack)?)?;
+    let history = History::of_pack(&args.pack)?;
     if args.json {
         println!("{}", serde_json::to_string_pretty(&history)?);
         return Ok(());
