@@ -6,7 +6,7 @@
 //! stable):
 //!
 //! ```
-//! # fn main() -> anyhow::Result<()> {
+//! # fn main() -> dataset_packer::Result<()> {
 //! # let fixture = dataset_packer::pack::doc_support::fixture_pack()?;
 //! # let path = fixture.path();
 //! use dataset_packer::Pack;

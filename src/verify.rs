@@ -32,7 +32,7 @@ impl crate::Pack {
     /// an error lists the failed checks, each with an example naming the file (and row).
     ///
     /// ```
-    /// # fn main() -> anyhow::Result<()> {
+    /// # fn main() -> dataset_packer::Result<()> {
     /// # let fixture = dataset_packer::pack::doc_support::fixture_pack()?;
     /// let pack = dataset_packer::Pack::open(fixture.path())?;
     /// pack.verify()?;

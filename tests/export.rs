@@ -482,7 +482,7 @@ fn queries_and_params_that_are_wrong_are_refused() {
         ),
         (
             &["--where", "max_score > :min"],
-            ":min has no value: give --param min=VALUE",
+            ":min has no value: give a value named min",
         ),
         (
             &["--where", "SELECT id, max_score FROM runs"],

@@ -16,7 +16,7 @@ use super::Pack;
 /// memory-mapped: row `i` belongs to the pack's row `i`.
 ///
 /// ```
-/// # fn main() -> anyhow::Result<()> {
+/// # fn main() -> dataset_packer::Result<()> {
 /// # let fixture = dataset_packer::pack::doc_support::fixture_pack_with_companion()?;
 /// let pack = dataset_packer::Pack::open(fixture.path())?;
 /// let score = pack.companion("score")?;
@@ -69,7 +69,7 @@ impl<'a> Companion<'a> {
     /// The family's name (`embeddings` for `embeddings-00000.npy`).
     ///
     /// ```
-    /// # fn main() -> anyhow::Result<()> {
+    /// # fn main() -> dataset_packer::Result<()> {
     /// # let fixture = dataset_packer::pack::doc_support::fixture_pack_with_companion()?;
     /// let pack = dataset_packer::Pack::open(fixture.path())?;
     /// assert_eq!(pack.companion("score")?.name(), "score");
@@ -83,7 +83,7 @@ impl<'a> Companion<'a> {
     /// `[('a', '<i8'), ('b', '<f4')]`).
     ///
     /// ```
-    /// # fn main() -> anyhow::Result<()> {
+    /// # fn main() -> dataset_packer::Result<()> {
     /// # let fixture = dataset_packer::pack::doc_support::fixture_pack_with_companion()?;
     /// let pack = dataset_packer::Pack::open(fixture.path())?;
     /// assert_eq!(pack.companion("score")?.descr(), "'<f4'");
@@ -97,7 +97,7 @@ impl<'a> Companion<'a> {
     /// per row).
     ///
     /// ```
-    /// # fn main() -> anyhow::Result<()> {
+    /// # fn main() -> dataset_packer::Result<()> {
     /// # let fixture = dataset_packer::pack::doc_support::fixture_pack_with_companion()?;
     /// let pack = dataset_packer::Pack::open(fixture.path())?;
     /// assert!(pack.companion("score")?.shape().is_empty());
@@ -110,7 +110,7 @@ impl<'a> Companion<'a> {
     /// Bytes per row.
     ///
     /// ```
-    /// # fn main() -> anyhow::Result<()> {
+    /// # fn main() -> dataset_packer::Result<()> {
     /// # let fixture = dataset_packer::pack::doc_support::fixture_pack_with_companion()?;
     /// let pack = dataset_packer::Pack::open(fixture.path())?;
     /// assert_eq!(pack.companion("score")?.row_bytes(), 4);
@@ -123,7 +123,7 @@ impl<'a> Companion<'a> {
     /// Rows: always the pack's.
     ///
     /// ```
-    /// # fn main() -> anyhow::Result<()> {
+    /// # fn main() -> dataset_packer::Result<()> {
     /// # let fixture = dataset_packer::pack::doc_support::fixture_pack_with_companion()?;
     /// let pack = dataset_packer::Pack::open(fixture.path())?;
     /// assert_eq!(pack.companion("score")?.len(), pack.len());
@@ -136,7 +136,7 @@ impl<'a> Companion<'a> {
     /// Whether the array has no rows (the pack has none).
     ///
     /// ```
-    /// # fn main() -> anyhow::Result<()> {
+    /// # fn main() -> dataset_packer::Result<()> {
     /// # let fixture = dataset_packer::pack::doc_support::fixture_pack_with_companion()?;
     /// let pack = dataset_packer::Pack::open(fixture.path())?;
     /// assert!(!pack.companion("score")?.is_empty());
@@ -150,7 +150,7 @@ impl<'a> Companion<'a> {
     /// file holds it.
     ///
     /// ```
-    /// # fn main() -> anyhow::Result<()> {
+    /// # fn main() -> dataset_packer::Result<()> {
     /// # let fixture = dataset_packer::pack::doc_support::fixture_pack_with_companion()?;
     /// let pack = dataset_packer::Pack::open(fixture.path())?;
     /// let score = pack.companion("score")?;
@@ -173,12 +173,12 @@ impl<'a> Companion<'a> {
     /// The bytes of the row of global index `index` (the pack's row `index`).
     ///
     /// ```
-    /// # fn main() -> anyhow::Result<()> {
+    /// # fn main() -> dataset_packer::Result<()> {
     /// # let fixture = dataset_packer::pack::doc_support::fixture_pack_with_companion()?;
     /// let pack = dataset_packer::Pack::open(fixture.path())?;
     /// let score = pack.companion("score")?;
     /// let row = score.row(7)?;
-    /// assert_eq!(f32::from_le_bytes(row.try_into()?), 7.0);
+    /// assert_eq!(f32::from_le_bytes(row.try_into().expect("a 4-byte row")), 7.0);
     /// # Ok(()) }
     /// ```
     pub fn row(&self, index: u64) -> Result<&[u8]> {
@@ -202,7 +202,7 @@ impl<'a> Companion<'a> {
     /// row in C order.
     ///
     /// ```
-    /// # fn main() -> anyhow::Result<()> {
+    /// # fn main() -> dataset_packer::Result<()> {
     /// # let fixture = dataset_packer::pack::doc_support::fixture_pack_with_companion()?;
     /// let pack = dataset_packer::Pack::open(fixture.path())?;
     /// let score = pack.companion("score")?;
@@ -219,7 +219,7 @@ impl<'a> Companion<'a> {
     /// The names of the fields of a structured dtype, in order (empty for plain numbers).
     ///
     /// ```
-    /// # fn main() -> anyhow::Result<()> {
+    /// # fn main() -> dataset_packer::Result<()> {
     /// # let fixture = dataset_packer::pack::doc_support::fixture_pack_with_companion()?;
     /// let pack = dataset_packer::Pack::open(fixture.path())?;
     /// assert!(pack.companion("score")?.field_names().is_empty());
@@ -241,7 +241,7 @@ impl<'a> Companion<'a> {
     /// several items: the field's values of each, in order.
     ///
     /// ```
-    /// # fn main() -> anyhow::Result<()> {
+    /// # fn main() -> dataset_packer::Result<()> {
     /// # let fixture = dataset_packer::pack::doc_support::fixture_pack_with_companion()?;
     /// let pack = dataset_packer::Pack::open(fixture.path())?;
     /// // "score" is plain '<f4', so it has no fields.

@@ -2,7 +2,7 @@
 //! one ([`PackWriter`]), and under them the machinery every command shares.
 //!
 //! ```
-//! # fn main() -> anyhow::Result<()> {
+//! # fn main() -> dataset_packer::Result<()> {
 //! # let fixture = dataset_packer::pack::doc_support::fixture_pack()?;
 //! # let path = fixture.path();
 //! use dataset_packer::Pack;
@@ -80,7 +80,7 @@ use shards::Shard;
 /// `Pack` is `Send + Sync`: share one between threads with `&Pack` or an `Arc`.
 ///
 /// ```
-/// # fn main() -> anyhow::Result<()> {
+/// # fn main() -> dataset_packer::Result<()> {
 /// # let fixture = dataset_packer::pack::doc_support::fixture_pack()?;
 /// let pack = dataset_packer::Pack::open(fixture.path())?;
 /// assert_eq!((pack.len(), pack.num_runs()), (2240, 10));
@@ -121,7 +121,7 @@ impl Pack {
     /// by row. An error names the file at fault.
     ///
     /// ```
-    /// # fn main() -> anyhow::Result<()> {
+    /// # fn main() -> dataset_packer::Result<()> {
     /// # let fixture = dataset_packer::pack::doc_support::fixture_pack()?;
     /// use dataset_packer::Pack;
     /// let pack = Pack::open(fixture.path())?;
@@ -139,7 +139,7 @@ impl Pack {
     /// [`Pack::open`] costs: no row is read. An error lists the versions or tags the pack has.
     ///
     /// ```
-    /// # fn main() -> anyhow::Result<()> {
+    /// # fn main() -> dataset_packer::Result<()> {
     /// # let fixture = dataset_packer::pack::doc_support::fixture_pack()?;
     /// use dataset_packer::{Pack, VersionSpec};
     /// let pack = Pack::open_version(fixture.path(), &VersionSpec::Number(1))?;
@@ -208,7 +208,7 @@ impl Pack {
     /// [`Pack::open_version`]); 1 for a pack made before versions.
     ///
     /// ```
-    /// # fn main() -> anyhow::Result<()> {
+    /// # fn main() -> dataset_packer::Result<()> {
     /// # let fixture = dataset_packer::pack::doc_support::fixture_pack()?;
     /// let pack = dataset_packer::Pack::open(fixture.path())?;
     /// assert_eq!(pack.version(), 1);
@@ -223,7 +223,7 @@ impl Pack {
     /// With [`Pack::version`] it names the data exactly: `pack_id@version`.
     ///
     /// ```
-    /// # fn main() -> anyhow::Result<()> {
+    /// # fn main() -> dataset_packer::Result<()> {
     /// # let fixture = dataset_packer::pack::doc_support::fixture_pack()?;
     /// let pack = dataset_packer::Pack::open(fixture.path())?;
     /// assert_eq!(pack.pack_id().map(str::len), Some(32));
@@ -237,7 +237,7 @@ impl Pack {
     /// made before versions): what `dataset-packer versions --json` lists.
     ///
     /// ```
-    /// # fn main() -> anyhow::Result<()> {
+    /// # fn main() -> dataset_packer::Result<()> {
     /// # let fixture = dataset_packer::pack::doc_support::fixture_pack()?;
     /// let pack = dataset_packer::Pack::open(fixture.path())?;
     /// let first = &pack.versions()?[0];
@@ -252,7 +252,7 @@ impl Pack {
     /// The folder the pack was opened from.
     ///
     /// ```
-    /// # fn main() -> anyhow::Result<()> {
+    /// # fn main() -> dataset_packer::Result<()> {
     /// # let fixture = dataset_packer::pack::doc_support::fixture_pack()?;
     /// let pack = dataset_packer::Pack::open(fixture.path())?;
     /// assert!(pack.path().join("metadata.db").is_file());
@@ -265,7 +265,7 @@ impl Pack {
     /// Rows (steps) in the pack, across all shards.
     ///
     /// ```
-    /// # fn main() -> anyhow::Result<()> {
+    /// # fn main() -> dataset_packer::Result<()> {
     /// # let fixture = dataset_packer::pack::doc_support::fixture_pack()?;
     /// let pack = dataset_packer::Pack::open(fixture.path())?;
     /// assert_eq!(pack.len(), pack.steps().count() as u64);
@@ -278,7 +278,7 @@ impl Pack {
     /// Whether the pack holds no rows.
     ///
     /// ```
-    /// # fn main() -> anyhow::Result<()> {
+    /// # fn main() -> dataset_packer::Result<()> {
     /// # let fixture = dataset_packer::pack::doc_support::fixture_pack()?;
     /// assert!(!dataset_packer::Pack::open(fixture.path())?.is_empty());
     /// # Ok(()) }
@@ -290,7 +290,7 @@ impl Pack {
     /// Runs (games) in the pack: the rows of its `runs` table.
     ///
     /// ```
-    /// # fn main() -> anyhow::Result<()> {
+    /// # fn main() -> dataset_packer::Result<()> {
     /// # let fixture = dataset_packer::pack::doc_support::fixture_pack()?;
     /// let pack = dataset_packer::Pack::open(fixture.path())?;
     /// assert_eq!(pack.num_runs(), pack.run_ids().len());
@@ -303,7 +303,7 @@ impl Pack {
     /// The run ids, ascending (what [`Pack::run`] takes).
     ///
     /// ```
-    /// # fn main() -> anyhow::Result<()> {
+    /// # fn main() -> dataset_packer::Result<()> {
     /// # let fixture = dataset_packer::pack::doc_support::fixture_pack()?;
     /// let pack = dataset_packer::Pack::open(fixture.path())?;
     /// assert_eq!(pack.run_ids(), (0..10).collect::<Vec<u32>>());
@@ -320,7 +320,7 @@ impl Pack {
     /// The valuation type names: index = the `valuation_type` id a [`Step`] carries.
     ///
     /// ```
-    /// # fn main() -> anyhow::Result<()> {
+    /// # fn main() -> dataset_packer::Result<()> {
     /// # let fixture = dataset_packer::pack::doc_support::fixture_pack()?;
     /// let pack = dataset_packer::Pack::open(fixture.path())?;
     /// let step = pack.row(0)?;
@@ -336,7 +336,7 @@ impl Pack {
     /// order, so a run's rows are scattered and [`Pack::run`] cannot find them.
     ///
     /// ```
-    /// # fn main() -> anyhow::Result<()> {
+    /// # fn main() -> dataset_packer::Result<()> {
     /// # let fixture = dataset_packer::pack::doc_support::fixture_pack()?;
     /// assert!(!dataset_packer::Pack::open(fixture.path())?.is_shuffled());
     /// # Ok(()) }
@@ -348,7 +348,7 @@ impl Pack {
     /// The row at global index `index` (rows numbered across shards, in file order).
     ///
     /// ```
-    /// # fn main() -> anyhow::Result<()> {
+    /// # fn main() -> dataset_packer::Result<()> {
     /// # let fixture = dataset_packer::pack::doc_support::fixture_pack()?;
     /// let pack = dataset_packer::Pack::open(fixture.path())?;
     /// let first = pack.row(0)?;
@@ -373,7 +373,7 @@ impl Pack {
     /// Every row of the pack, in file order.
     ///
     /// ```
-    /// # fn main() -> anyhow::Result<()> {
+    /// # fn main() -> dataset_packer::Result<()> {
     /// # let fixture = dataset_packer::pack::doc_support::fixture_pack()?;
     /// let pack = dataset_packer::Pack::open(fixture.path())?;
     /// let moves_up = pack.steps().filter(|s| s.move_dir() == 0).count();
@@ -388,7 +388,7 @@ impl Pack {
     /// what a reader that splits the pack between workers takes.
     ///
     /// ```
-    /// # fn main() -> anyhow::Result<()> {
+    /// # fn main() -> dataset_packer::Result<()> {
     /// # let fixture = dataset_packer::pack::doc_support::fixture_pack()?;
     /// let pack = dataset_packer::Pack::open(fixture.path())?;
     /// let some: Vec<u32> = pack.steps_in(10..13).map(|s| s.step_index()).collect();
@@ -406,7 +406,7 @@ impl Pack {
     /// has no run order: it is an error there.
     ///
     /// ```
-    /// # fn main() -> anyhow::Result<()> {
+    /// # fn main() -> dataset_packer::Result<()> {
     /// # let fixture = dataset_packer::pack::doc_support::fixture_pack()?;
     /// let pack = dataset_packer::Pack::open(fixture.path())?;
     /// let run = pack.run(7)?;
@@ -449,7 +449,7 @@ impl Pack {
     /// Every run, in id order (each as [`Pack::run`] gives it).
     ///
     /// ```
-    /// # fn main() -> anyhow::Result<()> {
+    /// # fn main() -> dataset_packer::Result<()> {
     /// # let fixture = dataset_packer::pack::doc_support::fixture_pack()?;
     /// let pack = dataset_packer::Pack::open(fixture.path())?;
     /// let mut rows = 0;
@@ -470,7 +470,7 @@ impl Pack {
     /// `run_details`, or a query that returns run ids.
     ///
     /// ```
-    /// # fn main() -> anyhow::Result<()> {
+    /// # fn main() -> dataset_packer::Result<()> {
     /// # let fixture = dataset_packer::pack::doc_support::fixture_pack()?;
     /// let pack = dataset_packer::Pack::open(fixture.path())?;
     /// let deep = pack.select("depth = 7")?;
@@ -488,11 +488,12 @@ impl Pack {
     /// gives them.
     ///
     /// ```
-    /// # fn main() -> anyhow::Result<()> {
+    /// # fn main() -> dataset_packer::Result<()> {
     /// # let fixture = dataset_packer::pack::doc_support::fixture_pack()?;
     /// use dataset_packer::{Pack, Param};
     /// let pack = Pack::open(fixture.path())?;
-    /// let min = Param::parse("min=5000").map_err(anyhow::Error::msg)?;
+    /// let min = Param::parse("min=5000")
+    ///     .map_err(|e| dataset_packer::Error::new(dataset_packer::ErrorKind::InvalidInput, e))?;
     /// let ids = pack.select_with("max_score > :min", &[min])?;
     /// assert!(ids.iter().all(|&id| id < 10));
     /// # Ok(()) }
@@ -506,7 +507,7 @@ impl Pack {
     /// error that says which limit it passed.
     ///
     /// ```
-    /// # fn main() -> anyhow::Result<()> {
+    /// # fn main() -> dataset_packer::Result<()> {
     /// # let fixture = dataset_packer::pack::doc_support::fixture_pack()?;
     /// use std::time::Duration;
     /// use dataset_packer::{Pack, SqlLimits};
@@ -541,7 +542,7 @@ impl Pack {
     /// `embeddings-00000.npy` …), sorted.
     ///
     /// ```
-    /// # fn main() -> anyhow::Result<()> {
+    /// # fn main() -> dataset_packer::Result<()> {
     /// # let fixture = dataset_packer::pack::doc_support::fixture_pack_with_companion()?;
     /// let pack = dataset_packer::Pack::open(fixture.path())?;
     /// assert_eq!(pack.companion_names(), ["score"]);
@@ -559,7 +560,7 @@ impl Pack {
     /// An error says what is wrong with a family that does not line up.
     ///
     /// ```
-    /// # fn main() -> anyhow::Result<()> {
+    /// # fn main() -> dataset_packer::Result<()> {
     /// # let fixture = dataset_packer::pack::doc_support::fixture_pack_with_companion()?;
     /// let pack = dataset_packer::Pack::open(fixture.path())?;
     /// let score = pack.companion("score")?;

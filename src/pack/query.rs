@@ -390,7 +390,7 @@ impl Default for SqlLimits {
 }
 
 /// The run ids (ascending, each once) that `sql` selects, with `params` bound, within
-/// `limits`. `option` names where the text came from (`--where`), for messages.
+/// `limits`. `option` names where the text came from (`selection`, `select`), for messages.
 pub fn run_ids(
     conn: &Connection,
     sql: &str,
@@ -438,12 +438,17 @@ pub fn run_ids(
                 (stmt, "query", 0)
             }
         };
-    bind(&mut stmt, params).map_err(refuse)?;
+    bind(&mut stmt, params).map_err(|why| refuse(why).with_option("params"))?;
     let known = metadata::read_run_ids(conn)?;
     let watchdog = Watchdog::start(conn, limits);
     let read = read_ids(&mut stmt, &known, noun);
     match (watchdog.finish(), read) {
-        (Some(limit), Err(_)) => Err(refuse(limit.describe(limits, option))),
+        (Some(limit), Err(_)) => {
+            Err(
+                err!(Interrupted, "{option} {sql:?}: {}", limit.describe(limits))
+                    .with_option(limit.option()),
+            )
+        }
         (_, Err(e)) => Err(explain(noun, prefix_len)(e)),
         (_, Ok(read)) => read.map_err(refuse),
     }
@@ -461,27 +466,24 @@ enum Limit {
 }
 
 impl Limit {
-    fn describe(self, limits: &SqlLimits, option: &str) -> String {
-        let cli = option.starts_with("--");
+    fn describe(self, limits: &SqlLimits) -> String {
         match self {
             Limit::Time => format!(
-                "stopped after {} s, its time limit (a WITH RECURSIVE query that never ends?); give it longer with {}",
+                "stopped after {} s, its time limit (a WITH RECURSIVE query that never ends?); give it longer with a larger time limit (SqlLimits::time)",
                 limits.time.as_secs_f64(),
-                if cli {
-                    "--sql-timeout SECONDS"
-                } else {
-                    "SqlLimits::time"
-                }
             ),
             Limit::Memory => format!(
-                "stopped: it needed more than {:.1} MiB of memory, its limit (a WITH RECURSIVE query that grows without end?); give it more with {}",
+                "stopped: it needed more than {:.1} MiB of memory, its limit (a WITH RECURSIVE query that grows without end?); give it more with a larger memory limit (SqlLimits::memory)",
                 limits.memory as f64 / (1u64 << 20) as f64,
-                if cli {
-                    "--sql-memory SIZE"
-                } else {
-                    "SqlLimits::memory"
-                }
             ),
+        }
+    }
+
+    /// The option a front end sets the limit with.
+    fn option(self) -> &'static str {
+        match self {
+            Limit::Time => "sql_timeout",
+            Limit::Memory => "sql_memory",
         }
     }
 
@@ -554,9 +556,15 @@ pub struct RunFilter {
 }
 
 impl RunFilter {
-    /// The run ids the filter selects (ascending); errors name `--where`.
+    /// The run ids the filter selects (ascending); errors call it the selection, and say
+    /// which option (`selection`, `params`, `sql_timeout`, `sql_memory`) they are about.
     pub fn run_ids(&self, conn: &Connection) -> Result<Vec<i64>> {
-        run_ids(conn, &self.sql, &self.params, "--where", &self.limits)
+        run_ids(conn, &self.sql, &self.params, "selection", &self.limits).map_err(|e| {
+            match e.option() {
+                Some(_) => e,
+                None => e.with_option("selection"),
+            }
+        })
     }
 
     /// `--where SQL --param …` as given, for summaries and a pack's `session`.
@@ -631,7 +639,7 @@ fn bind(stmt: &mut Statement, params: &[Param]) -> Result<(), String> {
     let values: Vec<&Param> = params.iter().filter(|p| p.name.is_none()).collect();
     if values.len() != positional.len() {
         return Err(format!(
-            "the SQL has {} positional parameter{} (?) and {} positional --param value{} {} given; give one --param VALUE per ?, in order",
+            "the SQL has {} positional parameter{} (?) and {} positional parameter value{} {} given; give one value per ?, in order",
             positional.len(),
             plural(positional.len()),
             values.len(),
@@ -647,7 +655,7 @@ fn bind(stmt: &mut Statement, params: &[Param]) -> Result<(), String> {
         if !named.iter().any(|(_, n)| &n[1..] == key) {
             let have: Vec<&str> = named.iter().map(|(_, n)| n.as_str()).collect();
             return Err(format!(
-                "--param {param}: the SQL has no parameter :{key} ({})",
+                "parameter {param}: the SQL has no parameter :{key} ({})",
                 if have.is_empty() {
                     "it has no named parameters".to_string()
                 } else {
@@ -661,8 +669,8 @@ fn bind(stmt: &mut Statement, params: &[Param]) -> Result<(), String> {
         let mut given = params.iter().filter(|p| p.name.as_deref() == Some(key));
         match (given.next(), given.next()) {
             (Some(param), None) => bind_one(stmt, *index, &param.value)?,
-            (None, _) => return Err(format!("{name} has no value: give --param {key}=VALUE")),
-            (Some(_), Some(_)) => return Err(format!("--param {key}=… is given twice")),
+            (None, _) => return Err(format!("{name} has no value: give a value named {key}")),
+            (Some(_), Some(_)) => return Err(format!("parameter {key}=… is given twice")),
         }
     }
     Ok(())
@@ -1063,10 +1071,13 @@ mod tests {
         let e = err("max_score > ?", &[]);
         assert!(e.contains("1 positional parameter (?) and 0"), "{e}");
         let e = err("max_score > ?", &["1", "2"]);
-        assert!(e.contains("2 positional --param values were given"), "{e}");
+        assert!(
+            e.contains("2 positional parameter values were given"),
+            "{e}"
+        );
         let e = err("max_score > :min", &[]);
         assert!(
-            e.contains(":min has no value: give --param min=VALUE"),
+            e.contains(":min has no value: give a value named min"),
             "{e}"
         );
         let e = err("max_score > :min", &["max=3"]);
@@ -1173,7 +1184,7 @@ mod tests {
         .unwrap_err()
         .to_string();
         assert!(e.contains("stopped after 0.1 s, its time limit"), "{e}");
-        assert!(e.contains("--sql-timeout"), "{e}");
+        assert!(e.contains("SqlLimits::time"), "{e}");
     }
 
     #[test]
@@ -1197,7 +1208,7 @@ mod tests {
         assert!(e.contains("no parameter :a (it has $a::b)"), "{e}");
         let e = err("max_score > $a::b", &[]);
         assert!(
-            e.contains("$a::b has no value: give --param a::b=VALUE"),
+            e.contains("$a::b has no value: give a value named a::b"),
             "{e}"
         );
         let p = |t: &str| Param::parse(t).unwrap();

@@ -10,7 +10,7 @@ use super::{Pack, Steps};
 /// One run's rows, contiguous and in step order (an unshuffled pack keeps them so).
 ///
 /// ```
-/// # fn main() -> anyhow::Result<()> {
+/// # fn main() -> dataset_packer::Result<()> {
 /// # let fixture = dataset_packer::pack::doc_support::fixture_pack()?;
 /// let pack = dataset_packer::Pack::open(fixture.path())?;
 /// let run = pack.run(0)?;
@@ -69,7 +69,7 @@ impl<'a> Run<'a> {
     /// The run's id.
     ///
     /// ```
-    /// # fn main() -> anyhow::Result<()> {
+    /// # fn main() -> dataset_packer::Result<()> {
     /// # let fixture = dataset_packer::pack::doc_support::fixture_pack()?;
     /// let pack = dataset_packer::Pack::open(fixture.path())?;
     /// assert_eq!(pack.run(6)?.id(), 6);
@@ -82,7 +82,7 @@ impl<'a> Run<'a> {
     /// Steps (rows) in the run.
     ///
     /// ```
-    /// # fn main() -> anyhow::Result<()> {
+    /// # fn main() -> dataset_packer::Result<()> {
     /// # let fixture = dataset_packer::pack::doc_support::fixture_pack()?;
     /// let pack = dataset_packer::Pack::open(fixture.path())?;
     /// let run = pack.run(3)?;
@@ -96,7 +96,7 @@ impl<'a> Run<'a> {
     /// Whether the run has no rows.
     ///
     /// ```
-    /// # fn main() -> anyhow::Result<()> {
+    /// # fn main() -> dataset_packer::Result<()> {
     /// # let fixture = dataset_packer::pack::doc_support::fixture_pack()?;
     /// let pack = dataset_packer::Pack::open(fixture.path())?;
     /// assert!(!pack.run(3)?.is_empty());
@@ -109,7 +109,7 @@ impl<'a> Run<'a> {
     /// The global row index of the run's first row (what [`Pack::row`] takes).
     ///
     /// ```
-    /// # fn main() -> anyhow::Result<()> {
+    /// # fn main() -> dataset_packer::Result<()> {
     /// # let fixture = dataset_packer::pack::doc_support::fixture_pack()?;
     /// let pack = dataset_packer::Pack::open(fixture.path())?;
     /// let run = pack.run(8)?;
@@ -123,7 +123,7 @@ impl<'a> Run<'a> {
     /// The run's rows in step order.
     ///
     /// ```
-    /// # fn main() -> anyhow::Result<()> {
+    /// # fn main() -> dataset_packer::Result<()> {
     /// # let fixture = dataset_packer::pack::doc_support::fixture_pack()?;
     /// let pack = dataset_packer::Pack::open(fixture.path())?;
     /// const NAMES: [&str; 4] = ["up", "down", "left", "right"];
@@ -150,10 +150,10 @@ impl std::fmt::Debug for Run<'_> {
 /// checks it.
 ///
 /// ```
-/// # fn main() -> anyhow::Result<()> {
+/// # fn main() -> dataset_packer::Result<()> {
 /// # let fixture = dataset_packer::pack::doc_support::fixture_pack()?;
 /// let pack = dataset_packer::Pack::open(fixture.path())?;
-/// let longest = pack.runs()?.map(|r| r.map(|r| r.len())).collect::<anyhow::Result<Vec<_>>>()?;
+/// let longest = pack.runs()?.map(|r| r.map(|r| r.len())).collect::<dataset_packer::Result<Vec<_>>>()?;
 /// assert_eq!(longest.len(), pack.num_runs());
 /// # Ok(()) }
 /// ```

@@ -10,7 +10,7 @@ use super::Pack;
 /// decoding one column of the spec's `STEP_ROW_DTYPE`. Copying a `Step` copies a reference.
 ///
 /// ```
-/// # fn main() -> anyhow::Result<()> {
+/// # fn main() -> dataset_packer::Result<()> {
 /// # let fixture = dataset_packer::pack::doc_support::fixture_pack()?;
 /// let pack = dataset_packer::Pack::open(fixture.path())?;
 /// let step = pack.row(5)?;
@@ -51,7 +51,7 @@ impl<'a> Step<'a> {
     /// The run (game) this step belongs to: an id of the pack's `runs` table.
     ///
     /// ```
-    /// # fn main() -> anyhow::Result<()> {
+    /// # fn main() -> dataset_packer::Result<()> {
     /// # let fixture = dataset_packer::pack::doc_support::fixture_pack()?;
     /// let pack = dataset_packer::Pack::open(fixture.path())?;
     /// assert!(pack.run(4)?.steps().all(|s| s.run_id() == 4));
@@ -66,7 +66,7 @@ impl<'a> Step<'a> {
     /// run, with gaps where the logger skipped steps).
     ///
     /// ```
-    /// # fn main() -> anyhow::Result<()> {
+    /// # fn main() -> dataset_packer::Result<()> {
     /// # let fixture = dataset_packer::pack::doc_support::fixture_pack()?;
     /// let pack = dataset_packer::Pack::open(fixture.path())?;
     /// let steps: Vec<u32> = pack.run(2)?.steps().map(|s| s.step_index()).collect();
@@ -81,7 +81,7 @@ impl<'a> Step<'a> {
     /// The game's random seed (the same for every step of a run).
     ///
     /// ```
-    /// # fn main() -> anyhow::Result<()> {
+    /// # fn main() -> dataset_packer::Result<()> {
     /// # let fixture = dataset_packer::pack::doc_support::fixture_pack()?;
     /// let pack = dataset_packer::Pack::open(fixture.path())?;
     /// let run = pack.run(1)?;
@@ -97,7 +97,7 @@ impl<'a> Step<'a> {
     /// The largest tile exponent on the board (11 for a 2048 tile, 16 for 65536).
     ///
     /// ```
-    /// # fn main() -> anyhow::Result<()> {
+    /// # fn main() -> dataset_packer::Result<()> {
     /// # let fixture = dataset_packer::pack::doc_support::fixture_pack()?;
     /// let pack = dataset_packer::Pack::open(fixture.path())?;
     /// let step = pack.row(100)?;
@@ -112,7 +112,7 @@ impl<'a> Step<'a> {
     /// The move played: 0 up, 1 down, 2 left, 3 right.
     ///
     /// ```
-    /// # fn main() -> anyhow::Result<()> {
+    /// # fn main() -> dataset_packer::Result<()> {
     /// # let fixture = dataset_packer::pack::doc_support::fixture_pack()?;
     /// let pack = dataset_packer::Pack::open(fixture.path())?;
     /// assert!(pack.steps().all(|s| s.move_dir() <= 3));
@@ -127,7 +127,7 @@ impl<'a> Step<'a> {
     /// (0 empty, 1 for a 2, … 16 for 65536).
     ///
     /// ```
-    /// # fn main() -> anyhow::Result<()> {
+    /// # fn main() -> dataset_packer::Result<()> {
     /// # let fixture = dataset_packer::pack::doc_support::fixture_pack()?;
     /// let pack = dataset_packer::Pack::open(fixture.path())?;
     /// let step = pack.row(0)?;
@@ -155,7 +155,7 @@ impl<'a> Step<'a> {
     /// them, stored as is (0.0 for a move it did not evaluate).
     ///
     /// ```
-    /// # fn main() -> anyhow::Result<()> {
+    /// # fn main() -> dataset_packer::Result<()> {
     /// # let fixture = dataset_packer::pack::doc_support::fixture_pack()?;
     /// let pack = dataset_packer::Pack::open(fixture.path())?;
     /// let step = pack.row(0)?;
@@ -171,7 +171,7 @@ impl<'a> Step<'a> {
     /// Which moves are legal (change the board), up, down, left, right: the `ev_legal` bits.
     ///
     /// ```
-    /// # fn main() -> anyhow::Result<()> {
+    /// # fn main() -> dataset_packer::Result<()> {
     /// # let fixture = dataset_packer::pack::doc_support::fixture_pack()?;
     /// let pack = dataset_packer::Pack::open(fixture.path())?;
     /// let step = pack.row(0)?;
@@ -187,7 +187,7 @@ impl<'a> Step<'a> {
     /// Which evaluator produced the EVs: an index into [`Pack::valuation_names`].
     ///
     /// ```
-    /// # fn main() -> anyhow::Result<()> {
+    /// # fn main() -> dataset_packer::Result<()> {
     /// # let fixture = dataset_packer::pack::doc_support::fixture_pack()?;
     /// let pack = dataset_packer::Pack::open(fixture.path())?;
     /// let names = pack.valuation_names();
@@ -202,7 +202,7 @@ impl<'a> Step<'a> {
     /// The board's static evaluation (Macroxue's line heuristic), computed at pack time.
     ///
     /// ```
-    /// # fn main() -> anyhow::Result<()> {
+    /// # fn main() -> dataset_packer::Result<()> {
     /// # let fixture = dataset_packer::pack::doc_support::fixture_pack()?;
     /// let pack = dataset_packer::Pack::open(fixture.path())?;
     /// let evals: Vec<i32> = pack.run(0)?.steps().map(|s| s.board_eval()).collect();
@@ -235,7 +235,7 @@ impl std::fmt::Debug for Step<'_> {
 /// The rows of a range of a pack, in file order (across shard boundaries).
 ///
 /// ```
-/// # fn main() -> anyhow::Result<()> {
+/// # fn main() -> dataset_packer::Result<()> {
 /// # let fixture = dataset_packer::pack::doc_support::fixture_pack()?;
 /// let pack = dataset_packer::Pack::open(fixture.path())?;
 /// let steps = pack.steps();

@@ -34,7 +34,7 @@ use crate::pack::shards::{self, Shard};
 /// assert_eq!("latest".parse::<VersionSpec>()?, VersionSpec::Latest);
 /// assert_eq!("paper-v1".parse::<VersionSpec>()?, VersionSpec::Tag("paper-v1".into()));
 /// assert!("0".parse::<VersionSpec>().is_err());
-/// # Ok::<(), anyhow::Error>(())
+/// # Ok::<(), dataset_packer::Error>(())
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub enum VersionSpec {
@@ -703,7 +703,7 @@ fn cut_rows(shards: Vec<Shard>, rows: u64) -> Vec<Shard> {
 /// gets no new version: a tag is a name, not a change of data.
 ///
 /// ```
-/// # fn main() -> anyhow::Result<()> {
+/// # fn main() -> dataset_packer::Result<()> {
 /// # let fixture = dataset_packer::pack::doc_support::fixture_pack()?;
 /// use dataset_packer::{Pack, VersionSpec};
 /// let named = dataset_packer::tag(fixture.path(), "baseline", &VersionSpec::Latest)?;

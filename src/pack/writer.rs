@@ -278,7 +278,7 @@ pub struct NewRun {
 /// What [`PackWriter::publish`] wrote.
 ///
 /// ```
-/// # fn main() -> anyhow::Result<()> {
+/// # fn main() -> dataset_packer::Result<()> {
 /// # let dir = dataset_packer::pack::doc_support::temp_dir();
 /// let mut writer = dataset_packer::PackWriter::create(&dir)?;
 /// let published = writer.publish()?;
@@ -307,7 +307,7 @@ pub struct Published {
 /// [`PackWriter::publish`]; dropping the writer (or an error) leaves no trace at the target.
 ///
 /// ```
-/// # fn main() -> anyhow::Result<()> {
+/// # fn main() -> dataset_packer::Result<()> {
 /// # let dir = dataset_packer::pack::doc_support::temp_dir();
 /// use dataset_packer::{NewRun, NewStep, Pack, PackWriter};
 ///
@@ -350,7 +350,7 @@ impl PackWriter {
     /// Starts a new pack at `path` with default [`WriterOptions`] (one shard, no overwrite).
     ///
     /// ```
-    /// # fn main() -> anyhow::Result<()> {
+    /// # fn main() -> dataset_packer::Result<()> {
     /// # let dir = dataset_packer::pack::doc_support::temp_dir();
     /// let writer = dataset_packer::PackWriter::create(&dir)?;
     /// drop(writer); // nothing published: the target stays as it was
@@ -365,7 +365,7 @@ impl PackWriter {
     /// Starts a new pack at `path` written as `options` say.
     ///
     /// ```
-    /// # fn main() -> anyhow::Result<()> {
+    /// # fn main() -> dataset_packer::Result<()> {
     /// # let dir = dataset_packer::pack::doc_support::temp_dir();
     /// use dataset_packer::{PackWriter, WriterOptions};
     ///
@@ -391,7 +391,7 @@ impl PackWriter {
     /// and 2 are always `search`, `tuple11` and `tuple10`; at most 256 names.
     ///
     /// ```
-    /// # fn main() -> anyhow::Result<()> {
+    /// # fn main() -> dataset_packer::Result<()> {
     /// # let dir = dataset_packer::pack::doc_support::temp_dir();
     /// let mut writer = dataset_packer::PackWriter::create(&dir)?;
     /// assert_eq!(writer.valuation_type("tuple10")?, 2);
@@ -410,7 +410,7 @@ impl PackWriter {
     /// allowed (and counted as an `empty_run` finding, as `pack` counts it).
     ///
     /// ```
-    /// # fn main() -> anyhow::Result<()> {
+    /// # fn main() -> dataset_packer::Result<()> {
     /// # let dir = dataset_packer::pack::doc_support::temp_dir();
     /// use dataset_packer::{NewRun, NewStep, PackWriter};
     ///
@@ -553,7 +553,7 @@ impl PackWriter {
     /// target is as it was.
     ///
     /// ```
-    /// # fn main() -> anyhow::Result<()> {
+    /// # fn main() -> dataset_packer::Result<()> {
     /// # let dir = dataset_packer::pack::doc_support::temp_dir();
     /// use dataset_packer::{NewRun, Pack, PackWriter};
     ///
