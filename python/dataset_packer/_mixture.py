@@ -172,8 +172,8 @@ class Mixture:
                     start_batch: int = 0) -> int:
         """How many batches each rank gets per epoch, from the resume point on."""
         _refuse(select, window)
-        plan = plan_epoch(self.length, batch_size, False, 0, 0, 0, world_size, 0, 1, drop_last,
-                      start_sample, start_batch)[0]
+        plan = plan_epoch(self.length, batch_size, False, 0, 0, 0, world_size, 0, 1,
+                          drop_last, start_sample, start_batch)[0]
         return plan.batches_per_rank
 
     def batches(self, batch_size: int, *, shuffle: bool = True, seed: int = 0, epoch: int = 0,

@@ -1,4 +1,4 @@
-"""`Pack`: a read-only view of one pack folder, and `Selection`: some of its runs.
+"""`Pack`: a read-only view of one pack folder (`Selection`, some of its runs, is in `_data`).
 
 Opening a pack checks every shard header and memory-maps the shards once; `metadata.db` is
 opened read-only (`file:…?mode=ro`). Nothing else is loaded until used: the run table (ids,
