@@ -89,24 +89,37 @@ class WholeBatch(dict):
         #: The batch size the dataset was given, and its type's name (for the message).
         self.batch_size, self.dataset = batch_size, dataset
 
+    def __copy__(self) -> "WholeBatch":
+        # What torch's collation clones (copy.copy would go through __reduce_ex__, slower).
+        return WholeBatch(self, self.batch_size, self.dataset)
+
     def update(self, other=(), **more) -> None:
         new = dict(other, **more)
-        if any(_stacked(dict.get(self, key), value) for key, value in new.items()):
-            raise ValueError(
-                f"{self.dataset} yields whole batches (of {self.batch_size}), but this "
-                "DataLoader has a batch_size (its default is 1) and would stack several of "
-                "them into one: give it batch_size=None, or use PackLoader, which does")
+        # Collation stacks every key alike: the first key with a shape tells.
+        for key, value in new.items():
+            stacked = _stacked(dict.get(self, key), value)
+            if stacked is not None:
+                if stacked:
+                    raise ValueError(
+                        f"{self.dataset} yields whole batches (of {self.batch_size}), but "
+                        "this DataLoader has a batch_size (its default is 1) and would "
+                        "stack several of them into one: give it batch_size=None, or use "
+                        "PackLoader, which does")
+                break
         super().update(new)
 
 
-def _stacked(own, collated) -> bool:
+def _stacked(own, collated) -> Optional[bool]:
     """Whether `collated` is `own` stacked with others: one more leading dimension, the
-    rest of its shape the same (a structured companion's fields, key by key)."""
+    rest of its shape the same (a structured companion: its first field's). None when
+    either has no shape to tell."""
     if isinstance(own, dict) and isinstance(collated, dict):
-        return any(_stacked(own.get(key), value) for key, value in collated.items())
+        key = next(iter(own), None)
+        return None if key is None else _stacked(own[key], collated.get(key))
     shape, new = getattr(own, "shape", None), getattr(collated, "shape", None)
-    return (shape is not None and new is not None and len(new) == len(shape) + 1
-            and tuple(new[1:]) == tuple(shape))
+    if shape is None or new is None:
+        return None
+    return len(new) == len(shape) + 1 and tuple(new[1:]) == tuple(shape)
 
 
 def to_tensors(batch: dict) -> dict:
