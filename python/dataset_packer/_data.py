@@ -8,8 +8,8 @@ or windows of a selection. `Selection` (some runs of a pack) lives here too, wit
 (what a `select=` argument means) and `rebase` (the same selection on another version).
 
 `Pack` delegates to a `PackData`; `_companions`, `_mixture`, `_versions`, `_loader` and the
-command line reach it through `of(pack)`, never through `Pack`'s private members
-(python/tests/test_internal_interface.py checks that no module does).
+command line reach it through `of(pack)` and the functions here, never through `Pack`'s
+private members (python/tests/test_internal_interface.py checks that no module does).
 
 Rows are read by global index: the shard is found with `np.searchsorted` over the shard
 offsets (or a division, when the shards are of one size), indices are grouped by shard (one
