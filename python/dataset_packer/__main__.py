@@ -9,6 +9,7 @@ import argparse
 import json
 import sys
 
+from ._data import of
 from ._errors import PackError
 from ._pack import Pack
 from ._select import has_table
@@ -29,7 +30,7 @@ def summary(pack: Pack) -> dict:
         db, "skipped_runs") else []
     return {
         "pack": str(pack.path), "pack_id": pack.pack_id, "version": pack.version,
-        "versions": pack._history.latest, "rows": len(pack), "runs": pack.num_runs,
+        "versions": of(pack).history.latest, "rows": len(pack), "runs": pack.num_runs,
         "skipped_runs": skipped,
         "shards": len(pack.shards), "shuffled": pack.shuffled, "legacy": pack.legacy,
         "valuation_names": list(pack.valuation_names),

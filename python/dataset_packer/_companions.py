@@ -20,6 +20,8 @@ from pathlib import Path
 
 import numpy as np
 
+from . import _data
+from ._codec import _COLUMNS
 from ._errors import CompanionError
 from ._format import HeaderError, read_npy_header
 from ._select import has_table
@@ -27,6 +29,8 @@ from ._select import has_table
 FAMILY_NAME = re.compile(r"[a-z][a-z0-9_]*")
 _SHARDED_FILE = re.compile(r"([a-z][a-z0-9_]*)-(\d{5})\.npy")
 _SINGLE_FILE = re.compile(r"([a-z][a-z0-9_]*)\.npy")
+#: The keys a batch already has: a companion added to it needs another key.
+BATCH_KEYS = frozenset(_COLUMNS) | {"row", "symmetry"}
 
 
 def parse_file_name(file: str) -> tuple[str, int | None] | None:
@@ -96,7 +100,7 @@ class Companion:
 
     def __init__(self, pack, name: str, files: list[Path], arrays: list[np.ndarray],
                  dtype: np.dtype, shape: tuple, recorded: bool):
-        self._pack = pack
+        self._data = _data.of(pack)
         self.name = name
         self.files = files
         self.arrays = arrays
@@ -105,7 +109,7 @@ class Companion:
         self.recorded = recorded
 
     def __len__(self) -> int:
-        return len(self._pack)
+        return len(self._data)
 
     def __repr__(self) -> str:
         return (f"Companion({self.name!r}: {describe(self.dtype, self.shape)}, "
@@ -115,18 +119,11 @@ class Companion:
         return np.take(self.arrays[shard], local, axis=0, out=out, mode="clip")
 
     def _gather_groups(self, groups) -> np.ndarray:
-        return self._pack._gather_with(groups, self._take, self.shape, self.dtype)
+        """The rows `PackData.groups` grouped by shard (those of a batch's steps rows)."""
+        return self._data.gather_with(groups, self._take, self.shape, self.dtype)
 
     def _read_span(self, start: int, stop: int) -> np.ndarray:
-        pack = self._pack
-        pieces = []
-        s = int(np.searchsorted(pack._boundaries, start, side="right"))
-        while start < stop:
-            end = min(stop, int(pack._offsets[s + 1]))
-            base = int(pack._offsets[s])
-            pieces.append(self.arrays[s][start - base:end - base])
-            start = end
-            s += 1
+        pieces = [self.arrays[s][a:z] for s, a, z in self._data.pieces(start, stop)]
         if not pieces:
             return np.empty((0,) + self.shape, dtype=self.dtype)
         return np.concatenate(pieces) if len(pieces) > 1 else np.array(pieces[0], copy=True)
@@ -139,23 +136,23 @@ class Companion:
     def rows(self, key) -> np.ndarray:
         """Companion rows by global row index, aligned with `Pack.rows(key)`: an int gives
         one row (shape `shape`), a slice or an integer array gives `key`'s shape + `shape`."""
-        pack = self._pack
+        data = self._data
         if isinstance(key, (int, np.integer)) and not isinstance(key, bool):
             return self.rows(np.array([key]))[0]
         if isinstance(key, slice):
-            start, stop, step = key.indices(len(pack))
+            start, stop, step = key.indices(len(data))
             if step == 1:
                 return self._read_span(start, max(start, stop))
             key = np.arange(start, stop, step)
-        idx = pack._indices(key)
-        flat = self._gather_groups(pack._groups(idx.reshape(-1)))
+        idx = data.indices(key)
+        flat = self._gather_groups(data.groups(idx.reshape(-1)))
         return flat.reshape(idx.shape + self.shape)
 
     __getitem__ = rows
 
     def run(self, run_id: int) -> np.ndarray:
         """One run's companion rows, in step order (aligned with `Pack.run(run_id)`)."""
-        first, steps = self._pack._run_span(run_id)
+        first, steps = self._data.run_span(run_id)
         return self._read_span(first, first + steps)
 
 
@@ -192,14 +189,41 @@ def open_family(pack, name: str) -> Companion:
         if want not in present:
             raise CompanionError(f"{folder / want}: missing; companion {name} has no file for "
                                  f"{shard.name} ({len(present)} of {len(shards)} files)")
-    headers = _check_files(name, [(folder / file, shard.name, int(pack._offsets[k + 1] -
-                                   pack._offsets[k])) for k, (shard, file) in
-                                  enumerate(zip(shards, expected))], prefix=False)
+    data = _data.of(pack)
+    headers = _check_files(name, [(folder / file, shard.name, data.shard_rows(k))
+                                  for k, (shard, file) in enumerate(zip(shards, expected))],
+                           prefix=False)
     dtype, trailing = headers[0][4], headers[0][5]
     if records:
         _check_records(folder, name, records, expected, headers, dtype, trailing)
     return _mapped(pack, name, [(path, rows, offset) for path, rows, offset, *_ in headers],
                    dtype, trailing, bool(records))
+
+
+def requested(pack, companions) -> list[tuple[str, Companion]]:
+    """(batch key, family) for a batch method's `companions=`: names (or one name), or a
+    dict batch key → name; each family opened by `pack.companion`."""
+    if companions is None:
+        return []
+    if isinstance(companions, str):
+        companions = [companions]
+    pairs = (list(companions.items()) if isinstance(companions, dict) else
+             [(name, name) for name in dict.fromkeys(companions)])
+    out = []
+    for key, name in pairs:
+        if key in BATCH_KEYS:
+            raise ValueError(f"companion {name!r} would replace the batch's own {key!r}; "
+                             f"give it another key: companions={{'{key}_': '{name}'}}")
+        out.append((key, pack.companion(name)))
+    return out
+
+
+def add_rows(batch: dict, families, groups=None, spans=None) -> None:
+    """Each family's rows of the batch's rows under its key: read as `groups` (from
+    `PackData.groups`) grouped the steps rows, or as the row `spans` they were read in."""
+    for key, family in families:
+        batch[key] = (family._read_spans(spans) if spans is not None else
+                      family._gather_groups(groups))
 
 
 def open_prefix_family(pack, name: str, files: list[tuple[Path, str, int]]) -> Companion:

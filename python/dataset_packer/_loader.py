@@ -26,10 +26,11 @@ from typing import Iterator, Optional
 
 import numpy as np
 
+from ._data import rebase, resolve
 from ._order import Part
 from ._mixture import Mixture
 from ._pack import Pack
-from ._versions import rebase
+from ._versions import saved_versions
 
 
 @dataclass(frozen=True)
@@ -81,7 +82,7 @@ class EpochStream:
         if options.get("select") is not None:
             # Resolved once: SQL is run here, not again every epoch and in every worker (and a
             # shuffled pack's rows are found by run_id once, then travel with the selection).
-            options["select"] = self.pack._selection(options["select"])
+            options["select"] = _resolved(self.pack, options["select"])
         self.options = options
         self._own_versions = _versions_of(self.pack)
         # epoch, start_sample, start_batch, whether the epoch reads saved versions, and
@@ -126,7 +127,7 @@ class EpochStream:
             return self.pack, self.options
         found = self._readers.get(versions)
         if found is None:
-            reader = self.pack._at_versions(versions)
+            reader = _at_versions(self.pack, versions)
             options = dict(self.options)
             if options.get("select") is not None:
                 options["select"] = rebase(options["select"], reader)
@@ -166,7 +167,7 @@ class EpochStream:
         """`state` moved on by `batches` batches per rank of `world_size` ranks (capped at
         the end of the epoch)."""
         step = self.batch_size * world_size
-        items = self._items(self.pack._saved_versions(state))
+        items = self._items(_saved_versions(self.pack, state))
         return dict(state, start_sample=min(state["start_sample"] + int(batches) * step, items))
 
     def load_state_dict(self, state: dict) -> None:
@@ -191,7 +192,7 @@ class EpochStream:
         if state.get("seed", seed) != seed:
             raise ValueError(f"the state was saved with seed={state['seed']}, this stream has "
                              f"seed={seed}: resuming would not continue the same epoch order")
-        versions = self.pack._saved_versions(state)
+        versions = _saved_versions(self.pack, state)
         self._reader(versions)  # opens the versions now: a problem shows here
         return versions
 
@@ -256,9 +257,33 @@ class EpochStream:
 _SHARED = 4
 
 
+# A reader is a Pack or a Mixture: what the stream asks of either.
+
 def _versions_of(reader) -> tuple:
     """The versions a reader reads: its pack's, or each source's of a Mixture."""
     return reader._versions() if isinstance(reader, Mixture) else (reader.version,)
+
+
+def _saved_versions(reader, state: dict) -> tuple:
+    """The versions to go on reading an epoch saved in `state` (checked against it)."""
+    if isinstance(reader, Mixture):
+        return reader._saved_versions(state)
+    return saved_versions(reader, state)
+
+
+def _at_versions(reader, versions: tuple):
+    """The reader over those versions of its pack (or of the mixture's sources)."""
+    if isinstance(reader, Mixture):
+        return reader._at_versions(versions)
+    return reader.at_version(versions[0])
+
+
+def _resolved(reader, select):
+    """A `select=` option resolved once (a Mixture refuses one: it selects through its
+    sources)."""
+    if isinstance(reader, Mixture):
+        return reader._selection(select)
+    return resolve(reader, select)
 
 
 #: The key of a worker's own state: how many of its batches it has yielded.

@@ -34,12 +34,15 @@ from typing import Iterator
 
 import numpy as np
 
+from . import _data
 from ._codec import apply_symmetries, decode_rows
+from ._companions import add_rows, requested
+from ._data import Selection, rebase
 from ._format import ROW_BYTES, STEP_ROW_DTYPE
-from ._order import Permutation, symmetries_for
+from ._order import Permutation, plan_epoch, symmetries_for
 from ._errors import VersionError
-from ._versions import IDENTITY_KEYS, rebase
-from ._pack import NAN, Pack, Selection, _epoch
+from ._versions import IDENTITY_KEYS, saved_versions
+from ._pack import NAN, Pack
 
 _VALUATION = STEP_ROW_DTYPE.fields["valuation_type"][1]
 
@@ -58,7 +61,7 @@ class Mixture:
         self._weights_given, self._length_given = weights, length
         if not self.sources:
             raise ValueError("a Mixture needs at least one source")
-        self._ranges = [pack._row_ranges(sel, "Mixture") for pack, sel in self.sources]
+        self._ranges = [_data.of(pack).row_ranges(sel, "Mixture") for pack, sel in self.sources]
         sizes = np.array([r.total for r in self._ranges], dtype=np.int64)
         if weights is None:
             weights = sizes
@@ -81,6 +84,7 @@ class Mixture:
         for pack, _ in self.sources:
             if not any(pack is seen for seen in self._packs):
                 self._packs.append(pack)
+        self._data = [_data.of(pack) for pack in self._packs]
         self._pack_of = np.array([next(k for k, seen in enumerate(self._packs) if seen is pack)
                                   for pack, _ in self.sources], dtype=np.int64)
         names: list[str] = []
@@ -118,18 +122,18 @@ class Mixture:
 
     def _saved_versions(self, saved) -> tuple:
         """Per source, the version to go on reading an epoch saved at `saved` (a state or
-        an identity), each source checked as `Pack._saved_versions` checks it."""
+        an identity), each source checked as a pack's `saved_at` is (`saved_versions`)."""
         if "sources" not in saved:
             if any(key in saved for key in IDENTITY_KEYS):
                 raise VersionError("this resume state was saved on one pack, and this reader "
                                    f"is a mixture of {len(self.sources)} sources")
-            self.sources[0][0]._saved_versions(saved)  # warns: nothing to check
+            saved_versions(self.sources[0][0], saved)  # warns: nothing to check
             return self._versions()
         found = saved["sources"]
         if len(found) != len(self.sources):
             raise VersionError(f"this resume state was saved on a mixture of {len(found)} "
                                f"sources; this one has {len(self.sources)}")
-        return tuple(pack._saved_versions(identity)[0]
+        return tuple(saved_versions(pack, identity)[0]
                      for (pack, _), identity in zip(self.sources, found))
 
     def _versions(self) -> tuple:
@@ -168,8 +172,8 @@ class Mixture:
                     start_batch: int = 0) -> int:
         """How many batches each rank gets per epoch, from the resume point on."""
         _refuse(select, window)
-        plan = _epoch(self.length, batch_size, False, 0, 0, 0, world_size, 0, 1, drop_last,
-                      start_sample, start_batch)[0]
+        plan = plan_epoch(self.length, batch_size, False, 0, 0, 0, world_size, 0, 1,
+                          drop_last, start_sample, start_batch)[0]
         return plan.batches_per_rank
 
     def batches(self, batch_size: int, *, shuffle: bool = True, seed: int = 0, epoch: int = 0,
@@ -187,8 +191,8 @@ class Mixture:
                 world_size=world_size, worker=worker, num_workers=num_workers,
                 drop_last=drop_last, start_sample=start_sample, start_batch=start_batch,
                 augment=augment, illegal_ev=illegal_ev, companions=companions)
-        families = [pack._companion_keys(companions) for pack in self._packs]
-        plan, rank, numbers, _ = _epoch(
+        families = [requested(pack, companions) for pack in self._packs]
+        plan, rank, numbers, _ = plan_epoch(
             self.length, batch_size, False, seed, epoch, rank, world_size, worker, num_workers,
             drop_last, start_sample, start_batch)
         return self._batches(plan, rank, numbers, shuffle, seed, epoch, augment, illegal_ev,
@@ -334,31 +338,34 @@ class Mixture:
         """The batch's raw rows, read pack by pack, and per pack present (pack index,
         positions in the batch, shard groups) for the companions."""
         if len(self._packs) == 1:
-            groups = self._packs[0]._groups(rows)
-            return self._packs[0]._gather(rows, groups), [(0, slice(None), groups)]
+            groups = self._data[0].groups(rows)
+            return self._data[0].gather(rows, groups), [(0, slice(None), groups)]
         pack_of = self._pack_of[source]
         found = [(p, np.flatnonzero(pack_of == p)) for p in range(len(self._packs))]
         found = [(p, at) for p, at in found if at.size]
         if len(found) == 1:
             p = found[0][0]
-            groups = self._packs[p]._groups(rows)
-            return self._packs[p]._gather(rows, groups), [(p, slice(None), groups)]
+            groups = self._data[p].groups(rows)
+            return self._data[p].gather(rows, groups), [(p, slice(None), groups)]
         raw = np.empty((rows.size, ROW_BYTES), dtype=np.uint8)
         parts = []
         for p, at in found:
             local = rows[at]
-            groups = self._packs[p]._groups(local)
-            raw[at] = self._packs[p]._gather(local, groups)
+            groups = self._data[p].groups(local)
+            raw[at] = self._data[p].gather(local, groups)
             parts.append((p, at, groups))
         return raw, parts
 
     def _add_companions(self, batch: dict, families: list, parts: list) -> None:
         """Each requested companion's rows of the batch's rows, pack by pack (`parts`: the
         batch's (pack index, positions, shard groups) per pack present)."""
-        keys = [key for key, _ in families[0]]
-        for key_index, key in enumerate(keys):
-            found = [(at, families[p][key_index][1]._gather_groups(groups))
-                     for p, at, groups in parts]
+        read = []
+        for p, at, groups in parts:
+            rows: dict = {}
+            add_rows(rows, families[p], groups)
+            read.append((at, rows))
+        for key, _ in families[0]:
+            found = [(at, rows[key]) for at, rows in read]
             first = found[0][1]
             if len(found) == 1:
                 batch[key] = first

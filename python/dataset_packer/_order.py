@@ -283,3 +283,17 @@ def start_position(start_sample: int, start_batch: int, batch_size: int, world_s
         # Past the last batch: nothing left of the epoch.
         return min(start_batch * int(batch_size) * int(world_size), items)
     return start_sample
+
+
+def plan_epoch(total: int, batch_size: int, shuffle: bool, seed: int, epoch: int, rank: int,
+               world_size: int, worker: int, num_workers: int, drop_last: bool,
+               start_sample: int, start_batch: int):
+    """One epoch over `total` items (rows or windows) for one (rank, worker): its batch plan
+    from the resume point on, the rank as checked, the numbers of the batches this part
+    yields, and the epoch's permutation (None without shuffle)."""
+    part = Part(rank, world_size, worker, num_workers)
+    start = start_position(start_sample, start_batch, batch_size, world_size, total)
+    plan = EpochPlan(total, batch_size, world_size, drop_last, start)
+    numbers = plan.batches_of(part)
+    perm = Permutation(total, seed, epoch) if shuffle else None
+    return plan, part.rank, numbers, perm

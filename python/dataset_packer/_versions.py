@@ -25,6 +25,7 @@ from dataclasses import replace
 
 import numpy as np
 
+from . import _data
 from ._companions import open_prefix_family
 from ._errors import PackError, VersionError
 from ._format import Shard, read_shard_header
@@ -62,6 +63,13 @@ def refuse(path, saved: Mapping, current: Mapping, why: str) -> VersionError:
         f"{describe(current)}: {why}; resuming would not continue the saved epoch's order")
 
 
+def saved_versions(pack, saved: Mapping) -> tuple:
+    """The version of `pack` to go on reading an epoch saved at `saved` (a state or an
+    identity), as a 1-tuple (a Mixture's has one per source); see `saved_version`."""
+    found = saved_identity(saved)
+    return (pack.version if found is None else saved_version(pack, found),)
+
+
 def saved_version(pack, saved: Mapping) -> int:
     """The version of `pack` on which an epoch saved at `saved` (an identity) goes on as it
     would have: the reader's own version when it has the saved rows, else the saved version
@@ -71,7 +79,8 @@ def saved_version(pack, saved: Mapping) -> int:
     if saved["pack_id"] is None:
         if int(saved["rows"]) == current["rows"]:
             return pack.version
-        if _began_before_versions(pack) and pack._history.version_rows(1) == int(saved["rows"]):
+        history = _data.of(pack).history
+        if _began_before_versions(pack) and history.version_rows(1) == int(saved["rows"]):
             # Saved before the pack recorded versions: its first change in place recorded the
             # state the epoch was saved on as version 1.
             return 1
@@ -81,7 +90,7 @@ def saved_version(pack, saved: Mapping) -> int:
                      "change kept of it)")
     if saved["pack_id"] != current["pack_id"]:
         raise refuse(pack.path, saved, current, "it is another pack")
-    history = pack._history
+    history = _data.of(pack).history
     version = int(saved["version"])
     if not history.holds(version):
         raise refuse(pack.path, saved, current,
@@ -100,29 +109,10 @@ def saved_version(pack, saved: Mapping) -> int:
 def _began_before_versions(pack) -> bool:
     """Whether the pack's version 1 is the state it was in before it recorded versions (the
     first change in place records it, with no command line)."""
-    if not pack._history.recorded:
+    if not _data.of(pack).history.recorded:
         return False
     first = pack.versions()[0]
     return first["version"] == 1 and not first["command"]
-
-
-def rebase(selection, view):
-    """A selection of a pack as the same selection of one of its versions. One made by
-    `select` is made again there (its SQL then sees the version's runs, as it did when the
-    version was the pack); any other (a split) keeps its runs that the version holds, which
-    is what it selected then, since a run's side never changes and in-place changes only add
-    runs, with higher ids."""
-    if selection is None or selection.pack is view:
-        return selection
-    query = getattr(selection, "_query", None)  # None: not made by select()
-    if query is not None:
-        where, runs, params = query
-        if runs is not None:
-            runs = runs[runs <= view._last_run_id()]
-        return view.select(where, runs=runs, params=params)
-    ids = selection.run_ids
-    kept = ids[np.isin(ids, view._runs()[0])]
-    return type(selection)(view, kept, selection.where, selection.params)
 
 
 # ---------------------------------------------------------------------- the history
@@ -341,7 +331,8 @@ def open_past_family(pack, name: str):
     does not list is a KeyError; one that a later version no longer lists (detached since,
     and perhaps attached again with other rows) is refused, naming the version that removed
     it."""
-    history, version = pack._history, pack.version
+    data = _data.of(pack)
+    history, version = data.history, data.version
     if name not in history.families(version):
         added = history.added_in(name, version)
         since = f" (it was attached in version {added})" if added is not None else ""
@@ -355,7 +346,7 @@ def open_past_family(pack, name: str):
                            f"version {version}'s rows (the rows of version {version} still "
                            "read)")
     files = [(pack.path / file, shard.path.name, rows)
-             for (_, file, rows), shard in zip(history.files(version, name), pack._shards)]
+             for (_, file, rows), shard in zip(history.files(version, name), data.shards)]
     missing = [path for path, _, _ in files if not path.is_file()]
     if missing:
         raise VersionError(f"{missing[0]}: missing, but version {version} of {pack.path} "

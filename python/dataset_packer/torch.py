@@ -10,10 +10,17 @@
             checkpoint = {"data": loader.state_dict(), ...}   # resumable at any world size
 
 `companions=["embeddings"]` (an option of `Pack.batches`) adds companion rows as tensors too.
-The dataset yields whole batches, so a plain DataLoader needs `batch_size=None` (`PackLoader`
-sets it, and refuses any other); a DataLoader that would stack several of them into one (any
-`batch_size`, its default 1 included) gets a ValueError when it starts iterating. Each worker
-reads its own batches (from `get_worker_info()`), each rank its own share (from
+The dataset yields whole batches, so a plain DataLoader needs `batch_size=None`, which is how
+torch turns its automatic batching off (`PackLoader` sets it, and refuses any other); a
+DataLoader that would stack several of them into one (any `batch_size`, its default 1
+included) gets a ValueError as it collates the first of them. The batches say so themselves:
+each is a `dict` marked as a whole batch (`WholeBatch`), and torch's collation keeps a
+mapping's type by cloning it and updating the clone with the collated values (stacked ones
+have one more dimension than the batch's own); with `batch_size=None` torch converts each
+batch alone, keeping its shape. A `collate_fn` of your own with a `batch_size` gets the list
+of whole batches as they are.
+
+Each worker reads its own batches (from `get_worker_info()`), each rank its own share (from
 `torch.distributed` when initialised, or `rank=`/`world_size=`); the DataLoader's round-robin
 over workers gives back the rank's batches in order. Tensors are made with `torch.from_numpy`
 (no copy). Under `PackLoader`, a worker packs each batch into one buffer in shared memory
@@ -43,7 +50,6 @@ StatefulDataLoader restores in the same worker: it resumes with the same number 
 from __future__ import annotations
 
 import multiprocessing
-import sys
 import uuid
 import weakref
 from typing import Iterator, Optional
@@ -66,6 +72,54 @@ def _distributed() -> tuple[Optional[int], Optional[int]]:
 def _worker() -> Optional[WorkerInfo]:
     info = get_worker_info()
     return None if info is None else WorkerInfo(info.id, info.num_workers)
+
+
+class WholeBatch(dict):
+    """A batch as `PackDataset` yields it: a dict of tensors of `batch_size` rows (or
+    windows), which refuses to be stacked with other batches into one.
+
+    torch's collation (`default_collate` with a loader's `batch_size`; `default_convert`
+    with `batch_size=None`; the pin-memory thread) keeps a mutable mapping's type: it clones
+    the batch and `update`s the clone with each key's collated value. A value stacked from
+    several batches has one more leading dimension than the batch's own, and that update
+    is refused with a ValueError that says what to do."""
+
+    def __init__(self, values=(), batch_size: Optional[int] = None, dataset: str = "dataset"):
+        super().__init__(values)
+        #: The batch size the dataset was given, and its type's name (for the message).
+        self.batch_size, self.dataset = batch_size, dataset
+
+    def __copy__(self) -> "WholeBatch":
+        # What torch's collation clones (copy.copy would go through __reduce_ex__, slower).
+        return WholeBatch(self, self.batch_size, self.dataset)
+
+    def update(self, other=(), **more) -> None:
+        new = dict(other, **more)
+        # Collation stacks every key alike: the first key with a shape tells.
+        for key, value in new.items():
+            stacked = _stacked(dict.get(self, key), value)
+            if stacked is not None:
+                if stacked:
+                    raise ValueError(
+                        f"{self.dataset} yields whole batches (of {self.batch_size}), but "
+                        "this DataLoader has a batch_size (its default is 1) and would "
+                        "stack several of them into one: give it batch_size=None, or use "
+                        "PackLoader, which does")
+                break
+        super().update(new)
+
+
+def _stacked(own, collated) -> Optional[bool]:
+    """Whether `collated` is `own` stacked with others: one more leading dimension, the
+    rest of its shape the same (a structured companion: its first field's). None when
+    either has no shape to tell."""
+    if isinstance(own, dict) and isinstance(collated, dict):
+        key = next(iter(own), None)
+        return None if key is None else _stacked(own[key], collated.get(key))
+    shape, new = getattr(own, "shape", None), getattr(collated, "shape", None)
+    if shape is None or new is None:
+        return None
+    return len(new) == len(shape) + 1 and tuple(new[1:]) == tuple(shape)
 
 
 def to_tensors(batch: dict) -> dict:
@@ -144,9 +198,7 @@ class PackDataset(IterableDataset):
                          self.stream.world_size)
 
     def __iter__(self) -> Iterator[dict]:
-        # Not a generator: the loader's misuse is refused, and the resume point read, when
-        # the loader asks for the iterator.
-        _refuse_auto_collation(self)
+        # Not a generator: the resume point is read when the loader asks for the iterator.
         state, self._restored = self._restored, None
         self._iteration = self.stream.iteration(self._part(), state)
         return self._tensors(self._iteration)
@@ -158,8 +210,9 @@ class PackDataset(IterableDataset):
     def _tensors(self, batches) -> Iterator:
         worker = get_worker_info()
         if _PACKING is None or worker is None:
+            name = type(self).__name__
             for batch in batches:
-                yield to_tensors(self._shape(batch))
+                yield WholeBatch(to_tensors(self._shape(batch)), self.stream.batch_size, name)
             return
         ring, token, per_item = _PACKING
         bundle = []
@@ -208,28 +261,6 @@ class _PackingWorker:
         _PACKING = self.ring or (None, None, 1)
         if self.then is not None:
             self.then(worker_id)
-
-
-def _refuse_auto_collation(dataset: PackDataset) -> None:
-    """Raises when the DataLoader asking for an iterator would collate several of the
-    dataset's batches into one (it was given a batch_size, or kept its default of 1), which
-    would silently give (n, B, …) tensors. The loader's fetcher, which calls `iter(dataset)`
-    in the main process or in a worker, says so in its `auto_collation`; it is the caller a
-    few frames up (torch's DataLoader and torchdata's StatefulDataLoader alike)."""
-    frame = sys._getframe(2)
-    for _ in range(4):
-        if frame is None:
-            return
-        fetcher = frame.f_locals.get("self")
-        if getattr(fetcher, "dataset", None) is dataset and hasattr(fetcher, "auto_collation"):
-            if fetcher.auto_collation:
-                raise ValueError(
-                    f"{type(dataset).__name__} yields whole batches (of "
-                    f"{dataset.stream.batch_size}), but this DataLoader has a batch_size (its "
-                    "default is 1) and would stack several of them into one: give it "
-                    "batch_size=None, or use PackLoader, which does")
-            return
-        frame = frame.f_back
 
 
 class _Transfer:

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from dataset_packer import EmptySelectionError, EpochPlan, Pack, Permutation, _order
+from dataset_packer._data import PackData, of
 
 
 def rows_of(batches) -> list[np.ndarray]:
@@ -210,13 +211,13 @@ def test_start_sample_and_start_batch(sharded):
 
 def test_start_batch_reads_nothing_before_it(sharded, monkeypatch):
     gathered = []
-    original = Pack._gather
+    original = PackData.gather
 
     def counting(self, rows, *rest):
         gathered.append(len(rows))
         return original(self, rows, *rest)
 
-    monkeypatch.setattr(Pack, "_gather", counting)
+    monkeypatch.setattr(PackData, "gather", counting)
     batches = sharded.batches(100, seed=1, start_batch=20)
     assert gathered == []
     assert len(list(batches)) == 3 and gathered == [100, 100, 40]
@@ -249,7 +250,7 @@ def test_windows_stay_inside_one_run(pack):
 
 
 def test_windows_cover_every_run_once_without_overlap(sharded):
-    ids, steps = sharded._runs()
+    ids, steps = of(sharded).runs()
     want = sum(int(s) // 20 for s in steps)
     firsts = np.concatenate([b["row"][:, 0] for b in sharded.windows(20, 50, seed=1)])
     assert len(firsts) == want and len(np.unique(firsts)) == want

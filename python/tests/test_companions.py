@@ -23,6 +23,7 @@ import pytest
 
 from conftest import FIXTURES, cli
 from dataset_packer import Companion, CompanionError, Pack, PackError
+from dataset_packer._data import of
 from dataset_packer._loader import EpochStream, WorkerInfo, partition, split_fields
 
 NOTES = np.dtype([("run_id", "<u4"), ("step_index", "<u4"), ("board", "<u8"), ("tag", "S4"),
@@ -182,7 +183,7 @@ def test_rows_by_int_slice_and_array_are_aligned(pack, whole):
 
 
 def test_run_gives_the_runs_companion_rows(pack):
-    ids = [int(i) for i in pack._runs()[0]]
+    ids = [int(i) for i in of(pack).runs()[0]]
     emb, notes = pack.companion("embeddings"), pack.companion("notes")
     straddling = 0
     for run_id in ids:
@@ -192,7 +193,7 @@ def test_run_gives_the_runs_companion_rows(pack):
         assert (e[:, 0] == run_id).all() and (n["run_id"] == run_id).all()
         np.testing.assert_array_equal(e[:, 1], steps["step_index"])
         np.testing.assert_array_equal(n["board"], steps["board"])
-        first = pack._first_rows("test")[ids.index(run_id)]
+        first = of(pack).first_rows("test")[ids.index(run_id)]
         straddling += (first // 700) != ((first + len(steps) - 1) // 700)
     assert straddling > 0  # some runs cross a shard boundary
     with pytest.raises(KeyError):
@@ -266,7 +267,7 @@ def test_windows_carry_companion_windows(pack, whole):
         assert (batch["embeddings"][:, :, 0] == batch["embeddings"][:, :1, 0]).all()
         assert (np.diff(batch["embeddings"][:, :, 1], axis=1) == 1).all()
         count += b
-    assert count == pack._windows(None, 16, 5, "test").total > 0
+    assert count == of(pack).windows(None, 16, 5, "test").total > 0
     for batch in pack.windows(4, 50, shuffle=False, companions=["plain"]):
         check_batch(pack, batch, whole, ("plain",))
 

@@ -235,22 +235,37 @@ def test_an_iteration_resumes_from_its_own_state(sharded, workers):
 @pytest.mark.parametrize("batch_size", [4, 1, "default"])
 def test_a_dataloader_that_would_stack_batches_is_refused(sharded, workers, batch_size):
     """Forgetting batch_size=None (or giving any batch size) would stack several batches
-    into (n, B, …) tensors: the iteration refuses it, in the main process and in workers."""
+    into (n, B, …) tensors: the iteration refuses it, in the main process and in workers,
+    windows and structured companions alike. A collate_fn of one's own gets the whole
+    batches as they are; batch_size=None gives them unchanged."""
     import torch
 
-    from dataset_packer.torch import PackDataset
+    from dataset_packer.torch import PackDataset, WholeBatch
 
     data = PackDataset(sharded.path, 100, seed=3)
     given = {} if batch_size == "default" else {"batch_size": batch_size}
     loader = torch.utils.data.DataLoader(data, num_workers=workers, **given)
     with pytest.raises(ValueError, match=r"yields whole batches \(of 100\).*batch_size=None"):
         next(iter(loader))
+    windows = PackDataset(sharded.path, 10, window=4, columns=["exps"], seed=3)
+    with pytest.raises(ValueError, match=r"PackDataset yields whole batches \(of 10\)"):
+        next(iter(torch.utils.data.DataLoader(windows, num_workers=workers, **given)))
     custom = torch.utils.data.DataLoader(data, batch_size=2, num_workers=workers,
                                          collate_fn=lambda batches: batches)
-    with pytest.raises(ValueError, match="batch_size=None"):
-        next(iter(custom))
+    assert [len(b["row"]) for b in next(iter(custom))] == [100, 100]
     right = torch.utils.data.DataLoader(data, batch_size=None, num_workers=workers)
-    assert [len(b["row"]) for b in right][:2] == [100, 100]
+    got = list(itertools.islice(right, 2))
+    assert [type(b) for b in got] == [WholeBatch, WholeBatch]
+    want = list(itertools.islice(sharded.batches(100, seed=3), 2))
+    for b, w in zip(got, want):
+        assert b.keys() == w.keys() and b["exps"].shape == w["exps"].shape
+        np.testing.assert_array_equal(b["row"].numpy(), w["row"])
+    # The check itself: a clone updated with values of one more leading dimension.
+    batch = WholeBatch({"row": torch.arange(3), "notes": {"a": torch.zeros(3, 2)}}, 3, "X")
+    batch.update(row=torch.arange(3) + 1)
+    assert batch["row"].tolist() == [1, 2, 3]
+    with pytest.raises(ValueError, match=r"X yields whole batches \(of 3\)"):
+        batch.update({"notes": {"a": torch.zeros(1, 3, 2)}})
 
 
 @needs_torchdata
