@@ -304,7 +304,7 @@ def measure_mixture(args, paths) -> dict:
     dp = import_ours()
     pack = dp.Pack(args.pack)
     warm(Path(args.pack))
-    ids, _ = pack._runs()
+    ids, _ = dp._data.of(pack).runs()
     half = len(ids) // 2
     mix = dp.Mixture([pack.select(runs=ids[:half]), pack.select(runs=ids[half:])])
     B = args.batch
