@@ -163,11 +163,13 @@ impl OutputDir {
         if !existing.is_empty() && !overwrite {
             let mut files = existing;
             files.extend(own);
-            bail!(
-                "{} already holds a pack ({}); pass --overwrite to replace it",
+            let message = format!(
+                "{} already holds a pack ({}), which is replaced only when asked to overwrite it",
                 dir.display(),
                 list_names(&files)
             );
+            let refused = crate::Error::new(crate::ErrorKind::Refused, message);
+            return Err(refused.with_option("overwrite").into());
         }
         if !existing.is_empty() {
             interrupt::replacing();
