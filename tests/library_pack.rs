@@ -188,7 +188,13 @@ fn attach_and_detach_through_the_library_do_what_the_commands_do() {
     }
     let whole = array(&t.path().join("whole.npy"), 2240);
 
-    let added = attach(&lib, "tag3", &[whole.clone()], &AttachOptions::default()).unwrap();
+    let added = attach(
+        &lib,
+        "tag3",
+        std::slice::from_ref(&whole),
+        &AttachOptions::default(),
+    )
+    .unwrap();
     run_ok(&[
         "attach",
         s(&cli),
@@ -214,7 +220,13 @@ fn attach_and_detach_through_the_library_do_what_the_commands_do() {
 
     // Twice is refused, as a state the library will not act on; the pack is as it was.
     let before = arrays(&lib);
-    let err = attach(&lib, "tag3", &[whole.clone()], &AttachOptions::default()).unwrap_err();
+    let err = attach(
+        &lib,
+        "tag3",
+        std::slice::from_ref(&whole),
+        &AttachOptions::default(),
+    )
+    .unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Refused, "{err}");
     assert!(
         err.to_string().contains("already has a companion tag3"),

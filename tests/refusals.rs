@@ -212,7 +212,7 @@ fn pack_merge_and_export_refused_before_they_start_leave_nothing() {
     refused_leaving(
         &["pack", "--input", s(&fixture("raw")), "--output", s(&src)],
         &[],
-        "pass --overwrite",
+        "(see --overwrite)",
         &[&src],
     );
 
@@ -250,7 +250,7 @@ fn pack_merge_and_export_refused_before_they_start_leave_nothing() {
             s(&other),
         ],
         &[],
-        "pass --overwrite",
+        "(see --overwrite)",
         &[&other],
     );
 
@@ -294,7 +294,7 @@ fn pack_merge_and_export_refused_before_they_start_leave_nothing() {
             "--quiet",
         ],
         &[],
-        "pass --overwrite",
+        "(see --overwrite)",
         &[&old],
     );
     assert!(!new.exists());
