@@ -64,9 +64,7 @@ pub fn fixture_pack() -> Result<FixturePack> {
 /// the row's global index.
 pub fn fixture_pack_with_companion() -> Result<FixturePack> {
     let pack = fixture_pack()?;
-    let rows = crate::pack::shards::open_shards(pack.path(), false)?[0]
-        .header
-        .rows;
+    let rows = crate::Pack::open(pack.path())?.len();
     let mut bytes = npy::array_header("'<f4'", &[rows]);
     for i in 0..rows {
         bytes.extend_from_slice(&(i as f32).to_le_bytes());

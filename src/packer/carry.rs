@@ -91,7 +91,7 @@ pub(super) fn search_writer(
     if !family.holds_search_stats() {
         fail!(
             Unsupported,
-            "{dir}: its search family holds {}, not the search statistics this version writes ({}); --search-stats cannot extend it",
+            "{dir}: its search family holds {}, not the search statistics this version writes ({}); an update keeping search statistics cannot extend it",
             family.describe(),
             search::DESCR
         );

@@ -88,7 +88,7 @@ impl Existing {
             return Err(refused(
                 "shard_rows",
                 format!(
-                    "shards of {} rows differ from the layout of {} ({}); an update keeps the pack's layout (leave shard_rows unset)",
+                    "shards of {} rows differ from the layout of {} ({}); an update keeps the pack's layout (give no shard size)",
                     shard_rows_arg.unwrap_or(0),
                     dir.display(),
                     shard_rows.map_or("a single steps.npy".to_string(), |n| format!(
