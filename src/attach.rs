@@ -6,39 +6,135 @@
 //! publish both at once; the shards stay in place. Detaching: the family's files and its
 //! records in `metadata.db` go in one publish (a staged copy of `metadata.db` without them is
 //! the commit point), so the pack never records a family whose files are gone, nor the reverse.
+//! Both read the pack through its opener ([`versions::open`]).
 
 use std::path::{Path, PathBuf};
 
-use anyhow::{Context, Result, bail};
+use rusqlite::Connection;
 
-use crate::UsageError;
+use crate::error::{Context, Error, ErrorKind, Result, fail};
 use crate::format::metadata::{self, MetadataWriter, ShardRecord};
 use crate::format::npy::ArrayHeader;
 use crate::pack::families::{self, describe};
 use crate::pack::files;
 use crate::pack::publish::OutputDir;
 use crate::pack::shard_writer::{FileLayout, ShardWriter};
-use crate::pack::shards::{self, Shard};
+use crate::pack::shards::Shard;
+use crate::pack::versions::{self, VersionSpec};
 use crate::progress::{Bar, Observer};
 
 /// Bytes copied per read.
 const COPY_BYTES: u64 = 1 << 20;
 
-/// What [`attach`] added.
-pub struct Attached {
-    pub layout: FileLayout,
-    pub files: Vec<ShardRecord>,
-    pub rows: u64,
+/// How [`attach`] works: where its progress goes (default: nowhere).
+///
+/// ```
+/// use dataset_packer::AttachOptions;
+/// use dataset_packer::progress::Observer;
+/// let options = AttachOptions::default().progress(Observer::default());
+/// # let _ = options;
+/// ```
+#[derive(Debug, Clone, Default)]
+pub struct AttachOptions {
+    progress: Observer,
 }
 
-/// Adds the family `name`, its rows copied from the arrays `from`, to the pack in `pack`
-/// (a progress bar unless `quiet`).
-pub fn attach(pack: &Path, name: &str, from: &[PathBuf], observer: &Observer) -> Result<Attached> {
+impl AttachOptions {
+    /// Where progress goes (rows copied).
+    pub fn progress(mut self, progress: Observer) -> AttachOptions {
+        self.progress = progress;
+        self
+    }
+}
+
+/// What [`attach`] added: the family's dtype, trailing shape, rows and files.
+#[derive(Debug)]
+pub struct AttachSummary {
+    layout: FileLayout,
+    files: Vec<ShardRecord>,
+    rows: u64,
+}
+
+impl AttachSummary {
+    /// The family's dtype, as its `.npy` headers write it (`'<f4'`).
+    pub fn descr(&self) -> &str {
+        &self.layout.descr
+    }
+
+    /// The shape of a row (empty for one value per row).
+    pub fn trailing_shape(&self) -> &[u64] {
+        &self.layout.trailing
+    }
+
+    /// `'<f4'` and the trailing shape as a reader says them (`float32 × 8`).
+    pub fn describe(&self) -> String {
+        describe(&self.layout.descr, &self.layout.trailing)
+    }
+
+    /// Rows in all (the pack's).
+    pub fn rows(&self) -> u64 {
+        self.rows
+    }
+
+    /// The files written (`NAME-NNNNN.npy` or `NAME.npy`), with their rows, bytes and CRC-32C.
+    pub fn files(&self) -> &[ShardRecord] {
+        &self.files
+    }
+}
+
+/// Adds the companion family `name` to the pack at `pack`, its rows copied from the NumPy
+/// arrays `sources`: one per shard, in shard order, each with that shard's rows, or one with a
+/// row for every row of the pack (split at the shard boundaries); any dtype and trailing
+/// shape, in C order, without Python objects. The shards stay in place; the family's files
+/// and its records in `metadata.db` are published at once. What `dataset-packer attach` does.
+///
+/// Errors: [`ErrorKind::Refused`] for a bad name (`[a-z][a-z0-9_]*`, not `steps`) or a family
+/// the pack already has, [`ErrorKind::InvalidInput`] (naming the array) for arrays that do not
+/// line up with the pack.
+///
+/// ```
+/// # fn main() -> dataset_packer::Result<()> {
+/// # let fixture = dataset_packer::pack::doc_support::fixture_pack()?;
+/// # let pack_dir = fixture.path();
+/// # let scores = dataset_packer::pack::doc_support::temp_dir().with_extension("npy");
+/// # let mut bytes = dataset_packer::format::npy::array_header("'<f4'", &[2240]);
+/// # bytes.extend((0..2240).flat_map(|i| (i as f32).to_le_bytes()));
+/// # std::fs::write(&scores, bytes)?;
+/// use dataset_packer::{AttachOptions, Pack, attach, detach};
+///
+/// // `scores`: an .npy file of one float32 per row of the pack.
+/// let added = attach(pack_dir, "score", &[scores.clone()], &AttachOptions::default())?;
+/// assert_eq!((added.descr(), added.rows()), ("'<f4'", 2240));
+/// assert_eq!(Pack::open(pack_dir)?.companion_names(), ["score"]);
+///
+/// let removed = detach(pack_dir, "score")?;
+/// assert_eq!(removed.files(), ["score.npy"]);
+/// assert!(Pack::open(pack_dir)?.companion_names().is_empty());
+/// # std::fs::remove_file(&scores)?;
+/// # Ok(()) }
+/// ```
+pub fn attach(
+    pack: impl AsRef<Path>,
+    name: &str,
+    sources: &[PathBuf],
+    options: &AttachOptions,
+) -> Result<AttachSummary> {
+    let pack = pack.as_ref();
     check_name(name)?;
     let out = OutputDir::open_existing(pack)?;
-    let shards = shards::open_shards(pack, false)?;
-    refuse_existing(pack, name)?;
-    let sources: Vec<Source> = from.iter().map(|p| open_source(p)).collect::<Result<_>>()?;
+    let opened = versions::open(pack, &VersionSpec::Latest, false)?;
+    let shards = opened.shards;
+    refuse_existing(pack, &opened.conn, name)?;
+    if sources.is_empty() {
+        return Err(
+            Error::new(ErrorKind::Refused, format!("no arrays to attach as {name}"))
+                .with_option("from"),
+        );
+    }
+    let sources: Vec<Source> = sources
+        .iter()
+        .map(|p| open_source(p))
+        .collect::<Result<_>>()?;
     let layout = line_up(name, &sources, &shards)?;
 
     let staging = out.begin_staging()?;
@@ -47,7 +143,7 @@ pub fn attach(pack: &Path, name: &str, from: &[PathBuf], observer: &Observer) ->
     let mut writer = ShardWriter::with_sizes(&staging, layout.clone(), sizes, !single);
     let total: u64 = shards.iter().map(|s| s.header.rows).sum();
     writer.expect_rows(total);
-    let bar = Bar::rows(observer, "attach", total);
+    let bar = Bar::rows(&options.progress, "attach", total);
     for src in &sources {
         copy_rows(src, layout.row_bytes as u64, &mut writer, &bar)?;
     }
@@ -61,7 +157,7 @@ pub fn attach(pack: &Path, name: &str, from: &[PathBuf], observer: &Observer) ->
     let mut kept = out.pack_files()?;
     kept.retain(|n| n != metadata::FILE_NAME);
     out.publish_keeping(&kept)?;
-    Ok(Attached {
+    Ok(AttachSummary {
         layout,
         files,
         rows: total,
@@ -69,21 +165,40 @@ pub fn attach(pack: &Path, name: &str, from: &[PathBuf], observer: &Observer) ->
 }
 
 /// What [`detach`] removed: the family's file names and their bytes.
-pub struct Detached {
-    pub files: Vec<String>,
-    pub bytes: u64,
+#[derive(Debug)]
+pub struct DetachSummary {
+    files: Vec<String>,
+    bytes: u64,
 }
 
-/// Removes the family `name` (its files and its records) from the pack in `pack`.
-pub fn detach(pack: &Path, name: &str) -> Result<Detached> {
+impl DetachSummary {
+    /// The files removed (none when only the records were left).
+    pub fn files(&self) -> &[String] {
+        &self.files
+    }
+
+    /// Their bytes in all.
+    pub fn bytes(&self) -> u64 {
+        self.bytes
+    }
+}
+
+/// Removes the companion family `name` (its files and its records in `metadata.db`, in one
+/// publish) from the pack at `pack`; the shards are not touched. What `dataset-packer detach`
+/// does. Errors: [`ErrorKind::Refused`] for a bad name, [`ErrorKind::InvalidInput`] when the
+/// pack has no such family. See [`attach`] for an example.
+pub fn detach(pack: impl AsRef<Path>, name: &str) -> Result<DetachSummary> {
+    let pack = pack.as_ref();
     check_name(name)?;
     let out = OutputDir::open_existing(pack)?;
     let files = files::family_files(pack, name)?;
-    let recorded = metadata::read_companions(&shards::open_metadata(pack)?)?
-        .iter()
-        .any(|r| r.name == name);
+    // Detaching touches no shard: a legacy pack's are fine.
+    let opened = versions::open(pack, &VersionSpec::Latest, true)?;
+    let recorded = records_family(&opened.conn, name)?;
+    drop(opened);
     if files.is_empty() && !recorded {
-        bail!(
+        fail!(
+            InvalidInput,
             "{} has no companion {name} (no {name}-NNNNN.npy or {name}.npy)",
             pack.display(),
         );
@@ -103,7 +218,14 @@ pub fn detach(pack: &Path, name: &str) -> Result<Detached> {
     let mut kept = out.pack_files()?;
     kept.retain(|n| n != metadata::FILE_NAME);
     out.publish_with(&kept, &files)?;
-    Ok(Detached { files, bytes })
+    Ok(DetachSummary { files, bytes })
+}
+
+/// Whether the pack's `metadata.db` (`conn`) records the family `name`.
+fn records_family(conn: &Connection, name: &str) -> Result<bool> {
+    Ok(metadata::read_companions(conn)?
+        .iter()
+        .any(|r| r.name == name))
 }
 
 /// One input array.
@@ -112,61 +234,72 @@ struct Source {
     header: ArrayHeader,
 }
 
-/// A family name is `[a-z][a-z0-9_]*` and not `steps` (exit 2 otherwise).
+/// A family name is `[a-z][a-z0-9_]*` and not `steps`.
 fn check_name(name: &str) -> Result<()> {
     if !files::valid_name(name) {
-        return Err(UsageError(format!(
-            "--name {name:?}: a companion's name is [a-z][a-z0-9_]* and not \"steps\""
-        ))
-        .into());
+        return Err(Error::new(
+            ErrorKind::Refused,
+            format!("{name:?}: a companion's name is [a-z][a-z0-9_]* and not \"steps\""),
+        )
+        .with_option("name"));
     }
     Ok(())
 }
 
 /// A pack that already has files (or records) of the family is refused.
-fn refuse_existing(pack: &Path, name: &str) -> Result<()> {
+fn refuse_existing(pack: &Path, conn: &Connection, name: &str) -> Result<()> {
     let files = files::family_files(pack, name)?;
-    let recorded = metadata::read_companions(&shards::open_metadata(pack)?)?
-        .iter()
-        .any(|r| r.name == name);
-    if !files.is_empty() || recorded {
-        bail!(
-            "{} already has a companion {name} ({}); `dataset-packer detach {} --name {name}` first to replace it",
+    if !files.is_empty() || records_family(conn, name)? {
+        fail!(
+            Refused,
+            "{} already has a companion {name} ({}); detach it first to replace it",
             pack.display(),
             if files.is_empty() {
                 "recorded in metadata.db".to_string()
             } else {
                 crate::pack::publish::list_names(&files)
             },
-            pack.display()
         );
     }
     Ok(())
 }
 
 fn open_source(path: &Path) -> Result<Source> {
-    let header = families::read_header(path).with_context(|| format!("{}", path.display()))?;
+    let header = families::read_header(path)
+        .map_err(|e| match Error::from(e) {
+            e if e.kind() == ErrorKind::Io => e,
+            e => e.as_kind(ErrorKind::InvalidInput),
+        })
+        .with_context(|| format!("{}", path.display()))?;
     let name = path.display();
     if header.shape.is_empty() {
-        bail!("{name}: a 0-dimensional array has no rows");
+        fail!(InvalidInput, "{name}: a 0-dimensional array has no rows");
     }
     if header.fortran_order && header.shape.len() > 1 {
-        bail!("{name}: Fortran-ordered, so its rows are not contiguous; save it in C order");
+        fail!(
+            InvalidInput,
+            "{name}: Fortran-ordered, so its rows are not contiguous; save it in C order"
+        );
     }
     if header.dtype.has_objects() {
-        bail!(
+        fail!(
+            InvalidInput,
             "{name}: holds Python objects (dtype {}), which are pointers, not data",
             header.descr
         );
     }
-    let row_bytes = header
-        .row_bytes()
-        .filter(|&b| b > 0 && b <= 1 << 30)
-        .with_context(|| format!("{name}: rows of {} are too large or empty", header.descr))?;
+    let Some(row_bytes) = header.row_bytes().filter(|&b| b > 0 && b <= 1 << 30) else {
+        fail!(
+            InvalidInput,
+            "{name}: rows of {} are too large or empty",
+            header.descr
+        );
+    };
     let len = std::fs::metadata(path)?.len();
     let want = header.data_offset as u128 + u128::from(header.rows()) * u128::from(row_bytes);
     if u128::from(len) != want {
-        bail!(
+        fail!(
+            InvalidInput,
             "{name}: {len} bytes, but its header promises {want} ({} rows of {row_bytes} bytes)",
             header.rows()
         );
@@ -183,7 +316,8 @@ fn line_up(name: &str, sources: &[Source], shards: &[Shard]) -> Result<FileLayou
     let first = &sources[0].header;
     for s in &sources[1..] {
         if s.header.descr != first.descr || s.header.trailing() != first.trailing() {
-            bail!(
+            fail!(
+                InvalidInput,
                 "{}: dtype {}, but {} has {} (a family has one dtype and shape)",
                 s.path.display(),
                 describe(&s.header.descr, s.header.trailing()),
@@ -196,7 +330,8 @@ fn line_up(name: &str, sources: &[Source], shards: &[Shard]) -> Result<FileLayou
     if sources.len() == shards.len() {
         for (src, shard) in sources.iter().zip(shards) {
             if src.header.rows() != shard.header.rows {
-                bail!(
+                fail!(
+                    InvalidInput,
                     "{}: {} rows, but {} (the shard it pairs with) has {}",
                     src.path.display(),
                     src.header.rows(),
@@ -207,14 +342,16 @@ fn line_up(name: &str, sources: &[Source], shards: &[Shard]) -> Result<FileLayou
         }
     } else if sources.len() == 1 {
         if first.rows() != total {
-            bail!(
+            fail!(
+                InvalidInput,
                 "{}: {} rows, but the pack has {total} (one array for the whole pack needs a row for each of its rows)",
                 sources[0].path.display(),
                 first.rows()
             );
         }
     } else {
-        bail!(
+        fail!(
+            InvalidInput,
             "{} arrays for a pack of {} shard{}: give one per shard, or one for the whole pack",
             sources.len(),
             shards.len(),
@@ -231,7 +368,8 @@ fn line_up(name: &str, sources: &[Source], shards: &[Shard]) -> Result<FileLayou
     // same array, by this tool and by NumPy alike: near the length limit it may not.
     match crate::format::npy::parse_array_header(&layout.header(total)) {
         Ok(h) if h.dtype == first.dtype && h.trailing() == first.trailing() => Ok(layout),
-        reread => bail!(
+        reread => fail!(
+            InvalidInput,
             "{}: cannot attach it: the header its companion files would have does not read back as its dtype ({})",
             sources[0].path.display(),
             reread.map_or_else(|e| e.to_string(), |h| format!("it reads as {}", h.descr))

@@ -167,6 +167,12 @@ impl Error {
             }),
         }
     }
+
+    /// The same error, as another kind.
+    pub(crate) fn as_kind(mut self, kind: ErrorKind) -> Error {
+        self.kind = kind;
+        self
+    }
 }
 
 impl fmt::Debug for Error {

@@ -57,11 +57,13 @@ pub(crate) mod stats;
 pub(crate) mod thread_cpu;
 pub mod verify;
 
+pub use attach::{AttachOptions, AttachSummary, DetachSummary, attach, detach};
 pub use error::{Error, ErrorKind, Result};
 pub use pack::{
     Companion, CompanionValue, History, NewRun, NewStep, Pack, PackWriter, Param, Published, Run,
     Runs, SqlLimits, Step, Steps, Version, VersionSpec, WriterOptions, tag, untag,
 };
+pub use packer::{RawPackOptions, RawPackSummary, pack_raw};
 
 /// Threads to use when the user does not say: all cores.
 pub fn default_workers() -> usize {
@@ -79,8 +81,3 @@ impl std::fmt::Display for UsageError {
 }
 
 impl std::error::Error for UsageError {}
-
-/// A [`UsageError`] as an `anyhow::Error` (exit code 2).
-pub(crate) fn usage(message: String) -> anyhow::Error {
-    UsageError(message).into()
-}

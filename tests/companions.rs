@@ -131,9 +131,10 @@ fn attach_detach_validate_and_stats() {
     }
 
     // Refusals, each naming what is wrong.
+    // A family the pack has is a state attach refuses to act on (exit 2).
     let (code, text) = fail(&["attach", s(&p), "--name", "ids", "--from", s(&whole)]);
     assert!(
-        code == 1 && text.contains("already has a companion ids"),
+        code == 2 && text.contains("already has a companion ids"),
         "{text}"
     );
     let (code, text) = fail(&["attach", s(&p), "--name", "Bad", "--from", s(&whole)]);
@@ -578,7 +579,12 @@ fn update_and_overwrite_never_orphan_companions() {
     let before = files(&p, |_| true);
 
     let (code, text) = fail(&["pack", "--input", s(&drop), "--output", s(&p), "--update"]);
-    assert!(code == 2 && text.contains("--drop-companion ids"), "{text}");
+    assert!(
+        code == 2
+            && text.contains("companion arrays (ids)")
+            && text.contains("(see --drop-companion)"),
+        "{text}"
+    );
     assert_eq!(files(&p, |_| true), before);
     let (code, text) = fail(&[
         "pack",
@@ -828,12 +834,16 @@ fn overwrite_replaces_the_packs_own_families_and_no_other() {
         "{text}"
     );
     assert_eq!(files(&p, |_| true), before);
-    // Without --overwrite the message lists the pack's own family with its files.
+    // Without --overwrite the message lists the pack's own family with its files (a refusal:
+    // exit 2, the flag named).
     std::fs::remove_file(p.join("search-00009.npy")).unwrap();
     std::fs::remove_file(p.join("theirs.npy")).unwrap();
     let (code, text) = fail(&["pack", "--input", s(&raw), "--output", s(&p)]);
     assert!(
-        code == 1 && text.contains("already holds a pack") && text.contains("search.npy"),
+        code == 2
+            && text.contains("already holds a pack")
+            && text.contains("search.npy")
+            && text.contains("(see --overwrite)"),
         "{text}"
     );
 }

@@ -377,9 +377,14 @@ fn an_existing_pack_needs_overwrite_and_survives_a_failed_replacement() {
     std::fs::write(out.join("notes.txt"), "mine").unwrap();
     let before = files(&out, |_| true);
 
+    // Refused (exit 2), the flag named.
     let res = run(&["pack", "--input", s(&fixture("raw")), "--output", s(&out)]);
-    assert_eq!(res.status.code(), Some(1));
-    assert!(stderr(&res).contains("--overwrite"), "{}", stderr(&res));
+    assert_eq!(res.status.code(), Some(2));
+    assert!(
+        stderr(&res).contains("(see --overwrite)"),
+        "{}",
+        stderr(&res)
+    );
     assert_eq!(files(&out, |_| true), before);
 
     // A failing replacement leaves the old pack exactly as it was.

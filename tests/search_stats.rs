@@ -339,7 +339,7 @@ fn merged_partitions_and_an_update_equal_one_pack_byte_for_byte() {
     assert_eq!(refused.status.code(), Some(2), "{}", stderr(&refused));
     let message = stderr(&refused);
     assert!(
-        message.contains(s(&updated)) && message.contains("pass --search-stats"),
+        message.contains(s(&updated)) && message.contains("(see --search-stats)"),
         "{message}"
     );
     assert_eq!(arrays(&updated), before, "a refused update writes nothing");
@@ -374,7 +374,7 @@ fn an_update_must_agree_with_the_pack_on_search_statistics() {
     ]);
     assert_eq!(refused.status.code(), Some(2), "{}", stderr(&refused));
     assert!(
-        stderr(&refused).contains("was packed without it"),
+        stderr(&refused).contains("was packed without search statistics"),
         "{}",
         stderr(&refused)
     );

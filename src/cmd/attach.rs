@@ -1,6 +1,6 @@
-//! `attach`: add a companion family to a pack (`attach` does the work: lines
-//! the arrays up with the shards, copies them into checksummed files, publishes them with a
-//! staged `metadata.db`), and say what was added.
+//! `attach`: add a companion family to a pack (the library's [`crate::attach`] does the work:
+//! lines the arrays up with the shards, copies them into checksummed files, publishes them
+//! with a staged `metadata.db`), and say what was added.
 
 use std::path::PathBuf;
 use std::time::Instant;
@@ -8,9 +8,8 @@ use std::time::Instant;
 use anyhow::Result;
 use clap::Args;
 
-use crate::attach::{Attached, attach};
-use crate::pack::families::describe;
 use crate::progress::thousands;
+use crate::{AttachOptions, attach};
 
 #[derive(Args, Debug)]
 #[command(after_help = "Examples:
@@ -47,16 +46,9 @@ pub struct AttachArgs {
 
 pub fn run(args: &AttachArgs) -> Result<()> {
     let started = Instant::now();
-    let Attached {
-        layout,
-        files,
-        rows: total,
-    } = attach(
-        &args.pack,
-        &args.name,
-        &args.from,
-        &crate::cmd::progress::Bars::unless(args.quiet),
-    )?;
+    let options = AttachOptions::default().progress(crate::cmd::progress::Bars::unless(args.quiet));
+    let added = attach(&args.pack, &args.name, &args.from, &options)?;
+    let (files, total) = (added.files(), added.rows());
 
     let bytes: u64 = files.iter().map(|f| f.bytes).sum();
     let elapsed = started.elapsed().as_secs_f64();
@@ -64,8 +56,8 @@ pub fn run(args: &AttachArgs) -> Result<()> {
         let doc = serde_json::json!({
             "pack": args.pack.display().to_string(),
             "name": args.name,
-            "dtype": layout.descr,
-            "trailing_shape": layout.trailing,
+            "dtype": added.descr(),
+            "trailing_shape": added.trailing_shape(),
             "rows": total,
             "files": files.iter().map(|f| serde_json::json!({"file": f.file_name, "rows": f.rows, "bytes": f.bytes, "crc32c": format!("{:08x}", f.crc32c)})).collect::<Vec<_>>(),
             "bytes": bytes,
@@ -76,7 +68,7 @@ pub fn run(args: &AttachArgs) -> Result<()> {
         println!(
             "attached {} ({}) to {}: {} file{}, {} rows, {:.1} MB in {elapsed:.2} s",
             args.name,
-            describe(&layout.descr, &layout.trailing),
+            added.describe(),
             args.pack.display(),
             files.len(),
             if files.len() == 1 { "" } else { "s" },

@@ -1,12 +1,13 @@
-//! `detach`: remove a companion family from a pack, atomically (`attach::detach`:
-//! its files and its records in `metadata.db` go in one publish), and say what was removed.
+//! `detach`: remove a companion family from a pack, atomically (the library's
+//! [`crate::detach`]: its files and its records in `metadata.db` go in one publish), and say
+//! what was removed.
 
 use std::path::PathBuf;
 
 use anyhow::Result;
 use clap::Args;
 
-use crate::attach::{Detached, detach};
+use crate::detach;
 use crate::pack::publish::list_names;
 
 #[derive(Args, Debug)]
@@ -29,7 +30,8 @@ pub struct DetachArgs {
 }
 
 pub fn run(args: &DetachArgs) -> Result<()> {
-    let Detached { files, bytes } = detach(&args.pack, &args.name)?;
+    let removed = detach(&args.pack, &args.name)?;
+    let (files, bytes) = (removed.files(), removed.bytes());
     if args.json {
         let doc = serde_json::json!({
             "pack": args.pack.display().to_string(),
@@ -46,7 +48,7 @@ pub fn run(args: &DetachArgs) -> Result<()> {
             if files.is_empty() {
                 "its records (no files were left)".to_string()
             } else {
-                list_names(&files)
+                list_names(files)
             },
             bytes as f64 / 1e6
         );

@@ -1,8 +1,9 @@
 //! `pack`: raw drop → pack. The story: find the runs, parse them in parallel (each worker also
 //! fingerprints its run), write them in run-id order through a bounded window into staged
 //! shards + metadata.db (a run whose content is already in the pack is a duplicate: reported,
-//! or left out with `--dedupe`), publish, summarise. The work is `packer::create`'s; this
-//! module holds the arguments and prints the summary. `--update` adds a drop's new runs to an
+//! or left out with `--dedupe`), publish, summarise. The work is the library's
+//! ([`crate::pack_raw`]); this module holds the arguments, turns them into
+//! [`RawPackOptions`], and prints the summary. `--update` adds a drop's new runs to an
 //! existing pack instead: see [`crate::cmd::pack_update`].
 
 use std::path::{Path, PathBuf};
@@ -11,9 +12,9 @@ use std::time::Instant;
 use anyhow::Result;
 use clap::Args;
 
-use crate::packer::create::{self, Partition};
-use crate::packer::{Job, PackOptions, Summary};
+use crate::packer::Summary;
 use crate::progress::{count, thousands};
+use crate::{RawPackOptions, RawPackSummary, pack_raw};
 
 /// The hint for plain paths given to `pack` (`pack raw/ packs/d6`): the command with
 /// `--input` and `--output` in their place when there are two, else where the folders go.
@@ -140,37 +141,44 @@ pub struct PackArgs {
     /// Pack only the I-th of N contiguous, near-equal slices of the drop's runs (0 ≤ I < N), to
     /// pack one drop on several machines and `merge` the parts in order.
     #[arg(long, value_name = "I/N", value_parser = parse_partition, conflicts_with = "update")]
-    pub partition: Option<Partition>,
+    pub partition: Option<(u64, u64)>,
 }
 
 impl PackArgs {
-    pub fn workers(&self) -> usize {
-        self.workers
-            .map_or_else(crate::default_workers, |w| w as usize)
+    /// The library's options for these arguments (the command line the pack records is this
+    /// process's, the library's default).
+    pub fn options(&self) -> RawPackOptions {
+        let mut o = RawPackOptions::default()
+            .update(self.update)
+            .overwrite(self.overwrite)
+            .dedupe(self.dedupe)
+            .search_stats(self.search_stats)
+            .skip_invalid(self.skip_invalid)
+            .progress(crate::cmd::progress::Bars::unless(self.quiet));
+        if let Some(rows) = self.shard_rows {
+            o = o.shard_rows(rows);
+        }
+        if let Some(workers) = self.workers {
+            o = o.workers(workers as usize);
+        }
+        if let Some((index, count)) = self.partition {
+            o = o.partition(index, count);
+        }
+        for name in &self.drop_companion {
+            o = o.drop_companion(name);
+        }
+        o
     }
 
-    /// What the library is asked to do.
-    pub(crate) fn job(&self) -> Job {
-        Job {
-            input: self.input.clone(),
-            output: self.output.clone(),
-            shard_rows: self.shard_rows,
-            workers: self.workers(),
-            overwrite: self.overwrite,
-            options: PackOptions {
-                skip_invalid: self.skip_invalid,
-                dedupe: self.dedupe,
-            },
-            search_stats: self.search_stats,
-            partition: self.partition,
-            drop_companions: self.drop_companion.clone(),
-            progress: crate::cmd::progress::Bars::unless(self.quiet),
-            command_line: crate::cli::command_line(),
-        }
+    /// Runs the library with these arguments, timing it.
+    pub(crate) fn pack(&self) -> Result<(RawPackSummary, f64)> {
+        let started = Instant::now();
+        let summary = pack_raw(&self.input, &self.output, &self.options())?;
+        Ok((summary, started.elapsed().as_secs_f64()))
     }
 }
 
-fn parse_partition(text: &str) -> Result<Partition, String> {
+fn parse_partition(text: &str) -> Result<(u64, u64), String> {
     let (i, n) = text.split_once('/').ok_or("expected I/N, e.g. 0/4")?;
     let index: u64 = i
         .trim()
@@ -183,19 +191,13 @@ fn parse_partition(text: &str) -> Result<Partition, String> {
     if count == 0 || index >= count {
         return Err(format!("need 0 <= I < N, got {index}/{count}"));
     }
-    Ok(Partition { index, count })
+    Ok((index, count))
 }
 
 /// A new pack (`--update` is [`crate::cmd::pack_update::run`], which `main` calls instead).
 pub fn run(args: &PackArgs) -> Result<()> {
-    let started = Instant::now();
-    let summary = create::pack(&args.job())?;
-    print_summary(
-        &summary,
-        args.json,
-        &args.output,
-        started.elapsed().as_secs_f64(),
-    );
+    let (summary, elapsed) = args.pack()?;
+    print_summary(&summary.summary, args.json, &args.output, elapsed);
     Ok(())
 }
 

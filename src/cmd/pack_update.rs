@@ -1,38 +1,32 @@
 //! `pack --update`: add a drop's new runs to the pack already in the output folder. The work
-//! is `packer::update`'s (which says how an update sorts the drop's runs and what it
-//! rewrites); this module runs it and prints what it did.
-
-use std::time::Instant;
+//! is the library's ([`crate::pack_raw`] with `update`; `packer::update` says how an update
+//! sorts the drop's runs and what it rewrites); this module prints what it did.
 
 use anyhow::Result;
 use serde_json::json;
 
 use crate::cmd::pack::{self, PackArgs};
-use crate::packer::update::{self, Report, Updated};
+use crate::packer::Summary;
+use crate::packer::update::Report;
 use crate::progress::{count, thousands};
 
 /// `pack --update` (`main` calls it instead of [`pack::run`] when `--update` is given).
 pub fn run(args: &PackArgs) -> Result<()> {
-    let started = Instant::now();
-    let updated = update::update(&args.job())?;
-    let elapsed = started.elapsed().as_secs_f64();
-    match updated {
-        Updated::Created(summary) => {
-            pack::print_summary(&summary, args.json, &args.output, elapsed)
-        }
-        Updated::Extended(report) => print_report(&report, args, elapsed),
+    let (packed, elapsed) = args.pack()?;
+    match &packed.update {
+        None => pack::print_summary(&packed.summary, args.json, &args.output, elapsed),
+        Some(report) => print_report(&packed.summary, report, args, elapsed),
     }
     Ok(())
 }
 
 /// Prints what the update did: the headline, what the pack already held, the shards touched,
 /// and [`pack::print_details`]; or one JSON document.
-fn print_report(report: &Report, args: &PackArgs, elapsed: f64) {
+fn print_report(s: &Summary, report: &Report, args: &PackArgs, elapsed: f64) {
     if args.json {
-        print_json(report, args, elapsed);
+        print_json(s, report, args, elapsed);
         return;
     }
-    let s = &report.summary;
     println!(
         "updated {}: {}, {} (now {}, {})",
         args.output.display(),
@@ -75,8 +69,7 @@ fn print_report(report: &Report, args: &PackArgs, elapsed: f64) {
 }
 
 /// The update's summary as JSON: `pack`'s fields (without `shards`) and the update's own.
-fn print_json(report: &Report, args: &PackArgs, elapsed: f64) {
-    let s = &report.summary;
+fn print_json(s: &Summary, report: &Report, args: &PackArgs, elapsed: f64) {
     let mut doc = s.to_json(&args.output, elapsed);
     let extra = json!({
         "update": true,

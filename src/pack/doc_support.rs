@@ -1,14 +1,13 @@
 //! Packs for the documentation's examples to read: the repository's raw fixture drop
-//! (`fixtures/raw`, 10 runs, 2,240 rows) packed through the library into a temporary folder
-//! that is removed again when dropped. Not part of the public surface.
+//! (`fixtures/raw`, 10 runs, 2,240 rows) packed through the library ([`crate::pack_raw`])
+//! into a temporary folder that is removed again when dropped. Not part of the public surface.
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU32, Ordering};
 
-use anyhow::{Context, Result};
-use clap::Parser;
-
+use crate::error::Result;
 use crate::format::npy;
+use crate::{RawPackOptions, pack_raw};
 
 /// A pack in a temporary folder, removed on drop.
 pub struct FixturePack {
@@ -34,14 +33,6 @@ impl Drop for FixturePack {
     }
 }
 
-/// Parses `pack` arguments the way the binary does, so fields added to them later keep
-/// their defaults here.
-#[derive(Parser)]
-struct PackCommand {
-    #[command(flatten)]
-    args: crate::cmd::pack::PackArgs,
-}
-
 /// A fresh temporary folder name (several examples run at once in one process).
 pub fn temp_dir() -> PathBuf {
     static NEXT: AtomicU32 = AtomicU32::new(0);
@@ -52,33 +43,28 @@ pub fn temp_dir() -> PathBuf {
     ))
 }
 
-/// `fixtures/raw` packed with `extra` arguments added to `pack --input … --output … --quiet`.
-pub fn fixture_pack_with(extra: &[&str]) -> Result<FixturePack> {
+/// The repository's raw fixture drop, `fixtures/raw`.
+pub fn fixture_raw() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/raw")
+}
+
+/// `fixtures/raw` packed with `options` (as `pack_raw` takes them).
+pub fn fixture_pack_with(options: &RawPackOptions) -> Result<FixturePack> {
     let out = FixturePack { dir: temp_dir() };
-    let raw = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/raw");
-    let mut argv: Vec<String> = ["pack", "--input"].map(String::from).to_vec();
-    argv.push(raw.display().to_string());
-    argv.push("--output".into());
-    argv.push(out.dir.display().to_string());
-    argv.push("--quiet".into());
-    argv.extend(extra.iter().map(|s| s.to_string()));
-    let command = PackCommand::try_parse_from(&argv).context("pack arguments")?;
-    crate::cmd::pack::run(&command.args)?;
+    pack_raw(fixture_raw(), &out.dir, options)?;
     Ok(out)
 }
 
 /// `fixtures/raw` packed into one `steps.npy`.
 pub fn fixture_pack() -> Result<FixturePack> {
-    fixture_pack_with(&[])
+    fixture_pack_with(&RawPackOptions::default())
 }
 
 /// [`fixture_pack`] with a companion array `score.npy` of dtype `'<f4'`, one value per row:
 /// the row's global index.
 pub fn fixture_pack_with_companion() -> Result<FixturePack> {
     let pack = fixture_pack()?;
-    let rows = crate::pack::shards::open_shards(pack.path(), false)?[0]
-        .header
-        .rows;
+    let rows = crate::Pack::open(pack.path())?.len();
     let mut bytes = npy::array_header("'<f4'", &[rows]);
     for i in 0..rows {
         bytes.extend_from_slice(&(i as f32).to_le_bytes());

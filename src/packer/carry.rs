@@ -5,14 +5,13 @@
 
 use std::path::Path;
 
-use anyhow::{Result, bail};
-
 use super::existing::{Existing, as_recorded};
+use crate::error::{Result, fail};
 use crate::format::metadata::{self, ShardRecord};
 use crate::format::search;
 use crate::pack::families;
 use crate::pack::shard_writer::{FileLayout, ShardWriter};
-use crate::pack::shards::{self, Shard};
+use crate::pack::shards::Shard;
 
 /// Rows copied per read when the last shard is rewritten (≈ 1 MiB).
 const COPY_ROWS: u64 = 21_845;
@@ -59,7 +58,8 @@ fn copy_checked(
     }
     let crc = file_crc(data_crc)?;
     if crc != record.crc32c {
-        bail!(
+        fail!(
+            Corrupt,
             "{} does not match its recorded checksum (crc32c recorded {:08x}, computed {crc:08x}); nothing was written; run `dataset-packer validate`",
             path.display(),
             record.crc32c
@@ -78,9 +78,10 @@ pub(super) fn search_writer(
     rewritten: Option<usize>,
 ) -> Result<ShardWriter> {
     let dir = existing.dir.display();
-    let scan = families::scan(&existing.dir, &existing.shards)?;
+    let scan = existing.opened.families(&existing.dir)?;
     if let Some((_, problem)) = scan.problems.iter().find(|(n, _)| n == search::FAMILY) {
-        bail!(
+        fail!(
+            Corrupt,
             "{dir}: the search family does not line up with the shards: {problem}; run `dataset-packer validate {dir}`"
         );
     }
@@ -88,14 +89,14 @@ pub(super) fn search_writer(
         .family(search::FAMILY)
         .expect("checked: the pack has the family");
     if !family.holds_search_stats() {
-        bail!(
-            "{dir}: its search family holds {}, not the search statistics this version writes ({}); --search-stats cannot extend it",
+        fail!(
+            Unsupported,
+            "{dir}: its search family holds {}, not the search statistics this version writes ({}); an update keeping search statistics cannot extend it",
             family.describe(),
             search::DESCR
         );
     }
-    let conn = shards::open_metadata(&existing.dir)?;
-    let mut records: Vec<ShardRecord> = metadata::read_companions(&conn)?
+    let mut records: Vec<ShardRecord> = metadata::read_companions(&existing.opened.conn)?
         .into_iter()
         .filter(|r| r.name == search::FAMILY)
         .map(|r| ShardRecord {
@@ -112,7 +113,8 @@ pub(super) fn search_writer(
         .iter()
         .map(|f| (f.file_name.as_str(), f.header.rows()));
     if !as_recorded(on_disk, &records) {
-        bail!(
+        fail!(
+            Corrupt,
             "{dir}: the search files do not match the companions table of metadata.db; run `dataset-packer validate {dir}`"
         );
     }

@@ -1,13 +1,12 @@
-//! A new pack: the whole drop (or one `--partition` slice of it) parsed and written through
-//! the [`Packer`], its session facts recorded, then published. `pack` runs it, and `pack
-//! --update` when the output holds no pack yet.
+//! A new pack: the whole drop (or one partition of it) parsed and written through the
+//! [`Packer`], its session facts recorded, then published. [`super::pack_raw`] runs it, and
+//! an update when the output holds no pack yet.
 
 use std::collections::{BTreeMap, HashMap};
 use std::time::Instant;
 
-use anyhow::{Result, bail};
-
 use super::{Job, Packed, Packer, PackerStart, Summary, discover_runs, parse_and_write};
+use crate::error::{Result, fail};
 use crate::format::metadata::PackFacts;
 use crate::format::search;
 use crate::format::valuation::ValuationTable;
@@ -17,7 +16,7 @@ use crate::pack::shard_writer::FileLayout;
 use crate::raw::discover::{Discovery, RunSource};
 use crate::thread_cpu;
 
-/// `--partition I/N`: the I-th of N contiguous slices of the run list.
+/// A partition: the I-th of N contiguous slices of the run list.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Partition {
     pub index: u64,
@@ -76,7 +75,8 @@ pub(crate) fn pack_into(job: &Job, out: OutputDir) -> Result<Summary> {
     let runs: Vec<&RunSource> = found.runs.iter().collect();
     parse_and_write(&runs, &mut packer, job.workers, &job.progress, started)?;
     if packer.runs_written() == 0 && job.partition.is_none() {
-        bail!(
+        fail!(
+            InvalidInput,
             "no valid runs in {}: all {} runs were {}",
             job.input.display(),
             packer.skipped_runs(),

@@ -1,25 +1,32 @@
-//! The pack `pack --update` extends, as read from its folder, and the refusals of what an
-//! update cannot extend: a shuffled pack or a partition, another layout (`--shard-rows`, shards
-//! that do not match the `shards` table), the `search` family without `--search-stats` (or the
-//! other way round), companion families not named by `--drop-companion`.
+//! The pack an update extends, as read from its folder (through the pack's opener,
+//! [`versions::open`]), and the refusals of what an update cannot extend: a shuffled pack or a
+//! partition, another layout (`shard_rows`, shards that do not match the `shards` table), the
+//! `search` family without `search_stats` (or the other way round), companion families not
+//! named by `drop_companion`. Each refusal names the option it is about.
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 
-use anyhow::{Context, Result, bail};
-
 use super::Job;
+use crate::error::{Context, Error, ErrorKind, Result, fail};
 use crate::format::metadata::{self, RunDetails, RunRow, ShardRecord};
 use crate::format::search;
 use crate::format::valuation::ValuationTable;
 use crate::pack::files;
 use crate::pack::shards::{self, Shard};
+use crate::pack::versions::{self, Opened, VersionSpec};
 use crate::progress::thousands;
-use crate::usage;
+
+/// A refusal about `option`.
+fn refused(option: &'static str, message: String) -> Error {
+    Error::new(ErrorKind::Refused, message).with_option(option)
+}
 
 /// The pack being extended, as read from its folder.
 pub(super) struct Existing {
     pub(super) dir: PathBuf,
+    /// The pack as its opener read it: `metadata.db` (read-only) and the shards.
+    pub(super) opened: Opened,
     pub(super) shard_rows: Option<u64>,
     pub(super) shards: Vec<Shard>,
     /// The `shards` table: rows and CRC-32C of each shard.
@@ -34,10 +41,11 @@ pub(super) struct Existing {
 }
 
 impl Existing {
-    /// Opens the pack in `dir`, refusing what `--update` cannot extend.
+    /// Opens the pack in `dir`, refusing what an update cannot extend.
     pub(super) fn open(dir: &Path, shard_rows_arg: Option<u64>) -> Result<Existing> {
-        let conn = shards::open_metadata(dir)?;
-        let session = metadata::read_session(&conn)?;
+        let opened = versions::open(dir, &VersionSpec::Latest, false)?;
+        let conn = &opened.conn;
+        let session = metadata::read_session(conn)?;
         let fact = |key: &str| {
             session
                 .iter()
@@ -45,16 +53,22 @@ impl Existing {
                 .map(|(_, v)| v.as_str())
         };
         if fact("shuffled") == Some("true") {
-            return Err(usage(format!(
-                "{} is a shuffled pack: --update appends runs in run order, which would leave the new rows unshuffled; update the unshuffled pack it was made from, then shuffle it again",
-                dir.display()
-            )));
+            return Err(refused(
+                "update",
+                format!(
+                    "{} is a shuffled pack: an update appends runs in run order, which would leave the new rows unshuffled; update the unshuffled pack it was made from, then shuffle it again",
+                    dir.display()
+                ),
+            ));
         }
         if let Some(p) = fact("partition") {
-            return Err(usage(format!(
-                "{} is partition {p} of a drop (pack --partition); update the pack merged from the partitions instead",
-                dir.display()
-            )));
+            return Err(refused(
+                "update",
+                format!(
+                    "{} is partition {p} of a drop; update the pack merged from the partitions instead",
+                    dir.display()
+                ),
+            ));
         }
         let shard_rows = match fact("shard_rows") {
             Some("none") => None,
@@ -64,43 +78,49 @@ impl Existing {
                     dir.display()
                 )
             })?),
-            None => bail!(
-                "{}: its session does not record shard_rows, so the pack's layout is unknown; --update extends packs this tool wrote",
+            None => fail!(
+                Unsupported,
+                "{}: its session does not record shard_rows, so the pack's layout is unknown; an update extends packs this tool wrote",
                 dir.display()
             ),
         };
         if shard_rows_arg.is_some() && shard_rows_arg != shard_rows {
-            return Err(usage(format!(
-                "--shard-rows {} differs from the pack's layout ({}); an update keeps the pack's layout (leave --shard-rows out)",
-                shard_rows_arg.unwrap_or(0),
-                shard_rows.map_or("a single steps.npy".to_string(), |n| format!(
-                    "shards of {n} rows"
-                ))
-            )));
+            return Err(refused(
+                "shard_rows",
+                format!(
+                    "shards of {} rows differ from the layout of {} ({}); an update keeps the pack's layout (give no shard size)",
+                    shard_rows_arg.unwrap_or(0),
+                    dir.display(),
+                    shard_rows.map_or("a single steps.npy".to_string(), |n| format!(
+                        "shards of {n} rows"
+                    ))
+                ),
+            ));
         }
-        let shards = shards::open_shards(dir, false)?;
-        let records = metadata::read_shard_records(&conn)?.with_context(|| {
-            format!(
-                "{} records no shard checksums (a pack from another tool); --update extends packs this tool wrote",
+        let shards = opened.shards.clone();
+        let records = metadata::read_shard_records(conn)?.ok_or_else(|| {
+            Error::new(ErrorKind::Unsupported, format!(
+                "{} records no shard checksums (a pack from another tool); an update extends packs this tool wrote",
                 dir.display()
-            )
+            ))
         })?;
         check_layout(dir, &shards, &records, shard_rows)?;
         Ok(Existing {
             dir: dir.to_path_buf(),
             shard_rows,
-            runs: metadata::read_runs(&conn)?,
-            details: metadata::read_run_details(&conn)?,
+            runs: metadata::read_runs(conn)?,
+            details: metadata::read_run_details(conn)?,
             valuations: shards::read_valuations(dir)?,
-            finding_counts: metadata::read_finding_counts(&conn)?
+            finding_counts: metadata::read_finding_counts(conn)?
                 .into_iter()
                 .map(|(k, n)| (k, n.max(0) as u64))
                 .collect(),
-            skipped: metadata::read_skipped(&conn)?.into_iter().collect(),
-            orphans: metadata::read_orphans(&conn)?,
+            skipped: metadata::read_skipped(conn)?.into_iter().collect(),
+            orphans: metadata::read_orphans(conn)?,
             session,
             shards,
             records,
+            opened,
         })
     }
 
@@ -128,21 +148,22 @@ impl Existing {
 }
 
 /// The pack and the update agree on the search statistics: a pack that keeps them (the
-/// `search` family) is updated with --search-stats (or drops the family), and --search-stats
-/// extends only a pack that has them (its existing rows would have none).
+/// `search` family) is updated keeping them (or drops the family), and keeping them extends
+/// only a pack that has them (its existing rows would have none).
 pub(super) fn check_search_family(existing: &Existing, job: &Job) -> Result<()> {
     let has = !files::family_files(&existing.dir, search::FAMILY)?.is_empty();
     let dropping = job.drop_companions.iter().any(|d| d == search::FAMILY);
     let dir = existing.dir.display();
     match (has, job.search_stats, dropping) {
-        (_, true, true) => Err(usage(
-            "--search-stats keeps the search statistics and --drop-companion search removes them: pass one of them".into(),
+        (_, true, true) => Err(refused(
+            "search_stats",
+            "keeping the search statistics and dropping the companion family search contradict each other: ask for one of them".into(),
         )),
-        (true, false, false) => Err(usage(format!(
-            "{dir} keeps search statistics (companion family `search`, from pack --search-stats) and the new rows would have none; pass --search-stats to keep theirs too, or --drop-companion search to remove the family"
+        (true, false, false) => Err(refused("search_stats", format!(
+            "{dir} keeps search statistics (companion family `search`) and the new rows would have none; keep theirs too, or drop the companion family search"
         ))),
-        (false, true, _) => Err(usage(format!(
-            "--search-stats: {dir} was packed without it, so its {} rows have no search statistics for the family to hold; pack the drop again with --search-stats into a new folder, or update without --search-stats",
+        (false, true, _) => Err(refused("search_stats", format!(
+            "{dir} was packed without search statistics, so its {} rows have none for the family to hold; pack the drop again keeping them into a new folder, or update without them",
             thousands(existing.total_rows())
         ))),
         _ => Ok(()),
@@ -150,8 +171,8 @@ pub(super) fn check_search_family(existing: &Existing, job: &Job) -> Result<()> 
 }
 
 /// The pack's companion families (name, files) that the update removes: every family must be
-/// named by --drop-companion (the new rows would have no companion rows), and only those;
-/// `extended` is the family the update writes rows of (`search` with --search-stats).
+/// named to be dropped (the new rows would have no companion rows), and only those;
+/// `extended` is the family the update writes rows of (`search` when it keeps them).
 pub(super) fn companions_to_drop(
     existing: &Existing,
     drop: &[String],
@@ -174,15 +195,16 @@ pub(super) fn companions_to_drop(
         .filter(|n| !drop.iter().any(|d| d == n))
         .collect();
     if !kept.is_empty() {
-        return Err(usage(format!(
-            "{} has companion arrays ({}) aligned with its rows, and the new rows would have none; pass {} to remove them with this update (attach them again afterwards)",
-            existing.dir.display(),
-            kept.join(", "),
-            kept.iter()
-                .map(|n| format!("--drop-companion {n}"))
-                .collect::<Vec<_>>()
-                .join(" ")
-        )));
+        return Err(refused(
+            "drop_companion",
+            format!(
+                "{} has companion arrays ({}) aligned with its rows, and the new rows would have none; drop {} with this update (attach {} again afterwards)",
+                existing.dir.display(),
+                kept.join(", "),
+                if kept.len() == 1 { "it" } else { "them" },
+                if kept.len() == 1 { "it" } else { "them" },
+            ),
+        ));
     }
     // A name with no files is fine: a job run again after the family was removed.
     Ok(families)
@@ -208,7 +230,8 @@ fn check_layout(
 ) -> Result<()> {
     let listed = shards.iter().map(|s| (s.name.as_str(), s.header.rows));
     if !as_recorded(listed, records) {
-        bail!(
+        fail!(
+            Corrupt,
             "{}: the shard files do not match the shards table of metadata.db; run `dataset-packer validate {}`",
             dir.display(),
             dir.display()
@@ -219,8 +242,9 @@ fn check_layout(
             .iter()
             .find(|r| r.rows != limit)
     {
-        bail!(
-            "{}: {} holds {} rows, but every shard before the last should hold {limit} (shard_rows); --update cannot extend this layout",
+        fail!(
+            Unsupported,
+            "{}: {} holds {} rows, but every shard before the last should hold {limit} (shard_rows); an update cannot extend this layout",
             dir.display(),
             short.file_name,
             short.rows

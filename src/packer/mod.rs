@@ -1,6 +1,6 @@
-//! Writing packs from raw runs: `pack` ([`create`]) and `pack --update` ([`update`]), each
-//! taking a [`Job`] (the command's options, without its parsing) and returning a summary that
-//! the command prints. Both drive the single writer here, [`Packer`]: runs are parsed on worker
+//! Writing packs from raw runs: [`pack_raw`] (the public call, with its options and summary)
+//! runs a new pack ([`create`]) or an update ([`update`]), each taking a [`Job`] (the checked
+//! options) and returning a summary that the command prints. Both drive the single writer here, [`Packer`]: runs are parsed on worker
 //! threads (each also fingerprints its run) and handed to it in run-id order through a bounded
 //! window; it writes their rows into staged shards (and the `search` family when the statistics
 //! are kept) and their facts into metadata.db; a run whose content is already in the pack is a
@@ -10,24 +10,27 @@
 mod carry;
 pub(crate) mod create;
 mod existing;
+mod pack_raw;
 pub(crate) mod update;
+
+pub use pack_raw::{RawPackOptions, RawPackSummary, pack_raw};
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::time::Instant;
 
-use anyhow::{Context, Result, bail};
 use serde_json::json;
 
 use crate::crc::crc32c;
+use crate::error::{Error, ErrorKind, Result, fail};
 use crate::findings::{DUPLICATE_RUN, Duplicates, Tally, duplicate_detail};
 use crate::format::board::LineTables;
 use crate::format::fingerprint::{self, Fingerprint, RunFacts};
 use crate::format::metadata::{FindingRecord, MetadataWriter, RunDetails, RunRecord, ShardRecord};
 use crate::format::row::remap_rows;
 use crate::format::valuation::{MAX_NAMES, ValuationTable};
-use crate::ordered::ordered_try_map;
+use crate::ordered::ordered_try_map_typed;
 use crate::pack::StagedPack;
 use crate::pack::shard_writer::Placement;
 use crate::progress::{Bar, Observer, Unit, thousands};
@@ -44,8 +47,8 @@ pub(crate) struct PackOptions {
     pub dedupe: bool,
 }
 
-/// What `pack` is asked to do, as plain values: `pack`'s and `pack --update`'s arguments once
-/// the command line is parsed.
+/// What a pack is asked to do, as plain values: [`RawPackOptions`] once checked, with the
+/// input and output folders.
 #[derive(Debug, Clone)]
 pub(crate) struct Job {
     /// The raw drop, walked recursively.
@@ -65,7 +68,7 @@ pub(crate) struct Job {
     pub partition: Option<create::Partition>,
     /// Companion families an update removes.
     pub drop_companions: Vec<String>,
-    /// No progress bar.
+    /// Where progress goes.
     pub progress: Observer,
     /// The command line, as the pack's session records it.
     pub command_line: String,
@@ -78,7 +81,8 @@ pub(crate) fn discover_runs(input: &Path) -> Result<Discovery> {
         log::warn!("{w}");
     }
     if found.runs.is_empty() {
-        bail!(
+        fail!(
+            InvalidInput,
             "no runs in {}: no *.meta.json or *.meta.json.gz sidecars found{}",
             input.display(),
             if found.orphans.is_empty() {
@@ -168,7 +172,7 @@ pub(crate) fn parse_and_write(
     let items: Vec<(u32, &RunSource)> = (first_id..).zip(runs.iter().copied()).collect();
     let rows_before = packer.staged.steps().total_rows();
     let copies = Mutex::new(VecDeque::new());
-    let outcome = ordered_try_map(
+    let outcome = ordered_try_map_typed(
         &items,
         workers,
         workers * 2,
@@ -193,7 +197,7 @@ pub(crate) fn parse_and_write(
                 thousands(rows),
                 thousands(rate as u64)
             ));
-            Ok(accepted?)
+            accepted
         },
     );
     bar.finish_and_clear();
@@ -202,7 +206,7 @@ pub(crate) fn parse_and_write(
     if outcome.is_ok() {
         copy_on_threads(&copies, workers);
     }
-    Ok(outcome?)
+    outcome
 }
 
 /// Copies the runs waiting in `copies` on `threads` threads.
@@ -415,9 +419,11 @@ impl Packer {
     /// An invalid run: skipped and recorded with --skip-invalid, otherwise the end of the pack.
     fn reject(&mut self, src: &RunSource, e: RunError) -> Result<()> {
         if !self.skip_invalid {
-            bail!(
-                "invalid run: {e}\n(nothing was written; pass --skip-invalid to leave invalid runs out)"
-            );
+            return Err(Error::new(
+                ErrorKind::InvalidInput,
+                format!("invalid run: {e}\n(nothing was written; invalid runs can be skipped instead, and listed)"),
+            )
+            .with_option("skip_invalid"));
         }
         log::info!("skipping invalid run: {e}"); // the summary lists it
         self.skip(rel_string(&src.rel_sidecar), e.to_string())
@@ -493,7 +499,9 @@ impl Packer {
         fingerprint: Fingerprint,
     ) -> Result<u32> {
         let run_id = self.next_run_id;
-        self.next_run_id = run_id.checked_add(1).context("more than 2^32 runs")?;
+        self.next_run_id = run_id
+            .checked_add(1)
+            .ok_or_else(|| Error::new(ErrorKind::Unsupported, "more than 2^32 runs"))?;
         if run.stamped_run_id != run_id {
             // A run before this one was left out: rare, and then the CRC is computed again here.
             remap_rows(&mut run.rows, |_| run_id, None);
@@ -519,7 +527,10 @@ impl Packer {
                 None
             }
             (Some(_), _, _) => {
-                bail!("internal error: a run parsed without its search statistics")
+                fail!(
+                    Corrupt,
+                    "internal error: a run parsed without its search statistics"
+                )
             }
         };
         self.copies.push(Copy {
@@ -749,9 +760,9 @@ pub(crate) fn rel_string(p: &Path) -> String {
 }
 
 /// The error for packed runs whose source changed (one reason per run).
-pub(crate) fn changed_sources(reasons: &[&str]) -> anyhow::Error {
-    anyhow::anyhow!(
-        "{} changed after it was packed; nothing was written:\n{}\n(a packed run is never re-packed or duplicated; move the changed file out of the input, or pass --skip-invalid to record it as skipped)",
+pub(crate) fn changed_sources(reasons: &[&str]) -> Error {
+    let message = format!(
+        "{} changed after it was packed; nothing was written:\n{}\n(a packed run is never re-packed or duplicated; move the changed file out of the input, or skip it to record it as skipped)",
         if reasons.len() == 1 {
             "a source run".to_string()
         } else {
@@ -762,10 +773,12 @@ pub(crate) fn changed_sources(reasons: &[&str]) -> anyhow::Error {
             .map(|r| format!("  {r}"))
             .collect::<Vec<_>>()
             .join("\n")
-    )
+    );
+    Error::new(ErrorKind::InvalidInput, message).with_option("skip_invalid")
 }
 
 /// What a pack run did, for the user.
+#[derive(Debug)]
 pub(crate) struct Summary {
     pub runs: u32,
     pub rows: u64,

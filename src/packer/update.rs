@@ -1,4 +1,4 @@
-//! `pack --update`: add a drop's new runs to the pack already in the output folder, in time
+//! An update (`pack --update`): add a drop's new runs to the pack already in the output folder, in time
 //! proportional to what is new. The story: open the pack (refusing what an update cannot
 //! extend: see [`super::existing`]), walk the drop and sort its runs by what the pack knows of
 //! them (packed from the same path with the same file sizes: not read again; same path with
@@ -13,7 +13,6 @@ use std::collections::HashMap;
 use std::path::Path;
 use std::time::Instant;
 
-use anyhow::{Context, Result};
 use serde_json::json;
 
 use super::carry::{copy_shard, search_writer};
@@ -22,6 +21,7 @@ use super::{
     Job, Packed, Packer, PackerStart, Ready, Summary, changed_sources, create, discover_runs,
     parse_and_write, rel_string,
 };
+use crate::error::{Context, Error, ErrorKind, Result};
 use crate::format::fingerprint::Fingerprint;
 use crate::format::metadata::{MetadataWriter, RunDetails, ShardRecord};
 use crate::format::search;
@@ -32,12 +32,13 @@ use crate::pack::publish::OutputDir;
 use crate::pack::shard_writer::{FileLayout, ShardWriter};
 use crate::raw::discover::{Discovery, RunSource};
 
-/// What `pack --update` did.
+/// What an update did.
 pub(crate) enum Updated {
-    /// The output held no pack: the whole drop was packed, as `pack` does.
+    /// The output held no pack: the whole drop was packed, as a new pack is.
     Created(Summary),
-    /// The pack was extended, or found to hold the drop already.
-    Extended(Report),
+    /// The pack was extended, or found to hold the drop already: the new runs, as a new pack
+    /// reports them, and what the update adds to that.
+    Extended(Summary, Report),
 }
 
 /// Adds the new runs of `job.input` to the pack in `job.output` (packs the whole input when
@@ -47,7 +48,7 @@ pub(crate) fn update(job: &Job) -> Result<Updated> {
     let (out, has_pack) = OutputDir::open_for_update(&job.output)?;
     if !has_pack {
         log::info!(
-            "{} holds no pack yet: --update packs the whole input",
+            "{} holds no pack yet: the update packs the whole input",
             job.output.display()
         );
         return create::pack_into(job, out).map(Updated::Created);
@@ -68,10 +69,11 @@ pub(crate) fn update(job: &Job) -> Result<Updated> {
         .iter()
         .all(|c| existing.skipped.get(&c.path) == Some(&c.reason));
     if sorted.new.is_empty() && orphans_same && already_skipped && dropped.is_empty() {
-        return Ok(Updated::Extended(Report::nothing_new(&existing, &sorted)));
+        let (summary, report) = Report::nothing_new(&existing, &sorted);
+        return Ok(Updated::Extended(summary, report));
     }
 
-    let (mut report, ready) = extend(job, &existing, &found, &sorted, &dropped, out)?;
+    let (summary, mut report, ready) = extend(job, &existing, &found, &sorted, &dropped, out)?;
     // Without anything to publish, `ready` is None: the staging folder is gone with it and
     // the pack stays as it was.
     if let Some(ready) = ready {
@@ -83,7 +85,7 @@ pub(crate) fn update(job: &Job) -> Result<Updated> {
         report.removed_companions = dropped.into_iter().map(|(name, _)| name).collect();
     }
     crate::thread_cpu::write_report()?;
-    Ok(Updated::Extended(report))
+    Ok(Updated::Extended(summary, report))
 }
 
 /// A raw run packed before whose files changed since.
@@ -170,7 +172,7 @@ fn extend(
     sorted: &Sorted,
     dropped: &[(String, Vec<String>)],
     out: OutputDir,
-) -> Result<(Report, Option<Ready>)> {
+) -> Result<(Summary, Report, Option<Ready>)> {
     let started = Instant::now();
     let (fingerprints, computed) = fingerprints::of_pack(
         &existing.dir,
@@ -201,7 +203,8 @@ fn extend(
         PackerStart {
             staged,
             search,
-            next_run_id: u32::try_from(existing.runs.len()).context("more than 2^32 runs")?,
+            next_run_id: u32::try_from(existing.runs.len())
+                .map_err(|_| Error::new(ErrorKind::Unsupported, "more than 2^32 runs"))?,
             valuations: existing.valuations.clone(),
             in_pack,
             recheck,
@@ -230,11 +233,12 @@ fn extend(
         && packed.reformed.is_empty()
         && existing.orphans == orphan_paths(found);
     if nothing_new && unchanged && dropped.is_empty() {
+        let (summary, report) = Report::nothing_new(existing, sorted);
         let report = Report {
             already_packed: packed.already_packed,
-            ..Report::nothing_new(existing, sorted)
+            ..report
         };
-        return Ok((report, None));
+        return Ok((summary, report, None));
     }
 
     record_session(job, existing, found, &packed, rewritten.is_some())?;
@@ -270,9 +274,8 @@ fn extend(
         reformed,
         total_runs,
         total_rows,
-        summary,
     };
-    Ok((report, Some(ready)))
+    Ok((summary, report, Some(ready)))
 }
 
 /// The staged copy of the pack's metadata.db, without the families the update drops, and with
@@ -328,7 +331,13 @@ fn recheck(
                 existing.dir.display()
             )
         })?;
-        recheck.insert(path.clone(), (u32::try_from(*id)?, *fingerprint));
+        let id = u32::try_from(*id).map_err(|_| {
+            Error::new(
+                ErrorKind::Corrupt,
+                format!("{}: run id {id} is out of range", existing.dir.display()),
+            )
+        })?;
+        recheck.insert(path.clone(), (id, *fingerprint));
     }
     Ok(recheck)
 }
@@ -410,9 +419,10 @@ fn update_history(
     Ok(serde_json::to_string(&history)?)
 }
 
-/// What an update did, for the user.
+/// What an update did besides packing new runs, for the user.
+#[derive(Debug)]
 pub(crate) struct Report {
-    /// Companion families removed (--drop-companion).
+    /// Companion families removed.
     pub(crate) removed_companions: Vec<String>,
     /// Shards of the old pack that stay in place.
     kept_shards: Vec<String>,
@@ -429,13 +439,20 @@ pub(crate) struct Report {
     /// The pack's runs and rows after the update.
     pub(crate) total_runs: u64,
     pub(crate) total_rows: u64,
-    /// The new runs, as `pack` reports them.
-    pub(crate) summary: Summary,
 }
 
 impl Report {
-    fn nothing_new(existing: &Existing, sorted: &Sorted) -> Report {
-        Report {
+    /// An update that found nothing new: no runs packed, and the pack as it was.
+    fn nothing_new(existing: &Existing, sorted: &Sorted) -> (Summary, Report) {
+        let summary = Summary {
+            runs: 0,
+            rows: 0,
+            shards: Vec::new(),
+            skipped: Vec::new(),
+            findings: Default::default(),
+            compressed_bytes: 0,
+        };
+        let report = Report {
             removed_companions: Vec::new(),
             kept_shards: Vec::new(),
             rewritten: Vec::new(),
@@ -445,15 +462,8 @@ impl Report {
             reformed: Vec::new(),
             total_runs: existing.runs.len() as u64,
             total_rows: existing.total_rows(),
-            summary: Summary {
-                runs: 0,
-                rows: 0,
-                shards: Vec::new(),
-                skipped: Vec::new(),
-                findings: Default::default(),
-                compressed_bytes: 0,
-            },
-        }
+        };
+        (summary, report)
     }
 }
 

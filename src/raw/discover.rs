@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, HashSet};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
-use anyhow::{Context, Result};
+use crate::error::{Context, Result, fail};
 
 const META: &str = ".meta.json";
 const META_GZ: &str = ".meta.json.gz";
@@ -77,7 +77,9 @@ struct Base {
 pub fn discover(root: &Path) -> Result<Discovery> {
     let meta =
         std::fs::metadata(root).with_context(|| format!("cannot read input {}", root.display()))?;
-    anyhow::ensure!(meta.is_dir(), "input {} is not a directory", root.display());
+    if !meta.is_dir() {
+        fail!(InvalidInput, "input {} is not a directory", root.display());
+    }
     let mut bases: BTreeMap<(PathBuf, String), Base> = BTreeMap::new();
     let mut found = Discovery::default();
     let mut ancestors = HashSet::new();
