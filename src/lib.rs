@@ -58,9 +58,13 @@ pub(crate) mod thread_cpu;
 pub mod verify;
 
 pub use error::{Error, ErrorKind, Result};
+pub use merge::{DeletedInput, MergeOptions, MergeSummary, MergedInput, merge};
 pub use pack::{
     Companion, CompanionValue, History, NewRun, NewStep, Pack, PackWriter, Param, Published, Run,
     Runs, SqlLimits, Step, Steps, Version, VersionSpec, WriterOptions, tag, untag,
+};
+pub use shuffle::{
+    Quality as ShuffleQuality, ShuffleNotice, ShuffleOptions, ShuffleSummary, shuffle,
 };
 
 /// Threads to use when the user does not say: all cores.

@@ -5,7 +5,7 @@
 
 use std::sync::mpsc;
 
-use anyhow::{Result, bail};
+use crate::error::{Error, Result, fail};
 
 use super::plan::Plan;
 use super::record::record_runs;
@@ -92,7 +92,7 @@ fn read_inputs(
             let companion_files = plan
                 .families
                 .iter()
-                .map(|f| f.open(si))
+                .map(|f| f.open(si).map_err(Error::from))
                 .collect::<Result<Vec<_>>>()?;
             let mut data_crc = 0u32;
             let mut companion_crcs = vec![0u32; companion_files.len()];
@@ -188,7 +188,8 @@ fn rewrite(
         );
     }
     if let Some(id) = unknown {
-        bail!(
+        fail!(
+            Corrupt,
             "input {}: {} holds rows of run {id}, which its runs table lacks; nothing was written",
             plan.src.path.display(),
             shard.name
