@@ -296,8 +296,9 @@ fn delete_inputs_refuses_every_unsafe_case() {
         let res = run(&all);
         assert_eq!(res.status.code(), Some(2), "{why}: {}", stderr(&res));
         assert!(stderr(&res).contains(why), "{why}: {}", stderr(&res));
-        assert!(
-            stderr(&res).contains(&format!("(see {flag})")) == !flag.is_empty(),
+        assert_eq!(
+            stderr(&res).contains(&format!("(see {flag})")),
+            !flag.is_empty(),
             "{why}: {}",
             stderr(&res)
         );

@@ -152,9 +152,12 @@ impl ShuffleOptions {
     }
 }
 
+/// What hears a notice.
+type Hear = dyn Fn(&ShuffleNotice) + Send + Sync;
+
 /// Who hears a shuffle's notices.
 #[derive(Clone, Default)]
-struct Notices(Option<Arc<dyn Fn(&ShuffleNotice) + Send + Sync>>);
+struct Notices(Option<Arc<Hear>>);
 
 impl Notices {
     fn tell(&self, notice: ShuffleNotice) {
