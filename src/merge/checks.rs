@@ -6,18 +6,16 @@ use std::path::{Path, PathBuf};
 
 use super::MergeOptions;
 use super::source::Source;
-use crate::error::{Context, Error, ErrorKind, Result, err};
+use crate::error::{Context, Result, err};
 use crate::pack::families::{self, Scan};
 use crate::pack::publish::list_names;
-use crate::pack::shards;
+use crate::pack::versions;
 
 /// Duplicate inputs, an output that is an input, and (when inputs are to be deleted) an output
 /// inside or around an input are refused before anything is read.
 pub(super) fn refuse_unsafe(inputs: &[PathBuf], output: &Path, delete: bool) -> Result<()> {
     let canon = |p: &Path| -> Result<PathBuf> {
-        shards::check_is_pack(p)
-            .map_err(|e| Error::from(e).as_kind(ErrorKind::NotAPack))
-            .with_context(|| format!("input {}", p.display()))?;
+        versions::check_is_pack(p).with_context(|| format!("input {}", p.display()))?;
         std::fs::canonicalize(p).with_context(|| format!("input {}", p.display()))
     };
     let canon_inputs: Vec<PathBuf> = inputs.iter().map(|p| canon(p)).collect::<Result<_>>()?;

@@ -733,3 +733,15 @@ pub(crate) fn open_records(dir: &Path) -> Option<Connection> {
 pub(crate) fn open_staged_shards(staging: &Path) -> Result<Vec<Shard>> {
     shards::open_shards(staging, false)
 }
+
+/// Fails, of kind `NotAPack` and saying what `dir` is instead, unless it is a pack folder (see
+/// [`shards::check_is_pack`]): what an operation checks of each input before it reads it.
+pub(crate) fn check_is_pack(dir: &Path) -> crate::Result<()> {
+    shards::check_is_pack(dir).map_err(|e| {
+        let e: crate::Error = e.into();
+        match e.kind() {
+            crate::ErrorKind::NotAPack => e,
+            _ => crate::Error::new(crate::ErrorKind::NotAPack, e.to_string()),
+        }
+    })
+}

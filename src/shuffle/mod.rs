@@ -18,7 +18,7 @@ use std::sync::Arc;
 
 pub use quality::{Quality, WINDOW};
 
-use crate::error::{Context, Error, ErrorKind, Result, err, fail};
+use crate::error::{Context, Result, err, fail};
 use crate::interrupt::{self, OnInterrupt};
 use crate::pack::families::Family;
 use crate::pack::publish::{OutputDir, SHUFFLE_WORK};
@@ -361,7 +361,7 @@ fn open_input(dir: &Path, options: &ShuffleOptions) -> Result<Input> {
         legacy_ok: true,
         scan_rows: true,
     };
-    shards::check_is_pack(dir).map_err(|e| Error::from(e).as_kind(ErrorKind::NotAPack))?;
+    versions::check_is_pack(dir)?;
     let report = verify::check(dir, &checks)?;
     if !report.valid() {
         fail!(
