@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 
 use super::MergeOptions;
 use super::source::Source;
-use crate::error::{Context, Result, err};
+use crate::error::{Context, Error, Result, err};
 use crate::pack::families::{self, Scan};
 use crate::pack::publish::list_names;
 use crate::pack::versions;
@@ -134,5 +134,11 @@ pub(super) fn carried_companions(
         .iter()
         .map(|s| (s.path.as_path(), &s.companions))
         .collect();
-    Ok(families::common_families(&scans, dropped)?)
+    families::common_families(&scans, dropped).map_err(typed)
+}
+
+/// The pack module's error as the library's (a conversion only while that module moves to
+/// typed errors).
+fn typed(e: impl Into<Error>) -> Error {
+    e.into()
 }

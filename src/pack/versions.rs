@@ -737,11 +737,14 @@ pub(crate) fn open_staged_shards(staging: &Path) -> Result<Vec<Shard>> {
 /// Fails, of kind `NotAPack` and saying what `dir` is instead, unless it is a pack folder (see
 /// [`shards::check_is_pack`]): what an operation checks of each input before it reads it.
 pub(crate) fn check_is_pack(dir: &Path) -> crate::Result<()> {
-    shards::check_is_pack(dir).map_err(|e| {
-        let e: crate::Error = e.into();
-        match e.kind() {
-            crate::ErrorKind::NotAPack => e,
-            _ => crate::Error::new(crate::ErrorKind::NotAPack, e.to_string()),
-        }
-    })
+    shards::check_is_pack(dir).map_err(not_a_pack)
+}
+
+/// The error of [`check_is_pack`], of kind `NotAPack` (whatever its kind was).
+fn not_a_pack(e: impl Into<crate::Error>) -> crate::Error {
+    let e = e.into();
+    match e.kind() {
+        crate::ErrorKind::NotAPack => e,
+        _ => crate::Error::new(crate::ErrorKind::NotAPack, e.to_string()),
+    }
 }
