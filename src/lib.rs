@@ -59,11 +59,15 @@ pub mod verify;
 
 pub use attach::{AttachOptions, AttachSummary, DetachSummary, attach, detach};
 pub use error::{Error, ErrorKind, Result};
+pub use merge::{DeletedInput, MergeOptions, MergeSummary, MergedInput, merge};
 pub use pack::{
     Companion, CompanionValue, History, NewRun, NewStep, Pack, PackWriter, Param, Published, Run,
     Runs, SqlLimits, Step, Steps, Version, VersionSpec, WriterOptions, tag, untag,
 };
 pub use packer::{RawPackOptions, RawPackSummary, pack_raw};
+pub use shuffle::{
+    Quality as ShuffleQuality, ShuffleNotice, ShuffleOptions, ShuffleSummary, shuffle,
+};
 
 /// Threads to use when the user does not say: all cores.
 pub fn default_workers() -> usize {

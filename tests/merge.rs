@@ -239,7 +239,8 @@ fn delete_inputs_refuses_every_unsafe_case() {
     let t = tempfile::tempdir().unwrap();
     let (a, b) = pack_d6_d7(t.path());
     let before = (files(&a, |_| true), files(&b, |_| true));
-    let cases: Vec<(Vec<String>, &str)> = vec![
+    // Each with the flag the refusal is about, where there is one.
+    let cases: Vec<(Vec<String>, &str, &str)> = vec![
         (
             vec![
                 "--left".into(),
@@ -250,6 +251,7 @@ fn delete_inputs_refuses_every_unsafe_case() {
                 s(&a).into(),
             ],
             "also an input",
+            "--output",
         ),
         (
             vec![
@@ -261,6 +263,7 @@ fn delete_inputs_refuses_every_unsafe_case() {
                 format!("{}/sub", s(&a)),
             ],
             "inside the input",
+            "--delete-inputs",
         ),
         (
             vec![
@@ -272,6 +275,7 @@ fn delete_inputs_refuses_every_unsafe_case() {
                 s(t.path()).into(),
             ],
             "contains the input",
+            "--delete-inputs",
         ),
         (
             vec![
@@ -283,14 +287,21 @@ fn delete_inputs_refuses_every_unsafe_case() {
                 s(&t.path().join("o")).into(),
             ],
             "given twice",
+            "",
         ),
     ];
-    for (args, why) in cases {
+    for (args, why, flag) in cases {
         let mut all = vec!["merge", "--delete-inputs"];
         all.extend(args.iter().map(String::as_str));
         let res = run(&all);
         assert_eq!(res.status.code(), Some(2), "{why}: {}", stderr(&res));
         assert!(stderr(&res).contains(why), "{why}: {}", stderr(&res));
+        assert_eq!(
+            stderr(&res).contains(&format!("(see {flag})")),
+            !flag.is_empty(),
+            "{why}: {}",
+            stderr(&res)
+        );
     }
     assert_eq!((files(&a, |_| true), files(&b, |_| true)), before);
     assert!(!t.path().join("o").exists());

@@ -264,7 +264,8 @@ fn an_interrupted_shuffle_resumes_to_the_same_bytes() {
         stderr(&res)
     );
     assert!(stderr(&res).contains("other options"), "{}", stderr(&res));
-    assert!(stderr(&res).contains("--seed was 5"), "{}", stderr(&res));
+    assert!(stderr(&res).contains("seed was 5"), "{}", stderr(&res));
+    assert!(stderr(&res).contains("(see --resume)"), "{}", stderr(&res));
 
     // A fresh run over a copy of the interrupted one says that --resume exists before it
     // starts over.

@@ -1,6 +1,6 @@
-//! `merge`: packs → one pack. The arguments become `merge::Options` for the library's
-//! `merge::merge` (which checks the inputs, copies, publishes and deletes inputs); this
-//! prints its summary, as text or `--json`.
+//! `merge`: packs → one pack. The arguments become [`MergeOptions`] for the library's
+//! [`merge`](crate::merge()) (which checks the inputs, copies, publishes and deletes inputs);
+//! this prints its summary, as text or `--json`.
 
 use std::path::PathBuf;
 use std::time::Instant;
@@ -9,8 +9,7 @@ use anyhow::Result;
 use clap::Args;
 use serde_json::json;
 
-use crate::UsageError;
-use crate::merge::{self, Summary};
+use crate::merge::{MergeOptions, MergeSummary};
 use crate::progress::{count, thousands};
 
 #[derive(Args, Debug)]
@@ -95,8 +94,9 @@ impl MergeArgs {
             _ => self.inputs.clone(),
         };
         if list.is_empty() {
-            return Err(UsageError(
-                "name the input packs: `merge A B … --output M` (or --left A --right B, or --input A --input B …)".into(),
+            return Err(crate::Error::new(
+                crate::ErrorKind::Refused,
+                "name the input packs: `merge A B … --output M` (or --left A --right B, or --input A --input B …)",
             )
             .into());
         }
@@ -106,26 +106,31 @@ impl MergeArgs {
 
 pub fn run(args: &MergeArgs) -> Result<()> {
     let started = Instant::now();
-    let options = merge::Options {
-        inputs: args.input_list()?,
-        output: args.output.clone(),
-        shard_rows: args.shard_rows,
-        overwrite: args.overwrite,
-        delete_inputs: args.delete_inputs,
-        dedupe: args.dedupe,
-        drop_companions: args.drop_companion.clone(),
-        workers: args
-            .workers
-            .map_or_else(crate::default_workers, |w| w as usize),
-        progress: crate::cmd::progress::Bars::unless(args.quiet),
-        command_line: crate::cli::command_line(),
-    };
-    let summary = merge::merge(&options)?;
+    let summary = crate::merge(&args.input_list()?, &args.output, &options(args))?;
     print(&summary, args, started.elapsed().as_secs_f64());
     Ok(())
 }
 
-fn print(summary: &Summary, args: &MergeArgs, elapsed: f64) {
+/// The library's options from the arguments (what they do not set stays the default).
+fn options(args: &MergeArgs) -> MergeOptions {
+    let mut options = MergeOptions::default()
+        .overwrite(args.overwrite)
+        .delete_inputs(args.delete_inputs)
+        .dedupe(args.dedupe)
+        .progress(crate::cmd::progress::Bars::unless(args.quiet));
+    if let Some(rows) = args.shard_rows {
+        options = options.shard_rows(rows);
+    }
+    if let Some(workers) = args.workers {
+        options = options.workers(workers as usize);
+    }
+    for name in &args.drop_companion {
+        options = options.drop_companion(name);
+    }
+    options
+}
+
+fn print(summary: &MergeSummary, args: &MergeArgs, elapsed: f64) {
     let mbps = summary.bytes as f64 / 1e6 / elapsed.max(1e-9);
     if args.json {
         let doc = json!({

@@ -13,7 +13,7 @@ use serde_json::json;
 
 use crate::format::row::ROW_BYTES;
 use crate::progress::{self, thousands};
-use crate::shuffle::{self, Notice, Options, Summary, WINDOW};
+use crate::shuffle::{ShuffleNotice, ShuffleOptions, ShuffleSummary, WINDOW};
 
 #[derive(Args, Debug)]
 #[command(after_help = "Examples:
@@ -81,34 +81,36 @@ impl ShuffleArgs {
 /// summary on stdout.
 pub fn run(args: &ShuffleArgs) -> Result<()> {
     let started = Instant::now();
-    let summary = shuffle::shuffle(&options(args), &mut print_notice)?;
+    let summary = crate::shuffle(args.input(), &args.output, &options(args))?;
     print_summary(args, &summary, started.elapsed().as_secs_f64());
     Ok(())
 }
 
-/// The library's options from the arguments: the default workers and the command line filled in.
-fn options(args: &ShuffleArgs) -> Options {
-    Options {
-        input: args.input().to_path_buf(),
-        output: args.output.clone(),
-        seed: args.seed,
-        shard_rows: args.shard_rows,
-        memory: args.memory,
-        temp: args.temp.clone(),
-        workers: args
-            .workers
-            .map_or_else(crate::default_workers, |w| w as usize),
-        overwrite: args.overwrite,
-        resume: args.resume,
-        progress: crate::cmd::progress::Bars::unless(args.quiet),
-        command_line: crate::cli::command_line(),
+/// The library's options from the arguments (what they do not set stays the default).
+fn options(args: &ShuffleArgs) -> ShuffleOptions {
+    let mut options = ShuffleOptions::default()
+        .seed(args.seed)
+        .memory(args.memory)
+        .overwrite(args.overwrite)
+        .resume(args.resume)
+        .progress(crate::cmd::progress::Bars::unless(args.quiet))
+        .on_notice(print_notice);
+    if let Some(rows) = args.shard_rows {
+        options = options.shard_rows(rows);
     }
+    if let Some(temp) = &args.temp {
+        options = options.temp(temp);
+    }
+    if let Some(workers) = args.workers {
+        options = options.workers(workers as usize);
+    }
+    options
 }
 
 /// What the shuffle tells on the way, as the command has always said it.
-fn print_notice(notice: Notice<'_>) {
+fn print_notice(notice: &ShuffleNotice) {
     match notice {
-        Notice::StartingOver {
+        ShuffleNotice::StartingOver {
             work,
             buckets_done,
             buckets,
@@ -120,7 +122,7 @@ fn print_notice(notice: Notice<'_>) {
 }
 
 /// The summary and quality report: a line each in text, one document with `--json`.
-fn print_summary(args: &ShuffleArgs, summary: &Summary, elapsed: f64) {
+fn print_summary(args: &ShuffleArgs, summary: &ShuffleSummary, elapsed: f64) {
     let (q, rows) = (&summary.quality, summary.rows);
     let max_share = q.shard_max_run_share.iter().copied().fold(0.0, f64::max);
     let mbps = rows as f64 * ROW_BYTES as f64 / 1e6 / elapsed.max(1e-9);

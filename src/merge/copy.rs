@@ -5,7 +5,7 @@
 
 use std::sync::mpsc;
 
-use anyhow::{Result, bail};
+use crate::error::{Result, fail};
 
 use super::plan::Plan;
 use super::record::record_runs;
@@ -188,7 +188,8 @@ fn rewrite(
         );
     }
     if let Some(id) = unknown {
-        bail!(
+        fail!(
+            Corrupt,
             "input {}: {} holds rows of run {id}, which its runs table lacks; nothing was written",
             plan.src.path.display(),
             shard.name

@@ -7,7 +7,8 @@
 //! renumbered runs, publish atomically, and only then, if asked and the published output
 //! re-validates, delete the inputs.
 //!
-//! [`merge`] takes plain [`Options`] and returns a [`Summary`] for the caller to print.
+//! [`merge`] takes the inputs, the output and [`MergeOptions`], and returns a
+//! [`MergeSummary`] for the caller to print.
 
 mod checks;
 mod copy;
@@ -19,79 +20,210 @@ mod stage;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use anyhow::{Context, Result, bail};
-
+use crate::error::{Context, Result, err};
 use crate::format::valuation::ValuationTable;
 use crate::pack::StagedPack;
 use crate::pack::files::is_pack_file;
+use crate::progress::Observer;
 use crate::verify;
 use source::Source;
 
-/// What to merge, and how.
-pub(crate) struct Options {
-    /// The input packs, in order (runs are renumbered in this order).
-    pub inputs: Vec<PathBuf>,
-    /// Folder to write the merged pack into.
-    pub output: PathBuf,
-    /// Rows per output shard; None: the inputs' shard size when every input has shards (the
-    /// largest if they differ), else one steps.npy.
+/// How to merge: [`merge`]'s options. `MergeOptions::default()` is what `dataset-packer merge`
+/// does without flags, so the library and the command write the same bytes.
+///
+/// ```
+/// use dataset_packer::MergeOptions;
+///
+/// let options = MergeOptions::default().shard_rows(1_000_000).dedupe(true).workers(2);
+/// assert_eq!(options.shard_rows, Some(1_000_000));
+/// assert!(options.dedupe && !options.overwrite && !options.delete_inputs);
+/// ```
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct MergeOptions {
+    /// Rows per output shard; `None` (the default): the inputs' shard size when every input
+    /// has shards (the largest if they differ), else one `steps.npy`.
     pub shard_rows: Option<u64>,
-    /// Replace a pack already in the output folder.
+    /// Replace a pack already in the output folder, with the companion families its
+    /// `metadata.db` records; the old one stays until the new one is complete. Default: no
+    /// (an existing pack is refused).
     pub overwrite: bool,
-    /// Delete the input packs' files once the output is published and re-validated.
+    /// Delete the input packs' files once the output is published and re-validated. Default:
+    /// no.
     pub delete_inputs: bool,
-    /// Leave out runs whose content equals an earlier run's.
+    /// Leave out runs whose content equals an earlier run's (in output order). Default: no
+    /// (they are kept and reported as `duplicate_run` findings).
     pub dedupe: bool,
-    /// Companion families left out of the output.
-    pub drop_companions: Vec<String>,
-    /// Threads for validating inputs.
+    /// Companion families left out of the output. Default: none (a family missing from some
+    /// input, or of another dtype or shape there, is an error).
+    pub drop_companion: Vec<String>,
+    /// Threads for validating the inputs. Default: all cores.
     pub workers: usize,
-    /// No progress bars.
-    pub progress: crate::progress::Observer,
-    /// The command line the session table records.
+    /// Where progress is reported. Default: nowhere.
+    pub progress: Observer,
+    /// The command line the output's `session` and `versions` tables record. Default: this
+    /// process's arguments, quoted for a POSIX shell.
     pub command_line: String,
 }
 
+impl Default for MergeOptions {
+    fn default() -> MergeOptions {
+        MergeOptions {
+            shard_rows: None,
+            overwrite: false,
+            delete_inputs: false,
+            dedupe: false,
+            drop_companion: Vec::new(),
+            workers: crate::default_workers(),
+            progress: Observer::default(),
+            command_line: crate::pack::query::process_command_line(),
+        }
+    }
+}
+
+impl MergeOptions {
+    /// Rows per output shard.
+    pub fn shard_rows(mut self, rows: u64) -> MergeOptions {
+        self.shard_rows = Some(rows);
+        self
+    }
+
+    /// Whether to replace a pack already in the output folder.
+    pub fn overwrite(mut self, yes: bool) -> MergeOptions {
+        self.overwrite = yes;
+        self
+    }
+
+    /// Whether to delete the inputs' files once the output is published and re-validated.
+    pub fn delete_inputs(mut self, yes: bool) -> MergeOptions {
+        self.delete_inputs = yes;
+        self
+    }
+
+    /// Whether to leave out runs whose content equals an earlier run's.
+    pub fn dedupe(mut self, yes: bool) -> MergeOptions {
+        self.dedupe = yes;
+        self
+    }
+
+    /// Leaves the companion family `name` out of the output (call once per family).
+    pub fn drop_companion(mut self, name: impl Into<String>) -> MergeOptions {
+        self.drop_companion.push(name.into());
+        self
+    }
+
+    /// Threads for validating the inputs (at least 1).
+    pub fn workers(mut self, workers: usize) -> MergeOptions {
+        self.workers = workers.max(1);
+        self
+    }
+
+    /// Reports progress to `observer`.
+    pub fn progress(mut self, observer: Observer) -> MergeOptions {
+        self.progress = observer;
+        self
+    }
+
+    /// The command line the output records.
+    pub fn command_line(mut self, line: impl Into<String>) -> MergeOptions {
+        self.command_line = line.into();
+        self
+    }
+}
+
 /// What a merge wrote.
-pub(crate) struct Summary {
-    pub inputs: Vec<InputSummary>,
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct MergeSummary {
+    /// Each input's part of the output, in input order.
+    pub inputs: Vec<MergedInput>,
+    /// Runs in the output.
     pub runs: u64,
+    /// Rows in the output.
     pub rows: u64,
+    /// Shard files written.
     pub shards: usize,
+    /// Bytes of shard files written.
     pub bytes: u64,
-    /// Duplicate runs kept (reported as findings).
+    /// Duplicate runs kept (reported as `duplicate_run` findings).
     pub duplicates: u64,
-    /// Runs left out with dedupe: (source, reason).
+    /// Runs left out with [`MergeOptions::dedupe`]: (source, reason).
     pub left_out: Vec<(String, String)>,
     /// Companion families carried: name and dtype.
     pub companions: Vec<(String, String)>,
     /// When an input was a legacy pack: rows whose `ev_legal` the upgrade changed.
     pub upgraded: Option<u64>,
-    /// The inputs deleted (with delete_inputs), in input order.
-    pub deleted: Vec<Deleted>,
+    /// The inputs deleted (with [`MergeOptions::delete_inputs`]), in input order.
+    pub deleted: Vec<DeletedInput>,
 }
 
-/// One input's part of the output.
-pub(crate) struct InputSummary {
+/// One input's part of a merge's output.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct MergedInput {
+    /// The input pack, as given.
     pub path: PathBuf,
+    /// Its runs.
     pub runs: usize,
+    /// Its rows.
     pub rows: u64,
-    /// Output ids of its first and last run carried.
+    /// Output ids of its first and last run carried (`None`: none carried).
     pub ids: Option<(u32, u32)>,
+    /// Its runs left out as duplicates.
     pub left_out: usize,
 }
 
-/// An input whose pack files were deleted.
-pub(crate) struct Deleted {
+/// An input whose pack files a merge deleted.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct DeletedInput {
+    /// The input pack, as given.
     pub path: PathBuf,
+    /// Files deleted.
     pub files: usize,
+    /// Their bytes.
     pub bytes: u64,
 }
 
-/// Merges `options.inputs` into a new pack at `options.output`, published atomically.
-pub(crate) fn merge(options: &Options) -> Result<Summary> {
+/// Merges the packs `inputs` (in order: runs are renumbered in this order) into a new pack at
+/// `output`, published atomically: nothing is written when an input is refused.
+///
+/// ```
+/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// # let fixture = dataset_packer::pack::doc_support::fixture_pack()?;
+/// # let (a, dir) = (fixture.path().to_path_buf(), dataset_packer::pack::doc_support::temp_dir());
+/// use dataset_packer::{ErrorKind, MergeOptions, Pack, merge};
+///
+/// let merged = dir.join("merged");
+/// let summary = merge(&[a.clone(), a.clone()], &merged, &MergeOptions::default());
+/// // The same pack twice is refused before anything is written.
+/// assert_eq!(summary.unwrap_err().kind(), ErrorKind::Refused);
+///
+/// # let b = dir.join("copy");
+/// # std::fs::create_dir_all(&b)?;
+/// # for e in std::fs::read_dir(&a)? { let e = e?; std::fs::copy(e.path(), b.join(e.file_name()))?; }
+/// let summary = merge(&[a, b], &merged, &MergeOptions::default().dedupe(true))?;
+/// // The copy's runs are duplicates of the first input's, and left out.
+/// assert_eq!(summary.inputs[1].left_out, summary.inputs[1].runs);
+/// assert_eq!(Pack::open(&merged)?.len(), summary.rows);
+/// # std::fs::remove_dir_all(&dir)?;
+/// # Ok(()) }
+/// ```
+pub fn merge(
+    inputs: &[PathBuf],
+    output: impl AsRef<Path>,
+    options: &MergeOptions,
+) -> Result<MergeSummary> {
+    let output = output.as_ref();
     let started = Instant::now();
-    checks::refuse_unsafe(&options.inputs, &options.output, options.delete_inputs)?;
+    if inputs.is_empty() {
+        return Err(err!(
+            Refused,
+            "no input packs to merge into {}",
+            output.display()
+        ));
+    }
+    checks::refuse_unsafe(inputs, output, options.delete_inputs)?;
     let verify_options = verify::Options {
         deep: false,
         workers: options.workers,
@@ -99,8 +231,7 @@ pub(crate) fn merge(options: &Options) -> Result<Summary> {
         legacy_ok: true,
         scan_rows: false,
     };
-    let sources: Vec<Source> = options
-        .inputs
+    let sources: Vec<Source> = inputs
         .iter()
         .map(|p| Source::open(p, &verify_options))
         .collect::<Result<_>>()?;
@@ -109,7 +240,7 @@ pub(crate) fn merge(options: &Options) -> Result<Summary> {
     log::debug!("merge: inputs checked in {:?}", started.elapsed());
 
     let shard_rows = options.shard_rows.or_else(|| inputs_shard_rows(&sources));
-    let mut staged = StagedPack::create(&options.output, options.overwrite, shard_rows)?;
+    let mut staged = StagedPack::create(output, options.overwrite, shard_rows)?;
     for s in &sources {
         let conn = s.conn.lock().unwrap_or_else(|e| e.into_inner());
         crate::pack::versions::record_source(staged.db(), &s.path, &conn, None)?;
@@ -120,7 +251,7 @@ pub(crate) fn merge(options: &Options) -> Result<Summary> {
     log::debug!("merge: published in {:?}", started.elapsed());
 
     if options.delete_inputs {
-        summary.deleted = delete_inputs(&sources, &carried, &options.output, &verify_options)?;
+        summary.deleted = delete_inputs(&sources, &carried, output, &verify_options)?;
     }
     Ok(summary)
 }
@@ -139,7 +270,9 @@ fn inputs_shard_rows(sources: &[Source]) -> Option<u64> {
         })
         .collect();
     let largest = sizes?.into_iter().max()?;
-    log::info!("shards of {largest} rows, as the inputs' (--shard-rows sets another size)");
+    log::info!(
+        "shards of {largest} rows, as the inputs' (the shard_rows option sets another size)"
+    );
     Some(largest)
 }
 
@@ -164,7 +297,7 @@ fn delete_inputs(
     carried: &[String],
     output: &Path,
     options: &verify::Options,
-) -> Result<Vec<Deleted>> {
+) -> Result<Vec<DeletedInput>> {
     let report = verify::check(
         output,
         &verify::Options {
@@ -174,11 +307,12 @@ fn delete_inputs(
         },
     )?;
     if !report.valid() || !report.has_checksums() {
-        bail!(
+        return Err(err!(
+            Corrupt,
             "the merged pack in {} did not re-validate; no input was deleted:\n{}",
             output.display(),
             report.failures()
-        );
+        ));
     }
     let mut deleted = Vec::new();
     for s in sources {
@@ -202,7 +336,7 @@ fn delete_inputs(
             files += 1;
         }
         let _ = std::fs::remove_dir(&s.path); // only if nothing else is left in it
-        deleted.push(Deleted {
+        deleted.push(DeletedInput {
             path: s.path.clone(),
             files,
             bytes,

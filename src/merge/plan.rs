@@ -2,7 +2,7 @@
 //! output order (duplicates kept as findings or left out with dedupe), and per input how its
 //! rows are rewritten.
 
-use anyhow::{Context, Result};
+use crate::error::{Result, err};
 
 use super::source::Source;
 use crate::findings::{DUPLICATE_RUN, Duplicates, Tally, duplicate_detail};
@@ -34,7 +34,8 @@ pub(super) fn assign_runs(sources: &[Source], dedupe: bool) -> Result<Assignment
     for src in sources {
         let mut ids = Vec::with_capacity(src.runs.len());
         for (slot, fp) in src.fingerprints.iter().enumerate() {
-            let next = u32::try_from(a.runs).context("more than 2^32 runs")?;
+            let next =
+                u32::try_from(a.runs).map_err(|_| err!(Unsupported, "more than 2^32 runs"))?;
             let name = src.describe_run(slot);
             let Some(kept) = seen.get(fp).cloned() else {
                 seen.insert(*fp, (next, name));

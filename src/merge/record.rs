@@ -2,7 +2,7 @@
 //! runs renumbered (with their source and fingerprint), its findings carried, the duplicates
 //! and runs left out, and the session (the pack's facts and every input's session).
 
-use anyhow::Result;
+use crate::error::Result;
 
 use super::plan::{Assignment, Plan};
 use super::source::Source;

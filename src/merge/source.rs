@@ -5,15 +5,14 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
-use anyhow::{Result, bail};
-
-use crate::UsageError;
+use crate::error::{Result, err, fail};
 use crate::format::fingerprint::Fingerprint;
 use crate::format::metadata::{self, CompanionRecord, RunDetails, RunRow, ShardRecord};
 use crate::format::valuation::ValuationTable;
-use crate::pack::families::{self, OpenCompanion, Scan};
+use crate::pack::families::{OpenCompanion, Scan};
 use crate::pack::fingerprints;
 use crate::pack::shards::{self, Shard};
+use crate::pack::versions::{self, VersionSpec};
 use crate::verify;
 
 /// One input pack, validated and read.
@@ -40,16 +39,18 @@ impl Source {
     /// gets the structure and metadata checks here and its CRCs verified while it is copied
     /// (so it is read once); one without checksums (an older tool's) gets the full row pass.
     pub(super) fn open(path: &Path, options: &verify::Options) -> Result<Source> {
-        let db = metadata::open_read_only(&path.join(metadata::FILE_NAME)).ok();
+        // Its records alone, before it is validated: a shuffled pack is refused as such, and
+        // the recorded checksums decide how much the validation reads.
+        let db = versions::open_records(path);
         let shuffled = db
             .as_ref()
             .and_then(|c| metadata::session_value(c, "shuffled").ok());
         if shuffled.flatten().as_deref() == Some("true") {
-            return Err(UsageError(format!(
+            fail!(
+                Refused,
                 "input {} is a shuffled pack; merge combines packs in run order: merge the unshuffled packs first, then shuffle the result",
                 path.display()
-            ))
-            .into());
+            );
         }
         let recorded = db.and_then(|c| metadata::read_shard_records(&c).ok().flatten());
         let options = verify::Options {
@@ -58,21 +59,22 @@ impl Source {
         };
         let report = verify::check(path, &options)?;
         if !report.valid() {
-            bail!(
+            fail!(
+                Corrupt,
                 "input {} is not a valid pack; nothing was written:\n{}",
                 path.display(),
                 report.failures()
             );
         }
-        let conn = metadata::open_read_only(&path.join(metadata::FILE_NAME))?;
+        let opened = versions::open(path, &VersionSpec::Latest, true)?;
+        let companions = opened.families(path)?;
+        let versions::Opened { conn, shards, .. } = opened;
         let session = metadata::read_session(&conn)?;
-        let shards = shards::open_shards(path, true)?;
         let runs = metadata::read_runs(&conn)?;
         let details = metadata::read_run_details(&conn)?;
         let valuations = shards::read_valuations(path)?;
         let (fingerprints, _) =
             fingerprints::of_pack(path, &shards, &runs, &details, &valuations, options.workers)?;
-        let companions = families::scan(path, &shards)?;
         let companion_records = metadata::read_companions(&conn)?;
         Ok(Source {
             path: path.to_path_buf(),
@@ -124,12 +126,13 @@ impl Source {
         let data_len = (shard.header.rows * shard.row_bytes() as u64) as usize;
         let crc = shard.file_crc(data_crc, data_len)?;
         if crc != record.crc32c {
-            bail!(
+            return Err(err!(
+                Corrupt,
                 "input {}: {} does not match its recorded checksum (crc32c recorded {:08x}, computed {crc:08x}); nothing was written",
                 self.path.display(),
                 shard.name,
                 record.crc32c
-            );
+            ));
         }
         Ok(())
     }
@@ -145,12 +148,13 @@ impl Source {
         };
         let crc = cf.file_crc(data_crc)?;
         if crc != record.crc32c {
-            bail!(
+            return Err(err!(
+                Corrupt,
                 "input {}: {} does not match its recorded checksum (crc32c recorded {:08x}, computed {crc:08x}); nothing was written",
                 self.path.display(),
                 cf.file.file_name,
                 record.crc32c
-            );
+            ));
         }
         Ok(())
     }

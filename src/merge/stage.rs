@@ -3,13 +3,13 @@
 
 use std::time::Instant;
 
-use anyhow::Result;
+use crate::error::Result;
 
 use super::copy::{Writers, copy_rows};
 use super::plan::{Plan, assign_runs};
 use super::record::{record_assignment, write_session};
 use super::source::Source;
-use super::{InputSummary, Options, Summary};
+use super::{MergeOptions, MergeSummary, MergedInput};
 use crate::findings::DUPLICATE_RUN;
 use crate::format::metadata;
 use crate::format::valuation::ValuationTable;
@@ -25,8 +25,8 @@ pub(super) fn write_merged(
     valuations: &ValuationTable,
     carried: &[String],
     staged: &mut StagedPack,
-    options: &Options,
-) -> Result<Summary> {
+    options: &MergeOptions,
+) -> Result<MergeSummary> {
     let copy_started = Instant::now();
     let assignment = assign_runs(sources, options.dedupe)?;
     let total_rows: u64 = sources.iter().map(Source::rows).sum();
@@ -86,13 +86,13 @@ pub(super) fn write_merged(
         assignment.runs,
         shards.len(),
     )?;
-    Ok(Summary {
+    Ok(MergeSummary {
         inputs: sources
             .iter()
             .zip(&assignment.out_ids)
             .map(|(s, ids)| {
                 let carried = || ids.iter().flatten().copied();
-                InputSummary {
+                MergedInput {
                     path: s.path.clone(),
                     runs: s.runs.len(),
                     rows: s.rows(),

@@ -744,3 +744,32 @@ fn publish_metadata(out: OutputDir) -> Result<()> {
     kept.retain(|n| n != metadata::FILE_NAME);
     out.publish_keeping(&kept)
 }
+
+/// The `metadata.db` of the pack at `dir` alone, read-only, when it opens (its shards not
+/// looked at): for what an operation decides before it validates a pack (merge refuses a
+/// shuffled input as such, and reads only the inputs without recorded checksums in full).
+pub(crate) fn open_records(dir: &Path) -> Option<Connection> {
+    shards::open_metadata(dir).ok()
+}
+
+/// The shards an operation has written into its staging folder (not yet published, no
+/// `metadata.db` yet), opened to be read back: shuffle measures the dispersion of runs in
+/// what it wrote before it records the figures in the new pack.
+pub(crate) fn open_staged_shards(staging: &Path) -> Result<Vec<Shard>> {
+    shards::open_shards(staging, false)
+}
+
+/// Fails, of kind `NotAPack` and saying what `dir` is instead, unless it is a pack folder (see
+/// [`shards::check_is_pack`]): what an operation checks of each input before it reads it.
+pub(crate) fn check_is_pack(dir: &Path) -> crate::Result<()> {
+    shards::check_is_pack(dir).map_err(not_a_pack)
+}
+
+/// The error of [`check_is_pack`], of kind `NotAPack` (whatever its kind was).
+fn not_a_pack(e: impl Into<crate::Error>) -> crate::Error {
+    let e = e.into();
+    match e.kind() {
+        crate::ErrorKind::NotAPack => e,
+        _ => crate::Error::new(crate::ErrorKind::NotAPack, e.to_string()),
+    }
+}

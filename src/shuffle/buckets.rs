@@ -2,13 +2,13 @@
 //! companion family, to a bucket file chosen at random by a counter-based hash of the seed and
 //! the row, so the choice depends on nothing else; phase 2 (gather) loads one bucket at a time,
 //! shuffles it in memory and appends it to the output shards, saving the progress after each
-//! bucket so that `--resume` continues from there.
+//! bucket so that a resume continues from there.
 
 use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
-use anyhow::{Context, Result, bail};
+use crate::error::{Context, Result, fail};
 
 use super::plan::{Plan, record_bytes};
 use super::resume::Progress;
@@ -179,8 +179,9 @@ pub(super) fn gather(
             .and_then(|f| f.read_exact_at(&mut buf, 0))
             .with_context(|| format!("reading {}", path.display()))?;
         if crate::crc::crc32c(&buf) != progress.bucket_crcs[b as usize] {
-            bail!(
-                "{} is damaged (CRC mismatch; was the machine restarted?); run again without --resume",
+            fail!(
+                Corrupt,
+                "{} is damaged (CRC mismatch; was the machine restarted?); run again without resuming",
                 path.display()
             );
         }

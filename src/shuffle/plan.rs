@@ -1,16 +1,15 @@
 //! The plan of a shuffle: how many buckets the pack and the memory budget take, the seed,
-//! the output's shard size, and an identity of the input, so that `--resume` continues only
+//! the output's shard size, and an identity of the input, so that a resume continues only
 //! the same shuffle; and the check that the bucket files and the output fit on disk.
 
 use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::path::Path;
 
-use anyhow::{Context, Result, bail};
 use serde::{Deserialize, Serialize};
 
-use super::Options;
-use crate::UsageError;
+use super::ShuffleOptions;
+use crate::error::{Context, Result, err, fail};
 use crate::format::metadata;
 use crate::format::row::ROW_BYTES;
 use crate::pack::families::Family;
@@ -34,33 +33,33 @@ pub(super) struct Plan {
     /// each, in this order).
     #[serde(default)]
     companions: Vec<String>,
-    /// --memory, which decides the buckets.
+    /// The memory budget, which decides the buckets.
     #[serde(default)]
     pub memory: u64,
 }
 
 impl Plan {
-    /// How an interrupted shuffle's plan differs from this one, in the user's terms.
+    /// How an interrupted shuffle's plan differs from this one, by the options' names.
     pub(super) fn differences(&self, old: &Plan) -> Vec<String> {
         let mut out = Vec::new();
         if self.input != old.input {
-            out.push(format!("--input was {}", old.input));
+            out.push(format!("input was {}", old.input));
         } else if self.input_rows != old.input_rows
             || self.input_fingerprint != old.input_fingerprint
         {
             out.push("the input pack's files changed since".into());
         }
         if self.seed != old.seed {
-            out.push(format!("--seed was {}", old.seed));
+            out.push(format!("seed was {}", old.seed));
         }
         if self.memory != old.memory {
-            out.push(format!("--memory was {}", mib(old.memory)));
+            out.push(format!("memory was {}", mib(old.memory)));
         } else if self.buckets != old.buckets {
             out.push(format!("it used {} buckets", old.buckets));
         }
         if self.shard_rows != old.shard_rows {
             out.push(format!(
-                "--shard-rows was {}",
+                "shard_rows was {}",
                 old.shard_rows
                     .map_or("none (one steps.npy)".into(), |n| n.to_string())
             ));
@@ -75,10 +74,11 @@ impl Plan {
     }
 }
 
-/// The plan for shuffling `options.input`, whose shards, companion families and metadata.db
+/// The plan for shuffling the pack `input`, whose shards, companion families and metadata.db
 /// are given.
 pub(super) fn make_plan(
-    options: &Options,
+    input: &Path,
+    options: &ShuffleOptions,
     shards: &[Shard],
     families: &[Family],
     conn: &rusqlite::Connection,
@@ -88,7 +88,7 @@ pub(super) fn make_plan(
     let buckets = bucket_count(options.memory, rows, bytes, !families.is_empty())?;
     let recorded = metadata::session_value(conn, "shard_rows")?.and_then(|v| v.parse().ok());
     Ok(Plan {
-        input: std::fs::canonicalize(&options.input)?.display().to_string(),
+        input: std::fs::canonicalize(input)?.display().to_string(),
         input_rows: rows,
         input_fingerprint: shards
             .iter()
@@ -142,8 +142,8 @@ fn identity(path: &Path) -> (u64, u32) {
 
 /// How many buckets the shuffle of `rows` rows (`bytes` of rows and companion rows) takes with
 /// `memory`: a bucket gets at most ~40% of it (room for variation in bucket sizes and buffers),
-/// and no more than TARGET_BUCKET_BYTES so it shuffles in cache. Too little memory is a usage
-/// error in rows and MiB that names the smallest --memory that works.
+/// and no more than TARGET_BUCKET_BYTES so it shuffles in cache. Too little memory is refused
+/// in rows and MiB, naming the smallest memory budget that works.
 fn bucket_count(memory: u64, rows: u64, bytes: u64, with_companions: bool) -> Result<u64> {
     let per_bucket = (memory * 2 / 5)
         .min(TARGET_BUCKET_BYTES)
@@ -152,8 +152,9 @@ fn bucket_count(memory: u64, rows: u64, bytes: u64, with_companions: bool) -> Re
     if buckets > MAX_BUCKETS {
         // per_bucket = memory·2/5 must reach bytes / MAX_BUCKETS.
         let least = bytes.div_ceil(MAX_BUCKETS).div_ceil(2) * 5;
-        return Err(UsageError(format!(
-            "--memory {} is too little for {} rows ({} of rows{}): it would take {} buckets, and at most {} fit; the smallest --memory that works is {}",
+        return Err(err!(
+            Refused,
+            "a memory budget of {} is too little for {} rows ({} of rows{}): it would take {} buckets, and at most {} fit; the smallest memory budget that works is {}",
             mib(memory),
             thousands(rows),
             mib(bytes),
@@ -165,8 +166,8 @@ fn bucket_count(memory: u64, rows: u64, bytes: u64, with_companions: bool) -> Re
             thousands(buckets),
             thousands(MAX_BUCKETS),
             mib(least.next_multiple_of(1 << 20))
-        ))
-        .into());
+        )
+        .with_option("memory"));
     }
     Ok(buckets)
 }
@@ -179,7 +180,8 @@ fn free_bytes(path: &Path) -> Result<(u64, u64)> {
         Some(parent) if !path.exists() => parent,
         _ => path,
     };
-    let c = std::ffi::CString::new(path.as_os_str().as_bytes())?;
+    let c = std::ffi::CString::new(path.as_os_str().as_bytes())
+        .map_err(|_| err!(InvalidInput, "{}: a path with a NUL byte", path.display()))?;
     // SAFETY: statvfs fills the struct for a NUL-terminated path; the result is checked.
     let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
     if unsafe { libc::statvfs(c.as_ptr(), &mut st) } != 0 {
@@ -216,18 +218,21 @@ pub(super) fn check_space(
     let mb = |b: u64| b as f64 / 1e6;
     if temp_fs == out_fs {
         if temp_need + out_need > temp_free {
-            bail!(
-                "shuffle needs {:.1} MB free in {} ({:.1} MB of bucket files + {:.1} MB for the output on the same filesystem); only {:.1} MB is free. Put the buckets elsewhere with --temp DIR",
+            return Err(err!(
+                Io,
+                "shuffle needs {:.1} MB free in {} ({:.1} MB of bucket files + {:.1} MB for the output on the same filesystem); only {:.1} MB is free. Put the bucket files in a folder on another filesystem",
                 mb(temp_need + out_need),
                 output.display(),
                 mb(temp_need),
                 mb(out_need),
                 mb(temp_free)
-            );
+            )
+            .with_option("temp"));
         }
     } else {
         if temp_need > temp_free {
-            bail!(
+            fail!(
+                Io,
                 "shuffle needs {:.1} MB of temporary space in {}; only {:.1} MB is free",
                 mb(temp_need),
                 work.display(),
@@ -235,7 +240,8 @@ pub(super) fn check_space(
             );
         }
         if out_need > out_free {
-            bail!(
+            fail!(
+                Io,
                 "the shuffled pack needs {:.1} MB in {}; only {:.1} MB is free",
                 mb(out_need),
                 output.display(),
@@ -250,8 +256,8 @@ pub(super) fn check_space(
 mod tests {
     use super::*;
 
-    /// Too little --memory is told in rows and MiB, with the smallest --memory that works, and
-    /// that amount does work.
+    /// Too little memory is told in rows and MiB, with the smallest memory budget that works,
+    /// and that amount does work.
     #[test]
     fn too_little_memory_names_rows_mib_and_the_smallest_that_works() {
         let rows = 4_012_461u64;
@@ -261,8 +267,9 @@ mod tests {
             .to_string();
         assert_eq!(
             err,
-            "--memory 4 KiB is too little for 4,012,461 rows (183.7 MiB of rows): it would take \
-             117,582 buckets, and at most 100,000 fit; the smallest --memory that works is 1 MiB"
+            "a memory budget of 4 KiB is too little for 4,012,461 rows (183.7 MiB of rows): it \
+             would take 117,582 buckets, and at most 100,000 fit; the smallest memory budget \
+             that works is 1 MiB"
         );
         assert!(bucket_count(1 << 20, rows, bytes, false).is_ok());
 

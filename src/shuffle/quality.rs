@@ -3,7 +3,7 @@
 
 use std::path::Path;
 
-use anyhow::Result;
+use crate::error::Result;
 use serde::Serialize;
 
 use crate::format::metadata;
@@ -16,24 +16,33 @@ pub const WINDOW: usize = 4096;
 /// one run.
 pub const SHARD_SHARE_GOAL: f64 = 0.02;
 
-/// How evenly runs are spread over the output (the seed note's goal: no shard with more than
-/// 2% of its rows from one run).
+/// How evenly runs are spread over a shuffle's output (the seed note's goal: no shard with
+/// more than 2% of its rows from one run), as [`ShuffleSummary`](crate::ShuffleSummary)
+/// reports it.
 #[derive(Debug, Clone, Default, Serialize)]
+#[non_exhaustive]
 pub struct Quality {
     /// Per output shard: the largest share of its rows that comes from a single run.
     pub shard_max_run_share: Vec<f64>,
-    /// Over windows of 4096 consecutive rows: mean and max of the largest count from one run.
+    /// Over windows of 4096 consecutive rows: the mean of the largest count of rows from one
+    /// run.
     pub window_mean_max_run_rows: f64,
+    /// Over the same windows: the largest count of rows from one run.
     pub window_max_run_rows: u64,
+    /// Whole windows measured.
     pub windows: u64,
     /// The longest run's share of all rows: a uniform shuffle puts about this share of every
-    /// shard's rows there, so above [`SHARD_SHARE_GOAL`] the goal is out of reach for the pack.
+    /// shard's rows there, so above the goal's 2% the goal is out of reach for the pack.
     pub largest_run_share: f64,
 }
 
 impl Quality {
-    /// How the largest shard share compares with [`SHARD_SHARE_GOAL`], in words: met, out of
-    /// reach for this pack (one run alone is more than the goal's share of all rows), or missed.
+    /// How the largest shard share compares with the goal (2%), in words: met, out of reach
+    /// for this pack (one run alone is more than the goal's share of all rows), or missed.
+    ///
+    /// ```
+    /// assert_eq!(dataset_packer::ShuffleQuality::default().verdict(), "goal ≤ 2%: met");
+    /// ```
     pub fn verdict(&self) -> String {
         let max_share = self.shard_max_run_share.iter().copied().fold(0.0, f64::max);
         let goal = SHARD_SHARE_GOAL * 100.0;
@@ -71,7 +80,7 @@ pub(super) fn measure_dispersion(staging: &Path, input: &rusqlite::Connection) -
     };
     let mut window_sum = 0u64;
     let (mut window_fill, mut window_max) = (0usize, 0u32);
-    for shard in shards::open_shards(staging, false)? {
+    for shard in crate::pack::versions::open_staged_shards(staging)? {
         let mut shard_max = 0u32;
         shard_counts.iter_mut().for_each(|c| *c = 0);
         for (start, count) in shards::chunks(std::slice::from_ref(&shard), 1 << 17)

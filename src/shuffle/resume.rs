@@ -1,15 +1,14 @@
 //! The resume state of a shuffle: progress.json in the work folder, saved after phase 1 and
 //! after every bucket of phase 2, and what a new shuffle does with an interrupted one's
-//! (continue it with `--resume` and the same plan, refuse other options, or start over).
+//! (continue it when resuming with the same plan, refuse other options, or start over).
 
 use std::path::Path;
 
-use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
 
-use super::Notice;
 use super::plan::Plan;
-use crate::UsageError;
+use super::{Notices, ShuffleNotice};
+use crate::error::{Context, Result, err};
 use crate::pack::shard_writer::WriterState;
 
 const PROGRESS_FILE: &str = "progress.json";
@@ -80,16 +79,17 @@ pub(super) fn decide(work: &Path, plan: &Plan, resume: bool) -> Result<Start> {
             if why.is_empty() {
                 why.push("its plan differs".into());
             }
-            Err(UsageError(format!(
-                "--resume: the interrupted shuffle in {} was run with other options: {}; give the same options to continue it, or run without --resume to start over",
+            Err(err!(
+                Refused,
+                "the interrupted shuffle in {} was run with other options: {}; give the same options to continue it, or do not resume to start over",
                 work.display(),
                 why.join("; ")
-            ))
-            .into())
+            )
+            .with_option("resume"))
         }
         None => {
             log::warn!(
-                "--resume: no interrupted shuffle in {}; starting from the beginning",
+                "resuming: no interrupted shuffle in {}; starting from the beginning",
                 work.display()
             );
             Ok(Start::Fresh { discarding: None })
@@ -98,20 +98,15 @@ pub(super) fn decide(work: &Path, plan: &Plan, resume: bool) -> Result<Start> {
 }
 
 /// The progress to continue from: the interrupted shuffle's, or a new one in an emptied work
-/// folder (`notice` hears of an interrupted shuffle that this discards).
-pub(super) fn begin(
-    work: &Path,
-    plan: &Plan,
-    start: Start,
-    notice: &mut dyn FnMut(Notice<'_>),
-) -> Result<Progress> {
+/// folder (`notices` hear of an interrupted shuffle that this discards).
+pub(super) fn begin(work: &Path, plan: &Plan, start: Start, notices: &Notices) -> Result<Progress> {
     let discarding = match start {
         Start::Continue(p) => return Ok(p),
         Start::Fresh { discarding } => discarding,
     };
     if let Some(p) = discarding {
-        notice(Notice::StartingOver {
-            work,
+        notices.tell(ShuffleNotice::StartingOver {
+            work: work.to_path_buf(),
             buckets_done: p.buckets_done,
             buckets: p.plan.buckets,
         });
