@@ -295,11 +295,11 @@
 //!         let path = Path::new(&path);
 //!         let code = match check(path) {
 //!             Ok(rows) => {
-//!                 println!("ok       {}: {rows} rows", path.display());
+//!                 println!("ok: {}: {rows} rows", path.display());
 //!                 0
 //!             }
 //!             Err(e) => {
-//!                 println!("{:<8} {e}", e.kind().to_string());
+//!                 println!("{}: {e}", e.kind());
 //!                 match e.kind() {
 //!                     ErrorKind::NotAPack | ErrorKind::Corrupt | ErrorKind::Unsupported => 1,
 //!                     ErrorKind::Io => 2,

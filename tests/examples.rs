@@ -270,10 +270,7 @@ fn verify_exits_1_on_a_damaged_pack_and_0_on_a_good_one() {
     let tmp = tempfile::tempdir().unwrap();
     let good = fixture_pack(tmp.path());
     let out = stdout_ok("cookbook_verify", run_example("cookbook_verify", &[&good]));
-    assert_eq!(
-        out.trim(),
-        format!("ok       {}: 2240 rows", good.display())
-    );
+    assert_eq!(out.trim(), format!("ok: {}: 2240 rows", good.display()));
 
     // A byte of the last row's padding flipped: the shard's checksum no longer matches.
     let damaged = tmp.path().join("damaged");
@@ -299,12 +296,9 @@ fn verify_exits_1_on_a_damaged_pack_and_0_on_a_good_one() {
         .filter(|l| !l.starts_with(' ') && l.contains(tmp.path().to_str().unwrap()))
         .collect();
     assert_eq!(reports.len(), 3, "{text}");
-    assert_eq!(
-        reports[0],
-        format!("ok       {}: 2240 rows", good.display())
-    );
+    assert_eq!(reports[0], format!("ok: {}: 2240 rows", good.display()));
     assert!(
-        reports[1].starts_with("corrupt  ") && reports[1].contains(s(&damaged)),
+        reports[1].starts_with("corrupt: ") && reports[1].contains(s(&damaged)),
         "{text}"
     );
     assert!(reports[2].contains(s(&not_a_pack)), "{text}");
