@@ -34,6 +34,7 @@ pub(crate) mod attach;
 pub mod cli;
 #[doc(hidden)]
 pub mod cmd;
+pub mod cookbook;
 pub(crate) mod crc;
 pub mod error;
 pub(crate) mod export;
