@@ -57,7 +57,7 @@ impl Iterator for Batches<'_> {
         for &row in rows {
             let step = match self.pack.row(row) {
                 Ok(step) => step,
-                Err(e) => return Some(Err(e)),
+                Err(e) => return Some(Err(e.into())),
             };
             batch.boards.push(step.exponents());
             batch.legal.push(step.legal());

@@ -268,7 +268,7 @@ fn open_source(path: &Path) -> Result<Source> {
     let header = families::read_header(path)
         .map_err(|e| match Error::from(e) {
             e if e.kind() == ErrorKind::Io => e,
-            e => e.as_kind(ErrorKind::InvalidInput),
+            e => e.with_kind(ErrorKind::InvalidInput),
         })
         .with_context(|| format!("{}", path.display()))?;
     let name = path.display();

@@ -23,7 +23,7 @@
 //!
 //! (`examples/cookbook_pack_drop.rs`)
 //!
-//! ```ignore
+//! ```
 //! use std::path::PathBuf;
 //! use std::sync::atomic::{AtomicU64, Ordering};
 //!
@@ -137,7 +137,7 @@
 //!
 //! (`examples/cookbook_merge_shuffle.rs`)
 //!
-//! ```ignore
+//! ```
 //! use std::path::PathBuf;
 //!
 //! use dataset_packer::{
@@ -188,7 +188,7 @@
 //!
 //! (`examples/cookbook_attach.rs`)
 //!
-//! ```ignore
+//! ```
 //! use std::io::Write;
 //! use std::path::{Path, PathBuf};
 //!
@@ -321,7 +321,7 @@
 //!
 //! (`examples/cookbook_old_version.rs`)
 //!
-//! ```ignore
+//! ```
 //! use std::path::{Path, PathBuf};
 //!
 //! use dataset_packer::{Pack, RawPackOptions, VersionSpec, pack_raw, tag};

@@ -169,7 +169,7 @@ impl Error {
     }
 
     /// The same error, as another kind.
-    pub(crate) fn as_kind(mut self, kind: ErrorKind) -> Error {
+    pub(crate) fn with_kind(mut self, kind: ErrorKind) -> Error {
         self.kind = kind;
         self
     }

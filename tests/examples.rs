@@ -3,9 +3,6 @@
 //! the fixture drop in a temporary folder, and its output checked against what the library
 //! reads back from the pack it used or made. The page must show each program as its file
 //! has it.
-//!
-//! Programs in `examples/pending/` wait for library functions that are not there yet (cargo
-//! does not build that folder); their checks run once they are moved to `examples/`.
 
 mod common;
 
@@ -41,22 +38,6 @@ fn programs_in(dir: &Path) -> Vec<String> {
         .unwrap_or_default();
     names.sort();
     names
-}
-
-/// Whether `name` is a program cargo builds (in `examples/`, not waiting in `pending/`).
-fn ready(name: &str) -> bool {
-    if repo().join("examples").join(format!("{name}.rs")).is_file() {
-        return true;
-    }
-    assert!(
-        repo()
-            .join("examples/pending")
-            .join(format!("{name}.rs"))
-            .is_file(),
-        "{name}.rs is neither in examples/ nor in examples/pending/"
-    );
-    eprintln!("{name}: pending (examples/pending/), not run");
-    false
 }
 
 /// The example binary `name`, built (once per test process, all programs at once) as
@@ -136,9 +117,7 @@ fn numbers(line: &str) -> Vec<u64> {
 
 #[test]
 fn every_cookbook_program_is_checked() {
-    let mut all = programs_in(&repo().join("examples"));
-    all.extend(programs_in(&repo().join("examples/pending")));
-    all.sort();
+    let all = programs_in(&repo().join("examples"));
     assert_eq!(all, CHECKED, "examples/cookbook_*.rs and the checks here");
 }
 
@@ -174,11 +153,11 @@ fn cookbook_page_shows_each_program_as_its_file_has_it() {
             .filter(|l| !(l.trim_start().starts_with("# ") || l.trim() == "#"))
             .copied()
             .collect();
-        let file = ["examples", "examples/pending"]
-            .iter()
-            .map(|d| repo().join(d).join(format!("{name}.rs")))
-            .find(|p| p.is_file())
-            .unwrap_or_else(|| panic!("the cookbook shows {name}.rs, which does not exist"));
+        let file = repo().join("examples").join(format!("{name}.rs"));
+        assert!(
+            file.is_file(),
+            "the cookbook shows {name}.rs, which does not exist"
+        );
         let text = std::fs::read_to_string(&file).unwrap();
         let code: Vec<&str> = text
             .lines()
@@ -186,13 +165,9 @@ fn cookbook_page_shows_each_program_as_its_file_has_it() {
             .skip_while(|l| l.is_empty())
             .collect();
         assert_eq!(visible, code, "src/cookbook.rs shows {name}.rs differently");
-        // A program cargo builds is compiled and run as a doc test; a pending one cannot be.
+        // Every program is compiled and run as a doc test too.
         let fence = lines[start - 1];
-        assert_eq!(
-            fence == "```ignore",
-            !ready(name),
-            "{name}: the page's code block is `{fence}`"
-        );
+        assert_eq!(fence, "```", "{name}: the page's code block is `{fence}`");
         shown.push(name.to_string());
         i = end;
     }
@@ -306,9 +281,6 @@ fn verify_exits_1_on_a_damaged_pack_and_0_on_a_good_one() {
 
 #[test]
 fn pack_drop_packs_the_fixture_with_search_stats() {
-    if !ready("cookbook_pack_drop") {
-        return;
-    }
     let tmp = tempfile::tempdir().unwrap();
     let out_dir = tmp.path().join("pack");
     let out = stdout_ok(
@@ -326,9 +298,6 @@ fn pack_drop_packs_the_fixture_with_search_stats() {
 
 #[test]
 fn merge_shuffle_prints_what_each_pack_holds() {
-    if !ready("cookbook_merge_shuffle") {
-        return;
-    }
     let tmp = tempfile::tempdir().unwrap();
     let work = tmp.path().join("work");
     let out = stdout_ok(
@@ -354,9 +323,6 @@ fn merge_shuffle_prints_what_each_pack_holds() {
 
 #[test]
 fn attach_adds_one_vector_per_row() {
-    if !ready("cookbook_attach") {
-        return;
-    }
     let tmp = tempfile::tempdir().unwrap();
     let work = tmp.path().join("work");
     let out = stdout_ok("cookbook_attach", run_example("cookbook_attach", &[&work]));
@@ -379,9 +345,6 @@ fn attach_adds_one_vector_per_row() {
 
 #[test]
 fn old_version_reads_the_tagged_rows() {
-    if !ready("cookbook_old_version") {
-        return;
-    }
     let tmp = tempfile::tempdir().unwrap();
     let work = tmp.path().join("work");
     let out = stdout_ok(
