@@ -366,7 +366,7 @@ fn line_up(name: &str, sources: &[Source], shards: &[Shard]) -> Result<FileLayou
     };
     // The header each file gets (format 3.0 when a name needs UTF-8) must read back as the
     // same array, by this tool and by NumPy alike: near the length limit it may not.
-    match crate::format::npy::parse_array_header(&layout.header(total)) {
+    match layout.header_read_back(total) {
         Ok(h) if h.dtype == first.dtype && h.trailing() == first.trailing() => Ok(layout),
         reread => fail!(
             InvalidInput,

@@ -71,6 +71,12 @@ impl FileLayout {
         shape.extend_from_slice(&self.trailing);
         npy::array_header(&self.descr, &shape)
     }
+
+    /// The header of a file of `rows` rows as a reader parses it back (a header near the
+    /// format's length limits may not read back as the array it was written for).
+    pub fn header_read_back(&self, rows: u64) -> Result<npy::ArrayHeader, npy::HeaderError> {
+        npy::parse_array_header(&self.header(rows))
+    }
 }
 
 /// Everything needed to continue writing after a restart (see [`ShardWriter::snapshot`]).
