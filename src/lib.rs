@@ -19,13 +19,42 @@
 //! # Ok(()) }
 //! ```
 //!
+//! # Doing what the command line does
+//!
+//! Every command is a library call here, with the same bytes out for the same settings (each
+//! options type's `Default` is the command's defaults): [`pack_raw`] (`pack`, and `pack
+//! --update` with [`RawPackOptions::update`]), [`merge`], [`shuffle`], [`export`], [`stats`],
+//! [`report`], [`attach`], [`detach`], [`Pack::verify`] (`validate`), [`History`] and [`tag`]
+//! (`versions`, `tag`). Errors are [`Error`]s whose [`ErrorKind`] a program can match; progress
+//! goes to a [`progress::Progress`] observer given in the options (none by default: the
+//! library draws and prints nothing).
+//!
+//! ```
+//! # fn main() -> dataset_packer::Result<()> {
+//! # let fixture = dataset_packer::pack::doc_support::fixture_pack()?;
+//! # let out = dataset_packer::pack::doc_support::temp_dir();
+//! use dataset_packer::{ErrorKind, ShuffleOptions, shuffle};
+//!
+//! let summary = shuffle(fixture.path(), &out, &ShuffleOptions::default().seed(7))?;
+//! assert_eq!(summary.rows, 2240);
+//! // The output exists now: a second shuffle into it is refused, and says which option.
+//! let again = shuffle(fixture.path(), &out, &ShuffleOptions::default()).unwrap_err();
+//! assert_eq!((again.kind(), again.option()), (ErrorKind::Refused, Some("overwrite")));
+//! # std::fs::remove_dir_all(&out).ok();
+//! # Ok(()) }
+//! ```
+//!
+//! The [`cookbook`] has complete programs for common jobs.
+//!
 //! # What is public
 //!
-//! The names at the crate root ([`Pack`], [`Run`], [`Step`], …) are the stable surface.
-//! `format` is the pack contract (row layout, board codec, npy header, metadata.db, valuation
-//! table, the `search` family's dtype), public so that its constants can be used, but not
-//! stable. The rest of the crate (the writers, the publish protocol, the shard reader the
-//! commands share) is private to it; `cli`, `cmd`, `interrupt`, `raw` and `rng` are public
+//! The names at the crate root are the stable surface: the reader ([`Pack`], [`Run`],
+//! [`Step`], …), the writer ([`PackWriter`], …), the operations and their options and
+//! summaries, [`Error`], [`ErrorKind`] and [`Result`], and the [`progress`] observer. `format`
+//! is the pack contract (row layout, board codec, npy header, metadata.db, valuation table,
+//! the `search` family's dtype), public so that its constants can be used, but not stable; so
+//! is [`verify`]'s report. The rest of the crate (the shard reader, the writers' machinery, the
+//! publish protocol) is private to it; `cli`, `cmd`, `interrupt`, `raw` and `rng` are public
 //! only for the `dataset-packer` binary and the tool's own tests and benches, and hidden from
 //! these docs.
 
