@@ -8,7 +8,7 @@ use anyhow::Result;
 use clap::Args;
 use rusqlite::Connection;
 
-use crate::pack::query::{Param, RunFilter, SqlLimits, shell_quote};
+use crate::pack::query::{Param, RunFilter, SqlLimits};
 
 /// `--version N|NAME`: which version of a pack a reading command reads.
 #[derive(Args, Debug, Clone, Default)]
@@ -151,15 +151,13 @@ pub fn parse_size(text: &str) -> Result<u64, String> {
 /// The command line this process was started with, each argument quoted for a POSIX shell
 /// where it needs it, so it can be pasted back.
 pub fn command_line() -> String {
-    std::env::args_os()
-        .map(|a| shell_quote(&a.to_string_lossy()))
-        .collect::<Vec<_>>()
-        .join(" ")
+    crate::pack::query::process_command_line()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::pack::query::shell_quote;
 
     #[test]
     fn row_counts_with_units() {

@@ -63,6 +63,8 @@ pub use pack::{
     Runs, SqlLimits, Step, Steps, Version, VersionSpec, WriterOptions, tag, untag,
 };
 
+pub use export::{ExportFormat, ExportOptions, ExportSummary, export};
+
 /// Threads to use when the user does not say: all cores.
 pub fn default_workers() -> usize {
     std::thread::available_parallelism().map_or(1, |n| n.get())

@@ -137,6 +137,29 @@ where
     stopped.map_or(Ok(()), Err)
 }
 
+/// [`ordered_try_map`] for a consumer that fails with the library's own error (TRANSITIONAL,
+/// issue 31: becomes `ordered_try_map` once no caller uses anyhow).
+pub fn ordered_try_map_typed<T, S, R>(
+    items: &[T],
+    workers: usize,
+    window: usize,
+    init: impl Fn() -> S + Sync,
+    map: impl Fn(&mut S, &T) -> R + Sync,
+    mut consume: impl FnMut(usize, R) -> crate::Result<()>,
+) -> crate::Result<()>
+where
+    T: Sync,
+    R: Send,
+{
+    let stopped = ordered_map(items, workers, window, init, map, |i, r| {
+        match consume(i, r) {
+            Ok(()) => ControlFlow::Continue(()),
+            Err(e) => ControlFlow::Break(e),
+        }
+    });
+    stopped.map_or(Ok(()), Err)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

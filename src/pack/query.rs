@@ -580,6 +580,16 @@ pub fn shell_quote(arg: &str) -> String {
     }
 }
 
+/// The command line this process was started with, each argument quoted for a POSIX shell
+/// where it needs it, so it can be pasted back: what a pack records as having made it unless
+/// told otherwise.
+pub fn process_command_line() -> String {
+    std::env::args_os()
+        .map(|a| shell_quote(&a.to_string_lossy()))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
 fn shift_offset(e: rusqlite::Error, by: usize) -> rusqlite::Error {
     match e {
         rusqlite::Error::SqlInputError {

@@ -719,3 +719,16 @@ fn publish_metadata(out: OutputDir) -> Result<()> {
     kept.retain(|n| n != metadata::FILE_NAME);
     out.publish_keeping(&kept)
 }
+
+/// [`open`] for the operations that return the library's errors (export, stats, show,
+/// report): a path that is not a pack is an error of kind `NotAPack`. (Until the opener's own
+/// errors are typed; then this is `open`.)
+pub(crate) fn open_typed(dir: &Path, spec: &VersionSpec, legacy_ok: bool) -> crate::Result<Opened> {
+    open(dir, spec, legacy_ok).map_err(|e| {
+        let e = crate::Error::from(e);
+        match shards::check_is_pack(dir) {
+            Err(_) => e.as_kind(crate::ErrorKind::NotAPack),
+            Ok(()) => e,
+        }
+    })
+}
