@@ -53,7 +53,7 @@ pub(crate) mod report;
 pub mod rng;
 pub(crate) mod show;
 pub(crate) mod shuffle;
-pub(crate) mod stats;
+pub mod stats;
 pub(crate) mod thread_cpu;
 pub mod verify;
 
@@ -64,6 +64,8 @@ pub use pack::{
 };
 
 pub use export::{ExportFormat, ExportOptions, ExportSummary, export};
+pub use report::{ReportOptions, ReportSummary, report};
+pub use stats::{Stats, StatsOptions, stats};
 
 /// Threads to use when the user does not say: all cores.
 pub fn default_workers() -> usize {

@@ -37,7 +37,10 @@ fn item_type(dtype: &Dtype) -> Result<DataType> {
     Ok(match dtype {
         Dtype::Scalar { order, kind, size } => {
             if *order == '>' && *size > 1 && !matches!(kind, 'S' | 'V') {
-                fail!(Unsupported, "big-endian dtypes are not converted; save the array little-endian");
+                fail!(
+                    Unsupported,
+                    "big-endian dtypes are not converted; save the array little-endian"
+                );
             }
             match (kind, size) {
                 ('b', 1) => DataType::Boolean,
@@ -55,7 +58,10 @@ fn item_type(dtype: &Dtype) -> Result<DataType> {
                 ('m' | 'M', 8) => DataType::Int64,
                 ('S' | 'V' | 'a', n) => DataType::FixedSizeBinary(list_len(*n as u64)?),
                 ('U', _) => DataType::Utf8,
-                _ => fail!(Unsupported, "dtype kind '{kind}' of {size} bytes has no Parquet column type"),
+                _ => fail!(
+                    Unsupported,
+                    "dtype kind '{kind}' of {size} bytes has no Parquet column type"
+                ),
             }
         }
         Dtype::Array(inner, shape) => arrow_type(inner, shape)?,
@@ -146,7 +152,10 @@ fn scalars(kind: char, size: usize, bytes: &[u8], count: usize) -> Result<ArrayR
                 .map(utf32_text)
                 .collect::<Vec<_>>(),
         )),
-        _ => fail!(Unsupported, "dtype kind '{kind}' of {size} bytes has no Parquet column type"),
+        _ => fail!(
+            Unsupported,
+            "dtype kind '{kind}' of {size} bytes has no Parquet column type"
+        ),
     })
 }
 

@@ -166,7 +166,9 @@ fn write_search(out: &mut Vec<u8>, s: &SearchStats) -> Result<()> {
         match value {
             _ if nulls => out.extend_from_slice(b"null"),
             FieldValue::Count(c) => write!(out, "{c}")?,
-            FieldValue::Rate(r) if !r.is_finite() => fail!(Corrupt, "cache_hit_rate {r} is not finite"),
+            FieldValue::Rate(r) if !r.is_finite() => {
+                fail!(Corrupt, "cache_hit_rate {r} is not finite")
+            }
             FieldValue::Rate(r) => write!(out, "{r}")?,
         }
     }

@@ -31,8 +31,8 @@ use crate::format::metadata::{self, RunDetails, RunRow};
 use crate::format::row::{ROW_BYTES, offset};
 use crate::format::valuation::ValuationTable;
 use crate::pack::families::{self, Family, Scan};
-use crate::pack::shards::{self, AlignedRows, RunSlots, Shard};
 use crate::pack::query::{Param, RunFilter, SqlLimits};
+use crate::pack::shards::{self, AlignedRows, RunSlots, Shard};
 use crate::pack::versions::{self, VersionSpec};
 use crate::progress::Observer;
 
@@ -241,8 +241,10 @@ impl ExportOptions {
     /// Refuses options that make no sense together with `format` and `output`.
     fn check(&self, format: ExportFormat, output: &Path) -> Result<()> {
         if self.run_columns && format != ExportFormat::Parquet {
-            return Err(err!(Refused, "run columns apply to the parquet format only")
-                .with_option("run_columns"));
+            return Err(
+                err!(Refused, "run columns apply to the parquet format only")
+                    .with_option("run_columns"),
+            );
         }
         let folder_parquet = format == ExportFormat::Parquet && !parquet::is_single_file(output);
         if self.shard_rows.is_some() && format != ExportFormat::Pack && !folder_parquet {

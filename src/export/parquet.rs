@@ -27,9 +27,9 @@ use parquet::file::writer::SerializedFileWriter;
 use parquet::schema::types::ColumnPath;
 
 use super::output::{StagedDir, StagedFile};
-use crate::error::{Context, Error, ErrorKind, Result, err};
 use super::run_columns::{self, RunColumn};
 use super::{PIECE_ROWS, Piece, RowCounts, Selection, SourcePack, companion_columns, tally};
+use crate::error::{Context, Error, ErrorKind, Result, err};
 use crate::format::board;
 use crate::format::row::ROW_BYTES;
 use crate::format::row::StepRow;
