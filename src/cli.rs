@@ -202,7 +202,11 @@ pub fn render(e: &anyhow::Error) -> String {
             .and_then(crate::Error::option)
     });
     if let Some(option) = option {
-        let flag = format!("--{}", option.replace('_', "-"));
+        let flag = match option {
+            "selection" => "--where".to_string(),
+            "params" => "--param".to_string(),
+            other => format!("--{}", other.replace('_', "-")),
+        };
         if !text.contains(&flag) {
             text.push_str(&format!("\n  (see {flag})"));
         }

@@ -14,7 +14,7 @@
 //! use dataset_packer::{StatsOptions, stats};
 //!
 //! let all = stats(pack, &StatsOptions::default())?;
-//! let deep = stats(pack, &StatsOptions::default().select_sql("max_score > 2000"))?;
+//! let deep = stats(pack, &StatsOptions::default().select_sql("max_score > 3000"))?;
 //! assert!(deep.runs < all.runs && deep.rows < all.rows);
 //! println!("{} runs, median score {:?}", all.runs, all.score.map(|s| s.median));
 //! # Ok(()) }
@@ -828,7 +828,7 @@ impl StatsOptions {
 /// checksum first.
 ///
 /// Errors: `NotAPack` when `pack` is not one; `InvalidInput` for a selection SQLite cannot
-/// run or one of no runs (with [`Error::option`](crate::Error::option) `where`); `Corrupt`
+/// run or one of no runs (with [`Error::option`](crate::Error::option) `selection`); `Corrupt`
 /// when a shard's bytes differ from its checksum.
 ///
 /// ```
@@ -901,7 +901,7 @@ pub(crate) fn gather(dir: &Path, options: &StatsOptions, longest: Option<u64>) -
                     ),
                     None => err!(InvalidInput, "{what} selects no runs of {}", dir.display()),
                 };
-                return Err(e.with_option("where"));
+                return Err(e.with_option("selection"));
             }
             runs.retain(|r| ids.binary_search(&r.id).is_ok());
             let ids: Vec<u32> = runs.iter().map(|r| r.id as u32).collect();

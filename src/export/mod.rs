@@ -306,7 +306,7 @@ pub struct ExportSummary {
 ///
 /// let options = ExportOptions::default()
 ///     .format(ExportFormat::Pack)
-///     .select_sql("max_score > 2000");
+///     .select_sql("max_score > 3000");
 /// let summary = export(pack, &out, &options)?;
 /// assert_eq!(Pack::open(&out)?.num_runs(), summary.runs);
 ///

@@ -124,7 +124,7 @@ fn id_span(source: &SourcePack) -> String {
 /// The run ids (ascending) `filter` selects in the pack whose `metadata.db` is `conn`. A
 /// selection SQLite cannot run, or one that returns what is not a run id, is the caller's
 /// input: an error of kind `InvalidInput` (`Interrupted` when a limit stopped it, `Io` or
-/// `Corrupt` when reading the pack failed), about the option `where`.
+/// `Corrupt` when reading the pack failed), about the option `selection`.
 pub(crate) fn selected_ids(filter: &RunFilter, conn: &Connection) -> Result<Vec<i64>> {
     filter.run_ids(conn).map_err(|e| {
         // The query module says what is wrong in words only: it is the text's fault unless a
@@ -142,7 +142,7 @@ pub(crate) fn selected_ids(filter: &RunFilter, conn: &Connection) -> Result<Vec<
             (false, false) => e.as_kind(ErrorKind::InvalidInput),
             (true, false) => e,
         };
-        e.with_option("where")
+        e.with_option("selection")
     })
 }
 
