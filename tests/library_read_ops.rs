@@ -239,7 +239,7 @@ fn report_writes_the_page_the_binary_writes() {
     let src = source(t.path());
     let (cli, lib) = (t.path().join("cli.html"), t.path().join("lib.html"));
     run_ok(&["report", s(&src), "--output", s(&cli), "--quiet"]);
-    let summary = report(&[src.clone()], &lib, &ReportOptions::default()).unwrap();
+    let summary = report(std::slice::from_ref(&src), &lib, &ReportOptions::default()).unwrap();
     assert_eq!((summary.packs, summary.rows), (1, 2240));
     // The same page but for the line saying when and by what command it was made.
     let page = |p: &Path| {

@@ -462,10 +462,14 @@ impl View {
             "CREATE TEMP VIEW runs AS SELECT * FROM main.runs WHERE id <= {last};
              CREATE TEMP VIEW run_details AS SELECT * FROM main.run_details WHERE run_id <= {last};"
         );
-        for (table, column) in [("run_index", "run_id"), ("findings", "run_id")] {
+        // `findings` keeps its rowid: its examples are read in the order they were recorded.
+        for (table, column, rowid) in [
+            ("run_index", "run_id", ""),
+            ("findings", "run_id", "rowid AS rowid, "),
+        ] {
             if metadata::has_table(conn, table)? {
                 sql.push_str(&format!(
-                    "CREATE TEMP VIEW {table} AS SELECT * FROM main.{table}
+                    "CREATE TEMP VIEW {table} AS SELECT {rowid}* FROM main.{table}
                      WHERE {column} IS NULL OR {column} <= {last};"
                 ));
             }
