@@ -266,7 +266,7 @@ fn refuse_existing(pack: &Path, conn: &Connection, name: &str) -> Result<()> {
 
 fn open_source(path: &Path) -> Result<Source> {
     let header = families::read_header(path)
-        .map_err(|e| match Error::from(e) {
+        .map_err(|e| match e {
             e if e.kind() == ErrorKind::Io => e,
             e => e.with_kind(ErrorKind::InvalidInput),
         })

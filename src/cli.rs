@@ -154,6 +154,51 @@ pub fn command_line() -> String {
     crate::pack::query::process_command_line()
 }
 
+/// An error in how the tool was called (exit code 2), as opposed to bad data (exit code 1):
+/// what the command line itself refuses before calling the library.
+#[derive(Debug)]
+pub struct UsageError(pub String);
+
+impl std::fmt::Display for UsageError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for UsageError {}
+
+/// The exit code for a failed command: 2 for a usage error (the command line or a state the
+/// library refuses to act on: `ErrorKind::Refused`), 1 for everything else (bad data, I/O).
+pub fn exit_code(e: &anyhow::Error) -> u8 {
+    let refused = e.chain().any(|c| {
+        c.is::<UsageError>()
+            || c.downcast_ref::<crate::Error>()
+                .is_some_and(|e| e.kind() == crate::ErrorKind::Refused)
+    });
+    if refused { 2 } else { 1 }
+}
+
+/// The message for a failed command: the error and its causes, then, when the library says
+/// which option the error is about, the flag that sets it.
+pub fn render(e: &anyhow::Error) -> String {
+    let mut text = format!("error: {e:#}");
+    let option = e.chain().find_map(|c| {
+        c.downcast_ref::<crate::Error>()
+            .and_then(crate::Error::option)
+    });
+    if let Some(option) = option {
+        let flag = match option {
+            "selection" => "--where".to_string(),
+            "params" => "--param".to_string(),
+            other => format!("--{}", other.replace('_', "-")),
+        };
+        if !text.contains(&flag) {
+            text.push_str(&format!("\n  (see {flag})"));
+        }
+    }
+    text
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -180,36 +225,4 @@ mod tests {
         assert_eq!(shell_quote("it's"), "'it'\\''s'");
         assert_eq!(shell_quote(""), "''");
     }
-}
-
-/// The exit code for a failed command: 2 for a usage error (the command line or a state the
-/// library refuses to act on: `ErrorKind::Refused`), 1 for everything else (bad data, I/O).
-pub fn exit_code(e: &anyhow::Error) -> u8 {
-    let refused = e.chain().any(|c| {
-        c.is::<crate::UsageError>()
-            || c.downcast_ref::<crate::Error>()
-                .is_some_and(|e| e.kind() == crate::ErrorKind::Refused)
-    });
-    if refused { 2 } else { 1 }
-}
-
-/// The message for a failed command: the error and its causes, then, when the library says
-/// which option the error is about, the flag that sets it.
-pub fn render(e: &anyhow::Error) -> String {
-    let mut text = format!("error: {e:#}");
-    let option = e.chain().find_map(|c| {
-        c.downcast_ref::<crate::Error>()
-            .and_then(crate::Error::option)
-    });
-    if let Some(option) = option {
-        let flag = match option {
-            "selection" => "--where".to_string(),
-            "params" => "--param".to_string(),
-            other => format!("--{}", other.replace('_', "-")),
-        };
-        if !text.contains(&flag) {
-            text.push_str(&format!("\n  (see {flag})"));
-        }
-    }
-    text
 }

@@ -248,32 +248,6 @@ impl From<serde_json::Error> for Error {
     }
 }
 
-// TRANSITIONAL (issue 31): while modules move from anyhow to `Error`, an anyhow error that
-// reaches a typed function keeps the kind of the library error inside it (Corrupt when there
-// is none). Removed when no library module uses anyhow.
-impl From<anyhow::Error> for Error {
-    fn from(e: anyhow::Error) -> Error {
-        let kind = e
-            .chain()
-            .find_map(|c| c.downcast_ref::<Error>().map(Error::kind))
-            .or_else(|| {
-                e.chain()
-                    .any(|c| c.is::<std::io::Error>())
-                    .then_some(ErrorKind::Io)
-            })
-            .unwrap_or(ErrorKind::Corrupt);
-        let option = e
-            .chain()
-            .find_map(|c| c.downcast_ref::<Error>().and_then(Error::option));
-        let boxed: Box<dyn StdError + Send + Sync + 'static> = e.into();
-        Error {
-            kind,
-            option,
-            inner: Box::new(Inner::Foreign(boxed)),
-        }
-    }
-}
-
 /// `.context(…)` and `.with_context(|| …)` on results and options, as `anyhow` spells them:
 /// the error becomes the cause of a message that says what was being done (an `Option`'s
 /// `None` becomes an error of kind `Corrupt`, the kind a missing record in a pack is).

@@ -83,7 +83,7 @@ pub(crate) mod report;
 pub mod rng;
 pub(crate) mod show;
 pub(crate) mod shuffle;
-pub(crate) mod stats;
+pub mod stats;
 pub(crate) mod thread_cpu;
 pub mod verify;
 
@@ -99,19 +99,11 @@ pub use shuffle::{
     Quality as ShuffleQuality, ShuffleNotice, ShuffleOptions, ShuffleSummary, shuffle,
 };
 
+pub use export::{ExportFormat, ExportOptions, ExportSummary, export};
+pub use report::{ReportOptions, ReportSummary, report};
+pub use stats::{Stats, StatsOptions, stats};
+
 /// Threads to use when the user does not say: all cores.
 pub fn default_workers() -> usize {
     std::thread::available_parallelism().map_or(1, |n| n.get())
 }
-
-/// An error in how the tool was called (exit code 2), as opposed to bad data (exit code 1).
-#[derive(Debug)]
-pub struct UsageError(pub String);
-
-impl std::fmt::Display for UsageError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl std::error::Error for UsageError {}

@@ -122,25 +122,8 @@ pub fn ordered_try_map<T, S, R>(
     window: usize,
     init: impl Fn() -> S + Sync,
     map: impl Fn(&mut S, &T) -> R + Sync,
-    consume: impl FnMut(usize, R) -> crate::Result<()>,
+    mut consume: impl FnMut(usize, R) -> crate::Result<()>,
 ) -> crate::Result<()>
-where
-    T: Sync,
-    R: Send,
-{
-    ordered_try_map_typed(items, workers, window, init, map, consume)
-}
-
-/// [`ordered_try_map`] for a consumer with any error type (the library's `Error`). Issue 31
-/// moves the library off anyhow: once no caller uses anyhow, this is `ordered_try_map`.
-pub fn ordered_try_map_typed<T, S, R, E>(
-    items: &[T],
-    workers: usize,
-    window: usize,
-    init: impl Fn() -> S + Sync,
-    map: impl Fn(&mut S, &T) -> R + Sync,
-    mut consume: impl FnMut(usize, R) -> Result<(), E>,
-) -> Result<(), E>
 where
     T: Sync,
     R: Send,

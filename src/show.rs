@@ -7,8 +7,7 @@
 
 use std::path::Path;
 
-use anyhow::{Result, bail};
-
+use crate::error::{Result, fail};
 use crate::format::metadata::{self, RowLocation, RunLookup};
 use crate::format::row::{ROW_BYTES, StepRow};
 use crate::format::search::{self, SearchStats};
@@ -79,7 +78,8 @@ pub fn read(dir: &Path, version: &VersionSpec, id: u64, window: Window) -> Resul
 /// The run, checked to be showable: it exists and the pack has an index of where it starts.
 fn find_run(conn: &rusqlite::Connection, dir: &Path, id: u64) -> Result<RunLookup> {
     if metadata::session_value(conn, "shuffled")?.as_deref() == Some("true") {
-        bail!(
+        fail!(
+            Unsupported,
             "show needs an unshuffled pack: {} is shuffled (session shuffled=true), so a run's rows \
              are scattered and there is no run index to seek with; show the run in the pack it was \
              shuffled from",
@@ -96,7 +96,8 @@ fn find_run(conn: &rusqlite::Connection, dir: &Path, id: u64) -> Result<RunLooku
             (Some(a), Some(b)) => format!("ids {a}–{b}"),
             _ => "no ids".into(),
         };
-        bail!(
+        fail!(
+            InvalidInput,
             "run {id} is not in {} (its runs table has {} runs, {ids})",
             dir.display(),
             thousands(count as u64)
@@ -104,7 +105,8 @@ fn find_run(conn: &rusqlite::Connection, dir: &Path, id: u64) -> Result<RunLooku
     };
     // A pack without the table (the reference packer's) has its index rebuilt by the caller.
     if run.first_row.is_none() && metadata::has_table(conn, "run_index")? {
-        bail!(
+        fail!(
+            Unsupported,
             "show needs an unshuffled pack with a run index: {}/metadata.db has no run_index entry \
              for run {id}",
             dir.display()
@@ -129,7 +131,8 @@ impl<'a> RunRows<'a> {
         let (mut shard, mut offset, mut left) = (at.shard as usize, at.row_offset, len);
         while left > 0 {
             let Some(s) = shards.get(shard) else {
-                bail!(
+                fail!(
+                    Corrupt,
                     "metadata.db says run {run_id} has {len} rows from shard {} row {}, but the \
                      shards end {left} rows short: the pack is inconsistent (run `dataset-packer \
                      validate`)",
@@ -216,7 +219,8 @@ impl<'a> RunRows<'a> {
             .enumerate()
             .find(|(_, r)| i64::from(r.run_id) != self.run_id)
         {
-            bail!(
+            fail!(
+                Corrupt,
                 "{} row {} belongs to run {}, but metadata.db's run_index places run {} there: \
                  the pack is inconsistent (run `dataset-packer validate`)",
                 shard.name,

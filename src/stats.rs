@@ -1,29 +1,46 @@
-//! What a pack holds, as numbers: the aggregations `stats` (text and `--json`) and `report`
-//! print. The story: read the run table, session and findings from metadata.db (with `--where`,
-//! only the runs it selects); make one parallel pass over the rows (memory-mapped chunks,
-//! checked against their recorded checksums) counting rows per (max_rank, valuation type) and
-//! per move, and the EVs of legal moves per valuation type; turn these into figures (steps and
-//! scores per run, runs by depth, tiles reached, valuation types overall and by phase of game,
-//! EV distributions, moves) returned as one [`Stats`] struct. Printing is the commands' job.
+//! What a pack holds, as numbers: [`stats()`] returns the figures `dataset-packer stats` prints
+//! (as text, or as [`Stats::to_json`] with `--json`) and `report` draws. The story: read the run
+//! table, session and findings from metadata.db (with an SQL selection, only the runs it
+//! selects); make one parallel pass over the rows (memory-mapped chunks, checked against their
+//! recorded checksums) counting rows per (max_rank, valuation type) and per move, and the EVs of
+//! legal moves per valuation type; turn these into figures (steps and scores per run, runs by
+//! depth, tiles reached, valuation types overall and by phase of game, EV distributions, moves)
+//! returned as one [`Stats`] struct. Printing is the commands' job.
+//!
+//! ```
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! # let fixture = dataset_packer::pack::doc_support::fixture_pack()?;
+//! # let pack = fixture.path();
+//! use dataset_packer::{StatsOptions, stats};
+//!
+//! let all = stats(pack, &StatsOptions::default())?;
+//! let deep = stats(pack, &StatsOptions::default().select_sql("max_score > 3000"))?;
+//! assert!(deep.runs < all.runs && deep.rows < all.rows);
+//! println!("{} runs, median score {:?}", all.runs, all.score.map(|s| s.median));
+//! # Ok(()) }
+//! ```
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use anyhow::{Result, bail};
+use serde_json::{Value, json};
 
+use crate::error::{Result, err};
+use crate::export::select::selected_ids;
+use crate::format::board::MOVE_NAMES;
 use crate::format::metadata::{self, RunDetails, RunRow};
 use crate::format::row::{ROW_BYTES, offset};
 use crate::format::search;
 use crate::format::valuation::ValuationTable;
 use crate::ordered::ordered_try_map;
 use crate::pack::families;
-use crate::pack::query::RunFilter;
+use crate::pack::query::{Param, RunFilter, SqlLimits};
 use crate::pack::shards::{self, RunSlots, Shard};
 use crate::pack::versions::{self, VersionSpec};
 
 /// Rows per memory-mapped chunk (6 MiB), as in validate.
-pub const CHUNK_ROWS: u64 = 128 * 1024;
+pub(crate) const CHUNK_ROWS: u64 = 128 * 1024;
 /// Step buckets of the by-step figures; the last one also holds every later step.
 pub const STEP_BUCKETS: usize = 40;
 /// Skipped runs listed by name (the count covers them all).
@@ -39,7 +56,7 @@ pub const LANDMARK_TILES: (i64, i64) = (2048, 65536);
 /// What the pass over the rows counts: rows per (max_rank, valuation type) and per move, and
 /// the EVs of legal moves per valuation type. The columns it reads sit at the same offsets in
 /// the legacy packed 46-byte layout up to byte 26; the EVs start 2 bytes earlier there.
-pub struct RowCounts {
+pub(crate) struct RowCounts {
     /// Rows per (max_rank, valuation_type), indexed `max_rank * 256 + valuation_type`.
     pub by_rank_type: Vec<u64>,
     /// Rows per move_dir: up, down, left, right, then any value above 3.
@@ -172,7 +189,7 @@ pub struct EvBin {
 /// also keeps the lowest and highest key it saw, so a quantile is interpolated between values
 /// that occur: a bucket of exact zeros reads as 0, not as a point inside the denormals its key
 /// range also spans.
-pub struct EvHistogram {
+pub(crate) struct EvHistogram {
     pub counts: Vec<u64>,
     /// Per bucket, the highest low 16 bits of a key seen, and the complement of the lowest
     /// (complemented so that zeroed memory means "none seen" for both).
@@ -319,7 +336,7 @@ impl EvHistogram {
     }
 }
 
-pub fn count_chunk(
+pub(crate) fn count_chunk(
     shard: &Shard,
     start: u64,
     count: u64,
@@ -334,7 +351,7 @@ pub fn count_chunk(
 
 /// One pass over every row of `shards` (or, with `only`, the rows of those runs), `workers`
 /// chunks at a time, bucketing steps by `step_width`.
-pub fn count_rows(
+pub(crate) fn count_rows(
     shards: &[Shard],
     workers: usize,
     only: Option<&RunSlots>,
@@ -363,10 +380,12 @@ pub fn count_rows(
 #[derive(Debug, Clone, Copy)]
 pub struct Spread {
     pub min: f64,
-    p25: f64,
+    /// The first quartile.
+    pub p25: f64,
     pub median: f64,
     pub mean: f64,
-    p75: f64,
+    /// The third quartile.
+    pub p75: f64,
     pub max: f64,
 }
 
@@ -403,7 +422,7 @@ impl Spread {
     }
 }
 
-pub fn quantile(sorted: &[i64], q: f64) -> f64 {
+pub(crate) fn quantile(sorted: &[i64], q: f64) -> f64 {
     let pos = q * (sorted.len() - 1) as f64;
     let (lo, hi) = (pos.floor() as usize, pos.ceil() as usize);
     sorted[lo] as f64 + (sorted[hi] - sorted[lo]) as f64 * (pos - lo as f64)
@@ -419,7 +438,7 @@ pub struct ScoreBin {
 
 /// Power-of-two bins from the lowest to the highest non-empty one: [2^k, 2^(k+1) - 1]
 /// (the first bin, k = 0, also holds 0).
-pub fn score_bins<'a>(runs: impl IntoIterator<Item = &'a RunRow>) -> Vec<ScoreBin> {
+pub(crate) fn score_bins<'a>(runs: impl IntoIterator<Item = &'a RunRow>) -> Vec<ScoreBin> {
     let bin = |score: i64| 63 - (score.max(1) as u64).leading_zeros() as usize;
     let mut counts = [0u64; 64];
     for r in runs {
@@ -443,7 +462,7 @@ pub fn score_bins<'a>(runs: impl IntoIterator<Item = &'a RunRow>) -> Vec<ScoreBi
 
 /// A "nice" bin width (1, 2 or 5 times a power of ten) that covers `0..=max` in about `bins`
 /// bins.
-pub fn nice_width(max: u64, bins: usize) -> u64 {
+pub(crate) fn nice_width(max: u64, bins: usize) -> u64 {
     let want = max.div_ceil(bins as u64).max(1);
     let mut unit = 1u64;
     loop {
@@ -465,7 +484,7 @@ pub struct LengthBin {
 }
 
 /// Equal-width bins from 0 to the longest run, every run counted.
-pub fn length_bins(runs: &[RunRow]) -> Vec<LengthBin> {
+pub(crate) fn length_bins(runs: &[RunRow]) -> Vec<LengthBin> {
     let Some(longest) = runs.iter().map(|r| r.steps.max(0) as u64).max() else {
         return Vec::new();
     };
@@ -537,7 +556,7 @@ pub struct TileRow {
 
 /// Every power of two from 2048 (or the lowest highest tile, when lower) to 65536 (or the
 /// largest, when higher).
-pub fn tile_rows(runs: &[RunRow]) -> Vec<TileRow> {
+pub(crate) fn tile_rows(runs: &[RunRow]) -> Vec<TileRow> {
     let pow2_floor = |t: i64| {
         if t < 2 {
             2
@@ -578,7 +597,7 @@ pub struct DepthRow {
     pub score_bins: Vec<ScoreBin>,
 }
 
-pub fn depth_rows(
+pub(crate) fn depth_rows(
     runs: &[RunRow],
     details: &std::collections::HashMap<i64, RunDetails>,
 ) -> Vec<DepthRow> {
@@ -611,7 +630,7 @@ pub struct TypeRows {
 }
 
 /// Every name of the table plus any id the rows use that it does not define, with row counts.
-pub fn type_rows(counts: &RowCounts, table: &ValuationTable) -> Vec<TypeRows> {
+pub(crate) fn type_rows(counts: &RowCounts, table: &ValuationTable) -> Vec<TypeRows> {
     (0..256)
         .filter_map(|id| {
             let rows: u64 = (0..256).map(|rank| counts.at(rank, id)).sum();
@@ -633,7 +652,7 @@ pub struct Phase {
     pub by_type: Vec<u64>,
 }
 
-pub fn phases(counts: &RowCounts, types: &[TypeRows]) -> Vec<Phase> {
+pub(crate) fn phases(counts: &RowCounts, types: &[TypeRows]) -> Vec<Phase> {
     (0..256)
         .filter_map(|rank| {
             let by_type: Vec<u64> = types.iter().map(|t| counts.at(rank, t.id)).collect();
@@ -647,8 +666,12 @@ pub fn phases(counts: &RowCounts, types: &[TypeRows]) -> Vec<Phase> {
         .collect()
 }
 
-/// Everything stats reports.
+/// Everything `stats` reports about a pack (or the runs an SQL selection picks): what
+/// [`stats()`] returns.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct Stats {
+    /// The pack's folder, as given.
     pub pack: PathBuf,
     /// The pack's identity (None: made before versions), the version described, whether it
     /// is the latest, and the packs the pack was made from (its lineage).
@@ -656,21 +679,30 @@ pub struct Stats {
     pub version: u32,
     pub latest: bool,
     pub sources: Vec<versions::Source>,
-    /// The `--where` SQL the figures are restricted to, and its `--param` values.
+    /// The SQL selection the figures are restricted to, and its parameter values (as
+    /// [`Param`]s print).
     pub selection: Option<String>,
     pub params: Vec<String>,
+    /// Runs described.
     pub runs: usize,
+    /// Rows described (of the selected runs, with a selection).
     pub rows: u64,
     /// Σ runs.steps: equals `rows` in a consistent pack.
     pub rows_in_runs: i64,
+    /// The shard files, in order, and their bytes; the bytes of `metadata.db`.
     pub shard_names: Vec<String>,
     pub shard_bytes: u64,
     pub metadata_bytes: u64,
+    /// Whether the pack is shuffled (rows not grouped by run).
     pub shuffled: bool,
+    /// Steps per run, and final score (`max_score`) per run; None without runs.
     pub steps: Option<Spread>,
     pub score: Option<Spread>,
+    /// Runs by final score, in power-of-two bins.
     pub score_bins: Vec<ScoreBin>,
+    /// Runs reaching each tile, and having it as their highest.
     pub tiles: Vec<TileRow>,
+    /// Runs, rows and scores per search depth (`run_details.depth`).
     pub depths: Vec<DepthRow>,
     /// EVs of legal moves per valuation type: name, count, spread.
     pub evs: Vec<(String, u64, Spread)>,
@@ -680,8 +712,10 @@ pub struct Stats {
     pub length_bins: Vec<LengthBin>,
     /// Rows by step_index bucket: valuation mix and board_eval along the game.
     pub step_buckets: Vec<StepBucket>,
+    /// Rows per valuation type, and per phase of game (highest tile on the board).
     pub types: Vec<TypeRows>,
     pub phases: Vec<Phase>,
+    /// Rows per move: up, down, left, right, then any invalid value.
     pub moves: [u64; 5],
     /// None when the pack records no findings table.
     pub findings: Option<Vec<(String, i64)>>,
@@ -701,26 +735,124 @@ pub struct Stats {
     pub companion_problems: Vec<String>,
     /// Staging or work folders interrupted runs left in the pack folder.
     pub leftovers: Vec<String>,
+    /// Threads the row pass used, and the seconds the whole took.
     pub workers: usize,
     pub elapsed: f64,
 }
 
-pub fn gather(
-    dir: &Path,
-    version: &VersionSpec,
+/// What [`stats()`] describes and how; `StatsOptions::default()` does what `dataset-packer
+/// stats PACK` does: every run of the latest version, all cores.
+///
+/// ```
+/// use dataset_packer::{Param, StatsOptions, VersionSpec};
+/// let options = StatsOptions::default()
+///     .version(VersionSpec::Number(1))
+///     .select_sql("SELECT id FROM runs WHERE max_score > :min")
+///     .param(Param::parse("min=50000").unwrap())
+///     .workers(2);
+/// # let _ = options;
+/// ```
+#[derive(Debug, Clone)]
+pub struct StatsOptions {
+    version: VersionSpec,
+    sql: Option<String>,
+    params: Vec<Param>,
+    sql_limits: SqlLimits,
     workers: usize,
-    filter: Option<&RunFilter>,
-) -> Result<Stats> {
-    gather_with_steps(dir, version, workers, filter, None)
 }
 
-/// The steps of the longest run of version `version` (of those `filter` selects): what sets
-/// the width of the step buckets.
-pub fn longest_run(dir: &Path, version: &VersionSpec, filter: Option<&RunFilter>) -> Result<u64> {
-    let conn = shards::open_metadata(dir)?;
-    versions::View::resolve(&conn, dir, version)?.restrict(&conn)?;
-    let mut runs = metadata::read_runs(&conn)?;
-    if let Some(ids) = filter.map(|f| f.run_ids(&conn)).transpose()? {
+impl Default for StatsOptions {
+    fn default() -> StatsOptions {
+        StatsOptions {
+            version: VersionSpec::Latest,
+            sql: None,
+            params: Vec::new(),
+            sql_limits: SqlLimits::default(),
+            workers: crate::default_workers(),
+        }
+    }
+}
+
+impl StatsOptions {
+    /// Describe the pack as `version` of it was (`--version`); by default its latest.
+    pub fn version(mut self, version: VersionSpec) -> StatsOptions {
+        self.version = version;
+        self
+    }
+
+    /// Describe only the runs `sql` selects, and their rows (`--where`): a WHERE expression
+    /// over the columns of `runs` and `run_details`, or a query that returns run ids (see
+    /// [`crate::Pack::select`]). A selection of no runs is an error.
+    pub fn select_sql(mut self, sql: &str) -> StatsOptions {
+        self.sql = Some(sql.to_string());
+        self
+    }
+
+    /// A value for the next parameter of the SQL (`--param`, repeatable).
+    pub fn param(mut self, param: Param) -> StatsOptions {
+        self.params.push(param);
+        self
+    }
+
+    /// The values of the SQL's parameters (`--param …`), replacing any given before.
+    pub fn params(mut self, params: Vec<Param>) -> StatsOptions {
+        self.params = params;
+        self
+    }
+
+    /// How long and how much memory the SQL selection may take (`--sql-timeout`,
+    /// `--sql-memory`).
+    pub fn sql_limits(mut self, limits: SqlLimits) -> StatsOptions {
+        self.sql_limits = limits;
+        self
+    }
+
+    /// Threads for the row pass (`--workers`); by default all cores.
+    pub fn workers(mut self, workers: usize) -> StatsOptions {
+        self.workers = workers.max(1);
+        self
+    }
+
+    /// The SQL selection, if any.
+    pub(crate) fn filter(&self) -> Option<RunFilter> {
+        self.sql.as_ref().map(|sql| RunFilter {
+            sql: sql.clone(),
+            params: self.params.clone(),
+            limits: self.sql_limits,
+        })
+    }
+}
+
+/// The figures of the pack at `pack` (or of the runs `options` select), as `dataset-packer
+/// stats` prints them: one pass over its rows, each shard checked against its recorded
+/// checksum first.
+///
+/// Errors: `NotAPack` when `pack` is not one; `InvalidInput` for a selection SQLite cannot
+/// run or one of no runs (with [`Error::option`](crate::Error::option) `selection`); `Corrupt`
+/// when a shard's bytes differ from its checksum.
+///
+/// ```
+/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// # let fixture = dataset_packer::pack::doc_support::fixture_pack()?;
+/// # let pack = fixture.path();
+/// use dataset_packer::{Pack, StatsOptions, stats};
+///
+/// let figures = stats(pack, &StatsOptions::default())?;
+/// assert_eq!(figures.rows, Pack::open(pack)?.len());
+/// assert_eq!(figures.to_json()["runs"], figures.runs);
+/// # Ok(()) }
+/// ```
+pub fn stats(pack: impl AsRef<Path>, options: &StatsOptions) -> Result<Stats> {
+    gather(pack.as_ref(), options, None)
+}
+
+/// The steps of the longest run of the version `options` read (of the runs they select):
+/// what sets the width of the step buckets.
+pub(crate) fn longest_run(dir: &Path, options: &StatsOptions) -> Result<u64> {
+    let opened = versions::open(dir, &options.version, true)?;
+    let mut runs = metadata::read_runs(&opened.conn)?;
+    if let Some(filter) = options.filter() {
+        let ids = selected_ids(&filter, &opened.conn)?;
         runs.retain(|r| ids.binary_search(&r.id).is_ok());
     }
     Ok(runs
@@ -730,17 +862,14 @@ pub fn longest_run(dir: &Path, version: &VersionSpec, filter: Option<&RunFilter>
         .unwrap_or(0))
 }
 
-/// [`gather`] with step buckets sized for runs of `longest` steps instead of the pack's own
-/// longest run, so that packs compared side by side share their buckets.
-pub fn gather_with_steps(
-    dir: &Path,
-    version: &VersionSpec,
-    workers: usize,
-    filter: Option<&RunFilter>,
-    longest: Option<u64>,
-) -> Result<Stats> {
+/// [`stats()`], with step buckets sized for runs of `longest` steps instead of the pack's own
+/// longest run when given, so that packs compared side by side share their buckets.
+pub(crate) fn gather(dir: &Path, options: &StatsOptions, longest: Option<u64>) -> Result<Stats> {
     let started = Instant::now();
-    let opened = versions::open(dir, version, true)?;
+    let workers = options.workers;
+    let filter = options.filter();
+    let filter = filter.as_ref();
+    let opened = versions::open(dir, &options.version, true)?;
     let all: Vec<usize> = (0..opened.shards.len()).collect();
     shards::verify_shards(dir, &opened.conn, &opened.shards, &all, workers)?;
     let scan = opened.families(dir)?;
@@ -758,16 +887,21 @@ pub fn gather_with_steps(
     };
     let session = metadata::read_session(&conn)?;
     let skipped = metadata::read_skipped(&conn)?;
-    let only = match filter.map(|f| f.run_ids(&conn)).transpose()? {
+    let only = match filter.map(|f| selected_ids(f, &conn)).transpose()? {
         None => None,
         Some(ids) => {
             if ids.is_empty() {
                 let what = filter.map(RunFilter::describe).unwrap_or_default();
                 let depths = details.values().map(|d| d.depth);
-                match metadata::no_depth_note(&what, depths) {
-                    Some(note) => bail!("{what} selects no runs of {}: {note}", dir.display()),
-                    None => bail!("{what} selects no runs of {}", dir.display()),
-                }
+                let e = match metadata::no_depth_note(&what, depths) {
+                    Some(note) => err!(
+                        InvalidInput,
+                        "{what} selects no runs of {}: {note}",
+                        dir.display()
+                    ),
+                    None => err!(InvalidInput, "{what} selects no runs of {}", dir.display()),
+                };
+                return Err(e.with_option("selection"));
             }
             runs.retain(|r| ids.binary_search(&r.id).is_ok());
             let ids: Vec<u32> = runs.iter().map(|r| r.id as u32).collect();
@@ -854,6 +988,159 @@ pub fn gather_with_steps(
         workers,
         elapsed: started.elapsed().as_secs_f64(),
     })
+}
+
+// ---------------------------------------------------------------------------------------------
+// As JSON
+
+fn spread_json(s: &Option<Spread>) -> Value {
+    match s {
+        None => Value::Null,
+        Some(s) => Spread::NAMES
+            .iter()
+            .zip(s.values())
+            .map(|(k, v)| (k.to_string(), json!(v)))
+            .collect::<serde_json::Map<_, _>>()
+            .into(),
+    }
+}
+
+pub(crate) fn share(part: u64, whole: u64) -> f64 {
+    if whole == 0 {
+        0.0
+    } else {
+        part as f64 / whole as f64
+    }
+}
+
+impl Stats {
+    /// The figures as the JSON document `dataset-packer stats --json` prints (with shares,
+    /// tile values and means worked out).
+    ///
+    /// ```
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let fixture = dataset_packer::pack::doc_support::fixture_pack()?;
+    /// let figures = dataset_packer::stats(fixture.path(), &Default::default())?;
+    /// let json = figures.to_json();
+    /// assert_eq!(json["rows"], figures.rows);
+    /// assert_eq!(json["valuation_types"].as_array().unwrap().len(), figures.types.len());
+    /// # Ok(()) }
+    /// ```
+    pub fn to_json(&self) -> Value {
+        to_json(self)
+    }
+}
+
+fn to_json(s: &Stats) -> Value {
+    let mut score = spread_json(&s.score);
+    if let Value::Object(m) = &mut score {
+        let bins = s.score_bins.iter();
+        let bins = bins.map(|b| json!({"from": b.from, "to": b.to, "runs": b.runs}));
+        m.insert("histogram".into(), bins.collect::<Vec<_>>().into());
+    }
+    let mut steps = spread_json(&s.steps);
+    if let Value::Object(m) = &mut steps {
+        let bins = s.length_bins.iter();
+        let bins = bins.map(|b| json!({"from": b.from, "to": b.to, "runs": b.runs}));
+        m.insert("histogram".into(), bins.collect::<Vec<_>>().into());
+    }
+    let runs = s.runs as u64;
+    json!({
+        "pack": s.pack.display().to_string(),
+        "pack_id": s.pack_id,
+        "version": s.version,
+        "latest_version": s.latest,
+        "made_from": s.sources,
+        "runs": s.runs,
+        "rows": s.rows,
+        "rows_in_runs": s.rows_in_runs,
+        "shards": s.shard_names.len(),
+        "bytes": s.shard_bytes,
+        "metadata_bytes": s.metadata_bytes,
+        "shuffled": s.shuffled,
+        "steps_per_run": steps,
+        "score": score,
+        "highest_tile": s.tiles.iter().map(|t| json!({
+            "tile": t.tile, "reached": t.reached, "share": share(t.reached, runs), "highest": t.highest,
+        })).collect::<Vec<_>>(),
+        "valuation_types": s.types.iter().map(|t| json!({
+            "id": t.id, "name": t.name, "rows": t.rows, "share": share(t.rows, s.rows),
+        })).collect::<Vec<_>>(),
+        "phases": s.phases.iter().map(|p| json!({
+            "max_rank": p.max_rank,
+            "tile": tile_value(p.max_rank),
+            "rows": p.rows,
+            "rows_by_type": by_name(&s.types, &p.by_type, |n| json!(n)),
+            "share_by_type": by_name(&s.types, &p.by_type, |n| json!(share(n, p.rows))),
+        })).collect::<Vec<_>>(),
+        "moves": MOVE_NAMES.iter().copied().chain(["invalid"]).zip(s.moves)
+            .map(|(k, v)| (k.to_string(), json!(v))).collect::<serde_json::Map<_, _>>(),
+        "findings": s.findings.as_ref().map(|f| f.iter()
+            .map(|(k, v)| (k.clone(), json!(v))).collect::<serde_json::Map<_, _>>()),
+        "skipped_runs": s.skipped_runs,
+        "search": s.search.as_ref().map(|e| json!({
+            "dtype": e.dtype,
+            "problem": e.problem,
+            "depths": e.depths.iter().map(|d| json!({
+                "depth": d.depth, "rows": d.rows, "sum": d.sum, "max": d.max,
+                "mean": if d.rows == 0 { 0.0 } else { d.sum / d.rows as f64 },
+                "median": d.median(),
+            })).collect::<Vec<_>>(),
+        })),
+        "search_rows_not_kept": s.search_rows_not_kept,
+        "findings_scope": if s.selection.is_some() { "whole pack" } else { "pack" },
+        "where": s.selection,
+        "params": s.params,
+        "depths": s.depths.iter().map(|d| json!({
+            "depth": d.depth, "runs": d.runs, "rows": d.rows, "median_max_score": d.median_score,
+            "max_score": d.max_score, "highest_tile": d.max_tile,
+            "score_histogram": d.score_bins.iter()
+                .map(|b| json!({"from": b.from, "to": b.to, "runs": b.runs})).collect::<Vec<_>>(),
+        })).collect::<Vec<_>>(),
+        "by_step": s.step_buckets.iter().map(|b| json!({
+            "from": b.from, "to": b.to, "rows": b.rows,
+            "rows_by_type": by_name(&s.types, &b.by_type, |n| json!(n)),
+            "board_eval": b.board_eval.map(|(min, mean, max)| json!({
+                "min": min, "mean": mean, "max": max,
+            })),
+        })).collect::<Vec<_>>(),
+        "ev_legal_moves": s.evs.iter().zip(&s.ev_bins).map(|((name, n, spread), bins)| {
+            let mut v = spread_json(&Some(*spread));
+            if let Value::Object(m) = &mut v {
+                m.insert("evs".into(), json!(n));
+                let bins = bins.iter().map(|b| json!({"from": b.from, "to": b.to, "evs": b.evs}));
+                m.insert("histogram".into(), bins.collect::<Vec<_>>().into());
+            }
+            (name.clone(), v)
+        }).collect::<serde_json::Map<_, _>>(),
+        "companions": s.companions.iter().map(|(name, dtype, bytes)| json!({
+            "name": name, "dtype": dtype, "bytes": bytes,
+        })).collect::<Vec<_>>(),
+        "companion_problems": s.companion_problems,
+        "leftovers": s.leftovers,
+        "workers": s.workers,
+        "elapsed_s": s.elapsed,
+    })
+}
+
+/// `{name: f(rows)}` for the types with rows in this phase.
+fn by_name(types: &[TypeRows], rows: &[u64], f: impl Fn(u64) -> Value) -> Value {
+    types
+        .iter()
+        .zip(rows)
+        .filter(|(_, n)| **n > 0)
+        .map(|(t, n)| (t.name.clone(), f(*n)))
+        .collect::<serde_json::Map<_, _>>()
+        .into()
+}
+
+/// 2^rank (0 for rank 0, an empty board); None beyond what a u64 holds.
+pub(crate) fn tile_value(rank: usize) -> Option<u64> {
+    match rank {
+        0 => Some(0),
+        r if r < 64 => Some(1 << r),
+        _ => None,
+    }
 }
 
 /// A count the session records under `prefix` + `key`, or else the sum of the inputs' own

@@ -549,7 +549,7 @@ print(t.num_rows)",
         s(&t.path().join("x.jsonl")),
     ]);
     assert!(
-        code == 2 && text.contains("--drop-companion emb --drop-companion ids"),
+        code == 2 && text.contains("(emb, ids)") && text.contains("(see --drop-companion)"),
         "{text}"
     );
     run_ok(&[

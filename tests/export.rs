@@ -300,7 +300,8 @@ fn parquet_run_columns_equal_metadata_db() {
     let (code, err) = export_err(&src, "jsonl", &t.path().join("x.jsonl"), &["--run-columns"]);
     assert_eq!(code, 2, "{err}");
     assert!(
-        err.contains("--run-columns applies to --format parquet"),
+        err.contains("run columns apply to the parquet format only")
+            && err.contains("(see --run-columns)"),
         "{err}"
     );
 }
@@ -702,9 +703,10 @@ fn outputs_are_atomic_and_guarded() {
     let src = fixture_pack(t.path(), "raw", &[]);
     let folder = t.path().join("raw-out");
     export(&src, "jsonl", &folder, &["--runs", "0"]);
+    // An existing output is a state the library refuses to act on: exit code 2.
     let (code, err) = export_err(&src, "jsonl", &folder, &["--runs", "1"]);
-    assert_eq!(code, 1);
-    assert!(err.contains("--overwrite"), "{err}");
+    assert_eq!(code, 2);
+    assert!(err.contains("(see --overwrite)"), "{err}");
     export(&src, "jsonl", &folder, &["--runs", "1", "--overwrite"]);
     assert_eq!(
         names(&folder),

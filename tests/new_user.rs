@@ -158,7 +158,11 @@ fn export_takes_its_format_from_the_file_name() {
     assert!(std::fs::read_to_string(&plain).unwrap().starts_with('{'));
     let out = run(&["export", s(&p), "--output", s(&t.path().join("folder"))]);
     assert_eq!(out.status.code(), Some(2));
-    assert!(stderr(&out).contains("give --format jsonl, parquet or pack"));
+    let err = stderr(&out);
+    assert!(
+        err.contains("give the format, jsonl, parquet or pack") && err.contains("(see --format)"),
+        "{err}"
+    );
     assert!(!t.path().join("folder").exists());
 }
 

@@ -1,19 +1,14 @@
-//! `export`: pack → JSONL, Parquet or a smaller pack. The story: open the source pack, turn
-//! `--runs`/`--where` into a run selection, refuse an output that would replace the source,
-//! hand the selection to the format's writer (which stages its output and publishes it
-//! atomically), summarise.
+//! `export`: pack → JSONL, Parquet or a smaller pack. Parses the command line into
+//! [`ExportOptions`], calls [`crate::export`], and prints its summary.
 
-use std::ops::RangeInclusive;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use anyhow::Result;
 use clap::{Args, ValueEnum};
 
-use crate::UsageError;
 use crate::cli::WhereArgs;
-use crate::export::{SourcePack, jsonl, pack, parquet, select};
-use crate::pack::families::Family;
+use crate::export::{ExportFormat, ExportOptions, select};
 use crate::progress::{count, thousands};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -25,6 +20,16 @@ pub enum Format {
     Parquet,
     /// A new pack holding the selected runs, renumbered from 0.
     Pack,
+}
+
+impl From<Format> for ExportFormat {
+    fn from(f: Format) -> ExportFormat {
+        match f {
+            Format::Jsonl => ExportFormat::Jsonl,
+            Format::Parquet => ExportFormat::Parquet,
+            Format::Pack => ExportFormat::Pack,
+        }
+    }
 }
 
 #[derive(Args, Debug)]
@@ -61,7 +66,7 @@ pub struct ExportArgs {
     pub format: Option<Format>,
     /// Run ids to export: a list with inclusive ranges, e.g. 0,5,9-12.
     #[arg(long, value_name = "IDS", value_parser = parse_runs)]
-    pub runs: Option<RunList>,
+    pub runs: Option<String>,
     #[command(flatten)]
     pub where_args: WhereArgs,
     /// Rows per shard (--format pack) or per part file (--format parquet into a folder), e.g.
@@ -89,163 +94,70 @@ pub struct ExportArgs {
     pub quiet: bool,
 }
 
-/// `--runs` as given and as parsed.
-#[derive(Debug, Clone)]
-pub struct RunList {
-    text: String,
-    ranges: Vec<RangeInclusive<u32>>,
-}
-
-fn parse_runs(text: &str) -> Result<RunList, String> {
-    Ok(RunList {
-        text: text.to_string(),
-        ranges: select::parse_run_list(text)?,
-    })
+/// `--runs` as given, checked to be a list of ids and ranges.
+fn parse_runs(text: &str) -> Result<String, String> {
+    select::parse_run_list(text)?;
+    Ok(text.to_string())
 }
 
 impl ExportArgs {
-    /// `--format`, or the format the output's name says (`x.parquet`, `x.jsonl[.gz]`).
-    pub fn format(&self) -> Result<Format, UsageError> {
+    /// The library's options for these arguments.
+    pub fn options(&self) -> ExportOptions {
+        let mut options = ExportOptions::default()
+            .version(self.version.version.clone())
+            .overwrite(self.overwrite)
+            .run_columns(self.run_columns)
+            .progress(crate::cmd::progress::Bars::unless(self.quiet));
         if let Some(format) = self.format {
-            return Ok(format);
+            options = options.format(format.into());
         }
-        if parquet::is_single_file(&self.output) {
-            Ok(Format::Parquet)
-        } else if jsonl::single_file_kind(&self.output).is_some() {
-            Ok(Format::Jsonl)
-        } else {
-            Err(UsageError(format!(
-                "give --format jsonl, parquet or pack: the output {} does not say it (a file \
-                 named .parquet, .jsonl or .jsonl.gz does)",
-                self.output.display()
-            )))
+        if let Some(runs) = &self.runs {
+            options = options.runs(runs);
         }
+        if let Some(filter) = self.where_args.filter() {
+            options = options
+                .select_sql(&filter.sql)
+                .params(filter.params)
+                .sql_limits(filter.limits);
+        }
+        if let Some(rows) = self.shard_rows {
+            options = options.shard_rows(rows);
+        }
+        if let Some(workers) = self.workers {
+            options = options.workers(workers as usize);
+        }
+        for name in &self.drop_companion {
+            options = options.drop_companion(name);
+        }
+        options
     }
 }
 
 pub fn run(args: &ExportArgs) -> Result<()> {
     let started = Instant::now();
-    let format = args.format()?;
-    check_usage(args, format)?;
-    let source = SourcePack::open(&args.pack, &args.version.version)?;
-    if format == Format::Jsonl && source.shuffled {
-        let from = source.session_value("source_pack")?;
-        return Err(UsageError(format!(
-            "{} is shuffled: its runs' rows are scattered, not in step order, so they cannot be written as raw logs; export them from the unshuffled pack{}",
-            args.pack.display(),
-            from.map_or(String::new(), |p| format!(" it was made from ({p})"))
-        ))
-        .into());
-    }
-    let companions = source.carried_companions(&args.drop_companion)?;
-    // The raw format has a place for the search statistics (each row's `search` object), and
-    // for no other family.
-    let search = companions.iter().copied().find(|f| f.holds_search_stats());
-    let others: Vec<&&Family> = companions
-        .iter()
-        .filter(|f| search.is_none_or(|s| s.name != f.name))
-        .collect();
-    if format == Format::Jsonl && !others.is_empty() {
-        let names: Vec<&str> = others.iter().map(|f| f.name.as_str()).collect();
-        return Err(UsageError(format!(
-            "{} has companion arrays ({}) and the JSONL format has no place for them; pass {} to export the rows without them",
-            args.pack.display(),
-            names.join(", "),
-            names
-                .iter()
-                .map(|n| format!("--drop-companion {n}"))
-                .collect::<Vec<_>>()
-                .join(" ")
-        ))
-        .into());
-    }
-    let selection = select::select(
-        &source,
-        args.runs.as_ref().map(|r| r.ranges.as_slice()),
-        &args.where_args,
-    )?;
-    let selection_text = select::describe(
-        args.runs.as_ref().map(|r| r.text.as_str()),
-        &args.where_args,
-    );
-    select::require_some(&source, &selection, &selection_text)?;
-    refuse_replacing_source(&args.pack, &args.output)?;
-    let workers = args
-        .workers
-        .map_or_else(crate::default_workers, |w| w as usize);
-    source.verify(&selection, &companions, workers)?;
-
-    // A line after the summary (the upgrade of a legacy source).
-    let mut note = String::new();
-    let (runs, rows, what) = match format {
-        Format::Jsonl => {
-            let w = if jsonl::single_file_kind(&args.output).is_some() {
-                jsonl::write_file(
-                    &source,
-                    &selection,
-                    search,
-                    &args.output,
-                    args.overwrite,
-                    workers,
-                    &crate::cmd::progress::Bars::unless(args.quiet),
-                )?
-            } else {
-                jsonl::write_dir(
-                    &source,
-                    &selection,
-                    search,
-                    &args.output,
-                    args.overwrite,
-                    workers,
-                    &crate::cmd::progress::Bars::unless(args.quiet),
-                )?
-            };
-            (w.runs, w.rows, files(w.files, &args.output))
-        }
-        Format::Parquet => {
-            let opts = parquet::ParquetOptions {
-                overwrite: args.overwrite,
-                progress: crate::cmd::progress::Bars::unless(args.quiet),
-                workers,
-                file_rows: args.shard_rows,
-                companions: &companions,
-                run_columns: args.run_columns,
-            };
-            let w = parquet::write(&source, &selection, &args.output, &opts)?;
-            (w.runs, w.rows, files(w.files, &args.output))
-        }
-        Format::Pack => {
-            let opts = pack::PackOptions {
-                shard_rows: args.shard_rows.or(source.shard_rows()),
-                overwrite: args.overwrite,
-                progress: crate::cmd::progress::Bars::unless(args.quiet),
-                selection_text: &selection_text,
-                workers,
-                companions: &companions,
-            };
-            let w = pack::write(&source, &selection, &args.output, &opts)?;
-            note = w.upgrade_note();
-            (
-                w.runs,
-                w.rows,
-                format!(
-                    "a pack (a folder) of {}",
-                    count(w.shards as u64, "shard", "shards")
-                ),
-            )
-        }
+    let summary = crate::export(&args.pack, &args.output, &args.options())?;
+    let what = match summary.format {
+        ExportFormat::Pack => format!(
+            "a pack (a folder) of {}",
+            count(summary.files as u64, "shard", "shards")
+        ),
+        _ => files(summary.files, &args.output),
     };
     let elapsed = started.elapsed().as_secs_f64();
     println!(
-        "exported {}, {} ({selection_text}) from {} into {what} at {} in {elapsed:.2} s ({} rows/s)",
-        count(runs as u64, "run", "runs"),
-        count(rows, "row", "rows"),
+        "exported {}, {} ({}) from {} into {what} at {} in {elapsed:.2} s ({} rows/s)",
+        count(summary.runs as u64, "run", "runs"),
+        count(summary.rows, "row", "rows"),
+        summary.selection,
         args.pack.display(),
         args.output.display(),
-        thousands((rows as f64 / elapsed.max(1e-9)) as u64)
+        thousands((summary.rows as f64 / elapsed.max(1e-9)) as u64)
     );
-    if !note.is_empty() {
-        println!("  {note}");
+    if let Some(n) = summary.legacy_ev_legal_changed {
+        println!(
+            "  upgraded from the legacy 46-byte layout: recomputing ev_legal from the board changed {}",
+            count(n, "row", "rows")
+        );
     }
     Ok(())
 }
@@ -260,60 +172,16 @@ fn files(n: usize, output: &Path) -> String {
     }
 }
 
-/// Option combinations that make no sense (exit 2).
-fn check_usage(args: &ExportArgs, format: Format) -> Result<()> {
-    if args.run_columns && format != Format::Parquet {
-        return Err(UsageError("--run-columns applies to --format parquet".into()).into());
-    }
-    let folder_parquet = format == Format::Parquet && !parquet::is_single_file(&args.output);
-    if args.shard_rows.is_some() && format != Format::Pack && !folder_parquet {
-        return Err(UsageError(
-            "--shard-rows applies to --format pack and to --format parquet into a folder".into(),
-        )
-        .into());
-    }
-    if format == Format::Pack
-        && (parquet::is_single_file(&args.output)
-            || jsonl::single_file_kind(&args.output).is_some())
-    {
-        return Err(UsageError(format!(
-            "--format pack writes a folder; {} names a file",
-            args.output.display()
-        ))
-        .into());
-    }
-    Ok(())
-}
-
-/// An output that is the source pack, or a folder holding it, would replace or delete it.
-fn refuse_replacing_source(pack: &Path, output: &Path) -> Result<()> {
-    let src = std::fs::canonicalize(pack)?;
-    let out = std::path::absolute(output)?;
-    let out = match (out.parent(), out.file_name()) {
-        (Some(parent), Some(name)) if parent.exists() => std::fs::canonicalize(parent)?.join(name),
-        _ => out,
-    };
-    if src == out || src.starts_with(&out) {
-        anyhow::bail!(
-            "the output {} {} the source pack {}; choose another output",
-            output.display(),
-            if src == out { "is" } else { "holds" },
-            pack.display()
-        );
-    }
-    Ok(())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
     fn names_export_outputs() {
-        assert!(parquet::is_single_file(Path::new("a/b.parquet")));
-        assert!(!parquet::is_single_file(Path::new("a/b")));
-        assert_eq!(jsonl::single_file_kind(Path::new("x.jsonl.gz")), Some(true));
-        assert_eq!(jsonl::single_file_kind(Path::new("x.jsonl")), Some(false));
-        assert_eq!(jsonl::single_file_kind(Path::new("x")), None);
+        let format = |p: &str| ExportFormat::from_output(Path::new(p));
+        assert_eq!(format("a/b.parquet"), Some(ExportFormat::Parquet));
+        assert_eq!(format("x.jsonl.gz"), Some(ExportFormat::Jsonl));
+        assert_eq!(format("x.jsonl"), Some(ExportFormat::Jsonl));
+        assert_eq!(format("a/b"), None);
     }
 }

@@ -1,19 +1,14 @@
-//! `report`: one self-contained HTML page of charts describing one or more packs. The story:
-//! gather each pack's figures with `stats::gather` (the numbers `stats --json`
-//! prints), lay them out with `report::page`, and write the page atomically (a
-//! temporary file renamed over the target). The packs are only read.
+//! `report`: one self-contained HTML page of charts describing one or more packs. Parses the
+//! command line into [`ReportOptions`], calls [`crate::report()`], and prints its summary.
 
-use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
-use anyhow::{Context, Result, bail};
+use anyhow::Result;
 use clap::Args;
 
 use crate::cli::{VersionArg, WhereArgs};
-use crate::export::output::StagedFile;
 use crate::progress::thousands;
-use crate::report::{PackFigures, page};
-use crate::stats::{gather_with_steps, longest_run};
+use crate::report::ReportOptions;
 
 #[derive(Args, Debug)]
 #[command(after_help = "Examples:
@@ -51,89 +46,36 @@ pub struct ReportArgs {
     pub quiet: bool,
 }
 
+impl ReportArgs {
+    /// The library's options for these arguments.
+    pub fn options(&self) -> ReportOptions {
+        let mut options = ReportOptions::default()
+            .version(self.version.version.clone())
+            .overwrite(self.overwrite);
+        if let Some(filter) = self.where_args.filter() {
+            options = options
+                .select_sql(&filter.sql)
+                .params(filter.params)
+                .sql_limits(filter.limits);
+        }
+        if let Some(workers) = self.workers {
+            options = options.workers(workers as usize);
+        }
+        options
+    }
+}
+
 pub fn run(args: &ReportArgs) -> Result<()> {
-    if args.packs.iter().any(|p| same_file(p, &args.output)) {
-        bail!("--output {} is one of the packs", args.output.display());
-    }
-    let (staged, file) = StagedFile::create(&args.output, args.overwrite)?;
-    let workers = args
-        .workers
-        .map_or_else(crate::default_workers, |w| w as usize);
-    let names = legend_names(&args.packs);
-    let filter = args.where_args.filter();
-    // One step width for every pack, so that their by-step charts share buckets.
-    let mut longest = 0;
-    for dir in &args.packs {
-        let steps = longest_run(dir, &args.version.version, filter.as_ref())
-            .with_context(|| format!("reading {}", dir.display()))?;
-        longest = longest.max(steps);
-    }
-    let mut packs = Vec::new();
-    for (colour, (dir, name)) in args.packs.iter().zip(names).enumerate() {
-        let stats = gather_with_steps(
-            dir,
-            &args.version.version,
-            workers,
-            filter.as_ref(),
-            Some(longest),
-        )
-        .with_context(|| format!("reading {}", dir.display()))?;
-        packs.push(PackFigures {
-            name,
-            colour,
-            stats,
-        });
-    }
-    let html = page(
-        &packs,
-        &crate::cli::command_line(),
-        &crate::format::metadata::utc_now(),
-    );
-    let mut out = std::io::BufWriter::new(file);
-    out.write_all(html.as_bytes())
-        .with_context(|| format!("writing {}", args.output.display()))?;
-    let file = out.into_inner().map_err(|e| e.into_error())?;
-    staged.publish(file)?;
+    let summary = crate::report(&args.packs, &args.output, &args.options())?;
     if !args.quiet {
-        let rows: u64 = packs.iter().map(|p| p.stats.rows).sum();
         println!(
             "wrote {} ({} pack{}, {} rows, {} bytes)",
             args.output.display(),
-            packs.len(),
-            if packs.len() == 1 { "" } else { "s" },
-            thousands(rows),
-            thousands(html.len() as u64)
+            summary.packs,
+            if summary.packs == 1 { "" } else { "s" },
+            thousands(summary.rows),
+            thousands(summary.bytes)
         );
     }
     Ok(())
-}
-
-fn same_file(a: &Path, b: &Path) -> bool {
-    match (a.canonicalize(), b.canonicalize()) {
-        (Ok(a), Ok(b)) => a == b,
-        _ => false,
-    }
-}
-
-/// Each pack's name in legends: its folder name, or its path as given when two folders share
-/// a name.
-fn legend_names(packs: &[PathBuf]) -> Vec<String> {
-    let short = |p: &PathBuf| {
-        p.canonicalize()
-            .ok()
-            .and_then(|c| c.file_name().map(|n| n.to_string_lossy().into_owned()))
-            .unwrap_or_else(|| p.display().to_string())
-    };
-    let shorts: Vec<String> = packs.iter().map(short).collect();
-    packs
-        .iter()
-        .zip(&shorts)
-        .map(|(p, s)| {
-            if shorts.iter().filter(|x| *x == s).count() > 1 {
-                p.display().to_string()
-            } else {
-                s.clone()
-            }
-        })
-        .collect()
 }

@@ -1,17 +1,16 @@
 //! `stats`: what is in a pack, or in the runs an SQL expression picks, at a glance: the figures
-//! of `pack_stats` printed as aligned tables with small histograms, or as one JSON
-//! document.
+//! [`crate::stats()`] returns, printed as aligned tables with small histograms, or as one JSON
+//! document ([`Stats::to_json`]).
 
 use std::path::PathBuf;
 
 use anyhow::Result;
 use clap::Args;
-use serde_json::{Value, json};
 
 use crate::cli::{VersionArg, WhereArgs};
 use crate::format::board::MOVE_NAMES;
 use crate::progress::thousands;
-use crate::stats::{Spread, Stats, TypeRows, gather};
+use crate::stats::{Spread, Stats, StatsOptions, share, tile_value};
 
 /// Width of the histogram bars, in terminal cells.
 const BAR_WIDTH: usize = 36;
@@ -46,157 +45,31 @@ pub struct StatsArgs {
     pub workers: Option<u64>,
 }
 
+impl StatsArgs {
+    /// The library's options for these arguments.
+    pub fn options(&self) -> StatsOptions {
+        let mut options = StatsOptions::default().version(self.version.version.clone());
+        if let Some(filter) = self.where_args.filter() {
+            options = options
+                .select_sql(&filter.sql)
+                .params(filter.params)
+                .sql_limits(filter.limits);
+        }
+        if let Some(workers) = self.workers {
+            options = options.workers(workers as usize);
+        }
+        options
+    }
+}
+
 pub fn run(args: &StatsArgs) -> Result<()> {
-    let workers = args
-        .workers
-        .map_or_else(crate::default_workers, |w| w as usize);
-    let stats = gather(
-        &args.pack,
-        &args.version.version,
-        workers,
-        args.where_args.filter().as_ref(),
-    )?;
+    let stats = crate::stats(&args.pack, &args.options())?;
     if args.json {
-        println!("{}", to_json(&stats));
+        println!("{}", stats.to_json());
     } else {
         print_human(&stats);
     }
     Ok(())
-}
-
-// ---------------------------------------------------------------------------------------------
-// JSON
-
-fn spread_json(s: &Option<Spread>) -> Value {
-    match s {
-        None => Value::Null,
-        Some(s) => Spread::NAMES
-            .iter()
-            .zip(s.values())
-            .map(|(k, v)| (k.to_string(), json!(v)))
-            .collect::<serde_json::Map<_, _>>()
-            .into(),
-    }
-}
-
-fn share(part: u64, whole: u64) -> f64 {
-    if whole == 0 {
-        0.0
-    } else {
-        part as f64 / whole as f64
-    }
-}
-
-fn to_json(s: &Stats) -> Value {
-    let mut score = spread_json(&s.score);
-    if let Value::Object(m) = &mut score {
-        let bins = s.score_bins.iter();
-        let bins = bins.map(|b| json!({"from": b.from, "to": b.to, "runs": b.runs}));
-        m.insert("histogram".into(), bins.collect::<Vec<_>>().into());
-    }
-    let mut steps = spread_json(&s.steps);
-    if let Value::Object(m) = &mut steps {
-        let bins = s.length_bins.iter();
-        let bins = bins.map(|b| json!({"from": b.from, "to": b.to, "runs": b.runs}));
-        m.insert("histogram".into(), bins.collect::<Vec<_>>().into());
-    }
-    let runs = s.runs as u64;
-    json!({
-        "pack": s.pack.display().to_string(),
-        "pack_id": s.pack_id,
-        "version": s.version,
-        "latest_version": s.latest,
-        "made_from": s.sources,
-        "runs": s.runs,
-        "rows": s.rows,
-        "rows_in_runs": s.rows_in_runs,
-        "shards": s.shard_names.len(),
-        "bytes": s.shard_bytes,
-        "metadata_bytes": s.metadata_bytes,
-        "shuffled": s.shuffled,
-        "steps_per_run": steps,
-        "score": score,
-        "highest_tile": s.tiles.iter().map(|t| json!({
-            "tile": t.tile, "reached": t.reached, "share": share(t.reached, runs), "highest": t.highest,
-        })).collect::<Vec<_>>(),
-        "valuation_types": s.types.iter().map(|t| json!({
-            "id": t.id, "name": t.name, "rows": t.rows, "share": share(t.rows, s.rows),
-        })).collect::<Vec<_>>(),
-        "phases": s.phases.iter().map(|p| json!({
-            "max_rank": p.max_rank,
-            "tile": tile_value(p.max_rank),
-            "rows": p.rows,
-            "rows_by_type": by_name(&s.types, &p.by_type, |n| json!(n)),
-            "share_by_type": by_name(&s.types, &p.by_type, |n| json!(share(n, p.rows))),
-        })).collect::<Vec<_>>(),
-        "moves": MOVE_NAMES.iter().copied().chain(["invalid"]).zip(s.moves)
-            .map(|(k, v)| (k.to_string(), json!(v))).collect::<serde_json::Map<_, _>>(),
-        "findings": s.findings.as_ref().map(|f| f.iter()
-            .map(|(k, v)| (k.clone(), json!(v))).collect::<serde_json::Map<_, _>>()),
-        "skipped_runs": s.skipped_runs,
-        "search": s.search.as_ref().map(|e| json!({
-            "dtype": e.dtype,
-            "problem": e.problem,
-            "depths": e.depths.iter().map(|d| json!({
-                "depth": d.depth, "rows": d.rows, "sum": d.sum, "max": d.max,
-                "mean": if d.rows == 0 { 0.0 } else { d.sum / d.rows as f64 },
-                "median": d.median(),
-            })).collect::<Vec<_>>(),
-        })),
-        "search_rows_not_kept": s.search_rows_not_kept,
-        "findings_scope": if s.selection.is_some() { "whole pack" } else { "pack" },
-        "where": s.selection,
-        "params": s.params,
-        "depths": s.depths.iter().map(|d| json!({
-            "depth": d.depth, "runs": d.runs, "rows": d.rows, "median_max_score": d.median_score,
-            "max_score": d.max_score, "highest_tile": d.max_tile,
-            "score_histogram": d.score_bins.iter()
-                .map(|b| json!({"from": b.from, "to": b.to, "runs": b.runs})).collect::<Vec<_>>(),
-        })).collect::<Vec<_>>(),
-        "by_step": s.step_buckets.iter().map(|b| json!({
-            "from": b.from, "to": b.to, "rows": b.rows,
-            "rows_by_type": by_name(&s.types, &b.by_type, |n| json!(n)),
-            "board_eval": b.board_eval.map(|(min, mean, max)| json!({
-                "min": min, "mean": mean, "max": max,
-            })),
-        })).collect::<Vec<_>>(),
-        "ev_legal_moves": s.evs.iter().zip(&s.ev_bins).map(|((name, n, spread), bins)| {
-            let mut v = spread_json(&Some(*spread));
-            if let Value::Object(m) = &mut v {
-                m.insert("evs".into(), json!(n));
-                let bins = bins.iter().map(|b| json!({"from": b.from, "to": b.to, "evs": b.evs}));
-                m.insert("histogram".into(), bins.collect::<Vec<_>>().into());
-            }
-            (name.clone(), v)
-        }).collect::<serde_json::Map<_, _>>(),
-        "companions": s.companions.iter().map(|(name, dtype, bytes)| json!({
-            "name": name, "dtype": dtype, "bytes": bytes,
-        })).collect::<Vec<_>>(),
-        "companion_problems": s.companion_problems,
-        "leftovers": s.leftovers,
-        "workers": s.workers,
-        "elapsed_s": s.elapsed,
-    })
-}
-
-/// `{name: f(rows)}` for the types with rows in this phase.
-fn by_name(types: &[TypeRows], rows: &[u64], f: impl Fn(u64) -> Value) -> Value {
-    types
-        .iter()
-        .zip(rows)
-        .filter(|(_, n)| **n > 0)
-        .map(|(t, n)| (t.name.clone(), f(*n)))
-        .collect::<serde_json::Map<_, _>>()
-        .into()
-}
-
-/// 2^rank (0 for rank 0, an empty board); None beyond what a u64 holds.
-fn tile_value(rank: usize) -> Option<u64> {
-    match rank {
-        0 => Some(0),
-        r if r < 64 => Some(1 << r),
-        _ => None,
-    }
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -6,7 +6,7 @@
 
 use std::sync::Arc;
 
-use anyhow::{Result, bail};
+use crate::error::{Result, err, fail};
 use arrow_array::types::{
     Float16Type, Float32Type, Float64Type, Int8Type, Int16Type, Int32Type, Int64Type, UInt8Type,
     UInt16Type, UInt32Type, UInt64Type,
@@ -30,14 +30,17 @@ pub fn arrow_type(dtype: &Dtype, trailing: &[u64]) -> Result<DataType> {
 }
 
 fn list_len(n: u64) -> Result<i32> {
-    i32::try_from(n).map_err(|_| anyhow::anyhow!("a dimension of {n} is too long for Parquet"))
+    i32::try_from(n).map_err(|_| err!(Unsupported, "a dimension of {n} is too long for Parquet"))
 }
 
 fn item_type(dtype: &Dtype) -> Result<DataType> {
     Ok(match dtype {
         Dtype::Scalar { order, kind, size } => {
             if *order == '>' && *size > 1 && !matches!(kind, 'S' | 'V') {
-                bail!("big-endian dtypes are not converted; save the array little-endian");
+                fail!(
+                    Unsupported,
+                    "big-endian dtypes are not converted; save the array little-endian"
+                );
             }
             match (kind, size) {
                 ('b', 1) => DataType::Boolean,
@@ -55,7 +58,10 @@ fn item_type(dtype: &Dtype) -> Result<DataType> {
                 ('m' | 'M', 8) => DataType::Int64,
                 ('S' | 'V' | 'a', n) => DataType::FixedSizeBinary(list_len(*n as u64)?),
                 ('U', _) => DataType::Utf8,
-                _ => bail!("dtype kind '{kind}' of {size} bytes has no Parquet column type"),
+                _ => fail!(
+                    Unsupported,
+                    "dtype kind '{kind}' of {size} bytes has no Parquet column type"
+                ),
             }
         }
         Dtype::Array(inner, shape) => arrow_type(inner, shape)?,
@@ -146,7 +152,10 @@ fn scalars(kind: char, size: usize, bytes: &[u8], count: usize) -> Result<ArrayR
                 .map(utf32_text)
                 .collect::<Vec<_>>(),
         )),
-        _ => bail!("dtype kind '{kind}' of {size} bytes has no Parquet column type"),
+        _ => fail!(
+            Unsupported,
+            "dtype kind '{kind}' of {size} bytes has no Parquet column type"
+        ),
     })
 }
 

@@ -12,12 +12,12 @@ use std::fs::File;
 use std::io::{BufWriter, Write};
 use std::path::Path;
 
-use anyhow::{Context, Result, bail};
 use flate2::Compression;
 use flate2::write::GzEncoder;
 
 use super::output::{StagedDir, StagedFile};
 use super::{Piece, RowCounts, Selection, SourcePack, tally};
+use crate::error::{Context, Result, fail};
 use crate::format::board::{self, MOVE_NAMES};
 use crate::format::metadata::{RunDetails, RunRow};
 use crate::format::row::StepRow;
@@ -166,7 +166,9 @@ fn write_search(out: &mut Vec<u8>, s: &SearchStats) -> Result<()> {
         match value {
             _ if nulls => out.extend_from_slice(b"null"),
             FieldValue::Count(c) => write!(out, "{c}")?,
-            FieldValue::Rate(r) if !r.is_finite() => bail!("cache_hit_rate {r} is not finite"),
+            FieldValue::Rate(r) if !r.is_finite() => {
+                fail!(Corrupt, "cache_hit_rate {r} is not finite")
+            }
             FieldValue::Rate(r) => write!(out, "{r}")?,
         }
     }
@@ -183,7 +185,7 @@ fn write_ev(out: &mut Vec<u8>, ev: f32, legal: bool) -> Result<()> {
         // exponent form (plain digits are what the packer's fast parser takes).
         write!(out, "{ev}")?;
     } else {
-        bail!("branch EV {ev} is not finite");
+        fail!(Corrupt, "branch EV {ev} is not finite");
     }
     Ok(())
 }
@@ -246,7 +248,8 @@ fn format_piece(
         .for_each_row_at(&rows, |at, pos, bytes| {
             i += 1;
             if only.is_some_and(|want| want != pos) {
-                bail!(
+                fail!(
+                    Corrupt,
                     "{}: a row of another run where runs.steps places run {} (the pack is inconsistent; run `dataset-packer validate`)",
                     source.describe(piece, i - 1),
                     source.runs[selection.slots[only.unwrap() as usize]].id
@@ -336,7 +339,8 @@ pub fn write_dir(
     observer: &Observer,
 ) -> Result<Written> {
     if source.shuffled {
-        bail!(
+        fail!(
+            Refused,
             "{} is shuffled: its rows are not grouped by run, so they cannot be written as one file per run; export to a single .jsonl.gz file or to parquet instead",
             source.dir.display()
         );
@@ -366,7 +370,7 @@ pub fn write_dir(
             let base = staged.path().join(run_base(run.id));
             let meta = sidecar_json(run, source.details.get(&run.id));
             write_new(&base.with_extension("meta.json"), meta.as_bytes())?;
-            Ok(write_new(&base.with_extension("jsonl.gz"), &gz)?)
+            write_new(&base.with_extension("jsonl.gz"), &gz)
         },
     );
     bar.finish_and_clear();
@@ -396,7 +400,8 @@ fn export_run(
     }
     let run = &source.runs[slot];
     if counts.of(pos) != run.steps.max(0) as u64 {
-        bail!(
+        fail!(
+            Corrupt,
             "{}: run {} has {} rows where runs.steps says {} (the pack is inconsistent; run `dataset-packer validate`)",
             source.dir.display(),
             run.id,

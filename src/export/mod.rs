@@ -1,9 +1,14 @@
-//! Taking data out of a pack (`dataset-packer export`). This module is the shared reading side:
-//! open the source pack, read the rows of the selected runs in bounded pieces (memory-mapped,
-//! legacy 46-byte shards converted), and hand them to one of the writers: [`jsonl`] (the raw
-//! Macroxue format), [`parquet`] (columnar, for DuckDB/Polars/pyarrow) or [`pack`] (a new pack
-//! holding a subset). [`select`] turns `--runs`/`--where` into a run selection; [`output`] makes
-//! file and folder outputs appear atomically.
+//! Taking data out of a pack: [`export`] writes the selected runs of a pack as JSONL (the raw
+//! Macroxue format), Parquet (columnar, for DuckDB/Polars/pyarrow) or a new pack holding a
+//! subset, as `dataset-packer export` does. The story: open the source pack, turn the run ids
+//! and SQL of the [`ExportOptions`] into a run selection, refuse an output that would replace
+//! the source, check the shards it reads, hand the selection to the format's writer (which
+//! stages its output and publishes it atomically), and summarise.
+//!
+//! This module is also the shared reading side of the writers: [`SourcePack`] reads the rows
+//! of the selected runs in bounded pieces (memory-mapped, legacy 46-byte shards converted) for
+//! [`jsonl`], [`parquet`] and [`pack`]; [`select`] turns run ids and SQL into a
+//! [`Selection`]; [`output`] makes file and folder outputs appear atomically.
 
 pub mod companion_columns;
 pub mod jsonl;
@@ -16,15 +21,426 @@ pub mod select;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
-use anyhow::{Context, Result, bail};
+use std::sync::{Mutex, MutexGuard};
+
 use rusqlite::Connection;
+
+use crate::error::{Context, Result, err, fail};
 
 use crate::format::metadata::{self, RunDetails, RunRow};
 use crate::format::row::{ROW_BYTES, offset};
 use crate::format::valuation::ValuationTable;
 use crate::pack::families::{self, Family, Scan};
+use crate::pack::query::{Param, RunFilter, SqlLimits};
 use crate::pack::shards::{self, AlignedRows, RunSlots, Shard};
 use crate::pack::versions::{self, VersionSpec};
+use crate::progress::Observer;
+
+/// The format an export writes.
+///
+/// ```
+/// use dataset_packer::ExportFormat;
+/// assert_eq!(ExportFormat::from_output("runs.jsonl.gz".as_ref()), Some(ExportFormat::Jsonl));
+/// assert_eq!(ExportFormat::from_output("a-folder".as_ref()), None);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ExportFormat {
+    /// The raw Macroxue row format: `PATH.jsonl` / `PATH.jsonl.gz` is one file, any other
+    /// path a folder with `run-NNNNNNNNNN.meta.json` + `.jsonl.gz` per run (which `pack`
+    /// reads back).
+    Jsonl,
+    /// Columnar, zstd: `PATH.parquet` is one file, any other path a folder of
+    /// `part-NNNNN.parquet` files and `runs.parquet`.
+    Parquet,
+    /// A new pack (a folder) holding the selected runs, renumbered from 0.
+    Pack,
+}
+
+impl ExportFormat {
+    /// The format an output's name says: `.parquet`, `.jsonl` or `.jsonl.gz`; None for any
+    /// other name (a folder, which needs the format given).
+    pub fn from_output(output: &Path) -> Option<ExportFormat> {
+        if parquet::is_single_file(output) {
+            Some(ExportFormat::Parquet)
+        } else if jsonl::single_file_kind(output).is_some() {
+            Some(ExportFormat::Jsonl)
+        } else {
+            None
+        }
+    }
+}
+
+/// How [`export`] selects and writes; `ExportOptions::default()` does what `dataset-packer
+/// export PACK --output PATH` does: every run of the latest version, the format from the
+/// output's name, all cores, no overwriting, every companion family carried.
+///
+/// ```
+/// use dataset_packer::{ExportFormat, ExportOptions, Param};
+/// let options = ExportOptions::default()
+///     .format(ExportFormat::Parquet)
+///     .select_sql("SELECT id FROM runs WHERE max_score > ?")
+///     .param(Param::parse("50000").unwrap())
+///     .run_columns(true)
+///     .workers(2);
+/// # let _ = options;
+/// ```
+#[derive(Debug, Clone)]
+pub struct ExportOptions {
+    format: Option<ExportFormat>,
+    version: VersionSpec,
+    runs: Option<String>,
+    sql: Option<String>,
+    params: Vec<Param>,
+    sql_limits: SqlLimits,
+    shard_rows: Option<u64>,
+    workers: usize,
+    overwrite: bool,
+    run_columns: bool,
+    drop_companions: Vec<String>,
+    command_line: String,
+    progress: Observer,
+}
+
+impl Default for ExportOptions {
+    fn default() -> ExportOptions {
+        ExportOptions {
+            format: None,
+            version: VersionSpec::Latest,
+            runs: None,
+            sql: None,
+            params: Vec::new(),
+            sql_limits: SqlLimits::default(),
+            shard_rows: None,
+            workers: crate::default_workers(),
+            overwrite: false,
+            run_columns: false,
+            drop_companions: Vec::new(),
+            command_line: crate::pack::query::process_command_line(),
+            progress: Observer::default(),
+        }
+    }
+}
+
+impl ExportOptions {
+    /// Write `format` (`--format`); by default the output's name says it
+    /// ([`ExportFormat::from_output`]), and a name that does not is refused.
+    pub fn format(mut self, format: ExportFormat) -> ExportOptions {
+        self.format = Some(format);
+        self
+    }
+
+    /// Read the pack as `version` of it was (`--version`); by default its latest.
+    pub fn version(mut self, version: VersionSpec) -> ExportOptions {
+        self.version = version;
+        self
+    }
+
+    /// Export only the runs with these ids (`--runs`): a list with inclusive ranges,
+    /// `0,5,9-12`. With [`select_sql`](Self::select_sql) too, a run must satisfy both.
+    pub fn runs(mut self, ids: &str) -> ExportOptions {
+        self.runs = Some(ids.to_string());
+        self
+    }
+
+    /// Export only the runs `sql` selects (`--where`): a WHERE expression over the columns
+    /// of `runs` and `run_details`, or a query that returns run ids (see [`crate::Pack::select`]).
+    pub fn select_sql(mut self, sql: &str) -> ExportOptions {
+        self.sql = Some(sql.to_string());
+        self
+    }
+
+    /// A value for the next parameter of the SQL (`--param`, repeatable).
+    pub fn param(mut self, param: Param) -> ExportOptions {
+        self.params.push(param);
+        self
+    }
+
+    /// The values of the SQL's parameters (`--param …`), replacing any given before.
+    pub fn params(mut self, params: Vec<Param>) -> ExportOptions {
+        self.params = params;
+        self
+    }
+
+    /// How long and how much memory the SQL selection may take (`--sql-timeout`,
+    /// `--sql-memory`).
+    pub fn sql_limits(mut self, limits: SqlLimits) -> ExportOptions {
+        self.sql_limits = limits;
+        self
+    }
+
+    /// Rows per shard of an exported pack, or per part file of a Parquet folder
+    /// (`--shard-rows`); by default an exported pack keeps its source's.
+    pub fn shard_rows(mut self, rows: u64) -> ExportOptions {
+        self.shard_rows = Some(rows);
+        self
+    }
+
+    /// Threads (`--workers`); by default all cores.
+    pub fn workers(mut self, workers: usize) -> ExportOptions {
+        self.workers = workers.max(1);
+        self
+    }
+
+    /// Replace an existing output (`--overwrite`): an export's own files only (for a pack,
+    /// the companion families its metadata.db records); the old one stays until the new one
+    /// is complete.
+    pub fn overwrite(mut self, yes: bool) -> ExportOptions {
+        self.overwrite = yes;
+        self
+    }
+
+    /// Parquet: add the run's columns (`runs` and `run_details`) to every row
+    /// (`--run-columns`).
+    pub fn run_columns(mut self, yes: bool) -> ExportOptions {
+        self.run_columns = yes;
+        self
+    }
+
+    /// Leave the companion family `name` out (`--drop-companion`, repeatable).
+    pub fn drop_companion(mut self, name: &str) -> ExportOptions {
+        self.drop_companions.push(name.to_string());
+        self
+    }
+
+    /// The command line an exported pack records as having made it; by default this
+    /// process's arguments, quoted for a shell.
+    pub fn command_line(mut self, command_line: String) -> ExportOptions {
+        self.command_line = command_line;
+        self
+    }
+
+    /// Where to report progress; by default nowhere.
+    pub fn progress(mut self, progress: Observer) -> ExportOptions {
+        self.progress = progress;
+        self
+    }
+
+    /// The SQL selection, if any.
+    fn filter(&self) -> Option<RunFilter> {
+        self.sql.as_ref().map(|sql| RunFilter {
+            sql: sql.clone(),
+            params: self.params.clone(),
+            limits: self.sql_limits,
+        })
+    }
+
+    /// The format to write: the one given, or the one the output's name says.
+    fn format_for(&self, output: &Path) -> Result<ExportFormat> {
+        match self.format.or_else(|| ExportFormat::from_output(output)) {
+            Some(format) => Ok(format),
+            None => Err(err!(
+                Refused,
+                "the output {} does not say which format to write (a file named .parquet, \
+                 .jsonl or .jsonl.gz does): give the format, jsonl, parquet or pack",
+                output.display()
+            )
+            .with_option("format")),
+        }
+    }
+
+    /// Refuses options that make no sense together with `format` and `output`.
+    fn check(&self, format: ExportFormat, output: &Path) -> Result<()> {
+        if self.run_columns && format != ExportFormat::Parquet {
+            return Err(
+                err!(Refused, "run columns apply to the parquet format only")
+                    .with_option("run_columns"),
+            );
+        }
+        let folder_parquet = format == ExportFormat::Parquet && !parquet::is_single_file(output);
+        if self.shard_rows.is_some() && format != ExportFormat::Pack && !folder_parquet {
+            return Err(err!(
+                Refused,
+                "rows per shard apply to the pack format and to parquet into a folder"
+            )
+            .with_option("shard_rows"));
+        }
+        if format == ExportFormat::Pack && ExportFormat::from_output(output).is_some() {
+            return Err(err!(
+                Refused,
+                "the pack format writes a folder; {} names a file",
+                output.display()
+            )
+            .with_option("format"));
+        }
+        Ok(())
+    }
+}
+
+/// What [`export`] wrote.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ExportSummary {
+    /// The format written.
+    pub format: ExportFormat,
+    /// Runs exported.
+    pub runs: usize,
+    /// Rows exported.
+    pub rows: u64,
+    /// Files written: shard files for a pack, part or per-run files for a folder, else 1.
+    pub files: usize,
+    /// How the runs were chosen, as the command line gives it (`all runs`, `--runs 0-9`,
+    /// `--where …`); what an exported pack records as its `selection`.
+    pub selection: String,
+    /// For a pack exported from one in the legacy 46-byte layout: the rows whose `ev_legal`
+    /// recomputing it from the board changed.
+    pub legacy_ev_legal_changed: Option<u64>,
+}
+
+/// Exports the runs of the pack at `pack` that `options` select into `output`: a `.jsonl`,
+/// `.jsonl.gz` or `.parquet` file, or a folder (JSONL per run, Parquet parts, or a new pack),
+/// as `dataset-packer export` does; the output appears whole or not at all. The shards read
+/// are checked against their recorded checksums first.
+///
+/// Errors: `NotAPack` when `pack` is not one; `Refused` for an output that exists (without
+/// [`ExportOptions::overwrite`]), that would replace the source, or options that do not fit
+/// the format (with [`Error::option`](crate::Error::option) naming the option);
+/// `InvalidInput` for a selection SQLite cannot run, run ids the pack does not have, or a
+/// selection of no runs; `Corrupt` when the pack contradicts itself.
+///
+/// ```
+/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// # let fixture = dataset_packer::pack::doc_support::fixture_pack()?;
+/// # let pack = fixture.path();
+/// # let out = dataset_packer::pack::doc_support::temp_dir();
+/// use dataset_packer::{ExportFormat, ExportOptions, Pack, export};
+///
+/// let options = ExportOptions::default()
+///     .format(ExportFormat::Pack)
+///     .select_sql("max_score > 3000");
+/// let summary = export(pack, &out, &options)?;
+/// assert_eq!(Pack::open(&out)?.num_runs(), summary.runs);
+///
+/// let rows = export(pack, out.join("run7.jsonl"), &ExportOptions::default().runs("7"))?.rows;
+/// assert_eq!(rows, Pack::open(pack)?.run(7)?.len() as u64);
+/// # std::fs::remove_dir_all(&out)?;
+/// # Ok(()) }
+/// ```
+pub fn export(
+    pack: impl AsRef<Path>,
+    output: impl AsRef<Path>,
+    options: &ExportOptions,
+) -> Result<ExportSummary> {
+    let (pack, output) = (pack.as_ref(), output.as_ref());
+    let format = options.format_for(output)?;
+    options.check(format, output)?;
+    let runs = match &options.runs {
+        Some(text) => Some(
+            select::parse_run_list(text)
+                .map_err(|e| err!(InvalidInput, "run ids {text:?}: {e}").with_option("runs"))?,
+        ),
+        None => None,
+    };
+    let source = SourcePack::open(pack, &options.version)?;
+    if format == ExportFormat::Jsonl && source.shuffled {
+        let from = source.session_value("source_pack")?;
+        fail!(
+            Refused,
+            "{} is shuffled: its runs' rows are scattered, not in step order, so they cannot be written as raw logs; export them from the unshuffled pack{}",
+            pack.display(),
+            from.map_or(String::new(), |p| format!(" it was made from ({p})"))
+        );
+    }
+    let companions = source.carried_companions(&options.drop_companions)?;
+    // The raw format has a place for the search statistics (each row's `search` object), and
+    // for no other family.
+    let search = companions.iter().copied().find(|f| f.holds_search_stats());
+    let others: Vec<&str> = companions
+        .iter()
+        .filter(|f| search.is_none_or(|s| s.name != f.name))
+        .map(|f| f.name.as_str())
+        .collect();
+    if format == ExportFormat::Jsonl && !others.is_empty() {
+        return Err(err!(
+            Refused,
+            "{} has companion arrays ({}) and the JSONL format has no place for them; leave them out to export the rows without them",
+            pack.display(),
+            others.join(", ")
+        )
+        .with_option("drop_companion"));
+    }
+    let filter = options.filter();
+    let selection = select::select(&source, runs.as_deref(), filter.as_ref())?;
+    let selection_text = select::describe(options.runs.as_deref(), filter.as_ref());
+    select::require_some(&source, &selection, &selection_text)?;
+    refuse_replacing_source(pack, output)?;
+    let workers = options.workers;
+    source.verify(&selection, &companions, workers)?;
+
+    let mut legacy_ev_legal_changed = None;
+    let (runs, rows, files) = match format {
+        ExportFormat::Jsonl => {
+            let write = if jsonl::single_file_kind(output).is_some() {
+                jsonl::write_file
+            } else {
+                jsonl::write_dir
+            };
+            let w = write(
+                &source,
+                &selection,
+                search,
+                output,
+                options.overwrite,
+                workers,
+                &options.progress,
+            )?;
+            (w.runs, w.rows, w.files)
+        }
+        ExportFormat::Parquet => {
+            let opts = parquet::ParquetOptions {
+                overwrite: options.overwrite,
+                progress: options.progress.clone(),
+                workers,
+                file_rows: options.shard_rows,
+                companions: &companions,
+                run_columns: options.run_columns,
+            };
+            let w = parquet::write(&source, &selection, output, &opts)?;
+            (w.runs, w.rows, w.files)
+        }
+        ExportFormat::Pack => {
+            let opts = pack::PackOptions {
+                shard_rows: options.shard_rows.or(source.shard_rows()),
+                overwrite: options.overwrite,
+                progress: options.progress.clone(),
+                selection_text: &selection_text,
+                command_line: &options.command_line,
+                workers,
+                companions: &companions,
+            };
+            let w = pack::write(&source, &selection, output, &opts)?;
+            legacy_ev_legal_changed = w.upgraded;
+            (w.runs, w.rows, w.shards)
+        }
+    };
+    Ok(ExportSummary {
+        format,
+        runs,
+        rows,
+        files,
+        selection: selection_text,
+        legacy_ev_legal_changed,
+    })
+}
+
+/// An output that is the source pack, or a folder holding it, would replace or delete it.
+fn refuse_replacing_source(pack: &Path, output: &Path) -> Result<()> {
+    let src = std::fs::canonicalize(pack)?;
+    let out = std::path::absolute(output)?;
+    let out = match (out.parent(), out.file_name()) {
+        (Some(parent), Some(name)) if parent.exists() => std::fs::canonicalize(parent)?.join(name),
+        _ => out,
+    };
+    if src == out || src.starts_with(&out) {
+        fail!(
+            Refused,
+            "the output {} {} the source pack {}; choose another output",
+            output.display(),
+            if src == out { "is" } else { "holds" },
+            pack.display()
+        );
+    }
+    Ok(())
+}
 
 /// Source rows read per piece (≈ 3 MiB of 48-byte rows): the unit of parallel work.
 pub const PIECE_ROWS: u64 = 65_536;
@@ -48,6 +464,9 @@ pub struct SourcePack {
     pub companions: Scan,
     /// Its `pack_id` (None: made before versions) and the version read.
     pub identity: (Option<String>, u32),
+    /// Its `metadata.db` as the version read sees it (locked: the worker threads that read
+    /// the pack share the source, and a connection serves one thread at a time).
+    conn: Mutex<Connection>,
 }
 
 impl SourcePack {
@@ -61,7 +480,8 @@ impl SourcePack {
         let shard_starts = shards::shard_starts(&shards);
         let runs = metadata::read_runs(&conn)?;
         if let Some(bad) = runs.iter().find(|r| u32::try_from(r.id).is_err()) {
-            bail!(
+            fail!(
+                Corrupt,
                 "{}: runs.id {} is not a valid run id",
                 dir.display(),
                 bad.id
@@ -82,6 +502,7 @@ impl SourcePack {
             identity: (view.history.pack_id.clone(), view.version().version),
             shards,
             runs,
+            conn: Mutex::new(conn),
         })
     }
 
@@ -90,10 +511,12 @@ impl SourcePack {
     pub fn carried_companions(&self, dropped: &[String]) -> Result<Vec<&Family>> {
         for (name, problem) in &self.companions.problems {
             if !dropped.contains(name) {
-                bail!(
-                    "{}: companion {name} does not line up with the shards: {problem} (pass --drop-companion {name} to export without it)",
+                return Err(crate::error::err!(
+                    Corrupt,
+                    "{}: companion {name} does not line up with the shards: {problem} (leave it out to export without it)",
                     self.dir.display()
-                );
+                )
+                .with_option("drop_companion"));
             }
         }
         Ok(self
@@ -115,7 +538,7 @@ impl SourcePack {
     ) -> Result<()> {
         let mut touched: Vec<usize> = self.plan(selection).iter().map(|p| p.shard).collect();
         touched.dedup();
-        let conn = self.db()?;
+        let conn = self.db();
         shards::verify_shards(&self.dir, &conn, &self.shards, &touched, workers)?;
         let recorded = metadata::read_companions(&conn)?;
         for family in families {
@@ -141,15 +564,13 @@ impl SourcePack {
 
     /// A `session` value of the pack.
     pub fn session_value(&self, key: &str) -> Result<Option<String>> {
-        Ok(metadata::session_value(&self.db()?, key)?)
+        metadata::session_value(&self.db(), key)
     }
 
-    /// A read-only connection to the pack's `metadata.db` (not kept open: a connection cannot
-    /// be shared between the worker threads that read the pack).
-    pub fn db(&self) -> Result<Connection> {
-        Ok(metadata::open_read_only(
-            &self.dir.join(metadata::FILE_NAME),
-        )?)
+    /// The pack's `metadata.db`, read-only, as the version read sees it.
+    pub fn db(&self) -> MutexGuard<'_, Connection> {
+        // A panic while it was held leaves nothing half-done in a read-only connection.
+        self.conn.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     pub fn total_rows(&self) -> u64 {
@@ -205,7 +626,7 @@ impl SourcePack {
 
     /// The rows of one piece in the 48-byte layout.
     pub fn read(&self, piece: &Piece) -> Result<AlignedRows> {
-        Ok(self.shards[piece.shard].read_aligned(piece.start, piece.count)?)
+        self.shards[piece.shard].read_aligned(piece.start, piece.count)
     }
 
     /// Where a piece is, for error messages.
@@ -312,7 +733,8 @@ impl RowCounts {
         for (pos, &slot) in selection.slots.iter().enumerate() {
             let run = &source.runs[slot];
             if self.0[pos] != run.steps.max(0) as u64 {
-                bail!(
+                fail!(
+                    Corrupt,
                     "{}: run {} has {} rows in the shards but runs.steps says {} (the pack is inconsistent; run `dataset-packer validate`)",
                     source.dir.display(),
                     run.id,

@@ -10,7 +10,7 @@
 use std::fs::{self, File};
 use std::path::{Path, PathBuf};
 
-use anyhow::{Context, Result, bail};
+use crate::error::{Context, Result, err, fail};
 
 use crate::interrupt::{self, OnInterrupt};
 
@@ -34,13 +34,15 @@ impl StagedFile {
     /// Refuses an existing target unless `overwrite`, then creates the temporary file.
     pub fn create(target: &Path, overwrite: bool) -> Result<(StagedFile, File)> {
         if target.is_dir() {
-            bail!("{} is a folder; name a file", target.display());
+            fail!(Refused, "{} is a folder; name a file", target.display());
         }
         if target.exists() && !overwrite {
-            bail!(
-                "{} already exists; pass --overwrite to replace it",
+            return Err(err!(
+                Refused,
+                "{} already exists; an export replaces it only when told to overwrite",
                 target.display()
-            );
+            )
+            .with_option("overwrite"));
         }
         let parent = parent_of(target);
         fs::create_dir_all(&parent).with_context(|| format!("creating {}", parent.display()))?;
@@ -54,7 +56,8 @@ impl StagedFile {
             .open(&tmp)
             .with_context(|| format!("creating {}", tmp.display()))?;
         if file.try_lock().is_err() {
-            bail!(
+            fail!(
+                Refused,
                 "another dataset-packer process is exporting to {}",
                 target.display()
             );
@@ -113,7 +116,8 @@ impl StagedDir {
         if staging.exists() {
             let old = File::open(&staging)?;
             if old.try_lock().is_err() {
-                bail!(
+                fail!(
+                    Refused,
                     "another dataset-packer process is exporting to {}",
                     target.display()
                 );
@@ -125,7 +129,8 @@ impl StagedDir {
         fs::create_dir(&staging).with_context(|| format!("creating {}", staging.display()))?;
         let lock = File::open(&staging)?;
         if lock.try_lock().is_err() {
-            bail!(
+            fail!(
+                Refused,
                 "another dataset-packer process is exporting to {}",
                 target.display()
             );
@@ -179,7 +184,8 @@ fn check_replaceable(target: &Path, overwrite: bool, owns: fn(&str) -> bool) -> 
         return Ok(());
     }
     if !target.is_dir() {
-        bail!(
+        fail!(
+            Refused,
             "{} exists and is not a folder; name a folder (or a file ending in .jsonl, .jsonl.gz or .parquet)",
             target.display()
         );
@@ -194,7 +200,8 @@ fn check_replaceable(target: &Path, overwrite: bool, owns: fn(&str) -> bool) -> 
     names.sort();
     let foreign: Vec<&String> = names.iter().filter(|n| !owns(n)).take(3).collect();
     if !foreign.is_empty() {
-        bail!(
+        fail!(
+            Refused,
             "{} holds files an export does not write ({}{}); choose another output folder",
             target.display(),
             foreign
@@ -206,10 +213,12 @@ fn check_replaceable(target: &Path, overwrite: bool, owns: fn(&str) -> bool) -> 
         );
     }
     if !overwrite {
-        bail!(
-            "{} already holds an export; pass --overwrite to replace it",
+        return Err(err!(
+            Refused,
+            "{} already holds an export; an export replaces it only when told to overwrite",
             target.display()
-        );
+        )
+        .with_option("overwrite"));
     }
     Ok(())
 }
@@ -218,8 +227,11 @@ fn check_replaceable(target: &Path, overwrite: bool, owns: fn(&str) -> bool) -> 
 fn exchange(a: &Path, b: &Path) -> Result<bool> {
     use std::ffi::CString;
     use std::os::unix::ffi::OsStrExt;
-    let ca = CString::new(a.as_os_str().as_bytes())?;
-    let cb = CString::new(b.as_os_str().as_bytes())?;
+    let c_path = |p: &Path| {
+        CString::new(p.as_os_str().as_bytes())
+            .map_err(|_| err!(Refused, "{} holds a NUL byte", p.display()))
+    };
+    let (ca, cb) = (c_path(a)?, c_path(b)?);
     // SAFETY: both are valid NUL-terminated paths; renameat2 does not keep the pointers.
     let rc = unsafe {
         libc::renameat2(
@@ -250,7 +262,7 @@ fn parent_of(path: &Path) -> PathBuf {
 fn file_name(path: &Path) -> Result<String> {
     Ok(path
         .file_name()
-        .with_context(|| format!("{} has no file name", path.display()))?
+        .ok_or_else(|| err!(Refused, "{} has no file name", path.display()))?
         .to_string_lossy()
         .into_owned())
 }

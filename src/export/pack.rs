@@ -14,9 +14,8 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use anyhow::Result;
-
 use super::{RowCounts, Selection, SourcePack, tally};
+use crate::error::{Result, err};
 use crate::findings::{
     DUPLICATE_RUN, Duplicates, RECOUNTABLE, RowFindings, Tally, duplicate_detail,
 };
@@ -39,18 +38,6 @@ pub struct Written {
     pub upgraded: Option<u64>,
 }
 
-impl Written {
-    /// What the summary says about the upgrade of a legacy source (empty otherwise).
-    pub fn upgrade_note(&self) -> String {
-        self.upgraded.map_or_else(String::new, |n| {
-            format!(
-                "upgraded from the legacy 46-byte layout: recomputing ev_legal from the board changed {}",
-                crate::progress::count(n, "row", "rows")
-            )
-        })
-    }
-}
-
 /// Options of a pack export.
 pub struct PackOptions<'a> {
     pub shard_rows: Option<u64>,
@@ -58,6 +45,8 @@ pub struct PackOptions<'a> {
     pub progress: Observer,
     /// How the runs were chosen, recorded in `session`.
     pub selection_text: &'a str,
+    /// The command line the new pack records as made it.
+    pub command_line: &'a str,
     /// Threads for computing fingerprints a source did not record.
     pub workers: usize,
     /// The source's companion families to carry.
@@ -184,7 +173,8 @@ fn build(
         db.insert_run(&RunRecord {
             run_id: pos as u32,
             seed: u32::try_from(run.seed).map_err(|_| {
-                anyhow::anyhow!(
+                err!(
+                    Corrupt,
                     "{}: run {} has seed {}, which is not a u32 (run `dataset-packer validate`)",
                     source.dir.display(),
                     run.id,
@@ -203,7 +193,7 @@ fn build(
     }
     write_findings(findings, duplicate_findings, db, source, selection)?;
     db.set_pack_facts(&PackFacts {
-        command_line: crate::cli::command_line(),
+        command_line: opts.command_line.to_string(),
         command: "export",
         shard_rows: opts.shard_rows,
         total_rows: rows_written,
@@ -226,7 +216,7 @@ fn build(
             &ev_legal_changed.to_string(),
         )?;
     }
-    if let Some(root) = metadata::session_value(&source.db()?, "source_root")? {
+    if let Some(root) = metadata::session_value(&source.db(), "source_root")? {
         db.set_session("source_root", &root)?;
     }
     Ok(Written {
@@ -290,7 +280,7 @@ fn write_findings(
         .collect();
     recounted.push(DUPLICATE_RUN);
     let mut extra: BTreeMap<String, u64> = BTreeMap::new();
-    for f in metadata::read_findings(&source.db()?)? {
+    for f in metadata::read_findings(&source.db())? {
         let Some(pos) = f.run_id.and_then(|id| sel.position(id).ok().flatten()) else {
             continue;
         };

@@ -12,7 +12,6 @@ use std::fs::File;
 use std::path::Path;
 use std::sync::Arc;
 
-use anyhow::{Context, Result, bail};
 use arrow_array::types::UInt8Type;
 use arrow_array::{
     ArrayRef, DictionaryArray, FixedSizeListArray, Float32Array, Int32Array, RecordBatch,
@@ -30,6 +29,7 @@ use parquet::schema::types::ColumnPath;
 use super::output::{StagedDir, StagedFile};
 use super::run_columns::{self, RunColumn};
 use super::{PIECE_ROWS, Piece, RowCounts, Selection, SourcePack, companion_columns, tally};
+use crate::error::{Context, Error, ErrorKind, Result, err};
 use crate::format::board;
 use crate::format::row::ROW_BYTES;
 use crate::format::row::StepRow;
@@ -77,20 +77,22 @@ pub fn schema(companions: &[&Family], run_cols: &[RunColumn]) -> Result<SchemaRe
     fields.extend(run_columns::row_fields(run_cols));
     for f in companions {
         if fields.iter().any(|c| c.name() == &f.name) {
-            bail!(
-                "companion {} has the name of a row column; pass --drop-companion {} (or attach it under another name)",
-                f.name,
+            return Err(err!(
+                Unsupported,
+                "companion {} has the name of a row column; leave it out of the export (or attach it under another name)",
                 f.name
-            );
+            )
+            .with_option("drop_companion"));
         }
         let dtype = f.header_dtype();
         let column = companion_columns::arrow_type(dtype, &f.trailing).map_err(|e| {
-            anyhow::anyhow!(
-                "companion {} ({}): {e}; pass --drop-companion {} to export without it",
+            err!(
+                Unsupported,
+                "companion {} ({}): {e}; leave it out to export without it",
                 f.name,
-                f.describe(),
-                f.name
+                f.describe()
             )
+            .with_option("drop_companion")
         })?;
         fields.push(Field::new(&f.name, column, false));
     }
@@ -506,6 +508,20 @@ fn row_groups(plan: &[Piece], limit: u64) -> Vec<Vec<Piece>> {
         groups.push(current);
     }
     groups
+}
+
+// Arrow and Parquet fail on what they are given (a companion's shape, a column) or on the
+// file they write; either way the export stops with their message as the cause.
+impl From<parquet::errors::ParquetError> for Error {
+    fn from(e: parquet::errors::ParquetError) -> Error {
+        Error::wrap(ErrorKind::Io, e)
+    }
+}
+
+impl From<arrow_schema::ArrowError> for Error {
+    fn from(e: arrow_schema::ArrowError) -> Error {
+        Error::wrap(ErrorKind::Unsupported, e)
+    }
 }
 
 #[cfg(test)]

@@ -1,14 +1,16 @@
-//! Run selection for `export`: `--runs 0,5,9-12` (ids and inclusive ranges) and `--where SQL`
-//! (see [`crate::pack::query`]: a WHERE expression or a query returning run ids, with `--param`
-//! values), intersected when both are given; neither selects every run.
+//! Run selection for `export`: a list of run ids and inclusive ranges (`0,5,9-12`) and an SQL
+//! selection (a [`RunFilter`], see [`crate::pack::query`]: a WHERE expression or a query
+//! returning run ids, with parameter values), intersected when both are given; neither selects
+//! every run.
 
 use std::ops::RangeInclusive;
 
-use anyhow::{Result, bail};
+use rusqlite::Connection;
 
 use super::{Selection, SourcePack};
-use crate::cli::WhereArgs;
+use crate::error::{Result, err, fail};
 use crate::format::metadata::{RunRow, no_depth_note};
+use crate::pack::query::RunFilter;
 
 /// Parses `0,5,9-12` into the inclusive id ranges it names.
 pub fn parse_run_list(text: &str) -> Result<Vec<RangeInclusive<u32>>, String> {
@@ -34,11 +36,11 @@ pub fn parse_run_list(text: &str) -> Result<Vec<RangeInclusive<u32>>, String> {
     Ok(ranges)
 }
 
-/// The selection given by `--runs` and `--where` (both optional).
+/// The selection given by run ids and an SQL filter (both optional).
 pub fn select(
     source: &SourcePack,
     runs: Option<&[RangeInclusive<u32>]>,
-    where_args: &WhereArgs,
+    filter: Option<&RunFilter>,
 ) -> Result<Selection> {
     let mut keep: Vec<bool> = vec![true; source.runs.len()];
     if let Some(ranges) = runs {
@@ -59,16 +61,20 @@ pub fn select(
             unknown.sort_unstable();
             unknown.dedup();
             let list: Vec<String> = unknown.iter().take(10).map(u32::to_string).collect();
-            bail!(
-                "--runs names run ids the pack does not have: {}{} (it has {} runs{})",
+            return Err(err!(
+                InvalidInput,
+                "the run ids to export name ids {} does not have: {}{} (it has {} runs{})",
+                source.dir.display(),
                 list.join(", "),
                 if unknown.len() >= 10 { ", …" } else { "" },
                 source.runs.len(),
                 id_span(source)
-            );
+            )
+            .with_option("runs"));
         }
     }
-    if let Some(matched) = where_args.run_ids(&source.db()?)? {
+    if let Some(filter) = filter {
+        let matched = selected_ids(filter, &source.db())?;
         for (slot, run) in source.runs.iter().enumerate() {
             keep[slot] &= matched.binary_search(&run.id).is_ok();
         }
@@ -115,22 +121,34 @@ fn id_span(source: &SourcePack) -> String {
     }
 }
 
-/// `runs` and `--where` that select nothing are an error: an empty export is almost surely a
-/// mistake in the expression.
+/// The run ids (ascending) `filter` selects in the pack whose `metadata.db` is `conn`. A
+/// selection SQLite cannot run, or one that returns what is not a run id, is the caller's
+/// input: an error of kind `InvalidInput` (`Interrupted` when a limit stopped it, `Io` or
+/// `Corrupt` when reading the pack failed), about the option `selection`.
+pub(crate) fn selected_ids(filter: &RunFilter, conn: &Connection) -> Result<Vec<i64>> {
+    filter.run_ids(conn)
+}
+
+/// Run ids and an SQL filter that select nothing are an error: an empty export is almost
+/// surely a mistake in the expression.
 pub fn require_some(source: &SourcePack, selection: &Selection, what: &str) -> Result<()> {
     if selection.is_empty() {
         let depths = source.details.values().map(|d| d.depth);
         match no_depth_note(what, depths) {
-            Some(note) => bail!("{what} selects no runs: {note}; nothing was written"),
-            None => bail!("{what} selects no runs; nothing was written"),
+            Some(note) => fail!(
+                InvalidInput,
+                "{what} selects no runs: {note}; nothing was written"
+            ),
+            None => fail!(InvalidInput, "{what} selects no runs; nothing was written"),
         }
     }
     Ok(())
 }
 
-/// Describes a selection for the summary and for `session` of an exported pack.
-pub fn describe(runs: Option<&str>, where_args: &WhereArgs) -> String {
-    match (runs, where_args.describe()) {
+/// Describes a selection for the summary and for `session` of an exported pack, as the
+/// command line gives it (`--runs 0-9 --where …`).
+pub fn describe(runs: Option<&str>, filter: Option<&RunFilter>) -> String {
+    match (runs, filter.map(RunFilter::describe)) {
         (None, None) => "all runs".to_string(),
         (Some(r), None) => format!("--runs {r}"),
         (None, Some(w)) => w,

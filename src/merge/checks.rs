@@ -134,5 +134,5 @@ pub(super) fn carried_companions(
         .iter()
         .map(|s| (s.path.as_path(), &s.companions))
         .collect();
-    Ok(families::common_families(&scans, dropped)?)
+    families::common_families(&scans, dropped)
 }

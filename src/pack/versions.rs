@@ -483,10 +483,14 @@ impl View {
             "CREATE TEMP VIEW runs AS SELECT * FROM main.runs WHERE id <= {last};
              CREATE TEMP VIEW run_details AS SELECT * FROM main.run_details WHERE run_id <= {last};"
         );
-        for (table, column) in [("run_index", "run_id"), ("findings", "run_id")] {
+        // `findings` keeps its rowid: its examples are read in the order they were recorded.
+        for (table, column, rowid) in [
+            ("run_index", "run_id", ""),
+            ("findings", "run_id", "rowid AS rowid, "),
+        ] {
             if metadata::has_table(conn, table)? {
                 sql.push_str(&format!(
-                    "CREATE TEMP VIEW {table} AS SELECT * FROM main.{table}
+                    "CREATE TEMP VIEW {table} AS SELECT {rowid}* FROM main.{table}
                      WHERE {column} IS NULL OR {column} <= {last};"
                 ));
             }
@@ -762,14 +766,5 @@ pub(crate) fn open_staged_shards(staging: &Path) -> Result<Vec<Shard>> {
 /// Fails, of kind `NotAPack` and saying what `dir` is instead, unless it is a pack folder (see
 /// [`shards::check_is_pack`]): what an operation checks of each input before it reads it.
 pub(crate) fn check_is_pack(dir: &Path) -> crate::Result<()> {
-    shards::check_is_pack(dir).map_err(not_a_pack)
-}
-
-/// The error of [`check_is_pack`], of kind `NotAPack` (whatever its kind was).
-fn not_a_pack(e: impl Into<crate::Error>) -> crate::Error {
-    let e = e.into();
-    match e.kind() {
-        crate::ErrorKind::NotAPack => e,
-        _ => crate::Error::new(crate::ErrorKind::NotAPack, e.to_string()),
-    }
+    shards::check_is_pack(dir)
 }

@@ -30,7 +30,7 @@ pub(super) fn copy_shard(
         &shard.path,
         record,
         writer,
-        |start, n, buf| Ok(file.read_raw_into(start, n, buf)?),
+        |start, n, buf| file.read_raw_into(start, n, buf),
         |data_crc| Ok(shard.file_crc(data_crc, data_len)?),
     )
 }
@@ -144,7 +144,7 @@ fn copy_companion_file(
         &f.path,
         record,
         writer,
-        |start, n, buf| Ok(file.read_rows(start, n, buf)?),
-        |data_crc| Ok(file.file_crc(data_crc)?),
+        |start, n, buf| file.read_rows(start, n, buf),
+        |data_crc| file.file_crc(data_crc),
     )
 }

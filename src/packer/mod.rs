@@ -30,7 +30,7 @@ use crate::format::fingerprint::{self, Fingerprint, RunFacts};
 use crate::format::metadata::{FindingRecord, MetadataWriter, RunDetails, RunRecord, ShardRecord};
 use crate::format::row::remap_rows;
 use crate::format::valuation::{MAX_NAMES, ValuationTable};
-use crate::ordered::ordered_try_map_typed;
+use crate::ordered::ordered_try_map;
 use crate::pack::StagedPack;
 use crate::pack::shard_writer::Placement;
 use crate::progress::{Bar, Observer, Unit, thousands};
@@ -172,7 +172,7 @@ pub(crate) fn parse_and_write(
     let items: Vec<(u32, &RunSource)> = (first_id..).zip(runs.iter().copied()).collect();
     let rows_before = packer.staged.steps().total_rows();
     let copies = Mutex::new(VecDeque::new());
-    let outcome = ordered_try_map_typed(
+    let outcome = ordered_try_map(
         &items,
         workers,
         workers * 2,
@@ -740,14 +740,12 @@ impl Ready {
 
     /// Publishes a new pack.
     pub fn publish(self) -> Result<()> {
-        Ok(self.staged.publish(&self.valuations)?)
+        self.staged.publish(&self.valuations)
     }
 
     /// Publishes an extended pack: see [`StagedPack::publish_keeping`].
     pub fn publish_keeping(self, kept: &[String], retired: &[String]) -> Result<()> {
-        Ok(self
-            .staged
-            .publish_keeping(&self.valuations, kept, retired)?)
+        self.staged.publish_keeping(&self.valuations, kept, retired)
     }
 }
 

@@ -1,5 +1,5 @@
-//! The `report` page: the figures of [`crate::stats`] for one or more packs as one
-//! self-contained HTML file. Each figure is a section with a title, an inline SVG chart with
+//! The `report` page: [`report`] writes the figures of [`crate::stats()`] for one or more packs
+//! as one self-contained HTML file, as `dataset-packer report` does. Each figure is a section with a title, an inline SVG chart with
 //! labelled axes (packs overlaid, told apart by colour and a legend) and, in a `<details>`, the
 //! numbers behind it as a table: the same numbers `stats --json` prints, written so that they
 //! parse back to the same values. Nothing on the page loads anything from anywhere.
@@ -8,11 +8,212 @@ pub mod chart;
 
 use std::collections::BTreeSet;
 use std::fmt::Write;
+use std::path::{Path, PathBuf};
 
+use crate::error::{Context, Result, fail};
+use crate::export::output::StagedFile;
 use crate::format::board::MOVE_NAMES;
+use crate::pack::versions::VersionSpec;
 use crate::progress::thousands;
-use crate::stats::{LANDMARK_TILES, Stats};
+use crate::stats::{LANDMARK_TILES, Stats, StatsOptions};
+use crate::{Param, SqlLimits};
 use chart::{Axes, Series, escape};
+
+/// What [`report`] describes and how; `ReportOptions::default()` does what `dataset-packer
+/// report PACK… --output FILE` does: every run of each pack's latest version, all cores, an
+/// existing file refused.
+///
+/// ```
+/// use dataset_packer::ReportOptions;
+/// let options = ReportOptions::default().select_sql("max_score > 600000").overwrite(true);
+/// # let _ = options;
+/// ```
+#[derive(Debug, Clone)]
+pub struct ReportOptions {
+    stats: StatsOptions,
+    overwrite: bool,
+    command_line: String,
+}
+
+impl Default for ReportOptions {
+    fn default() -> ReportOptions {
+        ReportOptions {
+            stats: StatsOptions::default(),
+            overwrite: false,
+            command_line: crate::pack::query::process_command_line(),
+        }
+    }
+}
+
+impl ReportOptions {
+    /// Describe every pack as `version` of it was (`--version`); by default their latest.
+    pub fn version(mut self, version: VersionSpec) -> ReportOptions {
+        self.stats = self.stats.version(version);
+        self
+    }
+
+    /// Describe only the runs `sql` selects in each pack (`--where`, see
+    /// [`StatsOptions::select_sql`]).
+    pub fn select_sql(mut self, sql: &str) -> ReportOptions {
+        self.stats = self.stats.select_sql(sql);
+        self
+    }
+
+    /// A value for the next parameter of the SQL (`--param`, repeatable).
+    pub fn param(mut self, param: Param) -> ReportOptions {
+        self.stats = self.stats.param(param);
+        self
+    }
+
+    /// The values of the SQL's parameters (`--param …`), replacing any given before.
+    pub fn params(mut self, params: Vec<Param>) -> ReportOptions {
+        self.stats = self.stats.params(params);
+        self
+    }
+
+    /// How long and how much memory the SQL selection may take (`--sql-timeout`,
+    /// `--sql-memory`).
+    pub fn sql_limits(mut self, limits: SqlLimits) -> ReportOptions {
+        self.stats = self.stats.sql_limits(limits);
+        self
+    }
+
+    /// Threads for the row pass (`--workers`); by default all cores.
+    pub fn workers(mut self, workers: usize) -> ReportOptions {
+        self.stats = self.stats.workers(workers);
+        self
+    }
+
+    /// Replace the output file if it exists (`--overwrite`).
+    pub fn overwrite(mut self, yes: bool) -> ReportOptions {
+        self.overwrite = yes;
+        self
+    }
+
+    /// The command line the page says made it; by default this process's arguments, quoted
+    /// for a shell.
+    pub fn command_line(mut self, command_line: String) -> ReportOptions {
+        self.command_line = command_line;
+        self
+    }
+}
+
+/// What [`report`] wrote.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ReportSummary {
+    /// Packs described.
+    pub packs: usize,
+    /// Rows described, over all the packs.
+    pub rows: u64,
+    /// Bytes of the page.
+    pub bytes: u64,
+}
+
+/// Writes one self-contained HTML page of charts describing `packs` to `output` (atomically:
+/// a temporary file renamed over it), as `dataset-packer report` does. Two or more packs are
+/// drawn on the same charts, their by-step charts in shared buckets. The packs are only read.
+///
+/// Errors: `NotAPack` when one is not a pack; `Refused` when `output` exists (without
+/// [`ReportOptions::overwrite`]) or is one of the packs; `InvalidInput` for a selection
+/// SQLite cannot run or one of no runs.
+///
+/// ```
+/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// # let fixture = dataset_packer::pack::doc_support::fixture_pack()?;
+/// # let pack = fixture.path().to_path_buf();
+/// # let dir = dataset_packer::pack::doc_support::temp_dir();
+/// use dataset_packer::{ReportOptions, report};
+///
+/// let page = dir.join("report.html");
+/// let summary = report(&[pack], &page, &ReportOptions::default())?;
+/// assert_eq!((summary.packs, summary.rows), (1, 2240));
+/// assert!(std::fs::read_to_string(&page)?.starts_with("<!DOCTYPE html>"));
+/// # std::fs::remove_dir_all(&dir)?;
+/// # Ok(()) }
+/// ```
+pub fn report(
+    packs: &[PathBuf],
+    output: impl AsRef<Path>,
+    options: &ReportOptions,
+) -> Result<ReportSummary> {
+    let output = output.as_ref();
+    if packs.iter().any(|p| same_file(p, output)) {
+        return Err(crate::error::err!(
+            Refused,
+            "the output {} is one of the packs",
+            output.display()
+        )
+        .with_option("output"));
+    }
+    if packs.is_empty() {
+        fail!(Refused, "a report needs at least one pack");
+    }
+    let (staged, file) = StagedFile::create(output, options.overwrite)?;
+    let names = legend_names(packs);
+    // One step width for every pack, so that their by-step charts share buckets.
+    let mut longest = 0;
+    for dir in packs {
+        let steps = crate::stats::longest_run(dir, &options.stats)
+            .with_context(|| format!("reading {}", dir.display()))?;
+        longest = longest.max(steps);
+    }
+    let mut figures = Vec::new();
+    for (colour, (dir, name)) in packs.iter().zip(names).enumerate() {
+        let stats = crate::stats::gather(dir, &options.stats, Some(longest))
+            .with_context(|| format!("reading {}", dir.display()))?;
+        figures.push(PackFigures {
+            name,
+            colour,
+            stats,
+        });
+    }
+    let html = page(
+        &figures,
+        &options.command_line,
+        &crate::format::metadata::utc_now(),
+    );
+    let mut out = std::io::BufWriter::new(file);
+    std::io::Write::write_all(&mut out, html.as_bytes())
+        .with_context(|| format!("writing {}", output.display()))?;
+    let file = out.into_inner().map_err(|e| e.into_error())?;
+    staged.publish(file)?;
+    Ok(ReportSummary {
+        packs: figures.len(),
+        rows: figures.iter().map(|p| p.stats.rows).sum(),
+        bytes: html.len() as u64,
+    })
+}
+
+fn same_file(a: &Path, b: &Path) -> bool {
+    match (a.canonicalize(), b.canonicalize()) {
+        (Ok(a), Ok(b)) => a == b,
+        _ => false,
+    }
+}
+
+/// Each pack's name in legends: its folder name, or its path as given when two folders share
+/// a name.
+fn legend_names(packs: &[PathBuf]) -> Vec<String> {
+    let short = |p: &PathBuf| {
+        p.canonicalize()
+            .ok()
+            .and_then(|c| c.file_name().map(|n| n.to_string_lossy().into_owned()))
+            .unwrap_or_else(|| p.display().to_string())
+    };
+    let shorts: Vec<String> = packs.iter().map(short).collect();
+    packs
+        .iter()
+        .zip(&shorts)
+        .map(|(p, s)| {
+            if shorts.iter().filter(|x| *x == s).count() > 1 {
+                p.display().to_string()
+            } else {
+                s.clone()
+            }
+        })
+        .collect()
+}
 
 /// One pack on the page: its name in legends and tables, its colour in every chart (an index
 /// into [`chart::PALETTE`]), and its figures.
