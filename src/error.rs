@@ -189,8 +189,18 @@ impl fmt::Debug for Error {
 }
 
 impl fmt::Display for Error {
+    /// The message; with `{:#}`, the message and each of its causes after a colon (as
+    /// anyhow prints a chain): `reading steps.npy: bad .npy header: key 'shape' is given twice`.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        fmt::Display::fmt(&self.inner, f)
+        write!(f, "{}", self.inner)?;
+        if f.alternate() {
+            let mut cause = self.source();
+            while let Some(c) = cause {
+                write!(f, ": {c}")?;
+                cause = c.source();
+            }
+        }
+        Ok(())
     }
 }
 

@@ -595,7 +595,7 @@ fn update_and_overwrite_never_orphan_companions() {
         "--overwrite",
     ]);
     assert!(
-        code == 1 && text.contains("ids-00000.npy") && text.contains("orphan"),
+        code == 2 && text.contains("ids-00000.npy") && text.contains("orphan"),
         "{text}"
     );
     assert_eq!(files(&p, |_| true), before);
@@ -827,7 +827,7 @@ fn overwrite_replaces_the_packs_own_families_and_no_other() {
         "--overwrite",
     ]);
     assert!(
-        code == 1
+        code == 2
             && text.contains("search-00009.npy, theirs.npy")
             && text.contains("does not record")
             && !text.contains("search.npy,"),

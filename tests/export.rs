@@ -471,11 +471,11 @@ fn queries_and_params_that_are_wrong_are_refused() {
     let cases: [(&[&str], &str); 9] = [
         (
             &["--where", "SELECT id FROM runs WHERE max_score > ?"],
-            "the SQL has 1 positional parameter (?) and 0 positional --param values were given",
+            "the SQL has 1 positional parameter (?) and 0 positional parameter values were given",
         ),
         (
             &["--where", "max_score > ?", "--param", "1", "--param", "2"],
-            "2 positional --param values were given",
+            "2 positional parameter values were given",
         ),
         (
             &["--where", "max_score > :min", "--param", "max=3"],

@@ -457,7 +457,7 @@ fn stray_shard_lookalikes_and_stale_staging() {
         s(&out),
         "--overwrite",
     ]);
-    assert_eq!(res.status.code(), Some(1));
+    assert_eq!(res.status.code(), Some(2), "a refusal is a usage error");
     assert!(stderr(&res).contains("steps-old.npy"), "{}", stderr(&res));
     assert_eq!(
         std::fs::read_to_string(out.join("steps-old.npy")).unwrap(),
