@@ -23,7 +23,7 @@
 //!
 //! Every command is a library call here, with the same bytes out for the same settings (each
 //! options type's `Default` is the command's defaults): [`pack_raw`] (`pack`, and `pack
-//! --update` with [`RawPackOptions::update`]), [`merge`], [`shuffle`], [`export`], [`stats`],
+//! --update` with [`RawPackOptions::update`]), [`merge`], [`shuffle`], [`export`], [`stats()`],
 //! [`report`], [`attach`], [`detach`], [`Pack::verify`] (`validate`), [`History`] and [`tag`]
 //! (`versions`, `tag`). Errors are [`Error`]s whose [`ErrorKind`] a program can match; progress
 //! goes to a [`progress::Progress`] observer given in the options (none by default: the

@@ -593,7 +593,7 @@ pub struct DepthRow {
     pub median_score: f64,
     pub max_score: i64,
     pub max_tile: i64,
-    /// The final-score distribution of these runs, in the bins of [`score_bins`].
+    /// The final-score distribution of these runs, in the score bins the figures use.
     pub score_bins: Vec<ScoreBin>,
 }
 

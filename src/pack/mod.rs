@@ -22,16 +22,18 @@
 //! The names re-exported at the crate root are the public surface, and they and their
 //! methods follow semantic versioning: for reading, [`Pack`], [`Run`], [`Step`], [`Steps`],
 //! [`Runs`], [`Companion`], [`CompanionValue`] and [`Param`]; for writing, [`PackWriter`],
-//! [`WriterOptions`], [`NewRun`], [`NewStep`] and [`Published`]. Everything else the crate
-//! exports (`cmd`, `format`, `raw`, …, and [`verify`]'s report types) is the command-line
+//! [`WriterOptions`], [`NewRun`], [`NewStep`] and [`Published`]; the operations, errors and
+//! progress at the crate root (see the crate's documentation). Everything else the crate
+//! exports (`cmd`, `format`, `raw`, …, and [`crate::verify`]'s report types) is the command-line
 //! tool's machinery, public only so its own tests reach it, and may change in any release.
 //!
 //! # What `open` checks, and what `verify` adds
 //!
 //! [`Pack::open`] reads only headers and `metadata.db`: the folder is a pack, its shards are
-//! named and numbered as the format says, every header has the pack's row dtype (a legacy
-//! packed 46-byte shard is refused with the command that upgrades it) and the size it
-//! promises, `metadata.db` has the schema, its shard records match the files, and its runs
+//! named and numbered as the format says, every header has the pack's row dtype (or the
+//! legacy packed 46-byte one, whose rows read as the full pack `export --format pack` makes of
+//! them: converted per shard on first touch, `ev_legal` recomputed from the board) and the
+//! size it promises, `metadata.db` has the schema, its shard records match the files, and its runs
 //! add up to the shards' rows. [`Pack::verify`] reads every byte: checksums, every row, every
 //! run, companions, fingerprints, as `validate` does. Rows read through the API are not
 //! checksummed on the way; call `verify` once when the pack's provenance is in doubt.
