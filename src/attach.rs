@@ -6,7 +6,7 @@
 //! publish both at once; the shards stay in place. Detaching: the family's files and its
 //! records in `metadata.db` go in one publish (a staged copy of `metadata.db` without them is
 //! the commit point), so the pack never records a family whose files are gone, nor the reverse.
-//! Both read the pack through its opener ([`versions::open`]).
+//! Both read the pack through its opener ([`crate::pack::open::open`]).
 
 use std::path::{Path, PathBuf};
 
@@ -20,7 +20,7 @@ use crate::pack::files;
 use crate::pack::publish::OutputDir;
 use crate::pack::shard_writer::{FileLayout, ShardWriter};
 use crate::pack::shards::Shard;
-use crate::pack::versions::{self, VersionSpec};
+use crate::pack::versions::VersionSpec;
 use crate::progress::{Bar, Observer};
 
 /// Bytes copied per read.
@@ -122,7 +122,7 @@ pub fn attach(
     let pack = pack.as_ref();
     check_name(name)?;
     let out = OutputDir::open_existing(pack)?;
-    let opened = versions::open(pack, &VersionSpec::Latest, false)?;
+    let opened = crate::pack::open::open(pack, &VersionSpec::Latest, false)?;
     let shards = opened.shards;
     refuse_existing(pack, &opened.conn, name)?;
     if sources.is_empty() {
@@ -193,7 +193,7 @@ pub fn detach(pack: impl AsRef<Path>, name: &str) -> Result<DetachSummary> {
     let out = OutputDir::open_existing(pack)?;
     let files = files::family_files(pack, name)?;
     // Detaching touches no shard: a legacy pack's are fine.
-    let opened = versions::open(pack, &VersionSpec::Latest, true)?;
+    let opened = crate::pack::open::open(pack, &VersionSpec::Latest, true)?;
     let recorded = records_family(&opened.conn, name)?;
     drop(opened);
     if files.is_empty() && !recorded {

@@ -15,7 +15,7 @@ use crate::format::valuation::ValuationTable;
 use crate::pack::families;
 use crate::pack::run_index;
 use crate::pack::shards::{self, Shard};
-use crate::pack::versions::{self, VersionSpec};
+use crate::pack::versions::VersionSpec;
 use crate::progress::thousands;
 
 /// Which rows of the run a page holds.
@@ -28,10 +28,10 @@ pub enum Window {
 
 /// Reads one page of run `id` of the pack in `dir`.
 pub fn read(dir: &Path, version: &VersionSpec, id: u64, window: Window) -> Result<Page> {
-    let opened = versions::open(dir, version, true)?;
+    let opened = crate::pack::open::open(dir, version, true)?;
     let run = find_run(&opened.conn, dir, id)?;
     let search = search_family(dir, &opened)?;
-    let versions::Opened { conn, shards, .. } = opened;
+    let crate::pack::open::Opened { conn, shards, .. } = opened;
     let names = shards::read_valuations(dir)?;
     let first_row = match run.first_row {
         Some(at) => at,
@@ -285,7 +285,10 @@ pub struct Page {
 
 /// The pack's `search` family when it holds the search statistics of `pack --search-stats`
 /// (a family of that name from another tool is not shown).
-fn search_family(dir: &Path, opened: &versions::Opened) -> Result<Option<families::Family>> {
+fn search_family(
+    dir: &Path,
+    opened: &crate::pack::open::Opened,
+) -> Result<Option<families::Family>> {
     let scan = opened.families(dir)?;
     Ok(scan
         .family(search::FAMILY)

@@ -849,7 +849,7 @@ pub fn stats(pack: impl AsRef<Path>, options: &StatsOptions) -> Result<Stats> {
 /// The steps of the longest run of the version `options` read (of the runs they select):
 /// what sets the width of the step buckets.
 pub(crate) fn longest_run(dir: &Path, options: &StatsOptions) -> Result<u64> {
-    let opened = versions::open(dir, &options.version, true)?;
+    let opened = crate::pack::open::open(dir, &options.version, true)?;
     let mut runs = metadata::read_runs(&opened.conn)?;
     if let Some(filter) = options.filter() {
         let ids = selected_ids(&filter, &opened.conn)?;
@@ -869,11 +869,11 @@ pub(crate) fn gather(dir: &Path, options: &StatsOptions, longest: Option<u64>) -
     let workers = options.workers;
     let filter = options.filter();
     let filter = filter.as_ref();
-    let opened = versions::open(dir, &options.version, true)?;
+    let opened = crate::pack::open::open(dir, &options.version, true)?;
     let all: Vec<usize> = (0..opened.shards.len()).collect();
     shards::verify_shards(dir, &opened.conn, &opened.shards, &all, workers)?;
     let scan = opened.families(dir)?;
-    let versions::Opened {
+    let crate::pack::open::Opened {
         conn, shards, view, ..
     } = opened;
     let table = shards::read_valuations(dir)?;

@@ -33,7 +33,7 @@ use crate::format::valuation::ValuationTable;
 use crate::pack::families::{self, Family, Scan};
 use crate::pack::query::{Param, RunFilter, SqlLimits};
 use crate::pack::shards::{self, AlignedRows, RunSlots, Shard};
-use crate::pack::versions::{self, VersionSpec};
+use crate::pack::versions::VersionSpec;
 use crate::progress::Observer;
 
 /// The format an export writes.
@@ -472,9 +472,9 @@ pub struct SourcePack {
 impl SourcePack {
     /// Opens a pack for reading (spec or legacy packed shards); fails on structural problems.
     pub fn open(dir: &Path, version: &VersionSpec) -> Result<SourcePack> {
-        let opened = versions::open(dir, version, true)?;
+        let opened = crate::pack::open::open(dir, version, true)?;
         let companions = opened.families(dir)?;
-        let versions::Opened {
+        let crate::pack::open::Opened {
             conn, shards, view, ..
         } = opened;
         let shard_starts = shards::shard_starts(&shards);

@@ -9,13 +9,12 @@ use super::source::Source;
 use crate::error::{Context, Result, err};
 use crate::pack::families::{self, Scan};
 use crate::pack::publish::list_names;
-use crate::pack::versions;
 
 /// Duplicate inputs, an output that is an input, and (when inputs are to be deleted) an output
 /// inside or around an input are refused before anything is read.
 pub(super) fn refuse_unsafe(inputs: &[PathBuf], output: &Path, delete: bool) -> Result<()> {
     let canon = |p: &Path| -> Result<PathBuf> {
-        versions::check_is_pack(p).with_context(|| format!("input {}", p.display()))?;
+        crate::pack::open::check_is_pack(p).with_context(|| format!("input {}", p.display()))?;
         std::fs::canonicalize(p).with_context(|| format!("input {}", p.display()))
     };
     let canon_inputs: Vec<PathBuf> = inputs.iter().map(|p| canon(p)).collect::<Result<_>>()?;

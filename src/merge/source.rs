@@ -12,7 +12,7 @@ use crate::format::valuation::ValuationTable;
 use crate::pack::families::{OpenCompanion, Scan};
 use crate::pack::fingerprints;
 use crate::pack::shards::{self, Shard};
-use crate::pack::versions::{self, VersionSpec};
+use crate::pack::versions::VersionSpec;
 use crate::verify;
 
 /// One input pack, validated and read.
@@ -41,7 +41,7 @@ impl Source {
     pub(super) fn open(path: &Path, options: &verify::Options) -> Result<Source> {
         // Its records alone, before it is validated: a shuffled pack is refused as such, and
         // the recorded checksums decide how much the validation reads.
-        let db = versions::open_records(path);
+        let db = crate::pack::open::open_records(path);
         let shuffled = db
             .as_ref()
             .and_then(|c| metadata::session_value(c, "shuffled").ok());
@@ -66,9 +66,9 @@ impl Source {
                 report.failures()
             );
         }
-        let opened = versions::open(path, &VersionSpec::Latest, true)?;
+        let opened = crate::pack::open::open(path, &VersionSpec::Latest, true)?;
         let companions = opened.families(path)?;
-        let versions::Opened { conn, shards, .. } = opened;
+        let crate::pack::open::Opened { conn, shards, .. } = opened;
         let session = metadata::read_session(&conn)?;
         let runs = metadata::read_runs(&conn)?;
         let details = metadata::read_run_details(&conn)?;

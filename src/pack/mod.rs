@@ -165,9 +165,9 @@ impl Pack {
         if let Some(p) = problems.first() {
             return Err(invalid(format!("{}: {p}", metadata::FILE_NAME)));
         }
-        let opened = versions::open(&dir, spec, true)?;
+        let opened = open::open(&dir, spec, true)?;
         let companions = opened.families(&dir)?;
-        let versions::Opened {
+        let open::Opened {
             conn, shards, view, ..
         } = opened;
         let starts = shards::shard_starts(&shards);

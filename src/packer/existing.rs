@@ -1,5 +1,5 @@
 //! The pack an update extends, as read from its folder (through the pack's opener,
-//! [`versions::open`]), and the refusals of what an update cannot extend: a shuffled pack or a
+//! [`crate::pack::open::open`]), and the refusals of what an update cannot extend: a shuffled pack or a
 //! partition, another layout (`shard_rows`, shards that do not match the `shards` table), the
 //! `search` family without `search_stats` (or the other way round), companion families not
 //! named by `drop_companion`. Each refusal names the option it is about.
@@ -13,8 +13,9 @@ use crate::format::metadata::{self, RunDetails, RunRow, ShardRecord};
 use crate::format::search;
 use crate::format::valuation::ValuationTable;
 use crate::pack::files;
+use crate::pack::open::Opened;
 use crate::pack::shards::{self, Shard};
-use crate::pack::versions::{self, Opened, VersionSpec};
+use crate::pack::versions::VersionSpec;
 use crate::progress::thousands;
 
 /// A refusal about `option`.
@@ -43,7 +44,7 @@ pub(super) struct Existing {
 impl Existing {
     /// Opens the pack in `dir`, refusing what an update cannot extend.
     pub(super) fn open(dir: &Path, shard_rows_arg: Option<u64>) -> Result<Existing> {
-        let opened = versions::open(dir, &VersionSpec::Latest, false)?;
+        let opened = crate::pack::open::open(dir, &VersionSpec::Latest, false)?;
         let conn = &opened.conn;
         let session = metadata::read_session(conn)?;
         let fact = |key: &str| {

@@ -361,7 +361,7 @@ fn open_input(dir: &Path, options: &ShuffleOptions) -> Result<Input> {
         legacy_ok: true,
         scan_rows: true,
     };
-    versions::check_is_pack(dir)?;
+    crate::pack::open::check_is_pack(dir)?;
     let report = verify::check(dir, &checks)?;
     if !report.valid() {
         fail!(
@@ -371,9 +371,9 @@ fn open_input(dir: &Path, options: &ShuffleOptions) -> Result<Input> {
             report.failures()
         );
     }
-    let opened = versions::open(dir, &VersionSpec::Latest, true)?;
+    let opened = crate::pack::open::open(dir, &VersionSpec::Latest, true)?;
     let families = opened.families(dir)?.families;
-    let versions::Opened { conn, shards, .. } = opened;
+    let crate::pack::open::Opened { conn, shards, .. } = opened;
     Ok(Input {
         shards,
         families,

@@ -80,7 +80,7 @@ pub(super) fn measure_dispersion(staging: &Path, input: &rusqlite::Connection) -
     };
     let mut window_sum = 0u64;
     let (mut window_fill, mut window_max) = (0usize, 0u32);
-    for shard in crate::pack::versions::open_staged_shards(staging)? {
+    for shard in crate::pack::open::open_staged_shards(staging)? {
         let mut shard_max = 0u32;
         shard_counts.iter_mut().for_each(|c| *c = 0);
         for (start, count) in shards::chunks(std::slice::from_ref(&shard), 1 << 17)
