@@ -352,3 +352,53 @@ fn an_attach_refused_before_it_starts_leaves_the_pack_as_it_was() {
         &[&src],
     );
 }
+
+/// A URL where a pack goes is refused, naming it, and no folder named `s3:` appears in the
+/// working directory (this build reads and writes packs in local folders only).
+#[test]
+fn urls_are_refused_never_taken_for_folders() {
+    let t = tempfile::tempdir().unwrap();
+    let src = t.path().join("src");
+    pack(&fixture("raw"), &src, &[]);
+    let raw = fixture("raw");
+    let cases: [&[&str]; 6] = [
+        &[
+            "pack",
+            "--input",
+            s(&raw),
+            "--output",
+            "s3://packs/team/clean",
+        ],
+        &["merge", s(&src), "--output", "gs://b/merged"],
+        &["shuffle", s(&src), "--output", "s3://b/shuffled"],
+        &[
+            "export",
+            s(&src),
+            "--format",
+            "jsonl",
+            "--output",
+            "s3://b/x.jsonl.gz",
+        ],
+        &["stats", "s3://b/pack"],
+        &["validate", "https://host/pack"],
+    ];
+    for args in cases {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_dataset-packer"))
+            .args(args)
+            .current_dir(t.path())
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {err}");
+        assert!(
+            err.contains("://") && err.contains("local folders only"),
+            "{args:?}: {err}"
+        );
+        for scheme in ["s3:", "gs:", "https:"] {
+            assert!(
+                !t.path().join(scheme).exists(),
+                "{args:?} made a folder {scheme}"
+            );
+        }
+    }
+}

@@ -33,6 +33,7 @@ impl Drop for StagedFile {
 impl StagedFile {
     /// Refuses an existing target unless `overwrite`, then creates the temporary file.
     pub fn create(target: &Path, overwrite: bool) -> Result<(StagedFile, File)> {
+        crate::pack::files::refuse_url(target)?;
         if target.is_dir() {
             fail!(Refused, "{} is a folder; name a file", target.display());
         }
@@ -109,6 +110,7 @@ impl StagedDir {
     /// Checks the target (absent, empty, or with `overwrite` a folder holding only files for
     /// which `owns` is true) and creates a fresh staging folder beside it.
     pub fn create(target: &Path, overwrite: bool, owns: fn(&str) -> bool) -> Result<StagedDir> {
+        crate::pack::files::refuse_url(target)?;
         check_replaceable(target, overwrite, owns)?;
         let parent = parent_of(target);
         fs::create_dir_all(&parent).with_context(|| format!("creating {}", parent.display()))?;

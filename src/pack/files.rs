@@ -9,6 +9,32 @@ use crate::error::{Context, Result};
 
 use crate::format::{metadata, valuation};
 
+/// Fails, of kind `Unsupported`, when `path` is written as a URL (`s3://bucket/pack`,
+/// `gs://…`, `https://…`: a scheme of letters, digits, `+`, `-` or `.` before `://`): this build
+/// reads and writes packs in local folders only, and a URL taken as a path would be a folder
+/// named `s3:` in the working directory.
+pub fn refuse_url(path: &Path) -> Result<()> {
+    let text = path.to_string_lossy();
+    let Some((scheme, _)) = text.split_once("://") else {
+        return Ok(());
+    };
+    let is_scheme = scheme
+        .chars()
+        .next()
+        .is_some_and(|c| c.is_ascii_alphabetic())
+        && scheme
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.'));
+    if is_scheme {
+        return Err(crate::error::err!(
+            Unsupported,
+            "{text}: a URL ({scheme}://); this build reads and writes packs in local folders only \
+             (copy the pack to a local or shared disk)"
+        ));
+    }
+    Ok(())
+}
+
 /// Whether `name` is a file a pack consists of (and so a file this tool may replace).
 pub fn is_pack_file(name: &str) -> bool {
     is_shard_name(name)
@@ -75,6 +101,25 @@ pub fn family_files(dir: &Path, name: &str) -> Result<Vec<String>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn urls_are_refused_and_paths_are_not() {
+        for url in [
+            "s3://team/packs/d6",
+            "gs://b/p",
+            "https://host/p",
+            "az+x.y-z://a",
+        ] {
+            let e = refuse_url(Path::new(url)).unwrap_err();
+            assert_eq!(e.kind(), crate::ErrorKind::Unsupported);
+            assert!(e.to_string().starts_with(url), "{e}");
+        }
+        for path in [
+            "packs/d6", "./s3:/d6", "/data/p", "a b://c", "://x", "9s://x",
+        ] {
+            assert!(refuse_url(Path::new(path)).is_ok(), "{path}");
+        }
+    }
 
     #[test]
     fn names() {

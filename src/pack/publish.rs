@@ -182,6 +182,7 @@ impl OutputDir {
     /// Creates/locks `dir`, finishes or cleans what a killed run left behind, and refuses
     /// stray shard look-alikes.
     fn lock_and_recover(dir: &Path, resume: bool) -> Result<OutputDir> {
+        crate::pack::files::refuse_url(dir)?;
         let created = !dir.exists();
         fs::create_dir_all(dir)
             .with_context(|| format!("creating output folder {}", dir.display()))?;

@@ -532,6 +532,7 @@ pub fn open_metadata(dir: &Path) -> Result<rusqlite::Connection> {
 /// Fails, saying what `dir` is instead, unless it is a folder holding a `metadata.db`: does not
 /// exist, is a file, or is not a pack (with a hint when it holds raw self-play logs).
 pub fn check_is_pack(dir: &Path) -> Result<()> {
+    crate::pack::files::refuse_url(dir)?;
     if !dir.exists() {
         fail!(NotAPack, "{} does not exist", dir.display());
     }
