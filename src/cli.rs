@@ -6,7 +6,6 @@ use std::time::Duration;
 
 use anyhow::Result;
 use clap::Args;
-use rusqlite::Connection;
 
 use crate::pack::query::{Param, RunFilter, SqlLimits};
 
@@ -45,11 +44,6 @@ pub struct WhereArgs {
 }
 
 impl WhereArgs {
-    /// The run ids `--where` selects (ascending), or None without `--where`.
-    pub fn run_ids(&self, conn: &Connection) -> Result<Option<Vec<i64>>> {
-        Ok(self.filter().map(|f| f.run_ids(conn)).transpose()?)
-    }
-
     /// The selection as the library takes it; None without `--where`.
     pub fn filter(&self) -> Option<RunFilter> {
         self.sql.as_ref().map(|sql| RunFilter {
@@ -60,12 +54,6 @@ impl WhereArgs {
                 memory: self.sql_memory,
             },
         })
-    }
-
-    /// `--where SQL --param …` as given, for summaries and a pack's `session`; None without
-    /// `--where`.
-    pub fn describe(&self) -> Option<String> {
-        self.filter().map(|f| f.describe())
     }
 }
 

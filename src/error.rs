@@ -178,13 +178,7 @@ impl Error {
 impl fmt::Debug for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         // What `fn main() -> Result<…>` prints: the message and its causes, as a user reads them.
-        write!(f, "{self}")?;
-        let mut cause = self.source();
-        while let Some(c) = cause {
-            write!(f, ": {c}")?;
-            cause = c.source();
-        }
-        write!(f, " ({})", self.kind)
+        write!(f, "{self:#} ({})", self.kind)
     }
 }
 
