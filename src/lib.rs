@@ -54,6 +54,7 @@ pub mod rng;
 pub(crate) mod show;
 pub(crate) mod shuffle;
 pub(crate) mod stats;
+pub mod store;
 pub(crate) mod thread_cpu;
 pub mod verify;
 
