@@ -26,7 +26,8 @@ use dataset_packer::store::{Cache, Location, Store, StoreOptions, Url, publish_d
 /// server dies with this test binary, however it ends), creates an IAM user allowed
 /// everything and the bucket `packs`, and prints the user's key.
 const MOTO: &str = r#"
-import json, os, sys
+import json, logging, os, sys
+logging.getLogger("werkzeug").setLevel(logging.ERROR)  # no request log on the test's stderr
 os.environ["INITIAL_NO_AUTH_ACTION_COUNT"] = "3"  # the 3 IAM calls below; then auth is on
 from moto.server import ThreadedMotoServer
 import boto3
@@ -148,7 +149,11 @@ fn shard_records(pack: &Path) -> Vec<(String, u64, u32)> {
         .unwrap();
     stmt.query_map([], |r| {
         let crc: String = r.get(2)?;
-        Ok((r.get(0)?, r.get::<_, i64>(1)? as u64, u32::from_str_radix(&crc, 16).unwrap()))
+        Ok((
+            r.get(0)?,
+            r.get::<_, i64>(1)? as u64,
+            u32::from_str_radix(&crc, 16).unwrap(),
+        ))
     })
     .unwrap()
     .collect::<Result<_, _>>()
@@ -177,31 +182,49 @@ fn a_published_pack_comes_back_byte_for_byte_through_the_cache() {
 
     let summary = publish_dir(&store, &pack, &remote, false, listed_files).unwrap();
     let local: Vec<String> = common::names(&pack);
-    assert_eq!(summary.uploaded.last().unwrap(), "metadata.db", "the commit point is last");
+    assert_eq!(
+        summary.uploaded.last().unwrap(),
+        "metadata.db",
+        "the commit point is last"
+    );
     let mut uploaded = summary.uploaded.clone();
     uploaded.sort();
     assert_eq!(uploaded, local, "every file of the pack, and nothing else");
-    let listed: Vec<String> = store.list(&remote).unwrap().into_iter().map(|l| l.name).collect();
+    let listed: Vec<String> = store
+        .list(&remote)
+        .unwrap()
+        .into_iter()
+        .map(|l| l.name)
+        .collect();
     assert_eq!(listed, local);
 
     let cache = Cache::open(dir.path().join("cache"), 1 << 30, store.clone()).unwrap();
     let records = shard_records(&pack);
     assert!(records.len() >= 3, "{records:?}");
     for (name, bytes, crc) in &records {
-        let entry = cache.fetch(&remote.join(name).unwrap(), *bytes, *crc).unwrap();
+        let entry = cache
+            .fetch(&remote.join(name).unwrap(), *bytes, *crc)
+            .unwrap();
         assert!(entry.path().starts_with(dir.path().join("cache")));
-        assert_eq!(std::fs::read(entry.path()).unwrap(), std::fs::read(pack.join(name)).unwrap());
+        assert_eq!(
+            std::fs::read(entry.path()).unwrap(),
+            std::fs::read(pack.join(name)).unwrap()
+        );
     }
     let db = store.get(&remote.join("metadata.db").unwrap()).unwrap();
     assert_eq!(db, std::fs::read(pack.join("metadata.db")).unwrap());
     let (name, _, _) = &records[0];
-    let range = cache.fetch_range(&remote.join(name).unwrap(), 10, 100).unwrap();
+    let range = cache
+        .fetch_range(&remote.join(name).unwrap(), 10, 100)
+        .unwrap();
     assert_eq!(range, std::fs::read(pack.join(name)).unwrap()[10..110]);
 
     // A second fetch is served by the cache: no download.
     let before = store.transfers().downloads;
     let (name, bytes, crc) = &records[1];
-    cache.fetch(&remote.join(name).unwrap(), *bytes, *crc).unwrap();
+    cache
+        .fetch(&remote.join(name).unwrap(), *bytes, *crc)
+        .unwrap();
     assert_eq!(store.transfers().downloads, before);
 }
 
@@ -214,30 +237,60 @@ fn publishing_over_a_pack_needs_overwrite_and_deletes_only_that_packs_files() {
     let remote = url("s3://packs/overwrite/clean");
     publish_dir(&store, &pack, &remote, false, listed_files).unwrap();
     // A file of someone else beside the pack.
-    store.put(&remote.join("NOTES.txt").unwrap(), b"mine".to_vec()).unwrap();
+    store
+        .put(&remote.join("NOTES.txt").unwrap(), b"mine".to_vec())
+        .unwrap();
 
     let err = publish_dir(&store, &pack, &remote, false, listed_files).unwrap_err();
-    assert_eq!((err.kind(), err.option()), (ErrorKind::Refused, Some("overwrite")), "{err}");
-    assert!(err.to_string().contains("s3://packs/overwrite/clean already holds a pack"), "{err}");
+    assert_eq!(
+        (err.kind(), err.option()),
+        (ErrorKind::Refused, Some("overwrite")),
+        "{err}"
+    );
+    assert!(
+        err.to_string()
+            .contains("s3://packs/overwrite/clean already holds a pack"),
+        "{err}"
+    );
 
     // The new pack has one shard: the old pack's other shards go, the notes stay.
     let small = dir.path().join("small");
     common::pack(&common::fixture("raw"), &small, &[]);
     let summary = publish_dir(&store, &small, &remote, true, listed_files).unwrap();
-    let mut names: Vec<String> = store.list(&remote).unwrap().into_iter().map(|l| l.name).collect();
+    let mut names: Vec<String> = store
+        .list(&remote)
+        .unwrap()
+        .into_iter()
+        .map(|l| l.name)
+        .collect();
     names.retain(|n| n != "NOTES.txt");
     assert_eq!(names, common::names(&small));
-    assert!(summary.deleted.iter().all(|d| d.starts_with("steps-")), "{:?}", summary.deleted);
+    assert!(
+        summary.deleted.iter().all(|d| d.starts_with("steps-")),
+        "{:?}",
+        summary.deleted
+    );
     assert_eq!(summary.deleted.len(), shard_records(&pack).len());
-    assert_eq!(store.get(&remote.join("NOTES.txt").unwrap()).unwrap(), b"mine");
+    assert_eq!(
+        store.get(&remote.join("NOTES.txt").unwrap()).unwrap(),
+        b"mine"
+    );
 
     // An object named like a file of the new pack that no pack there lists is not replaced.
     let fresh = url("s3://packs/overwrite/leftover");
-    store.put(&fresh.join("steps.npy").unwrap(), b"half an upload".to_vec()).unwrap();
+    store
+        .put(
+            &fresh.join("steps.npy").unwrap(),
+            b"half an upload".to_vec(),
+        )
+        .unwrap();
     let err = publish_dir(&store, &small, &fresh, true, listed_files).unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Refused);
     assert!(err.to_string().contains("steps.npy"), "{err}");
-    assert_eq!(store.get(&fresh.join("steps.npy").unwrap()).unwrap(), b"half an upload");
+    assert_eq!(
+        store.get(&fresh.join("steps.npy").unwrap()).unwrap(),
+        b"half an upload"
+    );
 }
 
 #[test]
@@ -253,7 +306,10 @@ fn a_crc_mismatch_is_refused_and_leaves_nothing_in_the_cache() {
 
     let err = cache.fetch(&file, 5000, good ^ 1).unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Corrupt, "{err:?}");
-    assert!(err.to_string().contains("s3://packs/crc/steps.npy"), "{err}");
+    assert!(
+        err.to_string().contains("s3://packs/crc/steps.npy"),
+        "{err}"
+    );
     assert_eq!(cache.size().unwrap(), 0);
     let err = cache.fetch(&file, 4999, good).unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Corrupt, "a wrong length too: {err}");
@@ -261,7 +317,12 @@ fn a_crc_mismatch_is_refused_and_leaves_nothing_in_the_cache() {
     // A download left half-done (a process killed mid-way) is not taken for the file.
     let entries = dir.path().join("cache/entries");
     let entry = cache.fetch(&file, 5000, good).unwrap();
-    let name = entry.path().file_name().unwrap().to_string_lossy().into_owned();
+    let name = entry
+        .path()
+        .file_name()
+        .unwrap()
+        .to_string_lossy()
+        .into_owned();
     drop(entry);
     std::fs::remove_file(entries.join(&name)).unwrap();
     std::fs::write(entries.join(format!("{name}.part")), &data[..100]).unwrap();
@@ -278,7 +339,11 @@ fn dataset_packer_crc(data: &[u8]) -> u32 {
     for &b in data {
         crc ^= b as u32;
         for _ in 0..8 {
-            crc = if crc & 1 != 0 { (crc >> 1) ^ 0x82f6_3b78 } else { crc >> 1 };
+            crc = if crc & 1 != 0 {
+                (crc >> 1) ^ 0x82f6_3b78
+            } else {
+                crc >> 1
+            };
         }
     }
     !crc
@@ -328,7 +393,9 @@ fn eviction_keeps_the_limit_and_never_removes_a_pinned_entry() {
         .map(|(i, n)| (*n, vec![i as u8 + 1; 40_000]))
         .collect();
     for (name, data) in &files {
-        store.put(&url(&format!("s3://packs/evict/{name}.npy")), data.clone()).unwrap();
+        store
+            .put(&url(&format!("s3://packs/evict/{name}.npy")), data.clone())
+            .unwrap();
     }
     // Room for two files, not three. Another file in the folder is never touched.
     let cache_dir = dir.path().join("cache");
@@ -355,19 +422,35 @@ fn eviction_keeps_the_limit_and_never_removes_a_pinned_entry() {
     assert!(cache.size().unwrap() <= 100_000);
     // Both entries pinned: no room, and nothing in use is removed to make it.
     let err = fetch("b").unwrap_err();
-    assert_eq!((err.kind(), err.option()), (ErrorKind::Refused, Some("cache_limit")), "{err}");
+    assert_eq!(
+        (err.kind(), err.option()),
+        (ErrorKind::Refused, Some("cache_limit")),
+        "{err}"
+    );
     assert!(a.path().exists() && d.path().exists());
     assert!(cache.size().unwrap() <= 100_000);
     drop(a);
-    assert_eq!(std::fs::read(fetch("b").unwrap().path()).unwrap(), files["b"]);
+    assert_eq!(
+        std::fs::read(fetch("b").unwrap().path()).unwrap(),
+        files["b"]
+    );
     assert!(cache_dir.join("entries/keep-me.npy").exists());
     // A file larger than the whole limit is refused up front.
     let big = vec![1u8; 200_000];
-    store.put(&url("s3://packs/evict/big.npy"), big.clone()).unwrap();
+    store
+        .put(&url("s3://packs/evict/big.npy"), big.clone())
+        .unwrap();
     let err = cache
-        .fetch(&url("s3://packs/evict/big.npy"), 200_000, dataset_packer_crc(&big))
+        .fetch(
+            &url("s3://packs/evict/big.npy"),
+            200_000,
+            dataset_packer_crc(&big),
+        )
         .unwrap_err();
-    assert!(err.to_string().contains("larger than the cache's limit"), "{err}");
+    assert!(
+        err.to_string().contains("larger than the cache's limit"),
+        "{err}"
+    );
 }
 
 #[test]
@@ -377,7 +460,10 @@ fn a_missing_key_a_missing_bucket_and_a_wrong_credential_each_say_so() {
     let key = url("s3://packs/nothing/here/metadata.db");
     let err = store.get(&key).unwrap_err();
     assert_eq!(err.kind(), ErrorKind::NotAPack);
-    assert_eq!(err.to_string(), "s3://packs/nothing/here/metadata.db does not exist");
+    assert_eq!(
+        err.to_string(),
+        "s3://packs/nothing/here/metadata.db does not exist"
+    );
     assert_eq!(store.size(&key).unwrap(), None);
 
     let bucket = url("s3://no-such-bucket/p/metadata.db");
@@ -387,17 +473,37 @@ fn a_missing_key_a_missing_bucket_and_a_wrong_credential_each_say_so() {
         "s3://no-such-bucket/p/metadata.db: the bucket \"no-such-bucket\" does not exist"
     );
     let err = store.size(&bucket).unwrap_err();
-    assert!(err.to_string().contains("bucket \"no-such-bucket\" does not exist"), "{err}");
+    assert!(
+        err.to_string()
+            .contains("bucket \"no-such-bucket\" does not exist"),
+        "{err}"
+    );
 
     let mut wrong = options(moto, moto.port);
-    wrong.vars.push(("AWS_SECRET_ACCESS_KEY".into(), "not-the-secret".into()));
+    wrong
+        .vars
+        .push(("AWS_SECRET_ACCESS_KEY".into(), "not-the-secret".into()));
     let err = Store::new(wrong).unwrap().get(&key).unwrap_err();
-    assert!(err.to_string().contains("does not accept these credentials"), "{err}");
+    assert!(
+        err.to_string()
+            .contains("does not accept these credentials"),
+        "{err}"
+    );
     let mut unknown = options(moto, moto.port);
-    unknown.vars.push(("AWS_ACCESS_KEY_ID".into(), "AKIANOBODY".into()));
+    unknown
+        .vars
+        .push(("AWS_ACCESS_KEY_ID".into(), "AKIANOBODY".into()));
     let err = Store::new(unknown).unwrap().get(&key).unwrap_err();
-    assert!(err.to_string().contains("does not accept these credentials"), "{err}");
-    assert!(err.to_string().starts_with("s3://packs/nothing/here/metadata.db"), "{err}");
+    assert!(
+        err.to_string()
+            .contains("does not accept these credentials"),
+        "{err}"
+    );
+    assert!(
+        err.to_string()
+            .starts_with("s3://packs/nothing/here/metadata.db"),
+        "{err}"
+    );
 }
 
 /// A TCP proxy in front of moto that spoils the next `fail` connections: answers 503, or
@@ -435,7 +541,9 @@ impl Proxy {
                     let _ = conn.shutdown(Shutdown::Both);
                     continue;
                 }
-                let Ok(up) = TcpStream::connect(("127.0.0.1", upstream)) else { continue };
+                let Ok(up) = TcpStream::connect(("127.0.0.1", upstream)) else {
+                    continue;
+                };
                 let (mut c2, mut u2) = (conn.try_clone().unwrap(), up.try_clone().unwrap());
                 std::thread::spawn(move || {
                     let _ = std::io::copy(&mut c2, &mut u2);
@@ -459,7 +567,8 @@ impl Proxy {
     /// Spoils the next `n` connections, with a 503 or by dropping them.
     fn spoil(&self, n: usize, drop_connection: bool) {
         self.spoiled.store(0, Ordering::SeqCst);
-        self.drop_instead.store(drop_connection as usize, Ordering::SeqCst);
+        self.drop_instead
+            .store(drop_connection as usize, Ordering::SeqCst);
         self.fail.store(n, Ordering::SeqCst);
     }
 }
@@ -490,11 +599,17 @@ fn failures_are_retried_with_backoff_then_named_by_url() {
         let store = Store::new(options(moto, proxy.port)).unwrap();
         proxy.spoil(3, drop_connection);
         assert_eq!(store.get(&file).unwrap(), data, "drop: {drop_connection}");
-        assert_eq!(proxy.spoiled.load(Ordering::SeqCst), 3, "three failures, then success");
+        assert_eq!(
+            proxy.spoiled.load(Ordering::SeqCst),
+            3,
+            "three failures, then success"
+        );
         // Writes are retried too.
         let store = Store::new(options(moto, proxy.port)).unwrap();
         proxy.spoil(2, drop_connection);
-        store.put(&url("s3://packs/faults/up.npy"), data.clone()).unwrap();
+        store
+            .put(&url("s3://packs/faults/up.npy"), data.clone())
+            .unwrap();
         assert_eq!(proxy.spoiled.load(Ordering::SeqCst), 2);
         assert_eq!(direct.get(&url("s3://packs/faults/up.npy")).unwrap(), data);
     }
@@ -504,8 +619,18 @@ fn failures_are_retried_with_backoff_then_named_by_url() {
     proxy.spoil(1000, false);
     let err = store.get(&file).unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Io);
-    assert_eq!(err.to_string(), "s3://packs/faults/steps.npy: reading failed, retries exhausted");
-    assert_eq!(proxy.spoiled.load(Ordering::SeqCst), 3, "the first try and 2 retries");
-    assert!(format!("{err:?}").contains("503"), "the cause is kept: {err:?}");
+    assert_eq!(
+        err.to_string(),
+        "s3://packs/faults/steps.npy: reading failed, retries exhausted"
+    );
+    assert_eq!(
+        proxy.spoiled.load(Ordering::SeqCst),
+        3,
+        "the first try and 2 retries"
+    );
+    assert!(
+        format!("{err:?}").contains("503"),
+        "the cause is kept: {err:?}"
+    );
     proxy.spoil(0, false);
 }

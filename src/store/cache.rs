@@ -152,7 +152,8 @@ impl Cache {
             stamp(&lock);
             // Downgrading is not atomic: an evictor may take the entry in between, so the
             // loop looks again under the shared lock.
-            flock(&lock, libc::LOCK_SH).with_context(|| format!("locking {}", lock_path.display()))?;
+            flock(&lock, libc::LOCK_SH)
+                .with_context(|| format!("locking {}", lock_path.display()))?;
             if is_complete(&path, len) && same_file(&lock, &lock_path) {
                 return Ok(Entry { path, _lock: lock });
             }
@@ -170,13 +171,16 @@ impl Cache {
     fn download(&self, url: &Url, path: &Path, len: u64, crc32c: u32) -> Result<()> {
         let part = path.with_file_name(format!(
             "{}.part",
-            path.file_name().expect("an entry has a name").to_string_lossy()
+            path.file_name()
+                .expect("an entry has a name")
+                .to_string_lossy()
         ));
         let file = {
             let _evicting = self.evict_lock()?;
             let _ = fs::remove_file(&part);
             self.make_room(len, url)?;
-            let file = File::create(&part).with_context(|| format!("creating {}", part.display()))?;
+            let file =
+                File::create(&part).with_context(|| format!("creating {}", part.display()))?;
             file.set_len(len)
                 .with_context(|| format!("reserving {len} bytes for {}", part.display()))?;
             file
@@ -197,8 +201,7 @@ impl Cache {
                     out.crc
                 );
             }
-            fs::rename(&part, path)
-                .with_context(|| format!("moving {} into place", part.display()))
+            fs::rename(&part, path).with_context(|| format!("moving {} into place", part.display()))
         });
         if result.is_err() {
             let _ = fs::remove_file(&part);
@@ -332,7 +335,13 @@ fn entry_name(url: &Url, len: u64, crc32c: u32) -> String {
     let file: String = url
         .file_name()
         .chars()
-        .map(|c| if c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-') { c } else { '_' })
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-') {
+                c
+            } else {
+                '_'
+            }
+        })
         .take(100)
         .collect();
     format!("{hash:016x}-{crc32c:08x}-{len}-{file}")
@@ -346,8 +355,12 @@ fn is_entry_name(name: &str) -> bool {
     };
     hex(parts.next(), 16)
         && hex(parts.next(), 8)
-        && parts.next().is_some_and(|s| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()))
-        && parts.next().is_some_and(|s| !s.ends_with(".lock") && !s.ends_with(".part"))
+        && parts
+            .next()
+            .is_some_and(|s| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()))
+        && parts
+            .next()
+            .is_some_and(|s| !s.ends_with(".lock") && !s.ends_with(".part"))
 }
 
 fn is_complete(path: &Path, len: u64) -> bool {
@@ -448,7 +461,12 @@ mod tests {
         assert!(name.ends_with("-deadbeef-4096-steps-00000.npy"), "{name}");
         assert!(is_entry_name(&name));
         assert!(!is_entry_name(&format!("{name}.lock")));
-        for other in ["notes.txt", "CACHEDIR.TAG", "0123-deadbeef-1-x", "steps-00000.npy"] {
+        for other in [
+            "notes.txt",
+            "CACHEDIR.TAG",
+            "0123-deadbeef-1-x",
+            "steps-00000.npy",
+        ] {
             assert!(!is_entry_name(other), "{other}");
         }
         // Another CRC or length is another entry.
@@ -467,6 +485,9 @@ mod tests {
         drop(held);
         let again = lock_entry(&path, libc::LOCK_SH).unwrap();
         assert!(same_file(&again, &path));
-        assert!(try_lock_entry(&path).unwrap().is_none(), "a shared lock pins it");
+        assert!(
+            try_lock_entry(&path).unwrap().is_none(),
+            "a shared lock pins it"
+        );
     }
 }

@@ -74,7 +74,10 @@ impl StoreOptions {
         vars: impl IntoIterator<Item = (K, V)>,
     ) -> StoreOptions {
         StoreOptions {
-            vars: vars.into_iter().map(|(k, v)| (k.into(), v.into())).collect(),
+            vars: vars
+                .into_iter()
+                .map(|(k, v)| (k.into(), v.into()))
+                .collect(),
             max_retries: 10,
             init_backoff: Duration::from_millis(100),
             max_backoff: Duration::from_secs(15),
@@ -102,7 +105,6 @@ impl StoreOptions {
         self.request_timeout = timeout;
         self
     }
-
 }
 
 /// What the store has moved since it was made: for summaries, benches and tests.
@@ -192,7 +194,8 @@ impl Store {
             Ok(meta) => Ok(Some(meta.size)),
             Err(object_store::Error::NotFound { .. }) => {
                 // HEAD answers a bare 404 for a missing bucket too: a listing tells them apart.
-                self.list_raw(&client, url, None).map_err(|e| remote_error(url, "reading", e))?;
+                self.list_raw(&client, url, None)
+                    .map_err(|e| remote_error(url, "reading", e))?;
                 Ok(None)
             }
             Err(e) => Err(remote_error(url, "reading", e)),
@@ -217,7 +220,11 @@ impl Store {
             .block_on(client.get_range(&key, range))
             .map_err(|e| remote_error(url, "reading", e))?;
         if bytes.len() as u64 != len {
-            fail!(Corrupt, "{url}: asked for {len} bytes at {start}, got {}", bytes.len());
+            fail!(
+                Corrupt,
+                "{url}: asked for {len} bytes at {start}, got {}",
+                bytes.len()
+            );
         }
         self.count_download(len);
         Ok(bytes.to_vec())
@@ -227,7 +234,10 @@ impl Store {
     pub fn download_to(&self, url: &Url, out: &mut dyn Write) -> Result<u64> {
         let (client, key) = self.client(url)?;
         let written = self.runtime.block_on(async {
-            let result = client.get(&key).await.map_err(|e| remote_error(url, "reading", e))?;
+            let result = client
+                .get(&key)
+                .await
+                .map_err(|e| remote_error(url, "reading", e))?;
             let mut stream = result.into_stream();
             let mut written = 0u64;
             while let Some(chunk) = stream.next().await {
@@ -249,7 +259,8 @@ impl Store {
         let mut file =
             std::fs::File::open(path).with_context(|| format!("opening {}", path.display()))?;
         let len = file.metadata()?.len();
-        let reading = |e: std::io::Error| Error::from(e).within(format!("reading {}", path.display()));
+        let reading =
+            |e: std::io::Error| Error::from(e).within(format!("reading {}", path.display()));
         self.runtime.block_on(async {
             if len <= PART_BYTES as u64 {
                 let mut data = Vec::with_capacity(len as usize);
@@ -277,11 +288,16 @@ impl Store {
                     .map_err(|e| remote_error(url, "writing", e))?;
                 parts.write(&buf[..n]);
             }
-            parts.finish().await.map_err(|e| remote_error(url, "writing", e))?;
+            parts
+                .finish()
+                .await
+                .map_err(|e| remote_error(url, "writing", e))?;
             Ok(())
         })?;
         self.counters.uploads.fetch_add(1, Ordering::Relaxed);
-        self.counters.bytes_uploaded.fetch_add(len, Ordering::Relaxed);
+        self.counters
+            .bytes_uploaded
+            .fetch_add(len, Ordering::Relaxed);
         Ok(len)
     }
 
@@ -294,7 +310,9 @@ impl Store {
             .block_on(client.put(&key, PutPayload::from(data)))
             .map_err(|e| remote_error(url, "writing", e))?;
         self.counters.uploads.fetch_add(1, Ordering::Relaxed);
-        self.counters.bytes_uploaded.fetch_add(len, Ordering::Relaxed);
+        self.counters
+            .bytes_uploaded
+            .fetch_add(len, Ordering::Relaxed);
         Ok(())
     }
 
@@ -350,12 +368,17 @@ impl Store {
 
     fn count_download(&self, bytes: u64) {
         self.counters.downloads.fetch_add(1, Ordering::Relaxed);
-        self.counters.bytes_downloaded.fetch_add(bytes, Ordering::Relaxed);
+        self.counters
+            .bytes_downloaded
+            .fetch_add(bytes, Ordering::Relaxed);
     }
 
     fn check_writable(&self, url: &Url) -> Result<()> {
         if url.scheme().is_read_only() {
-            fail!(Unsupported, "{url}: a web server is read-only; write packs to s3://, gs:// or az://");
+            fail!(
+                Unsupported,
+                "{url}: a web server is read-only; write packs to s3://, gs:// or az://"
+            );
         }
         Ok(())
     }
@@ -363,7 +386,10 @@ impl Store {
     /// The client for `url`'s bucket (made on first use) and the object's key.
     fn client(&self, url: &Url) -> Result<(Arc<dyn ObjectStore>, Key)> {
         let id = (url.scheme(), url.bucket().to_string());
-        let mut clients = self.clients.lock().expect("no panics while holding the lock");
+        let mut clients = self
+            .clients
+            .lock()
+            .expect("no panics while holding the lock");
         let client = match clients.get(&id) {
             Some(c) => c.clone(),
             None => {
@@ -390,7 +416,8 @@ impl Store {
             .with_timeout(o.request_timeout)
             .with_connect_timeout(o.connect_timeout);
         let config_error = |e: object_store::Error| {
-            Error::wrap(ErrorKind::InvalidInput, e).within(format!("{url}: the store's configuration"))
+            Error::wrap(ErrorKind::InvalidInput, e)
+                .within(format!("{url}: the store's configuration"))
         };
         let store: Arc<dyn ObjectStore> = match url.scheme() {
             Scheme::S3 => {
@@ -459,34 +486,44 @@ impl Store {
 fn remote_error(url: &Url, doing: &str, e: object_store::Error) -> Error {
     use object_store::Error as E;
     let detail = chain_text(&e);
-    let (kind, message) = match &e {
-        E::NotFound { .. } if detail.contains("NoSuchBucket") => (
+    // Listings and some requests come back as generic errors: the server's error code in
+    // the text is what tells the cases apart.
+    let has = |codes: &[&str]| codes.iter().any(|code| detail.contains(code));
+    let credentials = [
+        "InvalidAccessKeyId",
+        "SignatureDoesNotMatch",
+        "InvalidToken",
+        "ExpiredToken",
+    ];
+    let (kind, message) = if has(&["NoSuchBucket"]) {
+        (
             ErrorKind::NotAPack,
             format!("{url}: the bucket {:?} does not exist", url.bucket()),
-        ),
-        E::NotFound { .. } => (ErrorKind::NotAPack, format!("{url} does not exist")),
-        E::PermissionDenied { .. } | E::Unauthenticated { .. }
-            if ["InvalidAccessKeyId", "SignatureDoesNotMatch", "InvalidToken", "ExpiredToken"]
-                .iter()
-                .any(|code| detail.contains(code)) =>
-        {
-            (
-                ErrorKind::Io,
-                format!(
-                    "{url}: the server does not accept these credentials (check \
-                     AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY)"
-                ),
-            )
-        }
-        E::PermissionDenied { .. } | E::Unauthenticated { .. } => (
+        )
+    } else if has(&credentials) {
+        (
+            ErrorKind::Io,
+            format!(
+                "{url}: the server does not accept these credentials (check \
+                 AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY)"
+            ),
+        )
+    } else if matches!(e, E::NotFound { .. }) || has(&["NoSuchKey"]) {
+        (ErrorKind::NotAPack, format!("{url} does not exist"))
+    } else if matches!(e, E::PermissionDenied { .. } | E::Unauthenticated { .. })
+        || has(&["AccessDenied"])
+    {
+        (
             ErrorKind::Io,
             format!("{url}: access denied {doing} it (the credentials are not allowed to)"),
-        ),
-        _ if detail.contains("after") && detail.contains("retries") => (
+        )
+    } else if detail.contains("after") && detail.contains("retries") {
+        (
             ErrorKind::Io,
             format!("{url}: {doing} failed, retries exhausted"),
-        ),
-        _ => (ErrorKind::Io, format!("{url}: {doing} failed")),
+        )
+    } else {
+        (ErrorKind::Io, format!("{url}: {doing} failed"))
     };
     Error::wrap(kind, e).within(message)
 }

@@ -176,7 +176,10 @@ impl Location {
         };
         if scheme.eq_ignore_ascii_case("file") {
             if !rest.starts_with('/') {
-                fail!(InvalidInput, "{text:?}: a file URL is written file:///absolute/path");
+                fail!(
+                    InvalidInput,
+                    "{text:?}: a file URL is written file:///absolute/path"
+                );
             }
             return Ok(Location::Local(PathBuf::from(rest)));
         }
@@ -189,7 +192,10 @@ impl Location {
         };
         let (bucket, key) = rest.split_once('/').unwrap_or((rest, ""));
         if bucket.is_empty() {
-            fail!(InvalidInput, "{text:?}: the URL names no bucket ({scheme}://BUCKET/prefix)");
+            fail!(
+                InvalidInput,
+                "{text:?}: the URL names no bucket ({scheme}://BUCKET/prefix)"
+            );
         }
         let key = key.trim_end_matches('/');
         for segment in key.split('/').filter(|_| !key.is_empty()) {
@@ -263,7 +269,16 @@ mod tests {
 
     #[test]
     fn local_paths_stay_paths() {
-        for text in ["pack", "./pack", "/abs/pack", "a:b", "C:\\packs", "x", "", "dir/s3"] {
+        for text in [
+            "pack",
+            "./pack",
+            "/abs/pack",
+            "a:b",
+            "C:\\packs",
+            "x",
+            "",
+            "dir/s3",
+        ] {
             assert_eq!(
                 Location::parse(text).unwrap(),
                 Location::Local(PathBuf::from(text)),
@@ -279,7 +294,10 @@ mod tests {
     #[test]
     fn urls_of_each_store() {
         let url = remote("s3://bucket/team/clean/");
-        assert_eq!((url.scheme(), url.bucket(), url.prefix()), (Scheme::S3, "bucket", "team/clean"));
+        assert_eq!(
+            (url.scheme(), url.bucket(), url.prefix()),
+            (Scheme::S3, "bucket", "team/clean")
+        );
         assert_eq!(url.to_string(), "s3://bucket/team/clean");
         assert_eq!(remote("s3://bucket").prefix(), "");
         assert_eq!(remote("s3://bucket/").to_string(), "s3://bucket");
@@ -287,7 +305,10 @@ mod tests {
         assert_eq!(remote("gs://b/p").scheme(), Scheme::Gs);
         assert_eq!(remote("az://container/p").scheme(), Scheme::Az);
         let http = remote("http://127.0.0.1:9000/packs/x");
-        assert_eq!((http.bucket(), http.prefix()), ("127.0.0.1:9000", "packs/x"));
+        assert_eq!(
+            (http.bucket(), http.prefix()),
+            ("127.0.0.1:9000", "packs/x")
+        );
         assert!(http.scheme().is_read_only() && !Scheme::S3.is_read_only());
     }
 
@@ -307,7 +328,10 @@ mod tests {
     #[test]
     fn join_names_a_file_under_the_prefix() {
         let url = remote("s3://b/p");
-        assert_eq!(url.join("metadata.db").unwrap().to_string(), "s3://b/p/metadata.db");
+        assert_eq!(
+            url.join("metadata.db").unwrap().to_string(),
+            "s3://b/p/metadata.db"
+        );
         assert_eq!(url.join("metadata.db").unwrap().file_name(), "metadata.db");
         assert_eq!(remote("s3://b").join("x.npy").unwrap().prefix(), "x.npy");
         assert!(url.join("../x").is_err());

@@ -109,14 +109,21 @@ pub fn publish_dir(
 /// `metadata.db`), and the entries that are not (sorted).
 fn local_pack_files(local: &Path) -> Result<(Vec<String>, Vec<String>)> {
     if !local.join(metadata::FILE_NAME).is_file() {
-        fail!(NotAPack, "{} is not a pack: it has no {}", local.display(), metadata::FILE_NAME);
+        fail!(
+            NotAPack,
+            "{} is not a pack: it has no {}",
+            local.display(),
+            metadata::FILE_NAME
+        );
     }
     let (mut names, mut skipped) = (Vec::new(), Vec::new());
     for entry in fs::read_dir(local).with_context(|| format!("listing {}", local.display()))? {
         let entry = entry?;
         let name = entry.file_name().to_string_lossy().into_owned();
         let is_file = entry.file_type()?.is_file();
-        if is_file && files::is_pack_file(&name) && name.starts_with(metadata::FILE_NAME)
+        if is_file
+            && files::is_pack_file(&name)
+            && name.starts_with(metadata::FILE_NAME)
             && name != metadata::FILE_NAME
         {
             fail!(
@@ -158,14 +165,21 @@ fn previous_pack_files(store: &Store, url: &Url, listed: ListedFiles) -> Result<
 fn tempfile_dir() -> Result<TempDir> {
     let base = std::env::temp_dir();
     for attempt in 0..100u32 {
-        let path = base.join(format!("dataset-packer-publish-{}-{attempt}", std::process::id()));
+        let path = base.join(format!(
+            "dataset-packer-publish-{}-{attempt}",
+            std::process::id()
+        ));
         match fs::create_dir(&path) {
             Ok(()) => return Ok(TempDir(path)),
             Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
             Err(e) => return Err(Error::from(e).within(format!("creating {}", path.display()))),
         }
     }
-    fail!(Io, "could not make a temporary folder in {}", base.display())
+    fail!(
+        Io,
+        "could not make a temporary folder in {}",
+        base.display()
+    )
 }
 
 struct TempDir(std::path::PathBuf);
@@ -183,5 +197,9 @@ impl Drop for TempDir {
 }
 
 fn join(names: &[&String]) -> String {
-    names.iter().map(|n| n.as_str()).collect::<Vec<_>>().join(", ")
+    names
+        .iter()
+        .map(|n| n.as_str())
+        .collect::<Vec<_>>()
+        .join(", ")
 }
