@@ -114,10 +114,14 @@ fn free_port() -> u16 {
 /// Store options for the server at `port` with the tester's key: fast retries, so that the
 /// fault tests take milliseconds.
 fn options(moto: &Moto, port: u16) -> StoreOptions {
+    options_for(&moto.key, &moto.secret, port)
+}
+
+fn options_for(key: &str, secret: &str, port: u16) -> StoreOptions {
     let endpoint = format!("http://127.0.0.1:{port}");
     StoreOptions::from_vars([
-        ("AWS_ACCESS_KEY_ID", moto.key.as_str()),
-        ("AWS_SECRET_ACCESS_KEY", moto.secret.as_str()),
+        ("AWS_ACCESS_KEY_ID", key),
+        ("AWS_SECRET_ACCESS_KEY", secret),
         ("AWS_REGION", "us-east-1"),
         ("AWS_ENDPOINT_URL", endpoint.as_str()),
         ("AWS_ALLOW_HTTP", "true"),
@@ -380,6 +384,79 @@ fn processes_sharing_a_cache_download_each_file_once() {
         .collect();
     let downloads: u64 = handles.into_iter().map(|h| h.join().unwrap()).sum();
     assert_eq!(downloads, 1, "one download for the node");
+}
+
+/// Ranks as separate processes: this test binary run again as `rank_process`, each with its
+/// own store and cache handle on one folder, started together through a file they wait for.
+#[test]
+fn separate_processes_download_a_shared_file_once() {
+    let Some(moto) = moto() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let data: Vec<u8> = (0..2_000_000u32).map(|i| (i * 13 % 253) as u8).collect();
+    let file = "s3://packs/processes/steps-00000.npy";
+    Store::new(options(moto, moto.port))
+        .unwrap()
+        .put(&url(file), data.clone())
+        .unwrap();
+    let go = dir.path().join("go");
+    let ranks: Vec<_> = (0..3)
+        .map(|_| {
+            Command::new(std::env::current_exe().unwrap())
+                .args(["--exact", "rank_process", "--nocapture", "--test-threads=1"])
+                .env("STORE_TEST_RANK", "1")
+                .env("STORE_TEST_PORT", moto.port.to_string())
+                .env("STORE_TEST_KEY", &moto.key)
+                .env("STORE_TEST_SECRET", &moto.secret)
+                .env("STORE_TEST_CACHE", dir.path().join("cache"))
+                .env("STORE_TEST_GO", &go)
+                .env("STORE_TEST_FILE", file)
+                .env("STORE_TEST_LEN", data.len().to_string())
+                .env("STORE_TEST_CRC", dataset_packer_crc(&data).to_string())
+                .stdout(Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    std::fs::write(&go, b"").unwrap();
+    let mut downloads = 0;
+    for rank in ranks {
+        let out = rank.wait_with_output().unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(out.status.success(), "{text}");
+        let n = text
+            .lines()
+            .find_map(|l| l.strip_prefix("downloads="))
+            .unwrap_or_else(|| panic!("a rank said nothing: {text}"));
+        downloads += n.trim().parse::<u64>().unwrap();
+    }
+    assert_eq!(downloads, 1, "one download for the node");
+}
+
+/// One rank of [`separate_processes_download_a_shared_file_once`] (nothing when run on its
+/// own): fetches the file, checks it, and prints how many downloads it made.
+#[test]
+fn rank_process() {
+    let Some(_) = std::env::var_os("STORE_TEST_RANK") else {
+        return;
+    };
+    let var = |k: &str| std::env::var(k).unwrap();
+    let port = var("STORE_TEST_PORT").parse().unwrap();
+    let options = options_for(&var("STORE_TEST_KEY"), &var("STORE_TEST_SECRET"), port);
+    let store = Arc::new(Store::new(options).unwrap());
+    let cache = Cache::open(var("STORE_TEST_CACHE"), 64 << 20, store.clone()).unwrap();
+    while !Path::new(&var("STORE_TEST_GO")).exists() {
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    let len: u64 = var("STORE_TEST_LEN").parse().unwrap();
+    let entry = cache
+        .fetch(
+            &url(&var("STORE_TEST_FILE")),
+            len,
+            var("STORE_TEST_CRC").parse().unwrap(),
+        )
+        .unwrap();
+    assert_eq!(std::fs::metadata(entry.path()).unwrap().len(), len);
+    println!("\ndownloads={}", store.transfers().downloads);
 }
 
 #[test]
