@@ -47,8 +47,7 @@ impl crate::Pack {
         };
         let report = check(self.path(), &options)?;
         if !report.valid() {
-            fail!(
-                Corrupt,
+            fail!(Corrupt, 
                 "{} is not valid:\n{}",
                 self.path().display(),
                 report.failures()

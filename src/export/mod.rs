@@ -147,9 +147,7 @@ impl SourcePack {
     /// A read-only connection to the pack's `metadata.db` (not kept open: a connection cannot
     /// be shared between the worker threads that read the pack).
     pub fn db(&self) -> Result<Connection> {
-        Ok(metadata::open_read_only(
-            &self.dir.join(metadata::FILE_NAME),
-        )?)
+        Ok(metadata::open_read_only(&self.dir.join(metadata::FILE_NAME))?)
     }
 
     pub fn total_rows(&self) -> u64 {

@@ -130,8 +130,7 @@ impl<'n> RunHasher<'n> {
     /// The fingerprint; fails when the rows fed differ in number from the run's `steps`.
     pub fn finish(mut self) -> Result<Fingerprint> {
         if self.rows != self.facts.steps {
-            fail!(
-                Corrupt,
+            fail!(Corrupt, 
                 "the run has {} rows but runs.steps says {}",
                 self.rows,
                 self.facts.steps
@@ -156,10 +155,7 @@ fn canonical_id<'n>(
     id: u8,
 ) -> Result<u8> {
     let Some(name) = names.get(id as usize) else {
-        fail!(
-            Corrupt,
-            "valuation_type id {id} is not in the valuation table"
-        );
+        fail!(Corrupt, "valuation_type id {id} is not in the valuation table");
     };
     let c = match STANDARD_NAMES.iter().position(|s| s == name) {
         Some(standard) => standard as u8,

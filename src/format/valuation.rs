@@ -81,8 +81,7 @@ impl ValuationTable {
             return Ok(id);
         }
         if self.names.len() >= MAX_NAMES {
-            fail!(
-                InvalidInput,
+            fail!(InvalidInput, 
                 "a 257th valuation_type name {name:?} (at most {MAX_NAMES} names fit the one-byte id)"
             );
         }
@@ -141,8 +140,7 @@ impl ValuationTable {
             *slot = Some(name);
         }
         if slots.len() > MAX_NAMES {
-            fail!(
-                Corrupt,
+            fail!(Corrupt, 
                 "{} names; at most {MAX_NAMES} fit the one-byte id",
                 slots.len()
             );

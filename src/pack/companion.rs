@@ -160,8 +160,7 @@ impl<'a> Companion<'a> {
     pub fn shard_bytes(&self, shard: usize) -> Result<&[u8]> {
         match self.maps.get(shard) {
             Some(map) => Ok(map.as_deref().unwrap_or(&[])),
-            None => fail!(
-                Corrupt,
+            None => fail!(Corrupt, 
                 "{}: companion {} has {} files, there is no file {shard}",
                 self.pack.path().display(),
                 self.name(),
@@ -183,8 +182,7 @@ impl<'a> Companion<'a> {
     /// ```
     pub fn row(&self, index: u64) -> Result<&[u8]> {
         if index >= self.len() {
-            fail!(
-                InvalidInput,
+            fail!(InvalidInput, 
                 "row {index} is past the end of companion {} of {} ({} rows)",
                 self.name(),
                 self.pack.path().display(),
@@ -250,16 +248,14 @@ impl<'a> Companion<'a> {
     /// ```
     pub fn field_values<T: CompanionValue>(&self, index: u64, name: &str) -> Result<Vec<T>> {
         let Dtype::Struct { fields, size } = self.dtype else {
-            fail!(
-                InvalidInput,
+            fail!(InvalidInput, 
                 "companion {} has dtype {}, which has no fields",
                 self.name(),
                 self.descr()
             );
         };
         let Some(field) = fields.iter().find(|f| f.name == name && !name.is_empty()) else {
-            fail!(
-                InvalidInput,
+            fail!(InvalidInput, 
                 "companion {} has no field {name:?} (its fields: {})",
                 self.name(),
                 self.field_names().join(", ")
@@ -288,8 +284,7 @@ impl<'a> Companion<'a> {
             {
                 Ok(())
             }
-            _ => fail!(
-                InvalidInput,
+            _ => fail!(InvalidInput, 
                 "companion {}: {what} is {}, not {} values",
                 self.name(),
                 self.descr(),

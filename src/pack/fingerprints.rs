@@ -75,8 +75,7 @@ pub fn compute(
         first_row += steps;
     }
     if first_row != *starts.last().unwrap() {
-        fail!(
-            Corrupt,
+        fail!(Corrupt, 
             "the runs table counts {first_row} rows but the shards hold {}",
             starts.last().unwrap()
         );
@@ -127,8 +126,7 @@ fn check_run_ids(rows: &[u8], run_id: i64, shard: &Shard, start: u64) -> Result<
     for (i, row) in rows.chunks_exact(ROW_BYTES).enumerate() {
         let id = u32::from_le_bytes(row[offset::RUN_ID..offset::RUN_ID + 4].try_into().unwrap());
         if i64::from(id) != run_id {
-            fail!(
-                Corrupt,
+            fail!(Corrupt, 
                 "{} row {} belongs to run {id}, where the runs table places run {run_id} (the pack is not in run order)",
                 shard.name,
                 start + i as u64

@@ -150,8 +150,7 @@ impl Pack {
         let dir = path.as_ref().to_path_buf();
         let conn = shards::open_metadata(&dir)?;
         let invalid = |what: String| {
-            err!(
-                Corrupt,
+            err!(Corrupt, 
                 "{} is not a valid pack: {what}; `dataset-packer validate {}` says more",
                 dir.display(),
                 dir.display()
@@ -357,8 +356,7 @@ impl Pack {
     /// ```
     pub fn row(&self, index: u64) -> Result<Step<'_>> {
         if index >= self.len() {
-            fail!(
-                InvalidInput,
+            fail!(InvalidInput, 
                 "row {index} is past the end of {} ({} rows)",
                 self.dir.display(),
                 self.len()
@@ -422,8 +420,7 @@ impl Pack {
                 (Some(a), Some(b)) => format!("ids {a}–{b}"),
                 _ => "no ids".into(),
             };
-            fail!(
-                InvalidInput,
+            fail!(InvalidInput, 
                 "run {id} is not in {} (its runs table has {count} runs, {ids})",
                 self.dir.display()
             );
@@ -431,8 +428,7 @@ impl Pack {
         let steps = found.run.steps as u64;
         let at = match found.first_row {
             Some(at) => at,
-            None if metadata::has_table(&conn, "run_index")? => fail!(
-                Corrupt,
+            None if metadata::has_table(&conn, "run_index")? => fail!(Corrupt, 
                 "{}/metadata.db has no run_index entry for run {id}; `dataset-packer validate {}` says more",
                 self.dir.display(),
                 self.dir.display()
@@ -572,14 +568,12 @@ impl Pack {
             return Companion::open(self, family);
         }
         if let Some((_, problem)) = self.companions.problems.iter().find(|(n, _)| n == name) {
-            fail!(
-                Corrupt,
+            fail!(Corrupt, 
                 "{}: companion {name} does not line up with the shards: {problem}",
                 self.dir.display()
             );
         }
-        fail!(
-            InvalidInput,
+        fail!(InvalidInput, 
             "{} has no companion array {name} (it has: {})",
             self.dir.display(),
             match self.companion_names() {
@@ -591,8 +585,7 @@ impl Pack {
 
     fn refuse_shuffled(&self) -> Result<()> {
         if self.shuffled {
-            fail!(
-                Unsupported,
+            fail!(Unsupported, 
                 "{} is shuffled (session shuffled=true): a run's rows are scattered and there is no run index; read the run in the pack it was shuffled from",
                 self.dir.display()
             );

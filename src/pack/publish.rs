@@ -152,8 +152,7 @@ impl OutputDir {
             .into_iter()
             .partition(|name| recorded.contains(name));
         if !foreign.is_empty() {
-            fail!(
-                Refused,
+            fail!(Refused, 
                 "{} holds {} next to the pack: arrays aligned row by row with it (companions) that its metadata.db does not record, which a new pack there would orphan; move {} away, or `dataset-packer detach` the family, first",
                 dir.display(),
                 list_names(&foreign),
@@ -187,8 +186,7 @@ impl OutputDir {
             .with_context(|| format!("creating output folder {}", dir.display()))?;
         let lock = File::open(dir).with_context(|| format!("opening {}", dir.display()))?;
         if lock.try_lock().is_err() {
-            fail!(
-                Refused,
+            fail!(Refused, 
                 "another dataset-packer process is writing to {}",
                 dir.display()
             );
@@ -210,8 +208,7 @@ impl OutputDir {
         out.recover(resume)?;
         let stray = stray_step_files(dir)?;
         if !stray.is_empty() {
-            fail!(
-                Refused,
+            fail!(Refused, 
                 "{} holds {} that loaders would take for pack shards but this tool did not write; move {} away first",
                 dir.display(),
                 stray.join(", "),
@@ -227,8 +224,7 @@ impl OutputDir {
         crate::pack::shards::open_metadata(dir)?;
         let out = OutputDir::lock_and_recover(dir, false)?;
         if !dir.join(metadata::FILE_NAME).exists() {
-            fail!(
-                NotAPack,
+            fail!(NotAPack, 
                 "{} is not a pack: it has no {}",
                 dir.display(),
                 metadata::FILE_NAME

@@ -219,8 +219,7 @@ fn form(sql: &str) -> Result<Form<'_>> {
     let word = first_word(inner).to_ascii_uppercase();
     match word.as_str() {
         "SELECT" | "WITH" | "VALUES" => Ok(Form::Query(inner)),
-        w if NOT_QUERIES.contains(&w) && first_word(sql).eq_ignore_ascii_case(w) => fail!(
-            InvalidInput,
+        w if NOT_QUERIES.contains(&w) && first_word(sql).eq_ignore_ascii_case(w) => fail!(InvalidInput, 
             "{sql:?} is {} {w} statement; runs are selected by a WHERE expression (e.g. \"depth = 7\") or by a SELECT/WITH query that returns run ids, nothing else",
             if w.starts_with(['A', 'E', 'I', 'U']) {
                 "an"
@@ -402,42 +401,40 @@ pub fn run_ids(
     let explain = |noun: &'static str, prefix_len: usize| {
         move |e: rusqlite::Error| {
             let columns = columns(conn, details).unwrap_or_default();
-            err!(
-                InvalidInput,
+            err!(InvalidInput, 
                 "{}",
                 explain_error(option, sql, noun, prefix_len, &e, &columns)
             )
         }
     };
     let refuse = |why: String| err!(InvalidInput, "{option} {sql:?}: {why}");
-    let (mut stmt, noun, prefix_len) =
-        match form(sql).map_err(|e| err!(InvalidInput, "{option} {e}"))? {
-            Form::Expression => {
-                check_enclosed(sql).map_err(refuse)?;
-                let from = if details {
-                    "runs LEFT JOIN run_details ON run_details.run_id = runs.id"
-                } else {
-                    "runs"
-                };
-                // The expression on lines of its own, so a trailing `-- comment` cannot swallow
-                // the rest.
-                let prefix = format!("SELECT runs.id FROM {from} WHERE (\n");
-                let text = format!("{prefix}{sql}\n) ORDER BY runs.id");
-                let stmt = conn
-                    .prepare(&text)
-                    .map_err(explain("expression", prefix.len()))?;
-                (stmt, "expression", prefix.len())
-            }
-            Form::Query(query) => {
-                let offset = query.as_ptr() as usize - sql.as_ptr() as usize;
-                let stmt = conn.prepare(query).map_err(|e| {
-                    // Offsets SQLite gives are in `query`; the user sees `sql`.
-                    explain("query", 0)(shift_offset(e, offset))
-                })?;
-                check_query_shape(&stmt).map_err(refuse)?;
-                (stmt, "query", 0)
-            }
-        };
+    let (mut stmt, noun, prefix_len) = match form(sql).map_err(|e| err!(InvalidInput, "{option} {e}"))? {
+        Form::Expression => {
+            check_enclosed(sql).map_err(refuse)?;
+            let from = if details {
+                "runs LEFT JOIN run_details ON run_details.run_id = runs.id"
+            } else {
+                "runs"
+            };
+            // The expression on lines of its own, so a trailing `-- comment` cannot swallow
+            // the rest.
+            let prefix = format!("SELECT runs.id FROM {from} WHERE (\n");
+            let text = format!("{prefix}{sql}\n) ORDER BY runs.id");
+            let stmt = conn
+                .prepare(&text)
+                .map_err(explain("expression", prefix.len()))?;
+            (stmt, "expression", prefix.len())
+        }
+        Form::Query(query) => {
+            let offset = query.as_ptr() as usize - sql.as_ptr() as usize;
+            let stmt = conn.prepare(query).map_err(|e| {
+                // Offsets SQLite gives are in `query`; the user sees `sql`.
+                explain("query", 0)(shift_offset(e, offset))
+            })?;
+            check_query_shape(&stmt).map_err(refuse)?;
+            (stmt, "query", 0)
+        }
+    };
     bind(&mut stmt, params).map_err(refuse)?;
     let known = metadata::read_run_ids(conn)?;
     let watchdog = Watchdog::start(conn, limits);

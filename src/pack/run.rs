@@ -37,8 +37,7 @@ impl<'a> Run<'a> {
             )
         };
         if end.is_none() {
-            fail!(
-                Corrupt,
+            fail!(Corrupt, 
                 "{}: metadata.db places run {id}'s {len} rows from global row {first}, past the pack's {} rows; {}",
                 pack.path().display(),
                 pack.len(),
@@ -49,8 +48,7 @@ impl<'a> Run<'a> {
             for at in [first, first + len - 1] {
                 let found = pack.row(at)?.run_id();
                 if found != id {
-                    fail!(
-                        Corrupt,
+                    fail!(Corrupt, 
                         "{}: global row {at} belongs to run {found}, but metadata.db places run {id} there; {}",
                         pack.path().display(),
                         hint()
@@ -191,8 +189,7 @@ impl<'a> Iterator for Runs<'a> {
         let unindexed_start = self.unindexed_start;
         self.unindexed_start += steps;
         let Ok(id) = u32::try_from(id) else {
-            return Some(Err(err!(
-                Corrupt,
+            return Some(Err(err!(Corrupt, 
                 "{}: runs.id {id} cannot be a run_id",
                 self.pack.path().display()
             )));

@@ -78,8 +78,7 @@ pub fn locate_unindexed(
     let starts = shards::shard_starts(shards);
     let rows = *starts.last().expect("a start per shard and the end");
     if total != rows as i64 || before < 0 {
-        fail!(
-            Corrupt,
+        fail!(Corrupt, 
             "the pack records no run index, and its runs table counts {total} rows where the shards hold {rows}: the run's place cannot be rebuilt (run `dataset-packer validate`)"
         );
     }
@@ -112,8 +111,7 @@ pub fn locate_unindexed(
         }
     }
     if let Some(at) = wrong.first() {
-        fail!(
-            Corrupt,
+        fail!(Corrupt, 
             "the pack records no run index, and its rows are not where the runs table places run {id} (global rows {first}..{}; row {at} disagrees): the pack is not in run order (run `dataset-packer validate`)",
             first + steps
         );

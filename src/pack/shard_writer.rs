@@ -13,6 +13,7 @@ use std::sync::{Arc, Mutex};
 
 use crate::error::{Context, Result, ensure, err, fail};
 
+
 use crate::format::metadata::{RowLocation, ShardRecord};
 use crate::format::npy;
 use crate::format::row::ROW_BYTES;
@@ -435,8 +436,7 @@ impl ShardWriter {
             let bytes =
                 std::fs::read(&path).with_context(|| format!("reading {}", path.display()))?;
             if bytes.len() as u64 != done.bytes || crate::crc::crc32c(&bytes) != done.crc32c {
-                fail!(
-                    Corrupt,
+                fail!(Corrupt, 
                     "{} no longer matches what was written before the interruption",
                     path.display()
                 );
@@ -456,8 +456,7 @@ impl ShardWriter {
                 file.read_exact_at(&mut data, header_len)
                     .with_context(|| format!("reading {}", path.display()))?;
                 if crate::crc::crc32c(&data) != state.current_crc {
-                    fail!(
-                        Corrupt,
+                    fail!(Corrupt, 
                         "{} no longer matches what was written before the interruption",
                         path.display()
                     );
@@ -778,10 +777,7 @@ mod fault_injection {
         });
         match limit {
             Some(n) if rows_after_write > *n => {
-                fail!(
-                    Io,
-                    "injected failure after {n} rows (DATASET_PACKER_FAIL_AFTER_ROWS)"
-                )
+                fail!(Io, "injected failure after {n} rows (DATASET_PACKER_FAIL_AFTER_ROWS)")
             }
             _ => Ok(()),
         }

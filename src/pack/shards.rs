@@ -336,8 +336,7 @@ pub fn open_shards(dir: &Path, legacy_ok: bool) -> Result<Vec<Shard>> {
         fail!(Corrupt, "{} is not a valid pack: {p}", dir.display());
     }
     if !legacy_ok && let Some(name) = listing.legacy.first() {
-        fail!(
-            Unsupported,
+        fail!(Unsupported, 
             "{}: {name} is a legacy packed 46-byte shard; {}",
             dir.display(),
             upgrade_hint(dir)
@@ -497,8 +496,7 @@ pub fn verify_files(dir: &Path, files: &[(&Path, &str, u64, u32)], workers: usiz
         || (),
         |_, &(path, name, bytes, crc)| -> Result<()> {
             if bytes == u64::MAX {
-                fail!(
-                    Corrupt,
+                fail!(Corrupt, 
                     "{}: {name} has no checksum recorded in metadata.db, which lists the pack's files; run `dataset-packer validate {}`",
                     dir.display(),
                     dir.display()
@@ -509,8 +507,7 @@ pub fn verify_files(dir: &Path, files: &[(&Path, &str, u64, u32)], workers: usiz
                 .len();
             let computed = crate::crc::file_crc(path)?;
             if len != bytes || computed != crc {
-                fail!(
-                    Corrupt,
+                fail!(Corrupt, 
                     "{}: {name} does not match its recorded checksum ({len} bytes, crc32c {computed:08x}; recorded {bytes} bytes, crc32c {crc:08x}): the pack is damaged; run `dataset-packer validate {}`",
                     dir.display(),
                     dir.display()
@@ -536,11 +533,7 @@ pub fn check_is_pack(dir: &Path) -> Result<()> {
         fail!(NotAPack, "{} does not exist", dir.display());
     }
     if !dir.is_dir() {
-        fail!(
-            NotAPack,
-            "{} is not a folder (a pack is a folder)",
-            dir.display()
-        );
+        fail!(NotAPack, "{} is not a folder (a pack is a folder)", dir.display());
     }
     if dir.join(crate::format::metadata::FILE_NAME).is_file() {
         return Ok(());
@@ -557,8 +550,7 @@ pub fn check_is_pack(dir: &Path) -> Result<()> {
             })
         })
         .unwrap_or(false);
-    fail!(
-        NotAPack,
+    fail!(NotAPack, 
         "{} is not a pack (no {}){}; to pack raw logs: `dataset-packer pack --input {} --output PACK`",
         dir.display(),
         crate::format::metadata::FILE_NAME,

@@ -57,10 +57,7 @@ impl FromStr for VersionSpec {
         if !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()) {
             return match s.parse::<u32>() {
                 Ok(n) if n > 0 => Ok(VersionSpec::Number(n)),
-                _ => fail!(
-                    InvalidInput,
-                    "version {s} does not exist: versions are numbered from 1"
-                ),
+                _ => fail!(InvalidInput, "version {s} does not exist: versions are numbered from 1"),
             };
         }
         check_tag_name(s)?;
@@ -85,16 +82,12 @@ pub fn check_tag_name(name: &str) -> Result<()> {
         .chars()
         .all(|c| c.is_alphanumeric() || matches!(c, '.' | '_' | '-'));
     if name.is_empty() || !ok_chars || name.len() > 200 {
-        fail!(
-            InvalidInput,
+        fail!(InvalidInput, 
             "tag {name:?}: a tag is 1 to 200 letters, digits, '.', '_' or '-' (and not all digits)"
         );
     }
     if name.bytes().all(|b| b.is_ascii_digit()) || name == "latest" {
-        fail!(
-            InvalidInput,
-            "tag {name:?} would read as a version number or `latest`; pick another name"
-        );
+        fail!(InvalidInput, "tag {name:?} would read as a version number or `latest`; pick another name");
     }
     Ok(())
 }
@@ -524,8 +517,7 @@ impl View {
             return Ok(cut_rows(shards, v.rows));
         }
         if steps.len() > shards.len() {
-            fail!(
-                Corrupt,
+            fail!(Corrupt, 
                 "{}: version {} lists {} shard files, the folder has {}: the pack was rewritten since",
                 dir.display(),
                 v.version,
@@ -536,8 +528,7 @@ impl View {
         shards.truncate(steps.len());
         for (shard, file) in shards.iter_mut().zip(&steps) {
             if shard.name != file.file_name || shard.header.rows < file.rows {
-                fail!(
-                    Corrupt,
+                fail!(Corrupt, 
                     "{}: version {} has {} rows of {}, the folder has {} with {} rows: the pack was rewritten since",
                     dir.display(),
                     v.version,
@@ -561,8 +552,7 @@ impl View {
         }
         if v.families.iter().any(|f| f == family) {
             return match self.history.removed_in(v.version, family) {
-                Some(removed) => fail!(
-                    InvalidInput,
+                Some(removed) => fail!(InvalidInput, 
                     "{} version {}: its companion {family} was removed by version {removed} ({}); its rows are still readable without it",
                     dir.display(),
                     v.version,
@@ -581,15 +571,13 @@ impl View {
             .iter()
             .find(|x| x.version > v.version && x.families.iter().any(|f| f == family));
         match added {
-            Some(added) => fail!(
-                InvalidInput,
+            Some(added) => fail!(InvalidInput, 
                 "{} version {} has no companion {family}: version {} added it",
                 dir.display(),
                 v.version,
                 added.version
             ),
-            None => fail!(
-                InvalidInput,
+            None => fail!(InvalidInput, 
                 "{} version {} has no companion {family}",
                 dir.display(),
                 v.version

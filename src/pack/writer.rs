@@ -430,12 +430,7 @@ impl PackWriter {
     /// ```
     pub fn add_run(&mut self, run: &NewRun, steps: &[NewStep]) -> Result<u32> {
         let id = self.runs;
-        ensure!(
-            id < u32::MAX,
-            Refused,
-            "a pack holds at most {} runs",
-            u32::MAX
-        );
+        ensure!(id < u32::MAX, Refused, "a pack holds at most {} runs", u32::MAX);
         self.encode(id, run.seed, steps)?;
         let facts = RunFacts {
             seed: i64::from(run.seed),
@@ -487,16 +482,11 @@ impl PackWriter {
         for (n, step) in steps.iter().enumerate() {
             let at = || format!("run {id}, step {n} (step_index {})", step.step_index);
             if previous.is_some_and(|p| step.step_index <= p) {
-                fail!(
-                    InvalidInput,
-                    "{}: step indexes must increase along a run",
-                    at()
-                );
+                fail!(InvalidInput, "{}: step indexes must increase along a run", at());
             }
             previous = Some(step.step_index);
             if let Some(cell) = step.exponents.iter().position(|&e| e > 16) {
-                fail!(
-                    InvalidInput,
+                fail!(InvalidInput, 
                     "{}: cell {cell} has exponent {}, above 16 (65536)",
                     at(),
                     step.exponents[cell]

@@ -734,9 +734,7 @@ impl Ready {
 
     /// Publishes an extended pack: see [`StagedPack::publish_keeping`].
     pub fn publish_keeping(self, kept: &[String], retired: &[String]) -> Result<()> {
-        Ok(self
-            .staged
-            .publish_keeping(&self.valuations, kept, retired)?)
+        Ok(self.staged.publish_keeping(&self.valuations, kept, retired)?)
     }
 }
 
