@@ -84,6 +84,7 @@ pub mod rng;
 pub(crate) mod show;
 pub(crate) mod shuffle;
 pub mod stats;
+pub mod store;
 pub(crate) mod thread_cpu;
 pub mod verify;
 

@@ -1,0 +1,713 @@
+//! The object-store foundation against a real S3-compatible server on localhost: moto's
+//! server, started once for this test binary from the test venv (IAM authentication on, so
+//! that a wrong credential is refused as S3 refuses it), and a small fault-injecting TCP
+//! proxy in front of it. Publishing a pack made from fixtures/raw, fetching its files through
+//! the cache, CRC refusal, one download per node, eviction and pins, the three "not there /
+//! not allowed" messages, and retries.
+//!
+//! Skipped, with the reason printed, only where the venv has no moto (outside CI; in CI a
+//! missing moto fails, as `.ci/run` installs it through tests/python/requirements.txt).
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::io::{Read, Write};
+use std::net::{Shutdown, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Barrier, Mutex, OnceLock};
+use std::time::Duration;
+
+use dataset_packer::ErrorKind;
+use dataset_packer::store::{Cache, Location, Store, StoreOptions, Url, publish_dir};
+
+/// Starts moto in-process in a Python that exits when its standard input closes (so the
+/// server dies with this test binary, however it ends), creates an IAM user allowed
+/// everything and the bucket `packs`, and prints the user's key.
+const MOTO: &str = r#"
+import json, logging, os, sys
+logging.getLogger("werkzeug").setLevel(logging.ERROR)  # no request log on the test's stderr
+os.environ["INITIAL_NO_AUTH_ACTION_COUNT"] = "3"  # the 3 IAM calls below; then auth is on
+from moto.server import ThreadedMotoServer
+import boto3
+port = int(sys.argv[1])
+server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+server.start()
+kw = dict(endpoint_url=f"http://127.0.0.1:{port}", region_name="us-east-1")
+iam = boto3.client("iam", aws_access_key_id="setup", aws_secret_access_key="setup", **kw)
+iam.create_user(UserName="tester")
+iam.put_user_policy(UserName="tester", PolicyName="all", PolicyDocument=json.dumps(
+    {"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "*", "Resource": "*"}]}))
+key = iam.create_access_key(UserName="tester")["AccessKey"]
+s3 = boto3.client("s3", aws_access_key_id=key["AccessKeyId"],
+                  aws_secret_access_key=key["SecretAccessKey"], **kw)
+s3.create_bucket(Bucket="packs")
+print(json.dumps({"key": key["AccessKeyId"], "secret": key["SecretAccessKey"]}), flush=True)
+sys.stdin.read()
+server.stop()
+"#;
+
+struct Moto {
+    port: u16,
+    key: String,
+    secret: String,
+    // Holding its stdin open keeps the server up; the process ends when this binary does.
+    _child: Mutex<Child>,
+}
+
+/// The shared moto server, or None (with the reason printed) where moto is not installed.
+fn moto() -> Option<&'static Moto> {
+    static MOTO_SERVER: OnceLock<Result<Moto, String>> = OnceLock::new();
+    match MOTO_SERVER.get_or_init(start_moto) {
+        Ok(m) => Some(m),
+        Err(reason) if std::env::var_os("CI").is_some() => panic!("{reason}"),
+        Err(reason) => {
+            eprintln!("skipping: {reason}");
+            None
+        }
+    }
+}
+
+fn start_moto() -> Result<Moto, String> {
+    let python = common::repo().join("target/test-venv/bin/python");
+    let has_moto = Command::new(&python)
+        .args(["-c", "import moto.server, boto3"])
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if !has_moto {
+        return Err(format!(
+            "no moto in {} (bash scripts/test.sh installs it from tests/python/requirements.txt)",
+            python.display()
+        ));
+    }
+    let port = free_port();
+    let mut child = Command::new(&python)
+        .args(["-c", MOTO, &port.to_string()])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .map_err(|e| format!("starting moto: {e}"))?;
+    let mut line = String::new();
+    let mut stdout = std::io::BufReader::new(child.stdout.take().unwrap());
+    std::io::BufRead::read_line(&mut stdout, &mut line).map_err(|e| e.to_string())?;
+    let keys: serde_json::Value =
+        serde_json::from_str(&line).map_err(|e| format!("moto did not start ({e}): {line:?}"))?;
+    Ok(Moto {
+        port,
+        key: keys["key"].as_str().unwrap().to_string(),
+        secret: keys["secret"].as_str().unwrap().to_string(),
+        _child: Mutex::new(child),
+    })
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// Store options for the server at `port` with the tester's key: fast retries, so that the
+/// fault tests take milliseconds.
+fn options(moto: &Moto, port: u16) -> StoreOptions {
+    options_for(&moto.key, &moto.secret, port)
+}
+
+fn options_for(key: &str, secret: &str, port: u16) -> StoreOptions {
+    let endpoint = format!("http://127.0.0.1:{port}");
+    StoreOptions::from_vars([
+        ("AWS_ACCESS_KEY_ID", key),
+        ("AWS_SECRET_ACCESS_KEY", secret),
+        ("AWS_REGION", "us-east-1"),
+        ("AWS_ENDPOINT_URL", endpoint.as_str()),
+        ("AWS_ALLOW_HTTP", "true"),
+    ])
+    .retries(4)
+    .backoff(Duration::from_millis(10), Duration::from_millis(100))
+    .request_timeout(Duration::from_secs(20))
+}
+
+fn url(text: &str) -> Url {
+    match Location::parse(text).unwrap() {
+        Location::Remote(u) => u,
+        other => panic!("{other:?}"),
+    }
+}
+
+/// A pack of fixtures/raw in 4 shards (and so 4 shard files of a few tens of KiB).
+fn fixture_pack(dir: &Path) -> PathBuf {
+    let out = dir.join("pack");
+    common::pack(&common::fixture("raw"), &out, &["--shard-rows", "150"]);
+    out
+}
+
+/// (file name, bytes, CRC-32C) of each shard, as the pack's metadata.db records them.
+fn shard_records(pack: &Path) -> Vec<(String, u64, u32)> {
+    let db = common::db(pack);
+    let mut stmt = db
+        .prepare("SELECT file_name, bytes, crc32c FROM shards ORDER BY shard")
+        .unwrap();
+    stmt.query_map([], |r| {
+        let crc: String = r.get(2)?;
+        Ok((
+            r.get(0)?,
+            r.get::<_, i64>(1)? as u64,
+            u32::from_str_radix(&crc, 16).unwrap(),
+        ))
+    })
+    .unwrap()
+    .collect::<Result<_, _>>()
+    .unwrap()
+}
+
+/// The files a metadata.db lists in any version: what the pack module will give
+/// `publish_dir` once it is wired in.
+fn listed_files(db: &Path) -> dataset_packer::Result<Vec<String>> {
+    let conn = rusqlite::Connection::open(db).unwrap();
+    let history = dataset_packer::History::read(&conn)?;
+    Ok(history
+        .versions
+        .iter()
+        .flat_map(|v| v.files.iter().map(|f| f.file_name.clone()))
+        .collect())
+}
+
+#[test]
+fn a_published_pack_comes_back_byte_for_byte_through_the_cache() {
+    let Some(moto) = moto() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let pack = fixture_pack(dir.path());
+    let store = Arc::new(Store::new(options(moto, moto.port)).unwrap());
+    let remote = url("s3://packs/roundtrip/clean");
+
+    let summary = publish_dir(&store, &pack, &remote, false, listed_files).unwrap();
+    let local: Vec<String> = common::names(&pack);
+    assert_eq!(
+        summary.uploaded.last().unwrap(),
+        "metadata.db",
+        "the commit point is last"
+    );
+    let mut uploaded = summary.uploaded.clone();
+    uploaded.sort();
+    assert_eq!(uploaded, local, "every file of the pack, and nothing else");
+    let listed: Vec<String> = store
+        .list(&remote)
+        .unwrap()
+        .into_iter()
+        .map(|l| l.name)
+        .collect();
+    assert_eq!(listed, local);
+
+    let cache = Cache::open(dir.path().join("cache"), 1 << 30, store.clone()).unwrap();
+    let records = shard_records(&pack);
+    assert!(records.len() >= 3, "{records:?}");
+    for (name, bytes, crc) in &records {
+        let entry = cache
+            .fetch(&remote.join(name).unwrap(), *bytes, *crc)
+            .unwrap();
+        assert!(entry.path().starts_with(dir.path().join("cache")));
+        assert_eq!(
+            std::fs::read(entry.path()).unwrap(),
+            std::fs::read(pack.join(name)).unwrap()
+        );
+    }
+    let db = store.get(&remote.join("metadata.db").unwrap()).unwrap();
+    assert_eq!(db, std::fs::read(pack.join("metadata.db")).unwrap());
+    let (name, _, _) = &records[0];
+    let range = cache
+        .fetch_range(&remote.join(name).unwrap(), 10, 100)
+        .unwrap();
+    assert_eq!(range, std::fs::read(pack.join(name)).unwrap()[10..110]);
+
+    // A second fetch is served by the cache: no download.
+    let before = store.transfers().downloads;
+    let (name, bytes, crc) = &records[1];
+    cache
+        .fetch(&remote.join(name).unwrap(), *bytes, *crc)
+        .unwrap();
+    assert_eq!(store.transfers().downloads, before);
+}
+
+#[test]
+fn publishing_over_a_pack_needs_overwrite_and_deletes_only_that_packs_files() {
+    let Some(moto) = moto() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let pack = fixture_pack(dir.path());
+    let store = Store::new(options(moto, moto.port)).unwrap();
+    let remote = url("s3://packs/overwrite/clean");
+    publish_dir(&store, &pack, &remote, false, listed_files).unwrap();
+    // A file of someone else beside the pack.
+    store
+        .put(&remote.join("NOTES.txt").unwrap(), b"mine".to_vec())
+        .unwrap();
+
+    let err = publish_dir(&store, &pack, &remote, false, listed_files).unwrap_err();
+    assert_eq!(
+        (err.kind(), err.option()),
+        (ErrorKind::Refused, Some("overwrite")),
+        "{err}"
+    );
+    assert!(
+        err.to_string()
+            .contains("s3://packs/overwrite/clean already holds a pack"),
+        "{err}"
+    );
+
+    // The new pack has one shard: the old pack's other shards go, the notes stay.
+    let small = dir.path().join("small");
+    common::pack(&common::fixture("raw"), &small, &[]);
+    let summary = publish_dir(&store, &small, &remote, true, listed_files).unwrap();
+    let mut names: Vec<String> = store
+        .list(&remote)
+        .unwrap()
+        .into_iter()
+        .map(|l| l.name)
+        .collect();
+    names.retain(|n| n != "NOTES.txt");
+    assert_eq!(names, common::names(&small));
+    assert!(
+        summary.deleted.iter().all(|d| d.starts_with("steps-")),
+        "{:?}",
+        summary.deleted
+    );
+    assert_eq!(summary.deleted.len(), shard_records(&pack).len());
+    assert_eq!(
+        store.get(&remote.join("NOTES.txt").unwrap()).unwrap(),
+        b"mine"
+    );
+
+    // An object named like a file of the new pack that no pack there lists is not replaced.
+    let fresh = url("s3://packs/overwrite/leftover");
+    store
+        .put(
+            &fresh.join("steps.npy").unwrap(),
+            b"half an upload".to_vec(),
+        )
+        .unwrap();
+    let err = publish_dir(&store, &small, &fresh, true, listed_files).unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Refused);
+    assert!(err.to_string().contains("steps.npy"), "{err}");
+    assert_eq!(
+        store.get(&fresh.join("steps.npy").unwrap()).unwrap(),
+        b"half an upload"
+    );
+}
+
+#[test]
+fn a_crc_mismatch_is_refused_and_leaves_nothing_in_the_cache() {
+    let Some(moto) = moto() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let store = Arc::new(Store::new(options(moto, moto.port)).unwrap());
+    let file = url("s3://packs/crc/steps.npy");
+    let data = vec![7u8; 5000];
+    store.put(&file, data.clone()).unwrap();
+    let cache = Cache::open(dir.path().join("cache"), 1 << 20, store.clone()).unwrap();
+    let good = dataset_packer_crc(&data);
+
+    let err = cache.fetch(&file, 5000, good ^ 1).unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Corrupt, "{err:?}");
+    assert!(
+        err.to_string().contains("s3://packs/crc/steps.npy"),
+        "{err}"
+    );
+    assert_eq!(cache.size().unwrap(), 0);
+    let err = cache.fetch(&file, 4999, good).unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Corrupt, "a wrong length too: {err}");
+    assert_eq!(cache.size().unwrap(), 0);
+    // A download left half-done (a process killed mid-way) is not taken for the file.
+    let entries = dir.path().join("cache/entries");
+    let entry = cache.fetch(&file, 5000, good).unwrap();
+    let name = entry
+        .path()
+        .file_name()
+        .unwrap()
+        .to_string_lossy()
+        .into_owned();
+    drop(entry);
+    std::fs::remove_file(entries.join(&name)).unwrap();
+    std::fs::write(entries.join(format!("{name}.part")), &data[..100]).unwrap();
+    let before = store.transfers().downloads;
+    let entry = cache.fetch(&file, 5000, good).unwrap();
+    assert_eq!(std::fs::read(entry.path()).unwrap(), data);
+    assert_eq!(store.transfers().downloads, before + 1, "downloaded again");
+    assert!(!entries.join(format!("{name}.part")).exists());
+}
+
+/// CRC-32C (Castagnoli), bit by bit: the test's own oracle.
+fn dataset_packer_crc(data: &[u8]) -> u32 {
+    let mut crc = !0u32;
+    for &b in data {
+        crc ^= b as u32;
+        for _ in 0..8 {
+            crc = if crc & 1 != 0 {
+                (crc >> 1) ^ 0x82f6_3b78
+            } else {
+                crc >> 1
+            };
+        }
+    }
+    !crc
+}
+
+#[test]
+fn processes_sharing_a_cache_download_each_file_once() {
+    let Some(moto) = moto() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let data: Vec<u8> = (0..3_000_000u32).map(|i| (i * 7 % 251) as u8).collect();
+    let crc = dataset_packer_crc(&data);
+    let setup = Store::new(options(moto, moto.port)).unwrap();
+    let file = url("s3://packs/shared/steps-00000.npy");
+    setup.put(&file, data.clone()).unwrap();
+
+    // Four "ranks": each its own store (connection pool, counter) and cache handle on one
+    // folder, as separate processes would have.
+    let ranks = 4;
+    let barrier = Arc::new(Barrier::new(ranks));
+    let handles: Vec<_> = (0..ranks)
+        .map(|_| {
+            let (barrier, file, data) = (barrier.clone(), file.clone(), data.clone());
+            let cache_dir = dir.path().join("cache");
+            let options = options(moto, moto.port);
+            std::thread::spawn(move || {
+                let store = Arc::new(Store::new(options).unwrap());
+                let cache = Cache::open(cache_dir, 64 << 20, store.clone()).unwrap();
+                barrier.wait();
+                let entry = cache.fetch(&file, data.len() as u64, crc).unwrap();
+                assert_eq!(std::fs::read(entry.path()).unwrap(), data);
+                store.transfers().downloads
+            })
+        })
+        .collect();
+    let downloads: u64 = handles.into_iter().map(|h| h.join().unwrap()).sum();
+    assert_eq!(downloads, 1, "one download for the node");
+}
+
+/// Ranks as separate processes: this test binary run again as `rank_process`, each with its
+/// own store and cache handle on one folder, started together through a file they wait for.
+#[test]
+fn separate_processes_download_a_shared_file_once() {
+    let Some(moto) = moto() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let data: Vec<u8> = (0..2_000_000u32).map(|i| (i * 13 % 253) as u8).collect();
+    let file = "s3://packs/processes/steps-00000.npy";
+    Store::new(options(moto, moto.port))
+        .unwrap()
+        .put(&url(file), data.clone())
+        .unwrap();
+    let go = dir.path().join("go");
+    let ranks: Vec<_> = (0..3)
+        .map(|_| {
+            Command::new(std::env::current_exe().unwrap())
+                .args(["--exact", "rank_process", "--nocapture", "--test-threads=1"])
+                .env("STORE_TEST_RANK", "1")
+                .env("STORE_TEST_PORT", moto.port.to_string())
+                .env("STORE_TEST_KEY", &moto.key)
+                .env("STORE_TEST_SECRET", &moto.secret)
+                .env("STORE_TEST_CACHE", dir.path().join("cache"))
+                .env("STORE_TEST_GO", &go)
+                .env("STORE_TEST_FILE", file)
+                .env("STORE_TEST_LEN", data.len().to_string())
+                .env("STORE_TEST_CRC", dataset_packer_crc(&data).to_string())
+                .stdout(Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    std::fs::write(&go, b"").unwrap();
+    let mut downloads = 0;
+    for rank in ranks {
+        let out = rank.wait_with_output().unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(out.status.success(), "{text}");
+        let n = text
+            .lines()
+            .find_map(|l| l.strip_prefix("downloads="))
+            .unwrap_or_else(|| panic!("a rank said nothing: {text}"));
+        downloads += n.trim().parse::<u64>().unwrap();
+    }
+    assert_eq!(downloads, 1, "one download for the node");
+}
+
+/// One rank of [`separate_processes_download_a_shared_file_once`] (nothing when run on its
+/// own): fetches the file, checks it, and prints how many downloads it made.
+#[test]
+fn rank_process() {
+    let Some(_) = std::env::var_os("STORE_TEST_RANK") else {
+        return;
+    };
+    let var = |k: &str| std::env::var(k).unwrap();
+    let port = var("STORE_TEST_PORT").parse().unwrap();
+    let options = options_for(&var("STORE_TEST_KEY"), &var("STORE_TEST_SECRET"), port);
+    let store = Arc::new(Store::new(options).unwrap());
+    let cache = Cache::open(var("STORE_TEST_CACHE"), 64 << 20, store.clone()).unwrap();
+    while !Path::new(&var("STORE_TEST_GO")).exists() {
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    let len: u64 = var("STORE_TEST_LEN").parse().unwrap();
+    let entry = cache
+        .fetch(
+            &url(&var("STORE_TEST_FILE")),
+            len,
+            var("STORE_TEST_CRC").parse().unwrap(),
+        )
+        .unwrap();
+    assert_eq!(std::fs::metadata(entry.path()).unwrap().len(), len);
+    println!("\ndownloads={}", store.transfers().downloads);
+}
+
+#[test]
+fn eviction_keeps_the_limit_and_never_removes_a_pinned_entry() {
+    let Some(moto) = moto() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let store = Arc::new(Store::new(options(moto, moto.port)).unwrap());
+    let files: BTreeMap<&str, Vec<u8>> = ["a", "b", "c", "d"]
+        .iter()
+        .enumerate()
+        .map(|(i, n)| (*n, vec![i as u8 + 1; 40_000]))
+        .collect();
+    for (name, data) in &files {
+        store
+            .put(&url(&format!("s3://packs/evict/{name}.npy")), data.clone())
+            .unwrap();
+    }
+    // Room for two files, not three. Another file in the folder is never touched.
+    let cache_dir = dir.path().join("cache");
+    std::fs::create_dir_all(cache_dir.join("entries")).unwrap();
+    std::fs::write(cache_dir.join("entries/keep-me.npy"), vec![0u8; 100_000]).unwrap();
+    let cache = Cache::open(&cache_dir, 100_000, store.clone()).unwrap();
+    let fetch = |name: &str| {
+        let data = &files[name];
+        cache.fetch(
+            &url(&format!("s3://packs/evict/{name}.npy")),
+            data.len() as u64,
+            dataset_packer_crc(data),
+        )
+    };
+    let a = fetch("a").unwrap(); // pinned throughout
+    drop(fetch("b").unwrap());
+    std::thread::sleep(Duration::from_millis(20)); // b is used before c
+    drop(fetch("c").unwrap()); // evicts b (a is pinned)
+    assert!(a.path().exists());
+    assert!(cache.size().unwrap() <= 100_000);
+    let d = fetch("d").unwrap(); // evicts c, the only entry not in use
+    assert!(a.path().exists() && d.path().exists());
+    assert_eq!(std::fs::read(a.path()).unwrap(), files["a"]);
+    assert!(cache.size().unwrap() <= 100_000);
+    // Both entries pinned: no room, and nothing in use is removed to make it.
+    let err = fetch("b").unwrap_err();
+    assert_eq!(
+        (err.kind(), err.option()),
+        (ErrorKind::Refused, Some("cache_limit")),
+        "{err}"
+    );
+    assert!(a.path().exists() && d.path().exists());
+    assert!(cache.size().unwrap() <= 100_000);
+    drop(a);
+    assert_eq!(
+        std::fs::read(fetch("b").unwrap().path()).unwrap(),
+        files["b"]
+    );
+    assert!(cache_dir.join("entries/keep-me.npy").exists());
+    // A file larger than the whole limit is refused up front.
+    let big = vec![1u8; 200_000];
+    store
+        .put(&url("s3://packs/evict/big.npy"), big.clone())
+        .unwrap();
+    let err = cache
+        .fetch(
+            &url("s3://packs/evict/big.npy"),
+            200_000,
+            dataset_packer_crc(&big),
+        )
+        .unwrap_err();
+    assert!(
+        err.to_string().contains("larger than the cache's limit"),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_missing_key_a_missing_bucket_and_a_wrong_credential_each_say_so() {
+    let Some(moto) = moto() else { return };
+    let store = Store::new(options(moto, moto.port)).unwrap();
+    let key = url("s3://packs/nothing/here/metadata.db");
+    let err = store.get(&key).unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::NotAPack);
+    assert_eq!(
+        err.to_string(),
+        "s3://packs/nothing/here/metadata.db does not exist"
+    );
+    assert_eq!(store.size(&key).unwrap(), None);
+
+    let bucket = url("s3://no-such-bucket/p/metadata.db");
+    let err = store.get(&bucket).unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "s3://no-such-bucket/p/metadata.db: the bucket \"no-such-bucket\" does not exist"
+    );
+    let err = store.size(&bucket).unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("bucket \"no-such-bucket\" does not exist"),
+        "{err}"
+    );
+
+    let mut wrong = options(moto, moto.port);
+    wrong
+        .vars
+        .push(("AWS_SECRET_ACCESS_KEY".into(), "not-the-secret".into()));
+    let err = Store::new(wrong).unwrap().get(&key).unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("does not accept these credentials"),
+        "{err}"
+    );
+    let mut unknown = options(moto, moto.port);
+    unknown
+        .vars
+        .push(("AWS_ACCESS_KEY_ID".into(), "AKIANOBODY".into()));
+    let err = Store::new(unknown).unwrap().get(&key).unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("does not accept these credentials"),
+        "{err}"
+    );
+    assert!(
+        err.to_string()
+            .starts_with("s3://packs/nothing/here/metadata.db"),
+        "{err}"
+    );
+}
+
+/// A TCP proxy in front of moto that spoils the next `fail` connections: answers 503, or
+/// drops the connection after reading the request.
+struct Proxy {
+    port: u16,
+    fail: Arc<AtomicUsize>,
+    drop_instead: Arc<AtomicUsize>,
+    spoiled: Arc<AtomicUsize>,
+}
+
+impl Proxy {
+    fn start(upstream: u16) -> Proxy {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let fail = Arc::new(AtomicUsize::new(0));
+        let drop_instead = Arc::new(AtomicUsize::new(0));
+        let spoiled = Arc::new(AtomicUsize::new(0));
+        let (f, d, s) = (fail.clone(), drop_instead.clone(), spoiled.clone());
+        std::thread::spawn(move || {
+            for conn in listener.incoming() {
+                let Ok(mut conn) = conn else { continue };
+                let spoil = f
+                    .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+                    .is_ok();
+                if spoil {
+                    s.fetch_add(1, Ordering::SeqCst);
+                    read_head(&mut conn);
+                    if d.load(Ordering::SeqCst) == 0 {
+                        let _ = conn.write_all(
+                            b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\n\
+                              Connection: close\r\n\r\n",
+                        );
+                    }
+                    let _ = conn.shutdown(Shutdown::Both);
+                    continue;
+                }
+                let Ok(up) = TcpStream::connect(("127.0.0.1", upstream)) else {
+                    continue;
+                };
+                let (mut c2, mut u2) = (conn.try_clone().unwrap(), up.try_clone().unwrap());
+                std::thread::spawn(move || {
+                    let _ = std::io::copy(&mut c2, &mut u2);
+                    let _ = u2.shutdown(Shutdown::Write);
+                });
+                std::thread::spawn(move || {
+                    let (mut conn, mut up) = (conn, up);
+                    let _ = std::io::copy(&mut up, &mut conn);
+                    let _ = conn.shutdown(Shutdown::Write);
+                });
+            }
+        });
+        Proxy {
+            port,
+            fail,
+            drop_instead,
+            spoiled,
+        }
+    }
+
+    /// Spoils the next `n` connections, with a 503 or by dropping them.
+    fn spoil(&self, n: usize, drop_connection: bool) {
+        self.spoiled.store(0, Ordering::SeqCst);
+        self.drop_instead
+            .store(drop_connection as usize, Ordering::SeqCst);
+        self.fail.store(n, Ordering::SeqCst);
+    }
+}
+
+fn read_head(conn: &mut TcpStream) {
+    conn.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+    let mut head = Vec::new();
+    let mut buf = [0u8; 4096];
+    while !head.windows(4).any(|w| w == b"\r\n\r\n") && head.len() < 65536 {
+        match conn.read(&mut buf) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => head.extend_from_slice(&buf[..n]),
+        }
+    }
+}
+
+#[test]
+fn failures_are_retried_with_backoff_then_named_by_url() {
+    let Some(moto) = moto() else { return };
+    let proxy = Proxy::start(moto.port);
+    let direct = Store::new(options(moto, moto.port)).unwrap();
+    let file = url("s3://packs/faults/steps.npy");
+    let data: Vec<u8> = (0..100_000u32).map(|i| i as u8).collect();
+    direct.put(&file, data.clone()).unwrap();
+
+    for drop_connection in [false, true] {
+        // A fresh store per case: a new connection pool, so each request meets the proxy.
+        let store = Store::new(options(moto, proxy.port)).unwrap();
+        proxy.spoil(3, drop_connection);
+        assert_eq!(store.get(&file).unwrap(), data, "drop: {drop_connection}");
+        assert_eq!(
+            proxy.spoiled.load(Ordering::SeqCst),
+            3,
+            "three failures, then success"
+        );
+        // Writes are retried too.
+        let store = Store::new(options(moto, proxy.port)).unwrap();
+        proxy.spoil(2, drop_connection);
+        store
+            .put(&url("s3://packs/faults/up.npy"), data.clone())
+            .unwrap();
+        assert_eq!(proxy.spoiled.load(Ordering::SeqCst), 2);
+        assert_eq!(direct.get(&url("s3://packs/faults/up.npy")).unwrap(), data);
+    }
+
+    // A server that keeps failing: the retries run out, and the error names the URL.
+    let store = Store::new(options(moto, proxy.port).retries(2)).unwrap();
+    proxy.spoil(1000, false);
+    let err = store.get(&file).unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Io);
+    assert_eq!(
+        err.to_string(),
+        "s3://packs/faults/steps.npy: reading failed, retries exhausted"
+    );
+    assert_eq!(
+        proxy.spoiled.load(Ordering::SeqCst),
+        3,
+        "the first try and 2 retries"
+    );
+    assert!(
+        format!("{err:?}").contains("503"),
+        "the cause is kept: {err:?}"
+    );
+    proxy.spoil(0, false);
+}
