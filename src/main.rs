@@ -15,6 +15,15 @@ use dataset_packer::cmd;
 struct Cli {
     #[command(subcommand)]
     command: Command,
+    /// Folder of the local cache of packs read from object storage (s3://, gs://, az://,
+    /// https://), shared by every process of the machine that names it [env:
+    /// DATASET_PACKER_CACHE; default: ~/.cache/dataset-packer].
+    #[arg(long, global = true, value_name = "DIR")]
+    cache: Option<std::path::PathBuf>,
+    /// Most bytes the cache may hold, like 50GiB [env: DATASET_PACKER_CACHE_LIMIT; default:
+    /// 50GiB].
+    #[arg(long = "cache-limit", global = true, value_name = "SIZE")]
+    cache_limit: Option<String>,
 }
 
 #[derive(Subcommand)]
@@ -63,6 +72,10 @@ fn main() -> ExitCode {
         }
         e.exit()
     });
+    if let Err(e) = configure_cache(&cli) {
+        eprintln!("{}", dataset_packer::cli::render(&e));
+        return ExitCode::from(dataset_packer::cli::exit_code(&e));
+    }
     let result = match &cli.command {
         Command::Pack(args) if args.update => cmd::pack_update::run(args).map(|()| true),
         Command::Pack(args) => cmd::pack::run(args).map(|()| true),
@@ -86,6 +99,25 @@ fn main() -> ExitCode {
             ExitCode::from(dataset_packer::cli::exit_code(&e))
         }
     }
+}
+
+/// Sets the process's cache of remote files from `--cache` / `--cache-limit` over what the
+/// environment says.
+fn configure_cache(cli: &Cli) -> anyhow::Result<()> {
+    use dataset_packer::store;
+    if cli.cache.is_none() && cli.cache_limit.is_none() {
+        return Ok(());
+    }
+    let mut config = store::CacheConfig::from_env()?;
+    if let Some(dir) = &cli.cache {
+        config = config.dir(dir);
+    }
+    if let Some(limit) = &cli.cache_limit {
+        let bytes = store::parse_size(limit).map_err(|e| e.with_option("cache_limit"))?;
+        config = config.limit(bytes);
+    }
+    store::set_cache_config(config);
+    Ok(())
 }
 
 /// A hint for `pack RAW PACK`, which every other command's habit of taking plain paths

@@ -9,11 +9,13 @@
 
 mod cache;
 mod client;
+mod config;
 mod location;
 mod publish;
 
 pub use cache::{Cache, Entry};
 pub use client::{Listed, Store, StoreOptions, Transfers};
+pub use config::{CACHE_LIMIT_VAR, CACHE_VAR, CacheConfig, cache_config, set_cache_config};
 pub use location::{Location, Scheme, Url};
 pub use publish::{ListedFiles, PublishSummary, publish_dir};
 
