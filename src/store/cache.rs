@@ -474,6 +474,26 @@ mod tests {
         assert_ne!(name, entry_name(&url, 4097, 0xdead_beef));
     }
 
+    /// Entry names are a protocol shared with the Python package (its cache reads and
+    /// writes the same folder): python/tests/test_remote.py asserts these same names.
+    #[test]
+    fn entry_names_are_the_ones_python_computes() {
+        let name = |text: &str, len, crc| match text.parse().unwrap() {
+            super::super::Location::Remote(url) => entry_name(&url, len, crc),
+            _ => unreachable!(),
+        };
+        assert_eq!(
+            name("s3://packs/team/clean/steps-00003.npy", 48_128, 0x1234_abcd),
+            "c5b5a1d288c357c6-1234abcd-48128-steps-00003.npy"
+        );
+        // s3a:// and a trailing `/` name the same URL; non-ASCII and spaces are `_`, one per
+        // character (not per byte).
+        assert_eq!(
+            name("S3A://Bucket/p/émb dé-00000.npy/", 7, 0),
+            "c852b7674cf794f8-00000000-7-_mb_d_-00000.npy"
+        );
+    }
+
     #[test]
     fn a_lock_file_removed_while_waiting_is_noticed() {
         let dir = tempfile::tempdir().unwrap();

@@ -1,0 +1,943 @@
+"""Packs in object storage: where a pack is (`parse_location`: a folder, or an `s3://`,
+`gs://`, `az://`, `http(s)://` URL), the client (`obstore`, installed by the `[s3]` extra),
+the node's bounded cache of whole files (`Cache`) and a remote pack as a reader sees it
+(`RemotePack`: its metadata.db in a private view folder, its files fetched on demand).
+
+The cache is the Rust binary's (src/store/cache.rs), bit for bit, so that the command line
+and Python processes on one node share one folder and download each file once:
+- `<dir>/CACHEDIR.TAG`, `<dir>/entries/NAME` (the file, CRC-checked), `NAME.lock` beside it
+  and `NAME.part` while it downloads; `NAME` is
+  `{xxh3_64(url):016x}-{crc32c:08x}-{bytes}-{file name, sanitised}`, the URL written as the
+  Rust `Url` writes it (`Url.__str__`).
+- `flock(2)` on `NAME.lock` (Python's `fcntl.flock` is flock(2), as Rust's `libc::flock`):
+  exclusive while downloading or evicting, shared while an `Entry` lives.
+- A download reserves its full size (`NAME.part` made at full length) under
+  `<dir>/.evict.lock`, is checked against the recorded size and CRC-32C, then renamed into
+  place; a `.part` is never read as data.
+- Eviction: least recently used first (the lock file's modification time, stamped on each
+  fetch), only names of the cache's own pattern, never an entry another process holds.
+
+The base install is NumPy only: `obstore`, `google-crc32c` and `xxhash` are imported when a
+remote pack is opened, and a missing one is a `PackError` saying what to install.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import itertools
+import os
+import shutil
+import stat
+import threading
+import weakref
+from concurrent.futures import ThreadPoolExecutor
+from datetime import timedelta
+from pathlib import Path
+
+from ._errors import NotAPackError, PackError
+
+#: The cache's limit when none is given (as the binary's): 50 GiB.
+DEFAULT_LIMIT = 50 << 30
+CACHE_VAR = "DATASET_PACKER_CACHE"
+CACHE_LIMIT_VAR = "DATASET_PACKER_CACHE_LIMIT"
+_TAG = "CACHEDIR.TAG"
+_TAG_TEXT = ("Signature: 8a477f597d28d172789f06886806bc55\n"
+             "# This folder is a cache made by dataset-packer: its entries/ can be deleted at "
+             "any time.\n")
+_SCHEMES = {"s3": "s3", "s3a": "s3", "gs": "gs", "gcs": "gs", "az": "az", "azure": "az",
+            "http": "http", "https": "https"}
+_INSTALL = 'pip install "dataset-packer[s3]"'
+
+
+class UrlError(PackError, ValueError):
+    """Text shaped like a URL that names no pack: an unknown scheme (`ftp://…`), a known one
+    without `//` (`s3:bucket`), no bucket, or empty/`.`/`..` parts in the key."""
+
+
+class RemoteError(PackError):
+    """A request to the object store that failed: wrong credentials, access denied, the
+    server unreachable after the retries (the message names the URL)."""
+
+
+class CorruptError(PackError):
+    """A downloaded file whose size or CRC-32C is not the one metadata.db records (the
+    message names the URL; the cache keeps nothing of it)."""
+
+
+class CacheLimitError(PackError):
+    """A file that cannot fit in the cache's limit (`cache_limit=`): larger than the limit,
+    or the rest of the cache is in use."""
+
+
+# ---------------------------------------------------------------------------- locations
+
+
+class Url:
+    """An object-store URL: scheme (`s3`, `gs`, `az`, `http`, `https`), bucket (for http,
+    `host[:port]`) and key prefix (no leading or trailing `/`). Written as the binary writes
+    it (`s3://bucket/prefix`); `url / "steps-00000.npy"` is a file under it and `.name` its
+    last part, as for a `Path`, so messages name the URL."""
+
+    __slots__ = ("scheme", "bucket", "prefix")
+
+    def __init__(self, scheme: str, bucket: str, prefix: str):
+        self.scheme, self.bucket, self.prefix = scheme, bucket, prefix
+
+    def __str__(self) -> str:
+        return f"{self.scheme}://{self.bucket}" + (f"/{self.prefix}" if self.prefix else "")
+
+    def __repr__(self) -> str:
+        return f"Url({str(self)!r})"
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, Url) and str(self) == str(other)
+
+    def __hash__(self) -> int:
+        return hash(str(self))
+
+    def __truediv__(self, name: str) -> "Url":
+        prefix = self.prefix
+        for segment in str(name).split("/"):
+            _check_segment(segment, f"{self}/{name}")
+            prefix = f"{prefix}/{segment}" if prefix else segment
+        return Url(self.scheme, self.bucket, prefix)
+
+    @property
+    def name(self) -> str:
+        """The last part of the key (the file name); empty for a bucket's root."""
+        return self.prefix.rsplit("/", 1)[-1]
+
+    @property
+    def read_only(self) -> bool:
+        return self.scheme in ("http", "https")
+
+
+def parse_location(text) -> Path | Url:
+    """What a user gave as a pack's place: a `Path`, or a `Url` (the binary's rules:
+    `file:///abs` is a path; an unknown scheme, a known one without `//`, no bucket and
+    empty/`.`/`..` key parts are `UrlError`, never a local folder named `s3:`)."""
+    if isinstance(text, Url):
+        return text
+    if not isinstance(text, str):
+        return Path(text)
+    split = _split_scheme(text)
+    if split is None:
+        return Path(text)
+    scheme, rest = split
+    if not rest.startswith("//"):
+        if scheme.lower() in _SCHEMES or scheme.lower() == "file":
+            raise UrlError(f"{text!r}: a URL is written {scheme}://…")
+        return Path(text)
+    rest = rest[2:]
+    if scheme.lower() == "file":
+        if not rest.startswith("/"):
+            raise UrlError(f"{text!r}: a file URL is written file:///absolute/path")
+        return Path(rest)
+    kind = _SCHEMES.get(scheme.lower())
+    if kind is None:
+        raise UrlError(f"{text!r}: unknown URL scheme {scheme!r} (a pack is a local folder or "
+                       "an s3://, gs://, az://, http:// or https:// URL)")
+    bucket, _, key = rest.partition("/")
+    if not bucket:
+        raise UrlError(f"{text!r}: the URL names no bucket ({scheme}://BUCKET/prefix)")
+    key = key.rstrip("/")
+    for segment in key.split("/") if key else []:
+        _check_segment(segment, text)
+    return Url(kind, bucket, key)
+
+
+def _split_scheme(text: str):
+    """(scheme, rest) when the text starts with something shaped like a URL scheme (a
+    letter, then letters, digits, `+-.`), two characters at least (`C:` stays a path)."""
+    scheme, colon, rest = text.partition(":")
+    if not colon or len(scheme) < 2 or not (scheme[0].isascii() and scheme[0].isalpha()):
+        return None
+    if not all(c.isascii() and (c.isalnum() or c in "+-.") for c in scheme):
+        return None
+    return scheme, rest
+
+
+def _check_segment(segment: str, whole: str) -> None:
+    if segment in ("", ".", ".."):
+        raise UrlError(f"{whole!r}: empty, `.` and `..` parts have no meaning in an object key")
+
+
+# ---------------------------------------------------------------------------- configuration
+
+
+def parse_size(text) -> int:
+    """A size in bytes as a user writes it (the binary's rules): `50GiB`, `512MiB`, `1.5G`,
+    `4096`, `10GB` (K/M/G/T and KiB… powers of 1024; KB, MB, GB, TB powers of 1000); an int
+    is bytes."""
+    if isinstance(text, bool):
+        raise ValueError(f"{text!r} is not a size like 50GiB, 512MiB or 1000000")
+    if isinstance(text, int):
+        if text < 0:
+            raise ValueError(f"a size cannot be negative ({text})")
+        return text
+    t = str(text).strip()
+    split = next((i for i, c in enumerate(t) if not (c.isascii() and c.isdigit()) and c != "."),
+                 len(t))
+    number, unit = t[:split], t[split:].strip().lower()
+    scales = {"": 1, "b": 1, "k": 1 << 10, "kib": 1 << 10, "m": 1 << 20, "mib": 1 << 20,
+              "g": 1 << 30, "gib": 1 << 30, "t": 1 << 40, "tib": 1 << 40, "kb": 10**3,
+              "mb": 10**6, "gb": 10**9, "tb": 10**12}
+    try:
+        value = float(number) if number not in ("", ".") else None
+    except ValueError:
+        value = None
+    if value is None or unit not in scales or value * scales[unit] >= 2.0**64:
+        raise ValueError(f"{text!r} is not a size like 50GiB, 512MiB or 1000000")
+    return int(value * scales[unit])
+
+
+def default_cache_dir() -> Path:
+    """`$XDG_CACHE_HOME/dataset-packer`, else `~/.cache/dataset-packer` (the binary's)."""
+    base = os.environ.get("XDG_CACHE_HOME")
+    if base:
+        return Path(base) / "dataset-packer"
+    home = os.environ.get("HOME")
+    if not home:
+        raise PackError("no cache folder: neither XDG_CACHE_HOME nor HOME is set; give one "
+                        "(cache=…)")
+    return Path(home) / ".cache" / "dataset-packer"
+
+
+def cache_config(cache=None, cache_limit=None) -> tuple[Path, int]:
+    """The cache folder and limit: the arguments, else `DATASET_PACKER_CACHE` /
+    `DATASET_PACKER_CACHE_LIMIT`, else the default folder and 50 GiB."""
+    if cache is None:
+        cache = os.environ.get(CACHE_VAR) or None
+    folder = Path(cache) if cache is not None else default_cache_dir()
+    if cache_limit is None:
+        text = os.environ.get(CACHE_LIMIT_VAR, "")
+        try:
+            limit = parse_size(text) if text.strip() else DEFAULT_LIMIT
+        except ValueError as e:
+            raise ValueError(f"{CACHE_LIMIT_VAR}={text}: {e}") from None
+    else:
+        limit = parse_size(cache_limit)
+    return folder, limit
+
+
+# ---------------------------------------------------------------------------- the client
+
+
+def _require(module: str):
+    import importlib
+    try:
+        return importlib.import_module(module)
+    except ImportError:
+        raise PackError(f"reading a pack in object storage needs the package {module!r}: "
+                        f"{_INSTALL}") from None
+
+
+class Client:
+    """Blocking reads from object storage through `obstore` (the Python binding of the Rust
+    `object_store` the binary uses), one store per bucket, configured as the binary
+    configures it: the environment's `AWS_*` (`AWS_ENDPOINT_URL`, `AWS_ALLOW_HTTP=true`…),
+    `GOOGLE_*`, `AZURE_*` variables; 10 retries with backoff 100 ms → 15 s within 3 minutes;
+    a 60 s request timeout. Counts what it downloaded (`downloads`, `bytes_downloaded`)."""
+
+    def __init__(self):
+        self._obstore = _require("obstore")
+        self._stores: dict[tuple, object] = {}
+        self._lock = threading.Lock()
+        self.downloads = 0
+        self.bytes_downloaded = 0
+
+    def _store(self, url: Url):
+        key = (url.scheme, url.bucket)
+        with self._lock:
+            found = self._stores.get(key)
+            if found is None:
+                found = self._stores[key] = self._build(url)
+            return found
+
+    def _build(self, url: Url):
+        stores = self._obstore.store
+        retry = {"max_retries": 10, "retry_timeout": timedelta(minutes=3),
+                 "backoff": {"init_backoff": timedelta(milliseconds=100),
+                             "max_backoff": timedelta(seconds=15), "base": 2}}
+        options = {"timeout": timedelta(seconds=60), "connect_timeout": timedelta(seconds=5)}
+        if url.scheme == "s3":
+            _check_credentials(url)
+            return stores.S3Store(url.bucket, client_options=options, retry_config=retry)
+        if url.scheme == "gs":
+            return stores.GCSStore(url.bucket, client_options=options, retry_config=retry)
+        if url.scheme == "az":
+            return stores.AzureStore(url.bucket, client_options=options, retry_config=retry)
+        return stores.HTTPStore.from_url(f"{url.scheme}://{url.bucket}",
+                                         client_options={**options, "allow_http": True},
+                                         retry_config=retry)
+
+    def get(self, url: Url) -> bytes:
+        """The whole object (small files: metadata.db, valuation_types.json)."""
+        try:
+            data = bytes(self._obstore.get(self._store(url), url.prefix).bytes())
+        except Exception as e:
+            raise remote_error(url, e) from None
+        self._count(len(data))
+        return data
+
+    def get_range(self, url: Url, start: int, length: int) -> bytes:
+        """`length` bytes from `start` (a header): not cached."""
+        try:
+            data = bytes(self._obstore.get_range(self._store(url), url.prefix, start=start,
+                                                 length=length))
+        except Exception as e:
+            raise remote_error(url, e) from None
+        self._count(len(data))
+        return data
+
+    def download_to(self, url: Url, write) -> int:
+        """Streams the object into `write(chunk)`; its length. Only the server's errors are
+        turned into `remote_error`s: a local one (a full disk) is raised as it is."""
+        written = 0
+        try:
+            stream = iter(self._obstore.get(self._store(url), url.prefix).stream(
+                min_chunk_size=1 << 20))
+        except Exception as e:
+            raise remote_error(url, e) from None
+        while True:
+            try:
+                chunk = next(stream)
+            except StopIteration:
+                break
+            except Exception as e:
+                raise remote_error(url, e) from None
+            write(chunk)
+            written += len(chunk)
+        self._count(written)
+        return written
+
+    def _count(self, size: int) -> None:
+        with self._lock:
+            self.downloads += 1
+            self.bytes_downloaded += size
+
+
+def _check_credentials(url: Url) -> None:
+    """No key and no `AWS_SKIP_SIGNATURE`: the client would wait on the instance-metadata
+    address for credentials; say what is missing instead (unless a profile or a web
+    identity may provide them)."""
+    env = os.environ
+    if any(env.get(v) for v in ("AWS_ACCESS_KEY_ID", "AWS_SKIP_SIGNATURE",
+                                "AWS_WEB_IDENTITY_TOKEN_FILE",
+                                "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI",
+                                "AWS_CONTAINER_CREDENTIALS_FULL_URI")):
+        return
+    if env.get("DATASET_PACKER_INSTANCE_CREDENTIALS") == "1":
+        return
+    raise RemoteError(f"{url}: no credentials: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY "
+                      "(and AWS_REGION, AWS_ENDPOINT_URL for an S3-compatible server), or "
+                      "AWS_SKIP_SIGNATURE=true for a public bucket; "
+                      "DATASET_PACKER_INSTANCE_CREDENTIALS=1 asks the instance's metadata "
+                      "service")
+
+
+def remote_error(url: Url, e: BaseException) -> PackError:
+    """A failed request on `url` in words a user can act on (the binary's messages)."""
+    if isinstance(e, PackError):
+        return e
+    detail = f"{type(e).__name__}: {e}"
+    has = lambda *codes: any(code in detail for code in codes)  # noqa: E731
+    if has("NoSuchBucket"):
+        return NotAPackError(f"{url}: the bucket {url.bucket!r} does not exist")
+    if has("InvalidAccessKeyId", "SignatureDoesNotMatch", "InvalidToken", "ExpiredToken"):
+        return RemoteError(f"{url}: the server does not accept these credentials (check "
+                           "AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY)")
+    if has("NoSuchKey") or type(e).__name__ == "NotFoundError" or isinstance(
+            e, FileNotFoundError):
+        return NotAPackError(f"{url} does not exist")
+    if has("AccessDenied") or type(e).__name__ in ("PermissionDeniedError",
+                                                   "UnauthenticatedError"):
+        return RemoteError(f"{url}: access denied reading it (the credentials are not "
+                           "allowed to)")
+    if "after" in detail and "retries" in detail:
+        return RemoteError(f"{url}: reading failed, retries exhausted ({_first_line(e)})")
+    return RemoteError(f"{url}: reading failed ({_first_line(e)})")
+
+
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip().splitlines()
+    return text[0][:300] if text else type(e).__name__
+
+
+# ---------------------------------------------------------------------------- the cache
+
+
+def entry_name(url: Url, length: int, crc32c: int) -> str:
+    """The cache entry of a file: `<xxh3_64 of the URL>-<crc>-<len>-<file name>`, the file
+    name's characters other than ASCII letters, digits and `._-` written `_`, at most 100
+    (the binary's `entry_name`, exactly)."""
+    xxhash = _require("xxhash")
+    digest = xxhash.xxh3_64_intdigest(str(url).encode("utf-8"))
+    file = "".join(c if (c.isascii() and c.isalnum()) or c in "._-" else "_"
+                   for c in url.name)[:100]
+    return f"{digest:016x}-{crc32c:08x}-{length}-{file}"
+
+
+def is_entry_name(name: str) -> bool:
+    """Whether `name` is one the cache makes (and so a file it may remove)."""
+    parts = name.split("-", 3)
+    if len(parts) != 4:
+        return False
+    hexdigits = "0123456789abcdefABCDEF"
+    return (len(parts[0]) == 16 and all(c in hexdigits for c in parts[0])
+            and len(parts[1]) == 8 and all(c in hexdigits for c in parts[1])
+            and parts[2] != "" and all(c in "0123456789" for c in parts[2])
+            and not parts[3].endswith((".lock", ".part")))
+
+
+class Entry:
+    """A cached file in use (`path`): while it is held, no process evicts it. Release it
+    with `release()` or a `with` block (or let it be collected)."""
+
+    def __init__(self, path: Path, lock_fd: int):
+        self.path = path
+        self._fd = lock_fd
+
+    def release(self) -> None:
+        fd, self._fd = self._fd, -1
+        if fd >= 0:
+            os.close(fd)
+
+    def __enter__(self) -> "Entry":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.release()
+
+    def __del__(self):
+        self.release()
+
+
+class Cache:
+    """The node's cache folder of remote files, bounded by `limit` bytes, shared with every
+    process (Python or the binary) that names the same folder (see the module docstring).
+    """
+
+    def __init__(self, folder, limit: int, client: Client):
+        self.dir = Path(folder)
+        self.entries = self.dir / "entries"
+        self.limit = int(limit)
+        self.client = client
+        try:
+            self.entries.mkdir(parents=True, exist_ok=True)
+            tag = self.dir / _TAG
+            if not tag.exists():
+                tag.write_text(_TAG_TEXT)
+        except OSError as e:
+            raise PackError(f"creating the cache folder {self.entries}: {e}") from None
+
+    def size(self) -> int:
+        """The bytes the cache holds now (entries and downloads under way)."""
+        return sum(size for _, size, _ in self._scan())
+
+    def fetch(self, url: Url, length: int, crc32c: int) -> Entry:
+        """The file at `url` (`length` bytes, CRC-32C `crc32c`) as a local file pinned in the
+        cache: from the cache, else downloaded once for the whole node (a process that wants
+        it while another downloads it waits), checked and kept. `CorruptError` when the bytes
+        do not match, `CacheLimitError` when it cannot fit."""
+        name = entry_name(url, length, crc32c)
+        path = self.entries / name
+        lock_path = self.entries / f"{name}.lock"
+        while True:
+            fd = _lock_entry(lock_path, fcntl.LOCK_SH)
+            if _is_complete(path, length):
+                _stamp(fd)
+                return Entry(path, fd)
+            os.close(fd)
+            fd = _lock_entry(lock_path, fcntl.LOCK_EX)
+            try:
+                if not _is_complete(path, length):
+                    self._download(url, path, length, crc32c)
+                _stamp(fd)
+                # Downgrading is not atomic: an evictor may take the entry in between, so
+                # look again under the shared lock.
+                _flock(fd, fcntl.LOCK_SH)
+            except BaseException:
+                os.close(fd)
+                raise
+            if _is_complete(path, length) and _same_file(fd, lock_path):
+                return Entry(path, fd)
+            os.close(fd)
+
+    def _download(self, url: Url, path: Path, length: int, crc32c: int) -> None:
+        crc32c_mod = _require("google_crc32c")
+        part = path.with_name(f"{path.name}.part")
+        with self._evict_lock():
+            _remove(part)
+            self._make_room(length, url)
+            fd = os.open(part, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o666)
+            try:
+                os.ftruncate(fd, length)
+            except OSError:
+                os.close(fd)
+                _remove(part)
+                raise
+        state = {"crc": 0, "written": 0}
+        try:
+            with open(fd, "wb", buffering=1 << 20) as out:
+                def write(chunk):
+                    out.write(chunk)
+                    state["crc"] = crc32c_mod.extend(state["crc"], bytes(chunk))
+                    state["written"] += len(chunk)
+                self.client.download_to(url, write)
+            if state["written"] != length or state["crc"] != crc32c:
+                raise CorruptError(
+                    f"{url}: downloaded {state['written']} bytes with CRC-32C "
+                    f"{state['crc']:08x}, expected {length} bytes with {crc32c:08x}; the cache "
+                    "keeps nothing of it")
+            os.rename(part, path)
+        except BaseException:
+            _remove(part)
+            raise
+
+    def _make_room(self, incoming: int, url: Url) -> None:
+        """Evicts least recently used entries not in use until `incoming` more bytes fit.
+        Called with the eviction lock held."""
+        if incoming > self.limit:
+            raise CacheLimitError(f"{url} ({incoming} bytes) is larger than the cache's limit "
+                                  f"({self.limit} bytes): raise cache_limit")
+        files = self._scan()
+        total = sum(size for _, size, _ in files)
+        if total + incoming <= self.limit:
+            return
+        for name, size, _ in sorted(files, key=lambda f: f[2]):
+            if total + incoming <= self.limit:
+                break
+            if self._evict(name):
+                total -= size
+        if total + incoming > self.limit:
+            raise CacheLimitError(f"the cache {self.dir} cannot take {url} ({incoming} bytes): "
+                                  f"{total} of its {self.limit} bytes are files in use "
+                                  "(raise cache_limit)")
+
+    def _evict(self, name: str) -> bool:
+        """Removes the entry unless a process uses or downloads it; whether it did."""
+        lock_path = self.entries / f"{name}.lock"
+        fd = _try_lock_entry(lock_path)
+        if fd is None:
+            return False
+        try:
+            for file in (name, f"{name}.part"):
+                _remove(self.entries / file)
+            # Removed while locked: a process that opened the old lock file sees it is gone
+            # (`_same_file`) and starts over.
+            _remove(lock_path)
+        finally:
+            os.close(fd)
+        return True
+
+    def _scan(self) -> list[tuple[str, int, float]]:
+        """(name, bytes, last used) of the cache's own entries, in name order."""
+        found: dict[str, int] = {}
+        with os.scandir(self.entries) as listing:
+            for item in listing:
+                name = item.name[:-5] if item.name.endswith(".part") else item.name
+                if not is_entry_name(name):
+                    continue
+                try:
+                    st = item.stat(follow_symlinks=False)
+                except FileNotFoundError:
+                    continue
+                if stat.S_ISREG(st.st_mode):
+                    found[name] = found.get(name, 0) + st.st_size
+        out = []
+        for name in sorted(found):
+            try:
+                used = os.stat(self.entries / f"{name}.lock").st_mtime
+            except OSError:
+                used = 0.0
+            out.append((name, found[name], used))
+        return out
+
+    def _evict_lock(self):
+        return _Locked(self.dir / ".evict.lock")
+
+
+class _Locked:
+    def __init__(self, path: Path):
+        self.path = path
+
+    def __enter__(self):
+        self.fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o666)
+        _flock(self.fd, fcntl.LOCK_EX)
+        return self
+
+    def __exit__(self, *exc):
+        os.close(self.fd)
+
+
+def _is_complete(path: Path, length: int) -> bool:
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return False
+    return stat.S_ISREG(st.st_mode) and st.st_size == length
+
+
+def _stamp(fd: int) -> None:
+    try:
+        os.utime(fd)
+    except OSError:
+        pass
+
+
+def _open_lock(path: Path) -> int:
+    return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o666)
+
+
+def _flock(fd: int, op: int) -> None:
+    while True:
+        try:
+            fcntl.flock(fd, op)
+            return
+        except InterruptedError:
+            continue
+
+
+def _lock_entry(path: Path, op: int) -> int:
+    """The lock file at `path` opened and locked (`op`), waiting; starts over when the file
+    was removed (evicted) while waiting."""
+    while True:
+        fd = _open_lock(path)
+        try:
+            _flock(fd, op)
+        except BaseException:
+            os.close(fd)
+            raise
+        if _same_file(fd, path):
+            return fd
+        os.close(fd)
+
+
+def _try_lock_entry(path: Path) -> int | None:
+    """The exclusive lock on `path` if no process holds any lock on it, else None."""
+    fd = _open_lock(path)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as e:
+        os.close(fd)
+        if e.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EINTR):
+            return None
+        raise
+    if _same_file(fd, path):
+        return fd
+    os.close(fd)
+    return None
+
+
+def _same_file(fd: int, path: Path) -> bool:
+    try:
+        a, b = os.fstat(fd), os.stat(path)
+    except OSError:
+        return False
+    return (a.st_ino, a.st_dev) == (b.st_ino, b.st_dev)
+
+
+def _remove(path: Path) -> None:
+    try:
+        os.remove(path)
+    except FileNotFoundError:
+        pass
+
+
+# ---------------------------------------------------------------------------- a remote pack
+
+_view_numbers = itertools.count()
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _sweep_views(views: Path) -> None:
+    """Removes the view folders of processes that are gone (`<pid>-<n>`)."""
+    try:
+        listing = list(views.iterdir())
+    except OSError:
+        return
+    for view in listing:
+        pid, dash, n = view.name.partition("-")
+        if dash and pid.isdigit() and n.isdigit() and not _pid_alive(int(pid)):
+            shutil.rmtree(view, ignore_errors=True)
+
+
+def _remove_view(folder: Path, pid: int) -> None:
+    # A forked child shares its parent's view: only the process that made it removes it.
+    if os.getpid() == pid:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+class RemotePack:
+    """A pack at a URL as the reader sees it: `view`, a private folder in the cache
+    (`<cache>/views/<pid>-<n>/`, removed when this object goes, never touched by eviction)
+    holding its `metadata.db` and `valuation_types.json`, downloaded fresh on each open; and
+    its files (shards, companions), fetched through the cache by the size and CRC-32C that
+    the latest version records (`record`, `fetch`)."""
+
+    def __init__(self, url: Url, cache=None, cache_limit=None):
+        self.url = url
+        folder, limit = cache_config(cache, cache_limit)
+        self.client = Client()
+        self.cache = Cache(folder, limit, self.client)
+        views = self.cache.dir / "views"
+        _sweep_views(views)
+        views.mkdir(parents=True, exist_ok=True)
+        while True:
+            view = views / f"{os.getpid()}-{next(_view_numbers)}"
+            try:
+                view.mkdir()
+                break
+            except FileExistsError:
+                continue
+        self.view = view
+        self._finalizer = weakref.finalize(self, _remove_view, view, os.getpid())
+        self._records: dict[str, tuple[int, int]] | None = None
+        self._rows: dict[str, int] = {}
+        #: family ("steps" or a companion's name) → its file names in the latest version.
+        self.families: dict[str, list[str]] = {}
+        self._pool = None
+        self._pool_pid = None
+        self._pool_lock = threading.Lock()
+        for name in ("metadata.db", "valuation_types.json"):
+            try:
+                data = self.client.get(url / name)
+            except NotAPackError as e:
+                if "bucket" in str(e):
+                    raise
+                raise NotAPackError(f"{url} is not a pack: it has no {name} ({e})") from None
+            (view / name).write_bytes(data)
+
+    @property
+    def limit(self) -> int:
+        return self.cache.limit
+
+    def close(self) -> None:
+        self._finalizer()
+        pool, self._pool = self._pool, None
+        if pool is not None and self._pool_pid == os.getpid():
+            pool.shutdown(wait=False, cancel_futures=True)
+
+    def load_records(self, db) -> dict[str, tuple[int, int]]:
+        """file name → (bytes, CRC-32C) of every file of the latest version: its
+        `version_files` rows, or for a pack without history the `shards` and `companions`
+        tables. A pack that records no CRC for its shards cannot be read remotely (each
+        file is checked before use)."""
+        if self._records is not None:
+            return self._records
+        tables = {name for (name,) in db.execute(
+            "SELECT name FROM main.sqlite_master WHERE type = 'table'")}
+        rows = []
+        if "version_files" in tables and "versions" in tables:
+            rows = db.execute("SELECT file_name, bytes, crc32c, rows, family FROM "
+                              "main.version_files WHERE version = (SELECT MAX(version) FROM "
+                              "main.versions)").fetchall()
+        if not rows:
+            if "shards" in tables:
+                rows += db.execute("SELECT file_name, bytes, crc32c, rows, 'steps' FROM "
+                                   "main.shards").fetchall()
+            if "companions" in tables:
+                rows += db.execute("SELECT file_name, bytes, crc32c, rows, name FROM "
+                                   "main.companions").fetchall()
+        if not any(family == "steps" for *_, family in rows):
+            raise PackError(f"{self.url}: metadata.db records no sizes and CRC-32C of its "
+                            "shards (a pack from an older tool), which reading it from object "
+                            "storage needs to check each file; rewrite it with `dataset-packer "
+                            "export PACK --format pack --output NEW` and publish that")
+        records, file_rows, families = {}, {}, {}
+        for name, size, crc, count, family in rows:
+            try:
+                records[str(name)] = (int(size), int(str(crc), 16))
+            except (TypeError, ValueError):
+                raise PackError(f"{self.url / 'metadata.db'}: {name} has an unreadable "
+                                f"crc32c {crc!r}") from None
+            file_rows[str(name)] = int(count)
+            families.setdefault(str(family), []).append(str(name))
+        self._records, self._rows, self.families = records, file_rows, families
+        return records
+
+    def file_rows(self, db) -> dict[str, int]:
+        """file name → rows of the latest version's files."""
+        self.load_records(db)
+        return self._rows
+
+    def record(self, name: str) -> tuple[int, int]:
+        """(bytes, CRC-32C) the latest version records for the file `name`."""
+        found = (self._records or {}).get(name)
+        if found is None:
+            raise PackError(f"{self.url / name}: metadata.db records no size and CRC-32C for "
+                            "it, so it cannot be read from object storage")
+        return found
+
+    def fetch(self, name: str) -> Entry:
+        """The file `name` of the pack, pinned in the cache (downloaded if needed)."""
+        size, crc = self.record(name)
+        return self.cache.fetch(self.url / name, size, crc)
+
+    def prefetch(self, names: list[str]):
+        """Starts fetching these files in the background (a small thread pool); a future
+        per file, giving its `Entry` (or raising what the fetch raised)."""
+        with self._pool_lock:
+            if self._pool is None or self._pool_pid != os.getpid():
+                # Threads do not survive a fork: a forked worker makes its own pool.
+                self._pool = ThreadPoolExecutor(max_workers=4,
+                                                thread_name_prefix="dataset-packer-fetch")
+                self._pool_pid = os.getpid()
+            return [self._pool.submit(self.fetch, name) for name in names]
+
+
+
+class RemoteShards:
+    """The steps shards of a remote pack as `PackData` reads them: a list of row arrays
+    (`len`, `[i]`), each fetched through the cache, checked (its `.npy` header against what
+    metadata.db records) and memory-mapped on first access, and pinned until `release`.
+    `prefetch` starts the downloads ahead of the reads."""
+
+    def __init__(self, remote: RemotePack, shards: list):
+        self.remote = remote
+        self.shards = shards
+        self._arrays = [None] * len(shards)
+        self._entries: dict[int, Entry] = {}
+        self._pending: dict[int, object] = {}
+        self._files: list[Entry] = []
+        self._lock = threading.RLock()
+        self._pid = os.getpid()
+
+    @property
+    def limit(self) -> int:
+        return self.remote.limit
+
+    def __len__(self) -> int:
+        return len(self.shards)
+
+    def __getitem__(self, i: int):
+        found = self._arrays[i]
+        return found if found is not None else self._map(i)
+
+    def fetch_file(self, name: str) -> Path:
+        """Another file of the pack (a companion's), pinned until `close`."""
+        entry = self.remote.fetch(name)
+        with self._lock:
+            self._files.append(entry)
+        return entry.path
+
+    def file_bytes(self, i: int) -> int:
+        return self.remote.record(self.shards[i].path.name)[0]
+
+    def _forked(self) -> None:
+        # Futures of the parent's pool never complete in a forked child: forget them.
+        if self._pid != os.getpid():
+            self._pending = {}
+            self._pid = os.getpid()
+
+    def _map(self, i: int):
+        from ._format import map_shard
+        with self._lock:
+            self._forked()
+            if self._arrays[i] is not None:
+                return self._arrays[i]
+            shard = self.shards[i]
+            future = self._pending.pop(i, None)
+            entry = future.result() if future is not None else None
+            if entry is None:
+                entry = self.remote.fetch(shard.path.name)
+            try:
+                self._check(shard, entry.path)
+                local = _replace_path(shard, entry.path)
+                array = map_shard(local)
+            except BaseException:
+                entry.release()
+                raise
+            old = self._entries.pop(i, None)
+            if old is not None:
+                old.release()
+            self._entries[i] = entry
+            self._arrays[i] = array
+            return array
+
+    @staticmethod
+    def _check(shard, local: Path) -> None:
+        """The downloaded file's header against the shard as metadata.db describes it."""
+        from ._format import read_shard_header
+        try:
+            found = read_shard_header(local)
+        except PackError as e:
+            raise PackError(str(e).replace(str(local), str(shard.path))) from None
+        if (found.row_bytes, found.data_offset) != (shard.row_bytes, shard.data_offset) or \
+                found.rows < shard.rows:
+            raise PackError(f"{shard.path}: its header says {found.rows} rows of "
+                            f"{found.row_bytes} bytes after {found.data_offset} header bytes, "
+                            f"metadata.db {shard.rows} rows of {shard.row_bytes} bytes after "
+                            f"{shard.data_offset}")
+
+    def prefetch(self, shards) -> None:
+        with self._lock:
+            self._forked()
+            wanted = [int(i) for i in shards
+                      if self._arrays[int(i)] is None and int(i) not in self._pending]
+            if not wanted:
+                return
+            futures = self.remote.prefetch([self.shards[i].path.name for i in wanted])
+            self._pending.update(zip(wanted, futures))
+
+    def release(self, shards) -> None:
+        with self._lock:
+            self._forked()
+            for i in shards:
+                i = int(i)
+                self._arrays[i] = None
+                entry = self._entries.pop(i, None)
+                if entry is not None:
+                    entry.release()
+                future = self._pending.pop(i, None)
+                if future is not None and not future.cancel():
+                    future.add_done_callback(_release_result)
+
+    def close(self) -> None:
+        """Releases every shard and the other files fetched (the pack is closed)."""
+        with self._lock:
+            self.release(range(len(self.shards)))
+            files, self._files = self._files, []
+        for entry in files:
+            entry.release()
+
+
+def _release_result(future) -> None:
+    """Unpins what a prefetch that is no longer wanted fetched."""
+    if not future.cancelled() and future.exception() is None:
+        future.result().release()
+
+
+def _replace_path(shard, path: Path):
+    from dataclasses import replace
+    return replace(shard, path=path)
+
+
+def remote_shards(remote: RemotePack, db, files: list[tuple[str, int]]) -> list:
+    """The `Shard`s of a remote pack's steps files, (file name, rows of the version read)
+    each, described from what metadata.db records (no request): rows, header size and row
+    width (48 bytes, or the legacy 46), checked against the file when it is mapped."""
+    from ._format import LEGACY_ROW_BYTES, ROW_BYTES, Shard
+    full_rows = remote.file_rows(db)
+    shards = []
+    for name, rows in files:
+        size, _ = remote.record(name)
+        whole = full_rows.get(name, rows)
+        if whole < rows:
+            raise PackError(f"{remote.url / name}: {whole} rows, but the version read has "
+                            f"{rows} rows in it (was the pack rewritten?)")
+        row_bytes = ROW_BYTES if size - whole * ROW_BYTES >= 10 else LEGACY_ROW_BYTES
+        shards.append(Shard(path=remote.url / name, rows=rows, row_bytes=row_bytes,
+                            data_offset=size - whole * row_bytes))
+    return shards
