@@ -73,9 +73,9 @@ def describe(dtype: np.dtype, trailing: tuple) -> str:
     return descr if not trailing else f"{descr} {tuple(trailing)}"
 
 
-def _read_header(path: Path):
+def _read_header(path, local: Path):
     try:
-        header, _ = read_npy_header(path)
+        header, _ = read_npy_header(local)
     except HeaderError as e:
         raise CompanionError(f"{path}: bad .npy header: {e}") from None
     return (tuple(int(d) for d in header.shape), header.fortran_order, header.dtype,
@@ -160,7 +160,13 @@ def open_family(pack, name: str) -> Companion:
     """Finds, checks and memory-maps the family `name` of `pack`; CompanionError naming the
     file when it does not line up, KeyError when the pack has no such family."""
     folder = pack.path
-    files = scan(folder).get(name, [])
+    data = _data.of(pack)
+    if data.is_remote:
+        # A remote pack's files are those its latest version lists (no folder to scan).
+        files = sorted((parsed[1], file) for file in data.remote_family(name)
+                       if (parsed := parse_file_name(file)) is not None)
+    else:
+        files = scan(folder).get(name, [])
     records = recorded(pack.db()).get(name, [])
     if not files and not records:
         known = pack.companions
@@ -189,14 +195,16 @@ def open_family(pack, name: str) -> Companion:
         if want not in present:
             raise CompanionError(f"{folder / want}: missing; companion {name} has no file for "
                                  f"{shard.name} ({len(present)} of {len(shards)} files)")
-    data = _data.of(pack)
-    headers = _check_files(name, [(folder / file, shard.name, data.shard_rows(k))
+    # Remote: each file fetched through the cache (pinned while the pack is open).
+    headers = _check_files(name, [(folder / file, shard.name, data.shard_rows(k),
+                                   data.local_file(file))
                                   for k, (shard, file) in enumerate(zip(shards, expected))],
                            prefix=False)
     dtype, trailing = headers[0][4], headers[0][5]
     if records:
         _check_records(folder, name, records, expected, headers, dtype, trailing)
-    return _mapped(pack, name, [(path, rows, offset) for path, rows, offset, *_ in headers],
+    return _mapped(pack, name, [(path, rows, offset, local)
+                                for path, rows, offset, _, _, _, local in headers],
                    dtype, trailing, bool(records))
 
 
@@ -237,13 +245,14 @@ def open_prefix_family(pack, name: str, files: list[tuple[Path, str, int]]) -> C
 
 
 def _mapped(pack, name, files, dtype, trailing, recorded: bool) -> Companion:
-    """The family's files memory-mapped: (path, rows, data offset) each."""
+    """The family's files memory-mapped: (path, rows, data offset[, local file]) each."""
     arrays = []
-    for path, rows, offset in files:
+    for path, rows, offset, *local in files:
         if rows == 0:
             arrays.append(np.empty((0,) + trailing, dtype=dtype))
             continue
-        mapped = np.memmap(path, dtype=dtype, mode="r", offset=offset, shape=(rows,) + trailing)
+        mapped = np.memmap(local[0] if local else path, dtype=dtype, mode="r", offset=offset,
+                           shape=(rows,) + trailing)
         arrays.append(mapped.view(np.ndarray))
     return Companion(pack, name, [f[0] for f in files], arrays, dtype, trailing, recorded)
 
@@ -251,11 +260,14 @@ def _mapped(pack, name, files, dtype, trailing, recorded: bool) -> Companion:
 def _check_files(name: str, files, prefix: bool) -> list[tuple]:
     """Each file's header checked against its shard's rows (`prefix`: at least that many)
     and against the first file's dtype and shape: (path, rows, data offset, size, dtype,
-    trailing shape) per file."""
+    trailing shape, local file) per file. A file is (path, shard name, rows[, local file]):
+    the path names it in messages, the local file (the cache's copy of a remote file; by
+    default the path) is read."""
     dtype, trailing, first = None, None, None
     headers = []
-    for path, shard_name, shard_rows in files:
-        shape, fortran, file_dtype, offset = _read_header(path)
+    for path, shard_name, shard_rows, *local in files:
+        local = local[0] if local else path
+        shape, fortran, file_dtype, offset = _read_header(path, local)
         if not shape:
             raise CompanionError(f"{path}: a 0-dimensional array has no rows")
         if fortran and len(shape) > 1:
@@ -271,7 +283,7 @@ def _check_files(name: str, files, prefix: bool) -> list[tuple]:
         if rows < shard_rows if prefix else rows != shard_rows:
             raise CompanionError(f"{path}: {rows} rows, but {shard_name} has {shard_rows} "
                                  f"(companion row i must be row i of its shard)")
-        size = path.stat().st_size
+        size = local.stat().st_size
         want = offset + rows * row_bytes
         if size != want:
             raise CompanionError(f"{path}: {size} bytes, but its header promises {want} "
@@ -283,7 +295,7 @@ def _check_files(name: str, files, prefix: bool) -> list[tuple]:
             raise CompanionError(f"{path}: dtype {describe(file_dtype, tail)}, but {first.name} "
                                  f"has {describe(dtype, trailing)} (every file of a family has "
                                  "one dtype and shape)")
-        headers.append((path, rows, offset, size, dtype, trailing))
+        headers.append((path, rows, offset, size, dtype, trailing, local))
     return headers
 
 

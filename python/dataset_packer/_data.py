@@ -47,7 +47,8 @@ class PackData:
     is read ("recompute" or "stored")."""
 
     def __init__(self, path: Path, db, shards: list[Shard], *, legacy_legal: str,
-                 shuffled: bool, history, version: int, run_limit: int = -1):
+                 shuffled: bool, history, version: int, run_limit: int = -1,
+                 remote: "RemoteShards | None" = None):
         self.path = path
         self.db = db
         self.legacy_legal = legacy_legal
@@ -58,7 +59,10 @@ class PackData:
         self.past = version != history.latest
         self.run_limit = run_limit
         self.shards = shards
-        self._maps = [map_shard(s) for s in shards]
+        # Local: every shard mapped now, a plain list on the hot path. Remote: mapped on
+        # first access, through the cache (`RemoteShards`), which behaves as that list.
+        self._remote = remote
+        self._maps = [map_shard(s) for s in shards] if remote is None else remote
         counts = np.array([s.rows for s in shards], dtype=np.int64)
         self._offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
         self._boundaries = self._offsets[1:-1]
@@ -73,7 +77,54 @@ class PackData:
         return self.rows
 
     def close(self) -> None:
+        if self._remote is not None:
+            self._remote.close()
         self._maps = []
+
+    # ------------------------------------------------------------------ remote packs
+    # What a loader needs to read a pack in object storage within the cache's limit: these
+    # are no-ops (or plain answers) for a local pack.
+
+    @property
+    def is_remote(self) -> bool:
+        """Whether the shards come from object storage through the cache."""
+        return self._remote is not None
+
+    @property
+    def cache_limit(self) -> int | None:
+        """The cache's limit in bytes (None for a local pack)."""
+        return None if self._remote is None else self._remote.limit
+
+    def shard_bytes(self, shard: int) -> int:
+        """The bytes shard `shard` takes in the cache (its whole file)."""
+        if self._remote is not None:
+            return self._remote.file_bytes(shard)
+        s = self.shards[shard]
+        return s.data_offset + s.rows * s.row_bytes
+
+    def prefetch(self, shards) -> None:
+        """Starts fetching these shards into the cache in the background, and returns at
+        once (a no-op locally). A failed prefetch is raised when the shard is read."""
+        if self._remote is not None:
+            self._remote.prefetch(shards)
+
+    def remote_family(self, family: str) -> list[str]:
+        """The file names of a family ("steps" or a companion) in a remote pack's latest
+        version."""
+        return list(self._remote.remote.families.get(family, []))
+
+    def local_file(self, name: str) -> Path:
+        """A file of the pack (a companion's) on this machine: the pack's own, or for a
+        remote pack the cache's copy, pinned until `close`."""
+        if self._remote is None:
+            return self.path / name
+        return self._remote.fetch_file(name)
+
+    def release(self, shards) -> None:
+        """Drops these shards' maps and pins, so that the cache may evict them (a no-op
+        locally); a shard read again is fetched (or found in the cache) and mapped again."""
+        if self._remote is not None:
+            self._remote.release(shards)
 
     @property
     def legacy(self) -> bool:

@@ -29,6 +29,7 @@ from ._errors import EmptySelectionError, NotAPackError, PackError
 from ._format import (METADATA_NAME, ROW_BYTES, STEP_ROW_DTYPE, VALUATION_NAME,
                       find_shard_paths, read_shard_header, read_valuation_names)
 from ._order import EpochPlan, plan_epoch, start_position, symmetries_for, validation_side
+from ._remote import Url, parse_location
 from ._select import has_table, run_ids
 from . import _versions
 
@@ -64,36 +65,72 @@ class Pack:
     tuple rows: every read (`batches`, `windows`, `gather`, `sample`, `rows`, `run`, and so
     the torch adapter) recomputes them from the board, as the CLI's conversion does, unless
     `legacy_legal="stored"` asks for the bits as stored.
+
+    A pack in object storage is opened by its URL, `Pack("s3://bucket/prefix")` (also
+    `gs://`, `az://`, `http(s)://`; needs `pip install "dataset-packer[s3]"`): its
+    metadata.db is downloaded, and each shard is fetched into the node's cache when first
+    read, checked against its recorded CRC-32C, and memory-mapped from there. `cache=` (a
+    folder) and `cache_limit=` (bytes, or "50GiB") default to `DATASET_PACKER_CACHE` /
+    `DATASET_PACKER_CACHE_LIMIT`, else `~/.cache/dataset-packer` and 50 GiB, as for the
+    command line, which shares the same cache. `path` is then the URL (`pack.path / name`
+    names a file of it).
     """
 
-    def __init__(self, path, version=None, *, legacy_legal: str = "recompute"):
+    def __init__(self, path, version=None, *, legacy_legal: str = "recompute", cache=None,
+                 cache_limit=None):
         if legacy_legal not in LEGACY_LEGAL:
             raise ValueError(f"legacy_legal must be one of {LEGACY_LEGAL}, not {legacy_legal!r}")
-        self.path = Path(path)
-        if not self.path.is_dir():
-            raise NotAPackError(f"{self.path} is not a pack: no such folder")
-        if not (self.path / METADATA_NAME).is_file():
-            raise NotAPackError(f"{self.path} is not a pack: it has no {METADATA_NAME}")
-        paths = find_shard_paths(self.path)
-        self.valuation_names = read_valuation_names(self.path / VALUATION_NAME)
+        location = parse_location(path)
+        self._remote = None
         self._conn = None
         self._conn_pid = None
         self._restriction = None
+        if isinstance(location, Url):
+            from ._remote import RemotePack
+            self.path = location
+            self._remote = RemotePack(location, cache, cache_limit)
+            # metadata.db and valuation_types.json, downloaded into a private folder.
+            self._folder = self._remote.view
+            paths = None
+        else:
+            self.path = self._folder = location
+            if not self.path.is_dir():
+                raise NotAPackError(f"{self.path} is not a pack: no such folder")
+            if not (self.path / METADATA_NAME).is_file():
+                raise NotAPackError(f"{self.path} is not a pack: it has no {METADATA_NAME}")
+            paths = find_shard_paths(self.path)
+        try:
+            self._open(paths, version, legacy_legal)
+        except PackError as e:
+            if self._remote is None:
+                raise
+            # Name the URL, never the private folder the files were downloaded into.
+            raise type(e)(str(e).replace(str(self._folder), str(self.path))) from None
+
+    def _open(self, paths, version, legacy_legal: str) -> None:
+        self.valuation_names = read_valuation_names(self._folder / VALUATION_NAME)
         self.session = self._read_session()
         history = _versions.History(self.db, self.path)
         version = history.resolve(version)
         # A past version: its steps files cut to its rows, and its runs (the smallest ids).
         past = version != history.latest
-        shards = (_versions.version_shards(self, history, version) if past
-                  else [read_shard_header(p) for p in paths])
         run_limit = history.version_runs(version) if past else -1
+        remote = None
+        if self._remote is not None:
+            shards = self._remote_shards(history, version)
+            from ._remote import RemoteShards
+            remote = RemoteShards(self._remote, shards)
+        elif past:
+            shards = _versions.version_shards(self, history, version)
+        else:
+            shards = [read_shard_header(p) for p in paths]
         if past:
             # Every SQL read (selections too) sees the version's runs only.
             self._restriction = _versions.restriction(self.db(), run_limit)
             self.db().executescript(self._restriction)
         self._data = PackData(self.path, self.db, shards, legacy_legal=legacy_legal,
                               shuffled=self.shuffled, history=history, version=version,
-                              run_limit=run_limit)
+                              run_limit=run_limit, remote=remote)
         self.num_runs = self._data.count_runs()
         if past:
             # The session's totals as the version had them (as the command line shows them).
@@ -104,6 +141,22 @@ class Pack:
             self._data.check_recorded_shards()
         self._check_version()
         self._companions: dict[str, Companion] = {}
+
+    def _remote_shards(self, history, version: int) -> list:
+        """The steps shards of a remote pack at `version`, described from metadata.db (the
+        files are fetched when read)."""
+        from ._remote import remote_shards
+        db = self.db()
+        self._remote.load_records(db)
+        if history.recorded:
+            files = [(name, rows) for _, name, rows in history.files(version, "steps")]
+        else:
+            files = [(str(n), int(r)) for n, r in db.execute(
+                "SELECT file_name, rows FROM shards ORDER BY shard")]
+        if not files:
+            raise PackError(f"{self.path / METADATA_NAME}: version {version} lists no steps "
+                            "files")
+        return remote_shards(self._remote, db, files)
 
     # ------------------------------------------------------------------ basics
 
@@ -171,6 +224,9 @@ class Pack:
         """This pack read at another version (a number or a tag): `Pack(path, version)`."""
         if version == self.version:
             return self
+        if self._remote is not None:
+            return Pack(self.path, version, legacy_legal=self.legacy_legal,
+                        cache=self._remote.cache.dir, cache_limit=self._remote.limit)
         return Pack(self.path, version, legacy_legal=self.legacy_legal)
 
     @property
@@ -190,6 +246,8 @@ class Pack:
             self._conn = None
         self._data.close()
         self._companions = {}
+        if self._remote is not None:
+            self._remote.close()
 
     def __enter__(self) -> "Pack":
         return self
@@ -199,13 +257,18 @@ class Pack:
 
     def __getstate__(self):
         # The version number, not "latest": a pack that grows before a worker opens it is
-        # read there as it was here.
-        return {"path": str(self.path), "version": self.version,
-                "legacy_legal": self.legacy_legal}
+        # read there as it was here. A remote pack is opened again (its metadata.db
+        # downloaded again) on the same cache, which the processes share.
+        state = {"path": str(self.path), "version": self.version,
+                 "legacy_legal": self.legacy_legal}
+        if self._remote is not None:
+            state.update(cache=str(self._remote.cache.dir), cache_limit=self._remote.limit)
+        return state
 
     def __setstate__(self, state):
         self.__init__(state["path"], state.get("version"),
-                      legacy_legal=state.get("legacy_legal", "recompute"))
+                      legacy_legal=state.get("legacy_legal", "recompute"),
+                      cache=state.get("cache"), cache_limit=state.get("cache_limit"))
 
     # ------------------------------------------------------------------ metadata.db
 
@@ -213,7 +276,7 @@ class Pack:
         """The read-only connection to metadata.db (re-opened in a forked process)."""
         if self._conn is None or self._conn_pid != os.getpid():
             try:
-                self._conn = _open_readonly(self.path / METADATA_NAME)
+                self._conn = _open_readonly(self._folder / METADATA_NAME)
                 self._conn.execute("SELECT 1 FROM sqlite_master").fetchall()
             except sqlite3.DatabaseError as e:
                 raise NotAPackError(f"{self.path / METADATA_NAME}: not an SQLite database "
@@ -291,6 +354,9 @@ class Pack:
         lists the families it had (`versions()`)."""
         if self._data.past:
             return self._data.history.families(self.version)
+        if self._remote is not None:
+            return sorted(set(recorded(self.db())) |
+                          {f for f in self._remote.families if f != "steps"})
         return sorted(set(scan(self.path)) | set(recorded(self.db())))
 
     def companion(self, name: str) -> Companion:
@@ -301,6 +367,10 @@ class Pack:
         is no such family."""
         found = self._companions.get(name)
         if found is None:
+            if self._remote is not None and self._data.past:
+                raise PackError(f"companion {name!r} of {self.path} at version {self.version}: "
+                                "companions of a past version are read from local packs only "
+                                "(the rows of the version read)")
             opener = _versions.open_past_family if self._data.past else open_family
             found = self._companions[name] = opener(self, name)
         return found

@@ -261,6 +261,11 @@ class Client:
                  "backoff": {"init_backoff": timedelta(milliseconds=100),
                              "max_backoff": timedelta(seconds=15), "base": 2}}
         options = {"timeout": timedelta(seconds=60), "connect_timeout": timedelta(seconds=5)}
+        # Client options given here replace those the store reads from the environment:
+        # keep the one a test server needs (`AWS_ALLOW_HTTP=true`, as the binary reads it).
+        prefix = {"s3": "AWS", "gs": "GOOGLE", "az": "AZURE"}.get(url.scheme)
+        if prefix and _truthy(os.environ.get(f"{prefix}_ALLOW_HTTP", "")):
+            options["allow_http"] = True
         if url.scheme == "s3":
             _check_credentials(url)
             return stores.S3Store(url.bucket, client_options=options, retry_config=retry)
@@ -316,6 +321,11 @@ class Client:
         with self._lock:
             self.downloads += 1
             self.bytes_downloaded += size
+
+
+def _truthy(text: str) -> bool:
+    """A boolean variable as object_store reads one."""
+    return text.strip().lower() in ("true", "1", "yes", "y", "on")
 
 
 def _check_credentials(url: Url) -> None:

@@ -1,0 +1,424 @@
+"""Packs in object storage, read with `Pack("s3://…")`, against a real S3 server: moto's, started
+once for the session on a free port (IAM auth on, a user and key made through boto3, bucket
+`packs`), as tests/object_store.rs starts it. A pack made by the binary is uploaded with
+obstore (metadata.db last) and read through a cache folder of the test's own.
+
+Without moto, boto3 or the `[s3]` extra the tests are skipped; with `CI` set they fail instead,
+so CI never skips them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from conftest import FIXTURES, cli
+
+MOTO = textwrap.dedent("""
+    import json, logging, os, sys
+    logging.getLogger("werkzeug").setLevel(logging.ERROR)
+    os.environ["INITIAL_NO_AUTH_ACTION_COUNT"] = "3"  # the 3 IAM calls below; then auth is on
+    from moto.server import ThreadedMotoServer
+    import boto3
+    port = int(sys.argv[1])
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    server.start()
+    kw = dict(endpoint_url=f"http://127.0.0.1:{port}", region_name="us-east-1")
+    iam = boto3.client("iam", aws_access_key_id="setup", aws_secret_access_key="setup", **kw)
+    iam.create_user(UserName="tester")
+    iam.put_user_policy(UserName="tester", PolicyName="all", PolicyDocument=json.dumps(
+        {"Version": "2012-10-17",
+         "Statement": [{"Effect": "Allow", "Action": "*", "Resource": "*"}]}))
+    key = iam.create_access_key(UserName="tester")["AccessKey"]
+    s3 = boto3.client("s3", aws_access_key_id=key["AccessKeyId"],
+                      aws_secret_access_key=key["SecretAccessKey"], **kw)
+    s3.create_bucket(Bucket="packs")
+    print(json.dumps({"key": key["AccessKeyId"], "secret": key["SecretAccessKey"]}), flush=True)
+    sys.stdin.read()
+    server.stop()
+""")
+
+
+def _missing() -> str | None:
+    for module in ("moto.server", "boto3", "obstore", "google_crc32c", "xxhash"):
+        try:
+            __import__(module)
+        except ImportError:
+            return (f"no {module} in {sys.executable} (pip install -r "
+                    "tests/python/requirements.txt)")
+    return None
+
+
+@pytest.fixture(scope="session")
+def s3():
+    """The server's environment (AWS_* variables), set in this process for the session."""
+    reason = _missing()
+    if reason is not None:
+        if os.environ.get("CI"):
+            pytest.fail(reason)
+        pytest.skip(reason)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    server = subprocess.Popen([sys.executable, "-c", MOTO, str(port)], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, text=True)
+    line = server.stdout.readline()
+    try:
+        keys = json.loads(line)
+    except ValueError:
+        server.kill()
+        pytest.fail(f"moto did not start: {line!r}")
+    env = {"AWS_ACCESS_KEY_ID": keys["key"], "AWS_SECRET_ACCESS_KEY": keys["secret"],
+           "AWS_REGION": "us-east-1", "AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}",
+           "AWS_ALLOW_HTTP": "true"}
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    yield env
+    for k, v in saved.items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v
+    server.stdin.close()
+    server.wait(30)
+
+
+def put(url: str, data: bytes) -> None:
+    import obstore
+    from obstore.store import S3Store
+
+    bucket, _, key = url[len("s3://"):].partition("/")
+    obstore.put(S3Store(bucket), key, data)
+
+
+def publish(folder: Path, url: str) -> None:
+    """Uploads a pack folder: every file, metadata.db last (the commit point)."""
+    files = sorted(p for p in folder.iterdir() if p.is_file() and p.name != "metadata.db")
+    for path in files + [folder / "metadata.db"]:
+        put(f"{url}/{path.name}", path.read_bytes())
+
+
+EMBED = 5
+
+
+@pytest.fixture(scope="session")
+def local(tmp_path_factory) -> Path:
+    """A pack of fixtures/raw in 500-row shards, with a companion family attached (so it has
+    2 versions: the pack, then the attach)."""
+    root = tmp_path_factory.mktemp("remote")
+    path = root / "pack"
+    cli("pack", "--input", FIXTURES / "raw", "--output", path, "--shard-rows", 500, "--quiet")
+    files = []
+    for k, shard in enumerate(sorted(path.glob("steps-*.npy"))):
+        rows = np.load(shard)
+        emb = np.stack([rows["run_id"], rows["step_index"]] + [rows["step_index"] * j
+                       for j in range(EMBED - 2)], axis=1).astype(np.float32)
+        files.append(root / f"emb-{k}.npy")
+        np.save(files[-1], emb)
+    cli("attach", path, "--name", "emb", "--from", *files, "--quiet")
+    return path
+
+
+@pytest.fixture(scope="session")
+def url(s3, local) -> str:
+    url = "s3://packs/team/clean"
+    publish(local, url)
+    return url
+
+
+def open_remote(url, cache, **kw):
+    from dataset_packer import Pack
+
+    return Pack(url, cache=cache, **kw)
+
+
+def shard_files(pack) -> list[str]:
+    return [p.name for p in pack.shards]
+
+
+def entries(cache: Path) -> dict[str, tuple]:
+    """The cache's files (name → (inode, mtime_ns, size)), lock files aside."""
+    return {p.name: (p.stat().st_ino, p.stat().st_mtime_ns, p.stat().st_size)
+            for p in (cache / "entries").iterdir() if not p.name.endswith(".lock")}
+
+
+def downloads(pack) -> int:
+    return pack._remote.client.downloads
+
+
+def same_batches(a, b) -> None:
+    assert len(a) == len(b)
+    for x, y in zip(a, b):
+        assert x.keys() == y.keys()
+        for key in x:
+            np.testing.assert_array_equal(x[key], y[key], err_msg=key)
+
+
+# ---------------------------------------------------------------------------- reading
+
+
+def test_a_remote_pack_reads_exactly_as_the_local_one(url, local, tmp_path):
+    from dataset_packer import Pack
+
+    here = Pack(local)
+    there = open_remote(url, tmp_path / "cache")
+    assert str(there.path) == url and there.path.name == "clean"
+    assert (len(there), there.num_runs, there.valuation_names, there.version) == \
+           (len(here), here.num_runs, here.valuation_names, here.version)
+    assert there.version == 2 and len(there.shards) == len(here.shards) >= 4
+    assert shard_files(there) == [p.name for p in here.shards]
+    assert [str(p) for p in there.shards][0] == f"{url}/steps-00000.npy"
+    assert there.session == here.session and there.pack_id == here.pack_id
+    assert there.versions() == here.versions()
+    np.testing.assert_array_equal(there.rows(slice(None)), here.rows(slice(None)))
+    picks = np.random.default_rng(3).integers(0, len(here), 400)
+    np.testing.assert_array_equal(there.rows(picks), here.rows(picks))
+    run = int(here.select("steps > 50").run_ids[0])
+    np.testing.assert_array_equal(there.run(run), here.run(run))
+    assert there.select("steps > 50").run_ids.tolist() == here.select("steps > 50").run_ids.tolist()
+    assert there.companions == here.companions == ["emb"]
+    np.testing.assert_array_equal(there.companion("emb")[picks], here.companion("emb")[picks])
+    for options in ({"shuffle": True, "seed": 5, "epoch": 1, "augment": True},
+                    {"shuffle": False, "select": "steps > 50"},
+                    {"shuffle": True, "rank": 1, "world_size": 2, "companions": ["emb"]}):
+        same_batches(list(there.batches(256, **options)), list(here.batches(256, **options)))
+    same_batches(list(there.windows(8, 32, seed=2)), list(here.windows(8, 32, seed=2)))
+    train_r, val_r = there.split(0.2, seed=1)
+    train_l, val_l = here.split(0.2, seed=1)
+    assert val_r.run_ids.tolist() == val_l.run_ids.tolist()
+    # Version 1 (before the attach): its rows, read through the same cache.
+    v1_r, v1_l = there.at_version(1), Pack(local, version=1)
+    assert (v1_r.version, len(v1_r), v1_r.companions) == (1, len(v1_l), [])
+    same_batches(list(v1_r.batches(500, seed=9)), list(v1_l.batches(500, seed=9)))
+    there.close()
+
+
+def test_shards_are_fetched_lazily_and_a_second_open_downloads_nothing(url, local, tmp_path):
+    cache = tmp_path / "cache"
+    pack = open_remote(url, cache)
+    # metadata.db and valuation_types.json only: no shard is fetched before it is read.
+    assert downloads(pack) == 2 and entries(cache) == {}
+    pack.rows(slice(0, 10))
+    assert downloads(pack) == 3 and len(entries(cache)) == 1
+    pack.rows(slice(None))
+    shards = len(pack.shards)
+    assert downloads(pack) == 2 + shards
+    before = entries(cache)
+    assert len(before) == shards
+    from dataset_packer._remote import entry_name
+
+    # The cache's entries are named as the binary names them (src/store/cache.rs).
+    listed = {f["file_name"]: f for f in pack.versions()[-1]["files"]}
+    assert set(before) == {entry_name(pack.path / name, listed[name]["bytes"],
+                                      int(listed[name]["crc32c"], 16))
+                           for name in shard_files(pack)}
+    assert (cache / "CACHEDIR.TAG").read_text().startswith(
+        "Signature: 8a477f597d28d172789f06886806bc55\n")
+    again = open_remote(url, cache)
+    np.testing.assert_array_equal(again.rows(slice(None)), pack.rows(slice(None)))
+    assert downloads(again) == 2, "the shards came from the cache"
+    assert entries(cache) == before, "not one entry was written again"
+    pack.close()
+    again.close()
+    assert list((cache / "views").iterdir()) == [], "closing removes the private views"
+
+
+def test_the_cache_protocol_entry_names_are_the_binarys():
+    from dataset_packer._remote import entry_name, is_entry_name, parse_location
+
+    # The same names src/store/cache.rs's `entry_names_are_the_ones_python_computes` asserts.
+    assert entry_name(parse_location("s3://packs/team/clean/steps-00003.npy"), 48_128,
+                      0x1234ABCD) == "c5b5a1d288c357c6-1234abcd-48128-steps-00003.npy"
+    assert entry_name(parse_location("S3A://Bucket/p/émb dé-00000.npy/"), 7, 0) == \
+        "c852b7674cf794f8-00000000-7-_mb_d_-00000.npy"
+    name = "c5b5a1d288c357c6-1234abcd-48128-steps-00003.npy"
+    assert is_entry_name(name)
+    for other in (f"{name}.lock", f"{name}.part", "notes.txt", "CACHEDIR.TAG",
+                  "0123-deadbeef-1-x", "steps-00000.npy"):
+        assert not is_entry_name(other), other
+
+
+READER = textwrap.dedent("""
+    import json, os, sys, time
+    import numpy as np
+    from dataset_packer import Pack
+    url, cache, go = sys.argv[1:4]
+    while not os.path.exists(go):
+        time.sleep(0.01)
+    pack = Pack(url, cache=cache)
+    rows = pack.rows(slice(None))
+    print(json.dumps({"downloads": pack._remote.client.downloads,
+                      "sum": int(rows.view(np.uint8).astype(np.uint64).sum())}))
+""")
+
+
+def test_two_processes_sharing_a_cache_download_each_shard_once(url, local, tmp_path):
+    from dataset_packer import Pack
+
+    cache, go = tmp_path / "cache", tmp_path / "go"
+    procs = [subprocess.Popen([sys.executable, "-c", READER, url, str(cache), str(go)],
+                              stdout=subprocess.PIPE, text=True) for _ in range(2)]
+    time.sleep(0.5)
+    go.touch()
+    results = [json.loads(p.communicate(timeout=120)[0]) for p in procs]
+    assert all(p.returncode == 0 for p in procs)
+    here = Pack(local)
+    want = int(here.rows(slice(None)).view(np.uint8).astype(np.uint64).sum())
+    assert [r["sum"] for r in results] == [want, want]
+    # Each process downloads metadata.db and valuation_types.json; the shards, once in all.
+    shard_downloads = sum(r["downloads"] - 2 for r in results)
+    assert shard_downloads == len(here.shards), results
+    assert len(entries(cache)) == len(here.shards)
+
+
+def test_a_pickled_remote_pack_reopens_on_the_same_cache(url, tmp_path):
+    pack = open_remote(url, tmp_path / "cache", cache_limit="64MiB")
+    rows = pack.rows(slice(None))
+    copy = pickle.loads(pickle.dumps(pack))
+    assert str(copy.path) == url and copy._data.cache_limit == 64 << 20
+    np.testing.assert_array_equal(copy.rows(slice(None)), rows)
+    assert downloads(copy) == 2
+
+
+# ---------------------------------------------------------------------------- the loader contract
+
+
+def test_the_packdata_contract_for_a_loader(url, local, tmp_path):
+    from dataset_packer import Pack
+    from dataset_packer._data import of
+
+    here = of(Pack(local))
+    assert (here.is_remote, here.cache_limit) == (False, None)
+    here.prefetch([0, 1])
+    here.release([0, 1])
+    sizes = [p.stat().st_size for p in Pack(local).shards]
+    assert [here.shard_bytes(i) for i in range(len(sizes))] == sizes
+
+    cache = tmp_path / "cache"
+    # Room for two shards and a half: reading every shard needs `release` of the others.
+    limit = sizes[0] * 5 // 2
+    pack = open_remote(url, cache, cache_limit=limit)
+    data = of(pack)
+    assert (data.is_remote, data.cache_limit) == (True, limit)
+    assert [data.shard_bytes(i) for i in range(len(sizes))] == sizes
+    data.prefetch([0, 1])
+    deadline = time.time() + 60
+    while len(entries(cache)) < 2 and time.time() < deadline:
+        time.sleep(0.02)
+    assert len(entries(cache)) == 2, "prefetch fetched both, in the background"
+    np.testing.assert_array_equal(pack.rows(slice(0, 1000)),
+                                  Pack(local).rows(slice(0, 1000)))
+    assert downloads(pack) == 4, "the reads used the prefetched entries"
+    from dataset_packer._remote import CacheLimitError
+
+    with pytest.raises(CacheLimitError, match="cache_limit"):
+        pack.rows(slice(None))  # shards 0 and 1 are pinned, 2 more do not fit
+    for k in range(len(sizes)):
+        data.prefetch([k])
+        start, stop = data._offsets[k], data._offsets[k + 1]
+        np.testing.assert_array_equal(pack.rows(slice(start, stop)),
+                                      Pack(local).rows(slice(start, stop)))
+        data.release([k])
+    assert sum(s for *_, s in entries(cache).values()) <= limit
+    pack.close()
+
+
+# ---------------------------------------------------------------------------- faults
+
+
+def test_a_corrupt_object_is_refused_and_nothing_of_it_is_cached(s3, local, tmp_path):
+    from dataset_packer._remote import CorruptError
+
+    url = "s3://packs/corrupt"
+    publish(local, url)
+    good = (local / "steps-00001.npy").read_bytes()
+    bad = bytearray(good)
+    bad[1000] ^= 0xFF
+    put(f"{url}/steps-00001.npy", bytes(bad))
+    cache = tmp_path / "cache"
+    pack = open_remote(url, cache)
+    pack.rows(slice(0, 10))  # shard 0 is fine
+    with pytest.raises(CorruptError, match=f"{url}/steps-00001.npy: downloaded"):
+        pack.rows(slice(None))
+    names = sorted(entries(cache))
+    assert len(names) == 1 and names[0].endswith("steps-00000.npy"), names
+    # A download interrupted by kill -9 leaves a .part: never read as data, replaced.
+    put(f"{url}/steps-00001.npy", good)
+    from dataset_packer import Pack
+    from dataset_packer._remote import entry_name, parse_location
+
+    listed = {f["file_name"]: f for f in pack.versions()[-1]["files"]}["steps-00001.npy"]
+    name = entry_name(parse_location(f"{url}/steps-00001.npy"), listed["bytes"],
+                      int(listed["crc32c"], 16))
+    part = cache / "entries" / f"{name}.part"
+    part.write_bytes(good[:5000])
+    np.testing.assert_array_equal(pack.rows(slice(None)), Pack(local).rows(slice(None)))
+    assert not part.exists() and (cache / "entries" / name).stat().st_size == len(good)
+
+
+def test_a_cache_limit_smaller_than_a_shard_says_so(url, tmp_path):
+    from dataset_packer._remote import CacheLimitError
+
+    pack = open_remote(url, tmp_path / "cache", cache_limit=1000)
+    with pytest.raises(CacheLimitError, match=r"steps-00000\.npy \(\d+ bytes\) is larger than "
+                                              r"the cache's limit \(1000 bytes\): raise "
+                                              "cache_limit"):
+        pack.rows(0)
+    assert entries(tmp_path / "cache") == {}
+
+
+def test_missing_things_and_wrong_credentials_each_say_so(s3, url, tmp_path, monkeypatch):
+    from dataset_packer import NotAPackError, PackError
+    from dataset_packer._remote import RemoteError, UrlError
+
+    cache = tmp_path / "cache"
+    with pytest.raises(NotAPackError, match="s3://packs/nothing/here is not a pack: it has no "
+                                            "metadata.db"):
+        open_remote("s3://packs/nothing/here", cache)
+    with pytest.raises(NotAPackError, match='the bucket "nobucket" does not exist|'
+                                            "the bucket 'nobucket' does not exist"):
+        open_remote("s3://nobucket/x", cache)
+    with pytest.raises(UrlError, match="unknown URL scheme 'ftp'") as caught:
+        open_remote("ftp://host/pack", cache)
+    assert isinstance(caught.value, ValueError) and isinstance(caught.value, PackError)
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "wrong")
+    with pytest.raises(RemoteError, match="s3://packs/team/clean/metadata.db: the server does "
+                                          "not accept these credentials"):
+        open_remote(url, cache)
+    for var in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
+        monkeypatch.delenv(var)
+    with pytest.raises(RemoteError, match="no credentials: set AWS_ACCESS_KEY_ID"):
+        open_remote(url, cache)
+    assert list((cache / "views").iterdir()) == [], "a failed open leaves no view behind"
+
+
+def test_the_cache_settings_come_from_the_arguments_else_the_environment(monkeypatch, tmp_path):
+    from dataset_packer._remote import DEFAULT_LIMIT, cache_config, parse_size
+
+    monkeypatch.delenv("DATASET_PACKER_CACHE", raising=False)
+    monkeypatch.delenv("DATASET_PACKER_CACHE_LIMIT", raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert cache_config() == (tmp_path / "xdg" / "dataset-packer", DEFAULT_LIMIT)
+    monkeypatch.setenv("DATASET_PACKER_CACHE", str(tmp_path / "c"))
+    monkeypatch.setenv("DATASET_PACKER_CACHE_LIMIT", "1.5GiB")
+    assert cache_config() == (tmp_path / "c", 3 << 29)
+    assert cache_config(tmp_path / "d", "2GB") == (tmp_path / "d", 2_000_000_000)
+    assert cache_config(None, 4096)[1] == 4096
+    monkeypatch.setenv("DATASET_PACKER_CACHE_LIMIT", "lots")
+    with pytest.raises(ValueError, match="DATASET_PACKER_CACHE_LIMIT=lots"):
+        cache_config()
+    assert (parse_size("50GiB"), parse_size(" 2 KiB "), parse_size("3MB")) == \
+        (50 << 30, 2048, 3_000_000)
+    for bad in ("", "GiB", "1.2.3G", "5 parsecs", "-1G", "1e400"):
+        with pytest.raises(ValueError):
+            parse_size(bad)
