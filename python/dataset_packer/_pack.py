@@ -101,8 +101,11 @@ class Pack:
             paths = find_shard_paths(self.path)
         try:
             self._open(paths, version, legacy_legal)
-        except PackError as e:
+        except BaseException as e:
             if self._remote is None:
+                raise
+            self._remote.close()
+            if not isinstance(e, PackError):
                 raise
             # Name the URL, never the private folder the files were downloaded into.
             raise type(e)(str(e).replace(str(self._folder), str(self.path))) from None
@@ -368,6 +371,9 @@ class Pack:
         found = self._companions.get(name)
         if found is None:
             if self._remote is not None and self._data.past:
+                if name not in self.companions:
+                    raise KeyError(f"no companion {name!r} in {self.path} at version "
+                                   f"{self.version}")
                 raise PackError(f"companion {name!r} of {self.path} at version {self.version}: "
                                 "companions of a past version are read from local packs only "
                                 "(the rows of the version read)")

@@ -672,21 +672,34 @@ def _pid_alive(pid: int) -> bool:
 
 
 def _sweep_views(views: Path) -> None:
-    """Removes the view folders of processes that are gone (`<pid>-<n>`)."""
+    """Removes the view folders (`<pid>-<n>`) of processes that are gone: a view whose
+    `.lock` no process holds (its owner holds it while the view lives: this works across
+    containers sharing the folder, where process ids do not), or without one (the binary's),
+    whose process id is not running."""
     try:
         listing = list(views.iterdir())
     except OSError:
         return
     for view in listing:
         pid, dash, n = view.name.partition("-")
-        if dash and pid.isdigit() and n.isdigit() and not _pid_alive(int(pid)):
+        if not (dash and pid.isdigit() and n.isdigit()):
+            continue
+        lock = view / ".lock"
+        if lock.exists():
+            fd = _try_lock_entry(lock)
+            if fd is None:
+                continue
+            shutil.rmtree(view, ignore_errors=True)
+            os.close(fd)
+        elif not _pid_alive(int(pid)):
             shutil.rmtree(view, ignore_errors=True)
 
 
-def _remove_view(folder: Path, pid: int) -> None:
+def _remove_view(folder: Path, pid: int, lock_fd: int) -> None:
     # A forked child shares its parent's view: only the process that made it removes it.
     if os.getpid() == pid:
         shutil.rmtree(folder, ignore_errors=True)
+        os.close(lock_fd)
 
 
 class RemotePack:
@@ -712,7 +725,8 @@ class RemotePack:
             except FileExistsError:
                 continue
         self.view = view
-        self._finalizer = weakref.finalize(self, _remove_view, view, os.getpid())
+        lock = _lock_entry(view / ".lock", fcntl.LOCK_SH)
+        self._finalizer = weakref.finalize(self, _remove_view, view, os.getpid(), lock)
         self._records: dict[str, tuple[int, int]] | None = None
         self._rows: dict[str, int] = {}
         #: family ("steps" or a companion's name) → its file names in the latest version.
@@ -720,14 +734,18 @@ class RemotePack:
         self._pool = None
         self._pool_pid = None
         self._pool_lock = threading.Lock()
-        for name in ("metadata.db", "valuation_types.json"):
-            try:
-                data = self.client.get(url / name)
-            except NotAPackError as e:
-                if "bucket" in str(e):
-                    raise
-                raise NotAPackError(f"{url} is not a pack: it has no {name} ({e})") from None
-            (view / name).write_bytes(data)
+        try:
+            for name in ("metadata.db", "valuation_types.json"):
+                try:
+                    data = self.client.get(url / name)
+                except NotAPackError as e:
+                    if "bucket" in str(e):
+                        raise
+                    raise NotAPackError(f"{url} is not a pack: it has no {name} ({e})") from None
+                (view / name).write_bytes(data)
+        except BaseException:
+            self._finalizer()
+            raise
 
     @property
     def limit(self) -> int:
@@ -857,21 +875,28 @@ class RemoteShards:
             self._forked()
             if self._arrays[i] is not None:
                 return self._arrays[i]
-            shard = self.shards[i]
             future = self._pending.pop(i, None)
-            entry = future.result() if future is not None else None
-            if entry is None:
-                entry = self.remote.fetch(shard.path.name)
+        shard = self.shards[i]
+        entry = None
+        if future is not None:
             try:
-                self._check(shard, entry.path)
-                local = _replace_path(shard, entry.path)
-                array = map_shard(local)
-            except BaseException:
+                entry = future.result()
+            except Exception:
+                # Fetched again here: what failed then (room in the cache) may not now, and
+                # if it does, the error is raised by the read that needs the shard.
+                entry = None
+        if entry is None:
+            entry = self.remote.fetch(shard.path.name)
+        try:
+            self._check(shard, entry.path)
+            array = map_shard(_replace_path(shard, entry.path))
+        except BaseException:
+            entry.release()
+            raise
+        with self._lock:
+            if self._arrays[i] is not None:  # mapped meanwhile by another thread
                 entry.release()
-                raise
-            old = self._entries.pop(i, None)
-            if old is not None:
-                old.release()
+                return self._arrays[i]
             self._entries[i] = entry
             self._arrays[i] = array
             return array

@@ -252,33 +252,48 @@ READER = textwrap.dedent("""
     import json, os, sys, time
     import numpy as np
     from dataset_packer import Pack
-    url, cache, go = sys.argv[1:4]
-    while not os.path.exists(go):
-        time.sleep(0.01)
+    from dataset_packer._remote import Cache, parse_location
+    url, cache, go, big, size, crc = sys.argv[1:7]
     pack = Pack(url, cache=cache)
+    shared = Cache(cache, 1 << 30, pack._remote.client)
+    opened = pack._remote.client.downloads
+    with open(go + "." + str(os.getpid()), "w"):
+        pass
+    while not os.path.exists(go):
+        time.sleep(0.001)
+    # All at once: the large file first (its download takes long enough that they overlap).
+    with shared.fetch(parse_location(big), int(size), int(crc)) as entry:
+        assert os.path.getsize(entry.path) == int(size)
     rows = pack.rows(slice(None))
-    print(json.dumps({"downloads": pack._remote.client.downloads,
+    print(json.dumps({"downloads": pack._remote.client.downloads - opened,
                       "sum": int(rows.view(np.uint8).astype(np.uint64).sum())}))
 """)
 
 
-def test_two_processes_sharing_a_cache_download_each_shard_once(url, local, tmp_path):
+def test_processes_sharing_a_cache_download_each_file_once(url, local, tmp_path):
+    import google_crc32c
+
     from dataset_packer import Pack
 
+    big = np.random.default_rng(0).integers(0, 256, 24 << 20, dtype=np.uint8).tobytes()
+    put("s3://packs/big/file.bin", big)
     cache, go = tmp_path / "cache", tmp_path / "go"
-    procs = [subprocess.Popen([sys.executable, "-c", READER, url, str(cache), str(go)],
-                              stdout=subprocess.PIPE, text=True) for _ in range(2)]
-    time.sleep(0.5)
+    procs = [subprocess.Popen([sys.executable, "-c", READER, url, str(cache), str(go),
+                               "s3://packs/big/file.bin", str(len(big)),
+                               str(google_crc32c.value(big))],
+                              stdout=subprocess.PIPE, text=True) for _ in range(3)]
+    deadline = time.time() + 120
+    while len(list(tmp_path.glob("go.*"))) < len(procs) and time.time() < deadline:
+        time.sleep(0.01)
     go.touch()
-    results = [json.loads(p.communicate(timeout=120)[0]) for p in procs]
+    results = [json.loads(p.communicate(timeout=300)[0]) for p in procs]
     assert all(p.returncode == 0 for p in procs)
     here = Pack(local)
     want = int(here.rows(slice(None)).view(np.uint8).astype(np.uint64).sum())
-    assert [r["sum"] for r in results] == [want, want]
-    # Each process downloads metadata.db and valuation_types.json; the shards, once in all.
-    shard_downloads = sum(r["downloads"] - 2 for r in results)
-    assert shard_downloads == len(here.shards), results
-    assert len(entries(cache)) == len(here.shards)
+    assert [r["sum"] for r in results] == [want] * len(procs)
+    # The large file and each shard, downloaded once for the whole node.
+    assert sum(r["downloads"] for r in results) == 1 + len(here.shards), results
+    assert len(entries(cache)) == 1 + len(here.shards)
 
 
 def test_a_pickled_remote_pack_reopens_on_the_same_cache(url, tmp_path):
@@ -422,3 +437,28 @@ def test_the_cache_settings_come_from_the_arguments_else_the_environment(monkeyp
     for bad in ("", "GiB", "1.2.3G", "5 parsecs", "-1G", "1e400"):
         with pytest.raises(ValueError):
             parse_size(bad)
+
+
+def test_views_of_processes_that_are_gone_are_swept(url, tmp_path):
+    import fcntl
+
+    cache = tmp_path / "cache"
+    views = cache / "views"
+    views.mkdir(parents=True)
+    # The binary's kind (no .lock) of a process that is gone, and ours of a process that is
+    # gone (a .lock nobody holds), and one that lives (its .lock held: perhaps in another
+    # container, where its process id means nothing here), and a folder not named like one.
+    gone_pid, gone_lock, alive, other = (views / "999999999-0", views / "4-0", views / "5-0",
+                                         views / "notes")
+    for folder in (gone_pid, gone_lock, alive, other):
+        folder.mkdir()
+        (folder / "metadata.db").write_bytes(b"x")
+    (gone_lock / ".lock").touch()
+    (alive / ".lock").touch()
+    held = open(alive / ".lock", "w")
+    fcntl.flock(held, fcntl.LOCK_SH)
+    pack = open_remote(url, cache)
+    left = sorted(p.name for p in views.iterdir())
+    assert left == sorted(["5-0", "notes", pack._remote.view.name]), left
+    held.close()
+    pack.close()
