@@ -234,14 +234,15 @@ def add_rows(batch: dict, families, groups=None, spans=None) -> None:
                       family._gather_groups(groups))
 
 
-def open_prefix_family(pack, name: str, files: list[tuple[Path, str, int]]) -> Companion:
+def open_prefix_family(pack, name: str, files: list[tuple]) -> Companion:
     """The family `name` as a past version of the pack had it: (path, shard file name, rows
-    of the version) per shard, each file holding at least those rows (in-place changes only
+    of the version[, local file]) per shard, each file holding at least those rows (in-place changes only
     append), read up to them. What metadata.db's `companions` table records is the family
     now, so it is not compared."""
     headers = _check_files(name, files, prefix=True)
-    return _mapped(pack, name, [(path, want, offset) for (path, _, want), (_, _, offset, *_)
-                                in zip(files, headers)], headers[0][4], headers[0][5], True)
+    return _mapped(pack, name, [(path, want, offset, local) for (path, _, want, *_),
+                                (_, _, offset, _, _, _, local) in zip(files, headers)],
+                   headers[0][4], headers[0][5], True)
 
 
 def _mapped(pack, name, files, dtype, trailing, recorded: bool) -> Companion:

@@ -370,13 +370,6 @@ class Pack:
         is no such family."""
         found = self._companions.get(name)
         if found is None:
-            if self._remote is not None and self._data.past:
-                if name not in self.companions:
-                    raise KeyError(f"no companion {name!r} in {self.path} at version "
-                                   f"{self.version}")
-                raise PackError(f"companion {name!r} of {self.path} at version {self.version}: "
-                                "companions of a past version are read from local packs only "
-                                "(the rows of the version read)")
             opener = _versions.open_past_family if self._data.past else open_family
             found = self._companions[name] = opener(self, name)
         return found

@@ -347,6 +347,11 @@ def open_past_family(pack, name: str):
                            "read)")
     files = [(pack.path / file, shard.path.name, rows)
              for (_, file, rows), shard in zip(history.files(version, name), data.shards)]
+    if data.is_remote:
+        # Each file as the latest version records it (in-place changes only append), fetched
+        # through the cache and read up to the version's rows.
+        return open_prefix_family(pack, name, [(path, shard, rows, data.local_file(path.name))
+                                               for path, shard, rows in files])
     missing = [path for path, _, _ in files if not path.is_file()]
     if missing:
         raise VersionError(f"{missing[0]}: missing, but version {version} of {pack.path} "

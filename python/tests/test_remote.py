@@ -113,8 +113,8 @@ EMBED = 5
 
 @pytest.fixture(scope="session")
 def local(tmp_path_factory) -> Path:
-    """A pack of fixtures/raw in 500-row shards, with a companion family attached (so it has
-    2 versions: the pack, then the attach)."""
+    """A pack of fixtures/raw in 500-row shards, with two companion families attached one
+    after the other (so it has 3 versions: the pack, then each attach)."""
     root = tmp_path_factory.mktemp("remote")
     path = root / "pack"
     cli("pack", "--input", FIXTURES / "raw", "--output", path, "--shard-rows", 500, "--quiet")
@@ -126,6 +126,10 @@ def local(tmp_path_factory) -> Path:
         files.append(root / f"emb-{k}.npy")
         np.save(files[-1], emb)
     cli("attach", path, "--name", "emb", "--from", *files, "--quiet")
+    # Version 3: another family (version 2 then reads `emb` cut to its rows).
+    tags = root / "tags.npy"
+    np.save(tags, (np.arange(sum(len(np.load(f)) for f in files)) % 251).astype(np.uint8))
+    cli("attach", path, "--name", "tags", "--from", tags, "--quiet")
     return path
 
 
@@ -175,7 +179,7 @@ def test_a_remote_pack_reads_exactly_as_the_local_one(url, local, tmp_path):
     assert str(there.path) == url and there.path.name == "clean"
     assert (len(there), there.num_runs, there.valuation_names, there.version) == \
            (len(here), here.num_runs, here.valuation_names, here.version)
-    assert there.version == 2 and len(there.shards) == len(here.shards) >= 4
+    assert there.version == 3 and len(there.shards) == len(here.shards) >= 4
     assert shard_files(there) == [p.name for p in here.shards]
     assert [str(p) for p in there.shards][0] == f"{url}/steps-00000.npy"
     assert there.session == here.session and there.pack_id == here.pack_id
@@ -186,7 +190,7 @@ def test_a_remote_pack_reads_exactly_as_the_local_one(url, local, tmp_path):
     run = int(here.select("steps > 50").run_ids[0])
     np.testing.assert_array_equal(there.run(run), here.run(run))
     assert there.select("steps > 50").run_ids.tolist() == here.select("steps > 50").run_ids.tolist()
-    assert there.companions == here.companions == ["emb"]
+    assert there.companions == here.companions == ["emb", "tags"]
     np.testing.assert_array_equal(there.companion("emb")[picks], here.companion("emb")[picks])
     for options in ({"shuffle": True, "seed": 5, "epoch": 1, "augment": True},
                     {"shuffle": False, "select": "steps > 50"},
@@ -462,3 +466,32 @@ def test_views_of_processes_that_are_gone_are_swept(url, tmp_path):
     assert left == sorted(["5-0", "notes", pack._remote.view.name]), left
     held.close()
     pack.close()
+
+
+def test_the_summary_of_a_remote_pack_needs_no_shard(url, local, tmp_path):
+    cache = tmp_path / "cache"
+    env = {**os.environ, "DATASET_PACKER_CACHE": str(cache)}
+    out = [subprocess.run([sys.executable, "-m", "dataset_packer", str(where), "--json"],
+                          capture_output=True, text=True, env=env) for where in (url, local)]
+    assert [o.returncode for o in out] == [0, 0], out[0].stderr
+    there, here = (json.loads(o.stdout) for o in out)
+    assert there.pop("pack") == url and here.pop("pack") == str(local)
+    assert there == here and there["companions"] == ["emb", "tags"]
+    assert entries(cache) == {}, "headers and metadata.db were enough"
+    typo = subprocess.run([sys.executable, "-m", "dataset_packer", "s3:packs/team/clean"],
+                          capture_output=True, text=True, env=env)
+    assert typo.returncode == 1 and "'s3:packs/team/clean': a URL is written s3://…" in \
+        typo.stderr
+
+
+def test_a_past_version_of_a_remote_pack_reads_its_companions(url, local, tmp_path):
+    from dataset_packer import Pack
+
+    v2, here = open_remote(url, tmp_path / "cache", version=2), Pack(local, version=2)
+    assert v2.companions == here.companions == ["emb"]
+    with pytest.raises(KeyError, match="no companion 'tags'.*attached in version 3"):
+        v2.companion("tags")
+    np.testing.assert_array_equal(v2.companion("emb")[:], here.companion("emb")[:])
+    same_batches(list(v2.batches(300, seed=4, companions=["emb"])),
+                 list(here.batches(300, seed=4, companions=["emb"])))
+    assert [str(f) for f in v2.companion("emb").files][0] == f"{url}/emb-00000.npy"
