@@ -16,6 +16,8 @@ with the rows: `pack.companion("embeddings")[rows]`, `pack.batches(...,
 companions=["embeddings"])`. `dataset_packer.torch` wraps it as a
 PyTorch IterableDataset (imported only when used). `executable()` finds the
 `dataset-packer` command (the one installed with this package first), for running it.
+`Pack("s3://bucket/prefix")` reads a pack in object storage through a bounded cache shared
+with the command line (the `[s3]` extra).
 """
 
 from ._cli import ExecutableNotFoundError, executable
@@ -28,11 +30,13 @@ from ._format import LEGACY_ROW_DTYPE, STEP_ROW_DTYPE
 from ._order import EpochPlan, Permutation
 from ._mixture import Mixture
 from ._pack import Pack, Selection
+from ._remote import CacheLimitError, CorruptError, RemoteError, UrlError
 
 __all__ = [
     "Pack", "Selection", "Mixture", "Companion", "STEP_ROW_DTYPE", "LEGACY_ROW_DTYPE", "MOVE_NAMES",
     "PackError", "NotAPackError", "RunIndexError", "SelectionError", "EmptySelectionError",
     "CompanionError", "VersionError", "executable", "ExecutableNotFoundError",
+    "UrlError", "RemoteError", "CorruptError", "CacheLimitError",
     "decode_exps", "encode_board", "board_eval", "legal_moves", "apply_symmetries",
     "CELL_SOURCE", "MOVE_TARGET", "MOVE_SOURCE", "EpochPlan", "Permutation",
 ]
