@@ -260,12 +260,8 @@ class Client:
         retry = {"max_retries": 10, "retry_timeout": timedelta(minutes=3),
                  "backoff": {"init_backoff": timedelta(milliseconds=100),
                              "max_backoff": timedelta(seconds=15), "base": 2}}
-        options = {"timeout": timedelta(seconds=60), "connect_timeout": timedelta(seconds=5)}
-        # Client options given here replace those the store reads from the environment:
-        # keep the one a test server needs (`AWS_ALLOW_HTTP=true`, as the binary reads it).
-        prefix = {"s3": "AWS", "gs": "GOOGLE", "az": "AZURE"}.get(url.scheme)
-        if prefix and _truthy(os.environ.get(f"{prefix}_ALLOW_HTTP", "")):
-            options["allow_http"] = True
+        options = {"timeout": timedelta(seconds=60), "connect_timeout": timedelta(seconds=5),
+                   **_client_options_from_env(url.scheme)}
         if url.scheme == "s3":
             _check_credentials(url)
             return stores.S3Store(url.bucket, client_options=options, retry_config=retry)
@@ -281,16 +277,6 @@ class Client:
         """The whole object (small files: metadata.db, valuation_types.json)."""
         try:
             data = bytes(self._obstore.get(self._store(url), url.prefix).bytes())
-        except Exception as e:
-            raise remote_error(url, e) from None
-        self._count(len(data))
-        return data
-
-    def get_range(self, url: Url, start: int, length: int) -> bytes:
-        """`length` bytes from `start` (a header): not cached."""
-        try:
-            data = bytes(self._obstore.get_range(self._store(url), url.prefix, start=start,
-                                                 length=length))
         except Exception as e:
             raise remote_error(url, e) from None
         self._count(len(data))
@@ -323,9 +309,26 @@ class Client:
             self.bytes_downloaded += size
 
 
-def _truthy(text: str) -> bool:
-    """A boolean variable as object_store reads one."""
-    return text.strip().lower() in ("true", "1", "yes", "y", "on")
+#: The HTTP client's settings the environment may give (`AWS_ALLOW_HTTP=true`, …), which
+#: object_store reads there unless the program gives client options, as this one does.
+_CLIENT_FLAGS = ("allow_http", "allow_invalid_certificates")
+_CLIENT_TEXTS = ("proxy_url", "proxy_ca_certificate", "proxy_excludes")
+
+
+def _client_options_from_env(scheme: str) -> dict:
+    """`<PREFIX>_ALLOW_HTTP` and the other client settings of the environment, as the
+    binary's store reads them (its variables override its defaults)."""
+    prefix = {"s3": "AWS_", "gs": "GOOGLE_", "az": "AZURE_"}.get(scheme)
+    if prefix is None:
+        return {}
+    found = {}
+    for key in _CLIENT_FLAGS + _CLIENT_TEXTS:
+        value = os.environ.get(prefix + key.upper())
+        if value is None:
+            continue
+        found[key] = (value.strip().lower() in ("true", "1", "yes", "y", "on")
+                      if key in _CLIENT_FLAGS else value)
+    return found
 
 
 def _check_credentials(url: Url) -> None:
