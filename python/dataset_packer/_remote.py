@@ -234,8 +234,8 @@ def _require(module: str):
 
 
 class Client:
-    """Blocking reads from object storage through `obstore` (the Python binding of the Rust
-    `object_store` the binary uses), one store per bucket, configured as the binary
+    """Blocking downloads from object storage through `obstore` (the Python binding of the
+    Rust `object_store` the binary uses), one store per bucket, configured as the binary
     configures it: the environment's `AWS_*` (`AWS_ENDPOINT_URL`, `AWS_ALLOW_HTTP=true`…),
     `GOOGLE_*`, `AZURE_*` variables; 10 retries with backoff 100 ms → 15 s within 3 minutes;
     a 60 s request timeout. Counts what it downloaded (`downloads`, `bytes_downloaded`)."""
@@ -273,35 +273,45 @@ class Client:
                                          client_options={**options, "allow_http": True},
                                          retry_config=retry)
 
-    def get(self, url: Url) -> bytes:
-        """The whole object (small files: metadata.db, valuation_types.json)."""
-        try:
-            data = bytes(self._obstore.get(self._store(url), url.prefix).bytes())
-        except Exception as e:
-            raise remote_error(url, e) from None
-        self._count(len(data))
-        return data
+    def download_file(self, url: Url, path: Path) -> tuple[int, int]:
+        """Streams the object at `url` into the file `path` from its start (created if
+        needed, never truncated: a cache download's `.part` is reserved at full length);
+        (bytes written, their CRC-32C). Only the server's errors become `remote_error`s: a
+        local one (a full disk) is raised as it is.
 
-    def download_to(self, url: Url, write) -> int:
-        """Streams the object into `write(chunk)`; its length. Only the server's errors are
-        turned into `remote_error`s: a local one (a full disk) is raised as it is."""
-        written = 0
+        In a process forked after this package used obstore, obstore's runtime (threads of
+        the parent) is gone and a request would wait forever: there the download runs in a
+        helper process of its own (`_Helper`), started once, which does the same."""
+        if _runtime_pid is not None and _runtime_pid != os.getpid():
+            written, crc = _helper().download_file(url, path)
+        else:
+            written, crc = self._download_here(url, path)
+        self._count(written)
+        return written, crc
+
+    def _download_here(self, url: Url, path: Path) -> tuple[int, int]:
+        global _runtime_pid
+        crc32c = _require("google_crc32c")
+        _runtime_pid = os.getpid()
         try:
             stream = iter(self._obstore.get(self._store(url), url.prefix).stream(
                 min_chunk_size=1 << 20))
         except Exception as e:
             raise remote_error(url, e) from None
-        while True:
-            try:
-                chunk = next(stream)
-            except StopIteration:
-                break
-            except Exception as e:
-                raise remote_error(url, e) from None
-            write(chunk)
-            written += len(chunk)
-        self._count(written)
-        return written
+        written, crc = 0, 0
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o666)
+        with open(fd, "wb", buffering=1 << 20) as out:
+            while True:
+                try:
+                    chunk = next(stream)
+                except StopIteration:
+                    break
+                except Exception as e:
+                    raise remote_error(url, e) from None
+                out.write(chunk)
+                crc = crc32c.extend(crc, bytes(chunk))
+                written += len(chunk)
+        return written, crc
 
     def _count(self, size: int) -> None:
         with self._lock:
@@ -329,6 +339,72 @@ def _client_options_from_env(scheme: str) -> dict:
         found[key] = (value.strip().lower() in ("true", "1", "yes", "y", "on")
                       if key in _CLIENT_FLAGS else value)
     return found
+
+
+#: The process that started obstore's runtime (None: not yet): a process forked from it
+#: cannot use it (its threads stayed in the parent).
+_runtime_pid: int | None = None
+_helpers: dict[int, "_Helper"] = {}
+_helpers_lock = threading.Lock()
+
+
+def _helper() -> "_Helper":
+    """This process's download helper (started on first use)."""
+    with _helpers_lock:
+        found = _helpers.get(os.getpid())
+        if found is None:
+            found = _helpers[os.getpid()] = _Helper()
+        return found
+
+
+class _Helper:
+    """A fresh Python process (not a fork) that downloads for a forked one: requests and
+    answers are JSON lines on its standard input and output; it ends when its input closes,
+    so it never outlives the process it serves."""
+
+    def __init__(self):
+        import subprocess
+        import sys
+        self._process = subprocess.Popen(
+            [sys.executable, "-c", "from dataset_packer._remote import _serve; _serve()"],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1,
+            env={**os.environ, "PYTHONPATH": os.pathsep.join(
+                [str(Path(__file__).resolve().parents[1])] +
+                [p for p in [os.environ.get("PYTHONPATH")] if p])})
+        self._lock = threading.Lock()
+
+    def download_file(self, url: Url, path: Path) -> tuple[int, int]:
+        import json
+        with self._lock:
+            self._process.stdin.write(json.dumps({"url": str(url), "path": str(path)}) + "\n")
+            self._process.stdin.flush()
+            line = self._process.stdout.readline()
+        if not line:
+            raise RemoteError(f"{url}: the download helper process ended "
+                              f"(exit code {self._process.poll()})")
+        answer = json.loads(line)
+        if "error" in answer:
+            kind = {"NotAPackError": NotAPackError, "RemoteError": RemoteError,
+                    "CorruptError": CorruptError, "UrlError": UrlError}.get(answer["type"],
+                                                                             PackError)
+            raise kind(answer["error"])
+        return answer["written"], answer["crc"]
+
+
+def _serve() -> None:
+    """The helper's loop (see `_Helper`)."""
+    import json
+    import sys
+    client = Client()
+    for line in sys.stdin:
+        request = json.loads(line)
+        try:
+            written, crc = client._download_here(parse_location(request["url"]),
+                                                 Path(request["path"]))
+            answer = {"written": written, "crc": crc}
+        except Exception as e:
+            answer = {"error": str(e), "type": type(e).__name__}
+        print(json.dumps(answer), flush=True)
 
 
 def _check_credentials(url: Url) -> None:
@@ -415,7 +491,7 @@ class Entry:
     def release(self) -> None:
         fd, self._fd = self._fd, -1
         if fd >= 0:
-            os.close(fd)
+            os.close(fd)  # an Entry's own lock
 
     def __enter__(self) -> "Entry":
         return self
@@ -461,8 +537,8 @@ class Cache:
             fd = _lock_entry(lock_path, fcntl.LOCK_SH)
             if _is_complete(path, length):
                 _stamp(fd)
-                return Entry(path, fd)
-            os.close(fd)
+                return Entry(path, _handed_over(fd))
+            _close(fd)
             fd = _lock_entry(lock_path, fcntl.LOCK_EX)
             try:
                 if not _is_complete(path, length):
@@ -472,38 +548,30 @@ class Cache:
                 # look again under the shared lock.
                 _flock(fd, fcntl.LOCK_SH)
             except BaseException:
-                os.close(fd)
+                _close(fd)
                 raise
             if _is_complete(path, length) and _same_file(fd, lock_path):
-                return Entry(path, fd)
-            os.close(fd)
+                return Entry(path, _handed_over(fd))
+            _close(fd)
 
     def _download(self, url: Url, path: Path, length: int, crc32c: int) -> None:
-        crc32c_mod = _require("google_crc32c")
         part = path.with_name(f"{path.name}.part")
         with self._evict_lock():
             _remove(part)
             self._make_room(length, url)
-            fd = os.open(part, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o666)
+            # Reserved at full length before the next process counts the cache's size.
             try:
-                os.ftruncate(fd, length)
+                with open(part, "wb") as reserved:
+                    reserved.truncate(length)
             except OSError:
-                os.close(fd)
                 _remove(part)
                 raise
-        state = {"crc": 0, "written": 0}
         try:
-            with open(fd, "wb", buffering=1 << 20) as out:
-                def write(chunk):
-                    out.write(chunk)
-                    state["crc"] = crc32c_mod.extend(state["crc"], bytes(chunk))
-                    state["written"] += len(chunk)
-                self.client.download_to(url, write)
-            if state["written"] != length or state["crc"] != crc32c:
+            written, crc = self.client.download_file(url, part)
+            if written != length or crc != crc32c:
                 raise CorruptError(
-                    f"{url}: downloaded {state['written']} bytes with CRC-32C "
-                    f"{state['crc']:08x}, expected {length} bytes with {crc32c:08x}; the cache "
-                    "keeps nothing of it")
+                    f"{url}: downloaded {written} bytes with CRC-32C {crc:08x}, expected "
+                    f"{length} bytes with {crc32c:08x}; the cache keeps nothing of it")
             os.rename(part, path)
         except BaseException:
             _remove(part)
@@ -542,7 +610,7 @@ class Cache:
             # (`_same_file`) and starts over.
             _remove(lock_path)
         finally:
-            os.close(fd)
+            _close(fd)
         return True
 
     def _scan(self) -> list[tuple[str, int, float]]:
@@ -577,12 +645,12 @@ class _Locked:
         self.path = path
 
     def __enter__(self):
-        self.fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o666)
+        self.fd = _open_lock(self.path)
         _flock(self.fd, fcntl.LOCK_EX)
         return self
 
     def __exit__(self, *exc):
-        os.close(self.fd)
+        _close(self.fd)
 
 
 def _is_complete(path: Path, length: int) -> bool:
@@ -601,7 +669,43 @@ def _stamp(fd: int) -> None:
 
 
 def _open_lock(path: Path) -> int:
-    return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o666)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o666)
+    _working[fd] = threading.get_ident()
+    return fd
+
+
+# Lock files a fetch is working with (fd → the thread), until they are closed or handed to an
+# `Entry`. A forked child gets copies of them, which would hold their locks for as long as
+# the child lives, though the threads using them are not in the child: a prefetch that was
+# downloading (an exclusive lock) would make every process wait for that file forever. The
+# child closes the copies of other threads' locks (plain dict operations: no lock to be
+# held at fork time).
+_working: dict[int, int] = {}
+
+
+def _close(fd: int) -> None:
+    _working.pop(fd, None)
+    os.close(fd)
+
+
+def _handed_over(fd: int) -> int:
+    """The lock now belongs to an object (an `Entry`, a view) that the child has too."""
+    _working.pop(fd, None)
+    return fd
+
+
+def _close_other_threads_locks() -> None:
+    me = threading.get_ident()
+    for fd, owner in list(_working.items()):
+        if owner != me:
+            _working.pop(fd, None)
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+
+
+os.register_at_fork(after_in_child=_close_other_threads_locks)
 
 
 def _flock(fd: int, op: int) -> None:
@@ -621,11 +725,11 @@ def _lock_entry(path: Path, op: int) -> int:
         try:
             _flock(fd, op)
         except BaseException:
-            os.close(fd)
+            _close(fd)
             raise
         if _same_file(fd, path):
             return fd
-        os.close(fd)
+        _close(fd)
 
 
 def _try_lock_entry(path: Path) -> int | None:
@@ -634,13 +738,13 @@ def _try_lock_entry(path: Path) -> int | None:
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError as e:
-        os.close(fd)
+        _close(fd)
         if e.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EINTR):
             return None
         raise
     if _same_file(fd, path):
         return fd
-    os.close(fd)
+    _close(fd)
     return None
 
 
@@ -693,7 +797,7 @@ def _sweep_views(views: Path) -> None:
             if fd is None:
                 continue
             shutil.rmtree(view, ignore_errors=True)
-            os.close(fd)
+            _close(fd)
         elif not _pid_alive(int(pid)):
             shutil.rmtree(view, ignore_errors=True)
 
@@ -728,7 +832,7 @@ class RemotePack:
             except FileExistsError:
                 continue
         self.view = view
-        lock = _lock_entry(view / ".lock", fcntl.LOCK_SH)
+        lock = _handed_over(_lock_entry(view / ".lock", fcntl.LOCK_SH))
         self._finalizer = weakref.finalize(self, _remove_view, view, os.getpid(), lock)
         self._records: dict[str, tuple[int, int]] | None = None
         self._rows: dict[str, int] = {}
@@ -740,12 +844,11 @@ class RemotePack:
         try:
             for name in ("metadata.db", "valuation_types.json"):
                 try:
-                    data = self.client.get(url / name)
+                    self.client.download_file(url / name, view / name)
                 except NotAPackError as e:
                     if "bucket" in str(e):
                         raise
                     raise NotAPackError(f"{url} is not a pack: it has no {name} ({e})") from None
-                (view / name).write_bytes(data)
         except BaseException:
             self._finalizer()
             raise

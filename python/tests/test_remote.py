@@ -495,3 +495,82 @@ def test_a_past_version_of_a_remote_pack_reads_its_companions(url, local, tmp_pa
     same_batches(list(v2.batches(300, seed=4, companions=["emb"])),
                  list(here.batches(300, seed=4, companions=["emb"])))
     assert [str(f) for f in v2.companion("emb").files][0] == f"{url}/emb-00000.npy"
+
+
+def _fetch_in_child(cache: str, url: str, size: int, crc: int, out) -> None:
+    from dataset_packer._remote import Cache, Client, parse_location
+
+    with Cache(cache, 1 << 30, Client()).fetch(parse_location(url), size, crc) as entry:
+        out.put(os.path.getsize(entry.path))
+
+
+def test_a_process_forked_while_a_thread_holds_a_cache_lock_does_not_keep_it(s3, tmp_path):
+    """A DataLoader worker forked while a prefetch thread holds a lock of the cache (here the
+    eviction lock, which every download takes): the child's copy of that lock is closed, so
+    the child's own downloads wait for the thread's work, not forever."""
+    import multiprocessing
+    import threading
+
+    import google_crc32c
+
+    from dataset_packer._remote import Cache, Client
+
+    data = b"forked" * 1000
+    url = "s3://packs/small/forked.bin"
+    put(url, data)
+    cache = Cache(tmp_path / "cache", 1 << 30, Client())
+    locked, done = threading.Event(), threading.Event()
+
+    def hold():
+        with cache._evict_lock():
+            locked.set()
+            done.wait(60)
+
+    thread = threading.Thread(target=hold)
+    thread.start()
+    assert locked.wait(60)
+    context = multiprocessing.get_context("fork")
+    out = context.Queue()
+    child = context.Process(target=_fetch_in_child, args=(
+        str(tmp_path / "cache"), url, len(data), google_crc32c.value(data), out))
+    child.start()
+    done.set()
+    thread.join()
+    child.join(60)
+    if child.exitcode is None:
+        child.kill()
+        pytest.fail("the child waits forever on its copy of the thread's eviction lock")
+    assert child.exitcode == 0 and out.get(timeout=10) == len(data)
+
+
+def _read_in_child(pack, out) -> None:
+    rows = pack.rows(slice(None))
+    out.put((int(rows.view(np.uint8).astype(np.uint64).sum()), pack._remote.client.downloads))
+
+
+def test_a_forked_worker_reads_a_pack_its_parent_opened(url, local, tmp_path):
+    """A DataLoader worker forked from the process that opened the pack (obstore's runtime,
+    whose threads stay in the parent, is then unusable there): it downloads through a helper
+    process of its own, into the same cache."""
+    import multiprocessing
+
+    from dataset_packer import Pack
+
+    pack = open_remote(url, tmp_path / "cache")
+    pack.rows(slice(0, 10))  # shard 0 in the cache and mapped: the rest is downloaded there
+    context = multiprocessing.get_context("fork")
+    out = context.Queue()
+    child = context.Process(target=_read_in_child, args=(pack, out))
+    child.start()
+    child.join(120)
+    if child.exitcode is None:
+        child.kill()
+        pytest.fail("the forked worker's download never ended")
+    assert child.exitcode == 0
+    total, child_downloads = out.get(timeout=10)
+    rows = Pack(local).rows(slice(None))
+    assert total == int(rows.view(np.uint8).astype(np.uint64).sum())
+    # The child's counter starts at its parent's 3 (metadata.db, valuation_types.json, shard 0).
+    assert child_downloads == 3 + len(pack.shards) - 1, "every shard but the first, once"
+    assert downloads(pack) == 3
+    assert len(entries(tmp_path / "cache")) == len(pack.shards)
