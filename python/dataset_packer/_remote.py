@@ -782,7 +782,7 @@ def _sweep_views(views: Path) -> None:
     """Removes the view folders (`<pid>-<n>`) of processes that are gone: a view whose
     `.lock` no process holds (its owner holds it while the view lives: this works across
     containers sharing the folder, where process ids do not), or without one (the binary's),
-    whose process id is not running."""
+    whose process id is not running. A view being made (`.<pid>-<n>.new`) is not one."""
     try:
         listing = list(views.iterdir())
     except OSError:
@@ -800,6 +800,32 @@ def _sweep_views(views: Path) -> None:
             _close(fd)
         elif not _pid_alive(int(pid)):
             shutil.rmtree(view, ignore_errors=True)
+
+
+def _make_view(views: Path) -> tuple[Path, int]:
+    """A new view folder `<pid>-<n>` and the lock its `.lock` holds. The folder is made
+    under a name the sweep ignores and gets its name once its lock is held, so another
+    process's sweep never sees it unlocked."""
+    while True:
+        name = f"{os.getpid()}-{next(_view_numbers)}"
+        staging = views / f".{name}.new"
+        try:
+            staging.mkdir()
+        except FileExistsError:
+            continue
+        lock = _handed_over(_lock_entry(staging / ".lock", fcntl.LOCK_SH))
+        view = views / name
+        try:
+            # Never over a view that holds something (a folder of a process long gone with
+            # this process's id: the sweep removes it).
+            if view.exists():
+                raise FileExistsError(view)
+            os.rename(staging, view)
+        except OSError:
+            os.close(lock)
+            shutil.rmtree(staging, ignore_errors=True)
+            continue
+        return view, lock
 
 
 def _remove_view(folder: Path, pid: int, lock_fd: int) -> None:
@@ -824,16 +850,8 @@ class RemotePack:
         views = self.cache.dir / "views"
         _sweep_views(views)
         views.mkdir(parents=True, exist_ok=True)
-        while True:
-            view = views / f"{os.getpid()}-{next(_view_numbers)}"
-            try:
-                view.mkdir()
-                break
-            except FileExistsError:
-                continue
-        self.view = view
-        lock = _handed_over(_lock_entry(view / ".lock", fcntl.LOCK_SH))
-        self._finalizer = weakref.finalize(self, _remove_view, view, os.getpid(), lock)
+        self.view, lock = _make_view(views)
+        self._finalizer = weakref.finalize(self, _remove_view, self.view, os.getpid(), lock)
         self._records: dict[str, tuple[int, int]] | None = None
         self._rows: dict[str, int] = {}
         #: family ("steps" or a companion's name) → its file names in the latest version.
@@ -844,7 +862,7 @@ class RemotePack:
         try:
             for name in ("metadata.db", "valuation_types.json"):
                 try:
-                    self.client.download_file(url / name, view / name)
+                    self.client.download_file(url / name, self.view / name)
                 except NotAPackError as e:
                     if "bucket" in str(e):
                         raise

@@ -285,13 +285,17 @@ def test_processes_sharing_a_cache_download_each_file_once(url, local, tmp_path)
     procs = [subprocess.Popen([sys.executable, "-c", READER, url, str(cache), str(go),
                                "s3://packs/big/file.bin", str(len(big)),
                                str(google_crc32c.value(big))],
-                              stdout=subprocess.PIPE, text=True) for _ in range(3)]
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for _ in range(3)]
     deadline = time.time() + 120
     while len(list(tmp_path.glob("go.*"))) < len(procs) and time.time() < deadline:
+        if any(p.poll() is not None for p in procs):
+            break  # one failed before it was ready: its error is shown below
         time.sleep(0.01)
     go.touch()
-    results = [json.loads(p.communicate(timeout=300)[0]) for p in procs]
-    assert all(p.returncode == 0 for p in procs)
+    outputs = [p.communicate(timeout=300) for p in procs]
+    assert [p.returncode for p in procs] == [0] * len(procs), [e for _, e in outputs]
+    results = [json.loads(out) for out, _ in outputs]
     here = Pack(local)
     want = int(here.rows(slice(None)).view(np.uint8).astype(np.uint64).sum())
     assert [r["sum"] for r in results] == [want] * len(procs)
@@ -574,3 +578,23 @@ def test_a_forked_worker_reads_a_pack_its_parent_opened(url, local, tmp_path):
     assert child_downloads == 3 + len(pack.shards) - 1, "every shard but the first, once"
     assert downloads(pack) == 3
     assert len(entries(tmp_path / "cache")) == len(pack.shards)
+
+
+OPENER = textwrap.dedent("""
+    import sys
+    from dataset_packer import Pack
+    url, cache, times = sys.argv[1], sys.argv[2], int(sys.argv[3])
+    for _ in range(times):
+        Pack(url, cache=cache).close()
+""")
+
+
+def test_processes_opening_packs_at_once_never_sweep_each_others_views(url, tmp_path):
+    """Each open sweeps the views of processes that are gone while others make theirs: a
+    view is never seen before its lock is held, so no open loses its folder."""
+    cache = tmp_path / "cache"
+    procs = [subprocess.Popen([sys.executable, "-c", OPENER, url, str(cache), "15"],
+                              stderr=subprocess.PIPE, text=True) for _ in range(4)]
+    errors = [p.communicate(timeout=300)[1] for p in procs]
+    assert [p.returncode for p in procs] == [0] * 4, errors
+    assert list((cache / "views").iterdir()) == []
