@@ -792,14 +792,17 @@ def _sweep_views(views: Path) -> None:
         if not (dash and pid.isdigit() and n.isdigit()):
             continue
         lock = view / ".lock"
-        if lock.exists():
-            fd = _try_lock_entry(lock)
-            if fd is None:
-                continue
-            shutil.rmtree(view, ignore_errors=True)
-            _close(fd)
-        elif not _pid_alive(int(pid)):
-            shutil.rmtree(view, ignore_errors=True)
+        try:
+            if lock.exists():
+                fd = _try_lock_entry(lock)
+                if fd is None:
+                    continue
+                shutil.rmtree(view, ignore_errors=True)
+                _close(fd)
+            elif not _pid_alive(int(pid)):
+                shutil.rmtree(view, ignore_errors=True)
+        except OSError:
+            continue  # removed meanwhile by another process's sweep
 
 
 def _make_view(views: Path) -> tuple[Path, int]:
