@@ -17,6 +17,15 @@ and Python processes on one node share one folder and download each file once:
 - Eviction: least recently used first (the lock file's modification time, stamped on each
   fetch), only names of the cache's own pattern, never an entry another process holds.
 
+A remote pack's `metadata.db` and `valuation_types.json` are downloaded fresh on each open
+into a private view folder, `<dir>/views/<pid>-<n>/`, whose `.lock` its process holds while
+it lives; an open removes the views nobody holds (and never looks at a view being made).
+
+A process forked after obstore was used (a DataLoader worker) cannot use it: its runtime's
+threads stayed in the parent. There downloads go through a helper process (`_Helper`, a
+fresh interpreter, one per forked process), and the copies of cache locks other threads
+held at the fork are closed.
+
 The base install is NumPy only: `obstore`, `google-crc32c` and `xxhash` are imported when a
 remote pack is opened, and a missing one is a `PackError` saying what to install.
 """
@@ -950,7 +959,6 @@ class RemotePack:
                                                 thread_name_prefix="dataset-packer-fetch")
                 self._pool_pid = os.getpid()
             return [self._pool.submit(self.fetch, name) for name in names]
-
 
 
 class RemoteShards:
