@@ -30,7 +30,8 @@ from ._format import LEGACY_ROW_DTYPE, STEP_ROW_DTYPE
 from ._order import EpochPlan, Permutation
 from ._mixture import Mixture
 from ._pack import Pack, Selection
-from ._remote import CacheLimitError, CorruptError, RemoteError, UrlError
+from ._cache import CacheLimitError, CorruptError
+from ._remote import RemoteError, UrlError
 
 __all__ = [
     "Pack", "Selection", "Mixture", "Companion", "STEP_ROW_DTYPE", "LEGACY_ROW_DTYPE", "MOVE_NAMES",

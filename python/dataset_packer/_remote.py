@@ -1,21 +1,7 @@
 """Packs in object storage: where a pack is (`parse_location`: a folder, or an `s3://`,
 `gs://`, `az://`, `http(s)://` URL), the client (`obstore`, installed by the `[s3]` extra),
-the node's bounded cache of whole files (`Cache`) and a remote pack as a reader sees it
-(`RemotePack`: its metadata.db in a private view folder, its files fetched on demand).
-
-The cache is the Rust binary's (src/store/cache.rs), bit for bit, so that the command line
-and Python processes on one node share one folder and download each file once:
-- `<dir>/CACHEDIR.TAG`, `<dir>/entries/NAME` (the file, CRC-checked), `NAME.lock` beside it
-  and `NAME.part` while it downloads; `NAME` is
-  `{xxh3_64(url):016x}-{crc32c:08x}-{bytes}-{file name, sanitised}`, the URL written as the
-  Rust `Url` writes it (`Url.__str__`).
-- `flock(2)` on `NAME.lock` (Python's `fcntl.flock` is flock(2), as Rust's `libc::flock`):
-  exclusive while downloading or evicting, shared while an `Entry` lives.
-- A download reserves its full size (`NAME.part` made at full length) under
-  `<dir>/.evict.lock`, is checked against the recorded size and CRC-32C, then renamed into
-  place; a `.part` is never read as data.
-- Eviction: least recently used first (the lock file's modification time, stamped on each
-  fetch), only names of the cache's own pattern, never an entry another process holds.
+and a remote pack as a reader sees it (`RemotePack`: its metadata.db in a private view
+folder, its files fetched on demand through the node's cache, `_cache.Cache`).
 
 A remote pack's `metadata.db` and `valuation_types.json` are downloaded fresh on each open
 into a private view folder, `<dir>/views/<pid>-<n>/`, whose `.lock` its process holds while
@@ -32,31 +18,26 @@ remote pack is opened, and a missing one is a `PackError` saying what to install
 
 from __future__ import annotations
 
-import errno
 import fcntl
 import itertools
 import os
 import shutil
-import stat
 import threading
 import weakref
 from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 from pathlib import Path
 
+from ._cache import (Cache, CacheLimitError, CorruptError, Entry, _close, _handed_over,
+                     _lock_entry, _require, _try_lock_entry)
 from ._errors import NotAPackError, PackError
 
 #: The cache's limit when none is given (as the binary's): 50 GiB.
 DEFAULT_LIMIT = 50 << 30
 CACHE_VAR = "DATASET_PACKER_CACHE"
 CACHE_LIMIT_VAR = "DATASET_PACKER_CACHE_LIMIT"
-_TAG = "CACHEDIR.TAG"
-_TAG_TEXT = ("Signature: 8a477f597d28d172789f06886806bc55\n"
-             "# This folder is a cache made by dataset-packer: its entries/ can be deleted at "
-             "any time.\n")
 _SCHEMES = {"s3": "s3", "s3a": "s3", "gs": "gs", "gcs": "gs", "az": "az", "azure": "az",
             "http": "http", "https": "https"}
-_INSTALL = 'pip install "dataset-packer[s3]"'
 
 
 class UrlError(PackError, ValueError):
@@ -67,16 +48,6 @@ class UrlError(PackError, ValueError):
 class RemoteError(PackError):
     """A request to the object store that failed: wrong credentials, access denied, the
     server unreachable after the retries (the message names the URL)."""
-
-
-class CorruptError(PackError):
-    """A downloaded file whose size or CRC-32C is not the one metadata.db records (the
-    message names the URL; the cache keeps nothing of it)."""
-
-
-class CacheLimitError(PackError):
-    """A file that cannot fit in the cache's limit (`cache_limit=`): larger than the limit,
-    or the rest of the cache is in use."""
 
 
 # ---------------------------------------------------------------------------- locations
@@ -231,15 +202,6 @@ def cache_config(cache=None, cache_limit=None) -> tuple[Path, int]:
 
 
 # ---------------------------------------------------------------------------- the client
-
-
-def _require(module: str):
-    import importlib
-    try:
-        return importlib.import_module(module)
-    except ImportError:
-        raise PackError(f"reading a pack in object storage needs the package {module!r}: "
-                        f"{_INSTALL}") from None
 
 
 class Client:
@@ -461,315 +423,6 @@ def remote_error(url: Url, e: BaseException) -> PackError:
 def _first_line(e: BaseException) -> str:
     text = str(e).strip().splitlines()
     return text[0][:300] if text else type(e).__name__
-
-
-# ---------------------------------------------------------------------------- the cache
-
-
-def entry_name(url: Url, length: int, crc32c: int) -> str:
-    """The cache entry of a file: `<xxh3_64 of the URL>-<crc>-<len>-<file name>`, the file
-    name's characters other than ASCII letters, digits and `._-` written `_`, at most 100
-    (the binary's `entry_name`, exactly)."""
-    xxhash = _require("xxhash")
-    digest = xxhash.xxh3_64_intdigest(str(url).encode("utf-8"))
-    file = "".join(c if (c.isascii() and c.isalnum()) or c in "._-" else "_"
-                   for c in url.name)[:100]
-    return f"{digest:016x}-{crc32c:08x}-{length}-{file}"
-
-
-def is_entry_name(name: str) -> bool:
-    """Whether `name` is one the cache makes (and so a file it may remove)."""
-    parts = name.split("-", 3)
-    if len(parts) != 4:
-        return False
-    hexdigits = "0123456789abcdefABCDEF"
-    return (len(parts[0]) == 16 and all(c in hexdigits for c in parts[0])
-            and len(parts[1]) == 8 and all(c in hexdigits for c in parts[1])
-            and parts[2] != "" and all(c in "0123456789" for c in parts[2])
-            and not parts[3].endswith((".lock", ".part")))
-
-
-class Entry:
-    """A cached file in use (`path`): while it is held, no process evicts it. Release it
-    with `release()` or a `with` block (or let it be collected)."""
-
-    def __init__(self, path: Path, lock_fd: int):
-        self.path = path
-        self._fd = lock_fd
-
-    def release(self) -> None:
-        fd, self._fd = self._fd, -1
-        if fd >= 0:
-            os.close(fd)  # an Entry's own lock
-
-    def __enter__(self) -> "Entry":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.release()
-
-    def __del__(self):
-        self.release()
-
-
-class Cache:
-    """The node's cache folder of remote files, bounded by `limit` bytes, shared with every
-    process (Python or the binary) that names the same folder (see the module docstring).
-    """
-
-    def __init__(self, folder, limit: int, client: Client):
-        self.dir = Path(folder)
-        self.entries = self.dir / "entries"
-        self.limit = int(limit)
-        self.client = client
-        try:
-            self.entries.mkdir(parents=True, exist_ok=True)
-            tag = self.dir / _TAG
-            if not tag.exists():
-                tag.write_text(_TAG_TEXT)
-        except OSError as e:
-            raise PackError(f"creating the cache folder {self.entries}: {e}") from None
-
-    def size(self) -> int:
-        """The bytes the cache holds now (entries and downloads under way)."""
-        return sum(size for _, size, _ in self._scan())
-
-    def fetch(self, url: Url, length: int, crc32c: int) -> Entry:
-        """The file at `url` (`length` bytes, CRC-32C `crc32c`) as a local file pinned in the
-        cache: from the cache, else downloaded once for the whole node (a process that wants
-        it while another downloads it waits), checked and kept. `CorruptError` when the bytes
-        do not match, `CacheLimitError` when it cannot fit."""
-        name = entry_name(url, length, crc32c)
-        path = self.entries / name
-        lock_path = self.entries / f"{name}.lock"
-        while True:
-            fd = _lock_entry(lock_path, fcntl.LOCK_SH)
-            if _is_complete(path, length):
-                _stamp(fd)
-                return Entry(path, _handed_over(fd))
-            _close(fd)
-            fd = _lock_entry(lock_path, fcntl.LOCK_EX)
-            try:
-                if not _is_complete(path, length):
-                    self._download(url, path, length, crc32c)
-                _stamp(fd)
-                # Downgrading is not atomic: an evictor may take the entry in between, so
-                # look again under the shared lock.
-                _flock(fd, fcntl.LOCK_SH)
-            except BaseException:
-                _close(fd)
-                raise
-            if _is_complete(path, length) and _same_file(fd, lock_path):
-                return Entry(path, _handed_over(fd))
-            _close(fd)
-
-    def _download(self, url: Url, path: Path, length: int, crc32c: int) -> None:
-        part = path.with_name(f"{path.name}.part")
-        with self._evict_lock():
-            _remove(part)
-            self._make_room(length, url)
-            # Reserved at full length before the next process counts the cache's size.
-            try:
-                with open(part, "wb") as reserved:
-                    reserved.truncate(length)
-            except OSError:
-                _remove(part)
-                raise
-        try:
-            written, crc = self.client.download_file(url, part)
-            if written != length or crc != crc32c:
-                raise CorruptError(
-                    f"{url}: downloaded {written} bytes with CRC-32C {crc:08x}, expected "
-                    f"{length} bytes with {crc32c:08x}; the cache keeps nothing of it")
-            os.rename(part, path)
-        except BaseException:
-            _remove(part)
-            raise
-
-    def _make_room(self, incoming: int, url: Url) -> None:
-        """Evicts least recently used entries not in use until `incoming` more bytes fit.
-        Called with the eviction lock held."""
-        if incoming > self.limit:
-            raise CacheLimitError(f"{url} ({incoming} bytes) is larger than the cache's limit "
-                                  f"({self.limit} bytes): raise cache_limit")
-        files = self._scan()
-        total = sum(size for _, size, _ in files)
-        if total + incoming <= self.limit:
-            return
-        for name, size, _ in sorted(files, key=lambda f: f[2]):
-            if total + incoming <= self.limit:
-                break
-            if self._evict(name):
-                total -= size
-        if total + incoming > self.limit:
-            raise CacheLimitError(f"the cache {self.dir} cannot take {url} ({incoming} bytes): "
-                                  f"{total} of its {self.limit} bytes are files in use "
-                                  "(raise cache_limit)")
-
-    def _evict(self, name: str) -> bool:
-        """Removes the entry unless a process uses or downloads it; whether it did."""
-        lock_path = self.entries / f"{name}.lock"
-        fd = _try_lock_entry(lock_path)
-        if fd is None:
-            return False
-        try:
-            for file in (name, f"{name}.part"):
-                _remove(self.entries / file)
-            # Removed while locked: a process that opened the old lock file sees it is gone
-            # (`_same_file`) and starts over.
-            _remove(lock_path)
-        finally:
-            _close(fd)
-        return True
-
-    def _scan(self) -> list[tuple[str, int, float]]:
-        """(name, bytes, last used) of the cache's own entries, in name order."""
-        found: dict[str, int] = {}
-        with os.scandir(self.entries) as listing:
-            for item in listing:
-                name = item.name[:-5] if item.name.endswith(".part") else item.name
-                if not is_entry_name(name):
-                    continue
-                try:
-                    st = item.stat(follow_symlinks=False)
-                except FileNotFoundError:
-                    continue
-                if stat.S_ISREG(st.st_mode):
-                    found[name] = found.get(name, 0) + st.st_size
-        out = []
-        for name in sorted(found):
-            try:
-                used = os.stat(self.entries / f"{name}.lock").st_mtime
-            except OSError:
-                used = 0.0
-            out.append((name, found[name], used))
-        return out
-
-    def _evict_lock(self):
-        return _Locked(self.dir / ".evict.lock")
-
-
-class _Locked:
-    def __init__(self, path: Path):
-        self.path = path
-
-    def __enter__(self):
-        self.fd = _open_lock(self.path)
-        _flock(self.fd, fcntl.LOCK_EX)
-        return self
-
-    def __exit__(self, *exc):
-        _close(self.fd)
-
-
-def _is_complete(path: Path, length: int) -> bool:
-    try:
-        st = os.lstat(path)
-    except OSError:
-        return False
-    return stat.S_ISREG(st.st_mode) and st.st_size == length
-
-
-def _stamp(fd: int) -> None:
-    try:
-        os.utime(fd)
-    except OSError:
-        pass
-
-
-def _open_lock(path: Path) -> int:
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o666)
-    _working[fd] = threading.get_ident()
-    return fd
-
-
-# Lock files a fetch is working with (fd → the thread), until they are closed or handed to an
-# `Entry`. A forked child gets copies of them, which would hold their locks for as long as
-# the child lives, though the threads using them are not in the child: a prefetch that was
-# downloading (an exclusive lock) would make every process wait for that file forever. The
-# child closes the copies of other threads' locks (plain dict operations: no lock to be
-# held at fork time).
-_working: dict[int, int] = {}
-
-
-def _close(fd: int) -> None:
-    _working.pop(fd, None)
-    os.close(fd)
-
-
-def _handed_over(fd: int) -> int:
-    """The lock now belongs to an object (an `Entry`, a view) that the child has too."""
-    _working.pop(fd, None)
-    return fd
-
-
-def _close_other_threads_locks() -> None:
-    me = threading.get_ident()
-    for fd, owner in list(_working.items()):
-        if owner != me:
-            _working.pop(fd, None)
-            try:
-                os.close(fd)
-            except OSError:
-                pass
-
-
-os.register_at_fork(after_in_child=_close_other_threads_locks)
-
-
-def _flock(fd: int, op: int) -> None:
-    while True:
-        try:
-            fcntl.flock(fd, op)
-            return
-        except InterruptedError:
-            continue
-
-
-def _lock_entry(path: Path, op: int) -> int:
-    """The lock file at `path` opened and locked (`op`), waiting; starts over when the file
-    was removed (evicted) while waiting."""
-    while True:
-        fd = _open_lock(path)
-        try:
-            _flock(fd, op)
-        except BaseException:
-            _close(fd)
-            raise
-        if _same_file(fd, path):
-            return fd
-        _close(fd)
-
-
-def _try_lock_entry(path: Path) -> int | None:
-    """The exclusive lock on `path` if no process holds any lock on it, else None."""
-    fd = _open_lock(path)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError as e:
-        _close(fd)
-        if e.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EINTR):
-            return None
-        raise
-    if _same_file(fd, path):
-        return fd
-    _close(fd)
-    return None
-
-
-def _same_file(fd: int, path: Path) -> bool:
-    try:
-        a, b = os.fstat(fd), os.stat(path)
-    except OSError:
-        return False
-    return (a.st_ino, a.st_dev) == (b.st_ino, b.st_dev)
-
-
-def _remove(path: Path) -> None:
-    try:
-        os.remove(path)
-    except FileNotFoundError:
-        pass
 
 
 # ---------------------------------------------------------------------------- a remote pack

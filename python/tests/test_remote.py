@@ -219,7 +219,7 @@ def test_shards_are_fetched_lazily_and_a_second_open_downloads_nothing(url, loca
     assert downloads(pack) == 2 + shards
     before = entries(cache)
     assert len(before) == shards
-    from dataset_packer._remote import entry_name
+    from dataset_packer._cache import entry_name
 
     # The cache's entries are named as the binary names them (src/store/cache.rs).
     listed = {f["file_name"]: f for f in pack.versions()[-1]["files"]}
@@ -238,7 +238,8 @@ def test_shards_are_fetched_lazily_and_a_second_open_downloads_nothing(url, loca
 
 
 def test_the_cache_protocol_entry_names_are_the_binarys():
-    from dataset_packer._remote import entry_name, is_entry_name, parse_location
+    from dataset_packer._cache import entry_name, is_entry_name
+    from dataset_packer._remote import parse_location
 
     # The same names src/store/cache.rs's `entry_names_are_the_ones_python_computes` asserts.
     assert entry_name(parse_location("s3://packs/team/clean/steps-00003.npy"), 48_128,
@@ -256,7 +257,8 @@ READER = textwrap.dedent("""
     import json, os, sys, time
     import numpy as np
     from dataset_packer import Pack
-    from dataset_packer._remote import Cache, parse_location
+    from dataset_packer._cache import Cache
+    from dataset_packer._remote import parse_location
     url, cache, go, big, size, crc = sys.argv[1:7]
     pack = Pack(url, cache=cache)
     shared = Cache(cache, 1 << 30, pack._remote.client)
@@ -342,7 +344,7 @@ def test_the_packdata_contract_for_a_loader(url, local, tmp_path):
     np.testing.assert_array_equal(pack.rows(slice(0, 1000)),
                                   Pack(local).rows(slice(0, 1000)))
     assert downloads(pack) == 4, "the reads used the prefetched entries"
-    from dataset_packer._remote import CacheLimitError
+    from dataset_packer import CacheLimitError
 
     with pytest.raises(CacheLimitError, match="cache_limit"):
         pack.rows(slice(None))  # shards 0 and 1 are pinned, 2 more do not fit
@@ -360,7 +362,7 @@ def test_the_packdata_contract_for_a_loader(url, local, tmp_path):
 
 
 def test_a_corrupt_object_is_refused_and_nothing_of_it_is_cached(s3, local, tmp_path):
-    from dataset_packer._remote import CorruptError
+    from dataset_packer import CorruptError
 
     url = "s3://packs/corrupt"
     publish(local, url)
@@ -378,7 +380,8 @@ def test_a_corrupt_object_is_refused_and_nothing_of_it_is_cached(s3, local, tmp_
     # A download interrupted by kill -9 leaves a .part: never read as data, replaced.
     put(f"{url}/steps-00001.npy", good)
     from dataset_packer import Pack
-    from dataset_packer._remote import entry_name, parse_location
+    from dataset_packer._cache import entry_name
+    from dataset_packer._remote import parse_location
 
     listed = {f["file_name"]: f for f in pack.versions()[-1]["files"]}["steps-00001.npy"]
     name = entry_name(parse_location(f"{url}/steps-00001.npy"), listed["bytes"],
@@ -390,7 +393,7 @@ def test_a_corrupt_object_is_refused_and_nothing_of_it_is_cached(s3, local, tmp_
 
 
 def test_a_cache_limit_smaller_than_a_shard_says_so(url, tmp_path):
-    from dataset_packer._remote import CacheLimitError
+    from dataset_packer import CacheLimitError
 
     pack = open_remote(url, tmp_path / "cache", cache_limit=1000)
     with pytest.raises(CacheLimitError, match=r"steps-00000\.npy \(\d+ bytes\) is larger than "
@@ -402,7 +405,7 @@ def test_a_cache_limit_smaller_than_a_shard_says_so(url, tmp_path):
 
 def test_missing_things_and_wrong_credentials_each_say_so(s3, url, tmp_path, monkeypatch):
     from dataset_packer import NotAPackError, PackError
-    from dataset_packer._remote import RemoteError, UrlError
+    from dataset_packer import RemoteError, UrlError
 
     cache = tmp_path / "cache"
     with pytest.raises(NotAPackError, match="s3://packs/nothing/here is not a pack: it has no "
@@ -502,7 +505,8 @@ def test_a_past_version_of_a_remote_pack_reads_its_companions(url, local, tmp_pa
 
 
 def _fetch_in_child(cache: str, url: str, size: int, crc: int, out) -> None:
-    from dataset_packer._remote import Cache, Client, parse_location
+    from dataset_packer._cache import Cache
+    from dataset_packer._remote import Client, parse_location
 
     with Cache(cache, 1 << 30, Client()).fetch(parse_location(url), size, crc) as entry:
         out.put(os.path.getsize(entry.path))
@@ -517,7 +521,8 @@ def test_a_process_forked_while_a_thread_holds_a_cache_lock_does_not_keep_it(s3,
 
     import google_crc32c
 
-    from dataset_packer._remote import Cache, Client
+    from dataset_packer._cache import Cache
+    from dataset_packer._remote import Client
 
     data = b"forked" * 1000
     url = "s3://packs/small/forked.bin"
