@@ -84,6 +84,31 @@ class PackData:
         """The rows of shard `shard` (in this version)."""
         return int(self._offsets[shard + 1] - self._offsets[shard])
 
+    # ------------------------------------------------------------------ fetching (remote packs)
+    # Stand-ins for a local pack, until the remote reader lands: a local pack is always
+    # "fetched", so read-ahead and release do nothing and there is no cache limit.
+
+    @property
+    def is_remote(self) -> bool:
+        """Whether the shards are fetched from object storage into a local cache."""
+        return False
+
+    @property
+    def cache_limit(self) -> int | None:
+        """The cache's size limit in bytes (None for a local pack: nothing is cached)."""
+        return None
+
+    def shard_bytes(self, shard: int) -> int:
+        """The bytes of shard `shard`'s file: what fetching it costs the cache."""
+        s = self.shards[shard]
+        return s.data_offset + s.rows * s.row_bytes
+
+    def prefetch(self, shards: list[int]) -> None:
+        """Starts fetching these shards into the cache without waiting (no-op locally)."""
+
+    def release(self, shards: list[int]) -> None:
+        """Drops these shards' maps and pins, so the cache may evict them (no-op locally)."""
+
     # ------------------------------------------------------------------ checks on opening
 
     def count_runs(self) -> int:
