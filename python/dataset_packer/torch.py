@@ -425,7 +425,9 @@ class PackLoader(DataLoader):
         batch: one is packed here to know. The workers get them with the dataset when they
         start."""
         stream = self.dataset.stream
-        first = stream._batches(Part(0, 1, 0, 1), 0, 0)
+        # In the epoch's own order: a shard-window epoch reads its first window's shards
+        # only, where a global one could reach every shard of a remote pack.
+        first = stream._batches(Part(0, 1, 0, 1), 0, 0, order=stream.epoch_order())
         try:
             batch = self.dataset._shape(next(iter(first)))
         except StopIteration:
