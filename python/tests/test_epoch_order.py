@@ -12,6 +12,7 @@ the cache's limit held at once. py-remote's tests cover real downloads through m
 
 from __future__ import annotations
 
+import importlib.util
 import itertools
 
 import numpy as np
@@ -418,3 +419,37 @@ def test_a_saved_shard_window_epoch_resumes_in_its_own_order(many_shards):
                                                                     start_sample=600)]))
     with pytest.raises(ValueError, match="not one this package saves"):
         again.load_state_dict(dict(state, window_bytes="big"))
+
+
+# ---------------------------------------------------------------------- through PyTorch
+
+needs_torch = pytest.mark.skipif(importlib.util.find_spec("torch") is None,
+                                 reason="torch is not installed")
+
+
+@needs_torch
+def test_packloader_reads_shard_windows_through_workers_and_resumes(many_shards):
+    """Real DataLoader workers (processes) read a shard-window epoch in its order; the
+    loader's state records it, and a loader configured otherwise resumes in it."""
+    import torch
+    from dataset_packer.torch import PackDataset, PackLoader
+
+    stream = EpochStream(Pack(many_shards), 64, order="shards", window_bytes=20000, seed=4)
+    stream.set_epoch(1)
+    want = np.concatenate([b["row"] for b in stream.batches(Part())])
+    data = PackDataset(many_shards, 64, order="shards", window_bytes=20000, seed=4)
+    loader = PackLoader(data, num_workers=2)
+    data.set_epoch(1)
+    rows = []
+    for batch in loader:
+        rows.append(batch["row"])
+        if len(rows) == 5:
+            state = loader.state_dict()
+    np.testing.assert_array_equal(torch.cat(rows).numpy(), want)
+    assert (state["order"], state["window_bytes"], state["start_sample"]) == \
+        ("shards", 20000, 320)
+    other = PackDataset(many_shards, 50, order="global", seed=4)
+    resumed = PackLoader(other, num_workers=3)
+    resumed.load_state_dict(state)
+    rest = torch.cat([b["row"] for b in resumed]).numpy()
+    np.testing.assert_array_equal(rest, want[320:])
