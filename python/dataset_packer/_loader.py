@@ -463,24 +463,36 @@ def _read_windows(reader, data, order, plan, rank, numbers, item_rows, length,
                   options) -> Iterator[dict]:
     ahead = ReadAhead(data, order)
     steps = np.arange(length, dtype=np.int64)
-    illegal_ev = options.get("illegal_ev", float("nan"))
     try:
-        for b in numbers:
-            positions = plan.positions(rank, b)
-            ahead.reading(positions)
-            first = item_rows(order(positions))
-            rows = first if length == 1 else (first[:, None] + steps).reshape(-1)
-            batch = reader.gather(rows, illegal_ev, companions=options.get("companions"))
-            if length > 1:
-                batch = {k: v.reshape((first.size, length) + v.shape[1:])
-                         for k, v in batch.items()}
-            if options.get("augment"):
-                symmetry = symmetries_for(first, options.get("seed", 0), options["epoch"])
-                apply_symmetries(batch, symmetry)
-                batch["symmetry"] = symmetry
-            yield batch
+        # The order is evaluated for a few batches at a time (as `Pack.batches` does it);
+        # the shards are asked for batch by batch.
+        for group in plan.chunks(rank, numbers):
+            positions = plan.chunk_positions(rank, group)
+            firsts = item_rows(order(positions))
+            at = 0
+            for _, count in group:
+                ahead.reading(positions[at:at + count])
+                yield _items_batch(reader, firsts[at:at + count], steps, options)
+                at += count
     finally:
         ahead.close()
+
+
+def _items_batch(reader, first: np.ndarray, steps: np.ndarray, options: dict) -> dict:
+    """The batch of these items, given by their first rows (windows of `steps.size` rows;
+    rows when 1): read through `Pack.gather`, shaped and augmented as `Pack.batches` and
+    `Pack.windows` make theirs."""
+    length = steps.size
+    rows = first if length == 1 else (first[:, None] + steps).reshape(-1)
+    batch = reader.gather(rows, options.get("illegal_ev", float("nan")),
+                          companions=options.get("companions"))
+    if length > 1:
+        batch = {k: v.reshape((first.size, length) + v.shape[1:]) for k, v in batch.items()}
+    if options.get("augment"):
+        symmetry = symmetries_for(first, options.get("seed", 0), options["epoch"])
+        apply_symmetries(batch, symmetry)
+        batch["symmetry"] = symmetry
+    return batch
 
 
 # A reader is a Pack or a Mixture: what the stream asks of either.
