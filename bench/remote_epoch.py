@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Epochs of a pack in object storage against the same pack on local disk (issue 32, item 6).
 
-    target/test-venv/bin/python bench/remote_epoch.py [--runs 75] [--rows-per-run 20000]
+    target/test-venv/bin/python bench/remote_epoch.py [--runs 100] [--rows-per-run 20000]
         [--shard-rows 50000] [--batch 4096] [--rounds 3] [--naive]
         [--workdir target/bench/remote-epoch]
 
@@ -10,7 +10,7 @@ tests/python/requirements.txt), the release binary and its `bench_corpus` exampl
 (`cargo build --release --example bench_corpus`). Not part of CI.
 
 1. Generates a drop of `runs × rows-per-run` rows with `bench_corpus` (the command benchmarks'
-   generator; 1.5M rows by default) and packs it with `--shard-rows` (once; kept in
+   generator; 2M rows by default) and packs it with `--shard-rows` (once; kept in
    `--workdir`).
 2. Starts moto's S3 server on localhost in a child process, behind a WSGI wrapper that counts
    the bytes of every GET response (asked for between epochs), and publishes the pack to
@@ -209,7 +209,7 @@ def download_only(pack, batch: int, number: int, order: str, window_bytes) -> tu
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--runs", type=int, default=75)
+    parser.add_argument("--runs", type=int, default=100)
     parser.add_argument("--rows-per-run", type=int, default=20000)
     parser.add_argument("--shard-rows", type=int, default=50000)
     parser.add_argument("--batch", type=int, default=4096)
