@@ -421,6 +421,42 @@ def test_a_saved_shard_window_epoch_resumes_in_its_own_order(many_shards):
         again.load_state_dict(dict(state, window_bytes="big"))
 
 
+# ---------------------------------------------------------------------- from object storage
+
+try:  # the moto server and publishing of the remote reader's tests (issue 32)
+    from test_remote import publish, s3  # noqa: F401 (a fixture)
+except ImportError:
+    publish = None
+needs_remote = pytest.mark.skipif(publish is None, reason="no Pack(url) on this branch yet")
+
+
+@needs_remote
+def test_a_remote_pack_larger_than_its_cache_is_downloaded_once_an_epoch(s3, many_shards,
+                                                                         tmp_path):
+    """Against moto: a pack twice its cache's size is read in shard windows, in the order a
+    local copy gives, each shard downloaded once; the global order on that cache gives up
+    (its shards stay mapped)."""
+    url = "s3://packs/epoch/many"
+    publish(many_shards, url)
+    size = pack_bytes(Pack(many_shards))
+    pack = Pack(url, cache=tmp_path / "cache", cache_limit=size // 2)
+    stream = EpochStream(pack, 50, seed=4)
+    stream.set_epoch(1)
+    assert stream.epoch_order() == ("shards", size // 4)
+    opened = pack._remote.client.downloads
+    rows = np.concatenate([b["row"] for b in stream.batches(Part())])
+    assert pack._remote.client.downloads - opened == len(of(pack).shards)
+    local = EpochStream(Pack(many_shards), 50, seed=4, order="shards", window_bytes=size // 4)
+    local.set_epoch(1)
+    np.testing.assert_array_equal(rows, np.concatenate([b["row"] for b in
+                                                        local.batches(Part())]))
+    naive = EpochStream(Pack(url, cache=tmp_path / "naive", cache_limit=size // 2), 50,
+                        seed=4, order="global")
+    with pytest.raises(Exception, match="cache_limit"):
+        for _ in naive.batches(Part()):
+            pass
+
+
 # ---------------------------------------------------------------------- through PyTorch
 
 needs_torch = pytest.mark.skipif(importlib.util.find_spec("torch") is None,
