@@ -14,6 +14,15 @@ way (a deep copy) gets an array of its own with the same values.
 An `Iteration` is one pass of a share over the epoch that counts the batches it has yielded,
 so that a state taken while it runs says where that share stands: what torchdata's
 `StatefulDataLoader` saves for each worker after every batch, and restores in the worker.
+
+The epoch's order (`order=`) is the pack's global permutation (`Pack.batches`), or for a
+pack read through a cache smaller than it, `ShardWindows` (`_order`): a few shards at a
+time, read here from the same plan of positions, with `ReadAhead` fetching the next
+window's shards while the current one is read and releasing each finished one. "auto"
+takes the shard windows when the pack's shards do not fit in half the cache. A state saved
+in a shard-window epoch records the order and its window size ("order", "window_bytes"),
+so that the rest of that epoch is read in the same order whatever the cache is at resume;
+a state without them was saved in a global-order epoch.
 """
 
 from __future__ import annotations
@@ -26,8 +35,9 @@ from typing import Iterator, Optional
 
 import numpy as np
 
-from ._data import rebase, resolve
-from ._order import Part
+from ._codec import apply_symmetries
+from ._data import of, rebase, resolve
+from ._order import Part, ShardWindows, plan_epoch, shard_items, symmetries_for
 from ._mixture import Mixture
 from ._pack import Pack
 from ._versions import saved_versions
@@ -60,6 +70,9 @@ class EpochStream:
     worker) share.
 
     `window`: yield `Pack.windows(window, batch_size, ...)` instead of `Pack.batches`.
+    `order`: "global" (the pack's permutation), "shards" (shard windows of at most
+    `window_bytes` bytes, by default half the cache limit; see the module docstring) or
+    "auto" (shards for a remote pack whose shards do not fit in half its cache).
     Other keyword options are those of `Pack.batches` (shuffle, seed, select, drop_last,
     augment, illegal_ev, companions; `stride` too with `window`).
 
@@ -69,12 +82,15 @@ class EpochStream:
     goes back to the stream's own pack."""
 
     def __init__(self, pack, batch_size: int, *, window: Optional[int] = None,
-                 rank: Optional[int] = None, world_size: Optional[int] = None, **options):
+                 rank: Optional[int] = None, world_size: Optional[int] = None,
+                 order: str = "auto", window_bytes: Optional[int] = None, **options):
         self.pack = pack if isinstance(pack, (Pack, Mixture)) else Pack(pack)
         self.batch_size = batch_size
         self.window = window
         self.rank = rank
         self.world_size = world_size
+        self.order = check_order(order, window_bytes, self.pack)
+        self.window_bytes = None if window_bytes is None else int(window_bytes)
         for fixed in ("epoch", "start_sample", "start_batch", "worker", "num_workers"):
             if fixed in options:
                 raise TypeError(f"{fixed} is not an option here: use set_epoch(epoch, "
@@ -85,7 +101,8 @@ class EpochStream:
             options["select"] = _resolved(self.pack, options["select"])
         self.options = options
         self._own_versions = _versions_of(self.pack)
-        # epoch, start_sample, start_batch, whether the epoch reads saved versions, and
+        # epoch, start_sample, start_batch, the saved epoch's order (0: as chosen, 1:
+        # global, 2: shards) and window bytes, whether the epoch reads saved versions, and
         # those versions (one per source)
         self._shared = multiprocessing.RawArray("q", _SHARED + len(self._own_versions))
         # Readers of saved versions by versions, with their options (not pickled: a worker
@@ -116,7 +133,7 @@ class EpochStream:
                 raise ValueError(f"{name} must be an integer ≥ 0, not {value!r}")
         if start_batch and start_sample:
             raise ValueError("give start_sample or start_batch, not both")
-        self._shared[:_SHARED] = [int(epoch), int(start_sample), int(start_batch), 0]
+        self._shared[:_SHARED] = [int(epoch), int(start_sample), int(start_batch), 0, 0, 0]
 
     def _reader(self, versions: Optional[tuple] = None):
         """(reader, options) of an epoch over these versions of the pack (or of the
@@ -152,8 +169,32 @@ class EpochStream:
         workers can resume from it), with the seed and the identity of the pack the epoch
         reads (`pack_id`, `version`, `rows`; a Mixture's per source, as `sources`)."""
         state = {"epoch": self.epoch, "start_sample": self._start(world_size),
-                 "seed": self.options.get("seed", 0), **self._reader()[0].identity}
+                 "seed": self.options.get("seed", 0), **self._reader()[0].identity,
+                 **order_state(self.epoch_order())}
         return self.advance(state, batches, world_size)
+
+    def epoch_order(self, versions: Optional[tuple] = None) -> tuple:
+        """The current epoch's order: ("global", None) or ("shards", window bytes): the one
+        a loaded state saved, else the one `order=` chooses for the pack."""
+        code = self._shared[3]
+        if code:
+            return ("global", None) if code == 1 else ("shards", int(self._shared[4]))
+        return self.chosen_order(versions)
+
+    def chosen_order(self, versions: Optional[tuple] = None) -> tuple:
+        """What `order=` (and `window_bytes=`) choose for the pack an epoch reads."""
+        reader, options = self._reader(versions)
+        if self.order == "global" or isinstance(reader, Mixture):
+            return "global", None
+        data = of(reader)
+        limit = data.cache_limit
+        window_bytes = self.window_bytes or (limit // 2 if limit else DEFAULT_WINDOW_BYTES)
+        if self.order == "shards":
+            return "shards", window_bytes
+        # auto: shard windows when the shards do not fit in half the cache
+        if data.is_remote and limit is not None and _pack_bytes(data) > limit // 2:
+            return "shards", window_bytes
+        return "global", None
 
     def _start(self, world_size: int) -> int:
         """The resume point as a position: `start_sample` as set (a batch plan refuses one
@@ -181,6 +222,8 @@ class EpochStream:
                 "through the StatefulDataLoader that saved it, or resume from "
                 "PackLoader.state_dict(), which holds for every worker and rank")
         self.set_epoch(state["epoch"], start_sample=state["start_sample"])
+        order, window_bytes = saved_order(state)
+        self._shared[3:5] = [2 if order == "shards" else 1, window_bytes or 0]
         if versions != self._own_versions:
             self._shared[_SHARED - 1:] = [1, *versions]
 
@@ -194,6 +237,7 @@ class EpochStream:
                              f"seed={seed}: resuming would not continue the same epoch order")
         versions = _saved_versions(self.pack, state)
         self._reader(versions)  # opens the versions now: a problem shows here
+        saved_order(state)
         return versions
 
     def __getstate__(self):
@@ -228,8 +272,9 @@ class EpochStream:
         """This share's pass over the epoch from the shared epoch and resume point, or from
         `state` (a `state_dict()`, or an `Iteration.state_dict()` of this very share)."""
         if state is None:
+            versions = self._epoch_versions()
             return Iteration(self, part, self.epoch, self._start(part.world_size), 0,
-                             self._epoch_versions())
+                             versions, self.epoch_order(versions))
         versions = self.check_state(state)
         done = 0
         if WORKER_BATCHES in state:
@@ -240,21 +285,214 @@ class EpochStream:
                     f"{part.num_workers}: resume with as many workers as before, or from "
                     "PackLoader.state_dict(), which holds for any number of workers")
             done = state[WORKER_BATCHES]
-        return Iteration(self, part, state["epoch"], state["start_sample"], done, versions)
+        return Iteration(self, part, state["epoch"], state["start_sample"], done, versions,
+                         saved_order(state))
 
     def _batches(self, part: Part, epoch: int, start_sample: int,
-                 versions: Optional[tuple] = None) -> Iterator[dict]:
+                 versions: Optional[tuple] = None,
+                 order: tuple = ("global", None)) -> Iterator[dict]:
         reader, options = self._reader(versions)
         common = dict(options, epoch=epoch, start_sample=start_sample, rank=part.rank,
                       world_size=part.world_size, worker=part.worker,
                       num_workers=part.num_workers)
+        if order[0] == "shards":
+            return shard_window_batches(reader, self.batch_size, self.window, order[1], common)
+        if not isinstance(reader, Mixture):
+            prefetch_all(of(reader))
         if self.window is None:
             return reader.batches(self.batch_size, **common)
         return reader.windows(self.window, self.batch_size, **common)
 
 
-#: Shared slots before the versions: epoch, start_sample, start_batch, versions-in-use flag.
-_SHARED = 4
+#: Shared slots before the versions: epoch, start_sample, start_batch, saved order, its
+#: window bytes, versions-in-use flag (the last: the versions follow it).
+_SHARED = 6
+
+#: `order=` values.
+ORDERS = ("auto", "global", "shards")
+
+#: The window size of `order="shards"` for a pack read without a cache (a local one).
+DEFAULT_WINDOW_BYTES = 1 << 30
+
+
+def check_order(order: str, window_bytes, reader) -> str:
+    """`order=` and `window_bytes=` checked (a Mixture reads its sources in its own order)."""
+    if order not in ORDERS:
+        raise ValueError(f"order must be one of {', '.join(map(repr, ORDERS))}, not {order!r}")
+    if window_bytes is not None and (isinstance(window_bytes, bool) or
+                                     int(window_bytes) != window_bytes or window_bytes < 1):
+        raise ValueError(f"window_bytes must be a number of bytes ≥ 1, not {window_bytes!r}")
+    if order == "shards" and isinstance(reader, Mixture):
+        raise ValueError('order="shards" reads one pack a few shards at a time; a Mixture '
+                         'interleaves its sources in an order of its own: give order="global" '
+                         'or "auto"')
+    return order
+
+
+def order_state(order: tuple) -> dict:
+    """What a state records of a shard-window epoch's order (nothing for the global one,
+    which states saved before there was a choice also meant)."""
+    if order[0] == "shards":
+        return {"order": "shards", "window_bytes": int(order[1])}
+    return {}
+
+
+def saved_order(state: dict) -> tuple:
+    """The order of the epoch a state was saved in (checked)."""
+    order = state.get("order", "global")
+    if order == "global":
+        return "global", None
+    window_bytes = state.get("window_bytes")
+    if order != "shards" or not isinstance(window_bytes, int) or window_bytes < 1:
+        raise ValueError(f"the state's order ({order!r}, window_bytes={window_bytes!r}) is not "
+                         "one this package saves: \"shards\" with a window_bytes ≥ 1")
+    return "shards", window_bytes
+
+
+def _pack_bytes(data) -> int:
+    """The bytes of a pack's shards."""
+    return sum(data.shard_bytes(s) for s in range(len(data.shards)))
+
+
+def prefetch_all(data) -> None:
+    """A global-order epoch of a remote pack that fits its cache: every shard is fetched
+    ahead, from the start (the order reaches all of them from the first batches on)."""
+    if data.is_remote and (data.cache_limit is None or _pack_bytes(data) <= data.cache_limit):
+        data.prefetch(list(range(len(data.shards))))
+
+
+class ReadAhead:
+    """Which shards a share of a shard-window epoch holds, told batch by batch (`reading`):
+    the windows its batch reads are fetched (ahead if they were not already), the windows
+    before them released, and the next window fetched ahead once the share is halfway
+    through its current one. A share thus holds at most two windows at once, and every
+    share of a node (ranks and workers, which go through the positions together, a few
+    batches apart) holds the same two: at most the cache's size when a window is at most
+    half of it. Each shard is fetched at most once per epoch; with windows of rows
+    (`window=`), a shard that windows of rows cross into from a shard of another window is
+    fetched for that window too (twice at most)."""
+
+    def __init__(self, data, order: ShardWindows):
+        self.data, self.order = data, order
+        self.held: dict[int, list[int]] = {}  # window → its shards
+        self._count: dict[int, int] = {}  # shard → held windows that read it
+        self._next = 0  # windows before it are released or never to be held
+
+    def reading(self, positions: np.ndarray) -> None:
+        """The next batch reads these positions (in the epoch's order)."""
+        if positions.size == 0:
+            return
+        window = self.order.window_of(positions)
+        lo, hi = int(window.min()), int(window.max())
+        for w in [w for w in self.held if w < lo]:
+            self._release(w)
+        for w in range(lo, hi + 1):
+            self._hold(w)
+        a, z = self.order.span(hi)
+        if int(positions.max()) >= (a + z) // 2 and hi + 1 < self.order.windows:
+            self._hold(hi + 1)
+
+    def _hold(self, window: int) -> None:
+        if window in self.held:
+            return
+        shards = self.order.reads(window)
+        new = [s for s in shards if not self._count.get(s)]
+        for s in shards:
+            self._count[s] = self._count.get(s, 0) + 1
+        self.held[window] = shards
+        if new:
+            self.data.prefetch(new)
+
+    def _release(self, window: int) -> None:
+        gone = []
+        for s in self.held.pop(window):
+            self._count[s] -= 1
+            if not self._count[s]:
+                gone.append(s)
+        if gone:
+            self.data.release(gone)
+
+    def close(self) -> None:
+        """The share is done (or left): everything it holds is released."""
+        for w in list(self.held):
+            self._release(w)
+
+
+def shard_window_batches(reader, batch_size: int, window: Optional[int], window_bytes: int,
+                         options: dict) -> Iterator[dict]:
+    """A share's batches of a shard-window epoch of a Pack: what `Pack.batches` (or
+    `Pack.windows`, with `window`) yields for the same options, in the `ShardWindows` order
+    of the selection's rows (or windows), read through `Pack.gather` while `ReadAhead`
+    fetches and releases the shards."""
+    options = dict(options)
+    known = {"shuffle", "seed", "epoch", "select", "rank", "world_size", "worker",
+             "num_workers", "drop_last", "start_sample", "start_batch", "augment",
+             "illegal_ev", "companions", "stride"}
+    unknown = sorted(set(options) - known)
+    if unknown:
+        raise TypeError(f"{unknown[0]} is not an option of a batch stream")
+    if options.get("stride") is not None and window is None:
+        raise TypeError("stride is an option of windows (give window=)")
+    data = of(reader)
+    selection = resolve(reader, options.get("select"))
+    shuffle, seed, epoch = options.get("shuffle", True), options.get("seed", 0), options["epoch"]
+    if window is None:
+        items = data.row_ranges(selection, "batches()")
+        item_rows, length = items.rows_at, 1
+    else:
+        if int(window) < 1:
+            raise ValueError(f"length must be ≥ 1, not {window}")
+        stride = int(options.get("stride") or window)
+        if stride < 1:
+            raise ValueError(f"stride must be ≥ 1, not {stride}")
+        items = data.windows(selection, int(window), stride, "windows()")
+        item_rows, length = items.first_rows, int(window)
+    cuts, reach = shard_items(item_rows, items.total,
+                              [data.shard_rows(s) for s in range(len(data.shards))], length)
+    order = ShardWindows(cuts, reach, [data.shard_bytes(s) for s in range(len(data.shards))],
+                         window_bytes, seed, epoch, shuffle)
+    plan, rank, numbers, _ = plan_epoch(
+        items.total, batch_size, False, seed, epoch, options.get("rank", 0),
+        options.get("world_size", 1), options.get("worker", 0), options.get("num_workers", 1),
+        options.get("drop_last", False), options.get("start_sample", 0),
+        options.get("start_batch", 0), pad_from_end=True)
+    return _read_windows(reader, data, order, plan, rank, numbers, item_rows, length, options)
+
+
+def _read_windows(reader, data, order, plan, rank, numbers, item_rows, length,
+                  options) -> Iterator[dict]:
+    ahead = ReadAhead(data, order)
+    steps = np.arange(length, dtype=np.int64)
+    try:
+        # The order is evaluated for a few batches at a time (as `Pack.batches` does it);
+        # the shards are asked for batch by batch.
+        for group in plan.chunks(rank, numbers):
+            positions = plan.chunk_positions(rank, group)
+            firsts = item_rows(order(positions))
+            at = 0
+            for _, count in group:
+                ahead.reading(positions[at:at + count])
+                yield _items_batch(reader, firsts[at:at + count], steps, options)
+                at += count
+    finally:
+        ahead.close()
+
+
+def _items_batch(reader, first: np.ndarray, steps: np.ndarray, options: dict) -> dict:
+    """The batch of these items, given by their first rows (windows of `steps.size` rows;
+    rows when 1): read through `Pack.gather`, shaped and augmented as `Pack.batches` and
+    `Pack.windows` make theirs."""
+    length = steps.size
+    rows = first if length == 1 else (first[:, None] + steps).reshape(-1)
+    batch = reader.gather(rows, options.get("illegal_ev", float("nan")),
+                          companions=options.get("companions"))
+    if length > 1:
+        batch = {k: v.reshape((first.size, length) + v.shape[1:]) for k, v in batch.items()}
+    if options.get("augment"):
+        symmetry = symmetries_for(first, options.get("seed", 0), options["epoch"])
+        apply_symmetries(batch, symmetry)
+        batch["symmetry"] = symmetry
+    return batch
 
 
 # A reader is a Pack or a Mixture: what the stream asks of either.
@@ -296,10 +534,12 @@ class Iteration:
     of the pack (of each source) the epoch reads."""
 
     def __init__(self, stream: EpochStream, part: Part, epoch: int, start_sample: int,
-                 done: int = 0, versions: Optional[tuple] = None):
+                 done: int = 0, versions: Optional[tuple] = None,
+                 order: tuple = ("global", None)):
         self.stream, self.part = stream, part
         self.epoch, self.start_sample, self.done = int(epoch), int(start_sample), int(done)
         self.versions = stream._own_versions if versions is None else tuple(versions)
+        self.order = tuple(order)
 
     def __iter__(self) -> Iterator[dict]:
         part, stream = self.part, self.stream
@@ -311,7 +551,7 @@ class Iteration:
             step = stream.batch_size * part.world_size
             start = min(start + first * step, stream._items(self.versions))
         rest = Part(part.rank, part.world_size, 0, part.num_workers)
-        for batch in stream._batches(rest, self.epoch, start, self.versions):
+        for batch in stream._batches(rest, self.epoch, start, self.versions, self.order):
             # Counted before it is handed on: a state taken once the batch is out includes it.
             self.done += 1
             yield batch
@@ -324,7 +564,7 @@ class Iteration:
         stream = self.stream
         state = {"epoch": self.epoch, "start_sample": self.start_sample,
                  "seed": stream.options.get("seed", 0),
-                 **stream._reader(self.versions)[0].identity}
+                 **stream._reader(self.versions)[0].identity, **order_state(self.order)}
         if self.part.num_workers == 1:
             return stream.advance(state, self.done, self.part.world_size)
         return dict(state, worker=self.part.worker, num_workers=self.part.num_workers,

@@ -21,6 +21,11 @@ billion rows needs no billion-entry permutation in memory:
 - A rank's batches go round-robin to its data-loader workers, worker w taking batches w,
   w+num_workers, …, which is the order in which PyTorch's DataLoader collects them; so a
   resumed epoch yields exactly the uninterrupted epoch's positions.
+- `ShardWindows` is the other order of an epoch, for a pack read through a cache smaller
+  than it (object storage): shards permuted, grouped into windows that fit about half the
+  cache, items permuted inside each window. The batch plan is the same (position-based,
+  so resume, ranks and workers work alike), except that its padding repeats the epoch's
+  last positions (`pad_from_end`: still in the last window) instead of its first ones.
 - A reader evaluates the permutation for several of its batches at once (`EpochPlan.chunks`:
   about `CHUNK_POSITIONS` positions a call): each call pays a fixed cost of its own (a dozen
   NumPy passes, cycle-walking included) that one batch's positions would pay alone. The
@@ -71,18 +76,22 @@ def mix64_array(x: np.ndarray) -> np.ndarray:
 
 
 class Permutation:
-    """A keyed pseudo-random bijection of range(n), evaluated at any positions.
+    """A keyed pseudo-random bijection of range(n), evaluated at any positions (`stream`:
+    another, independent one for the same seed and epoch).
 
     The round functions are tabulated once (one entry per value of a half, so memory grows
     with the square root of n: 2^15 entries per round for a billion rows); a round is then
     one table lookup and one xor."""
 
-    def __init__(self, n: int, seed: int, epoch: int):
+    def __init__(self, n: int, seed: int, epoch: int, stream: int = 0):
         self.n = int(n)
         bits = max(2, (self.n - 1).bit_length())
         self._left_bits = bits // 2
         self._right_bits = bits - self._left_bits
-        self._keys = [np.uint64(derive_key(seed, epoch, 1 + r)) for r in range(_ROUNDS)]
+        # `stream` picks one of several independent orders of one (seed, epoch); stream 0
+        # is the epoch's global order (its keys are those of before streams existed).
+        self._keys = [np.uint64(derive_key(seed, epoch, (int(stream) << 8) + 1 + r))
+                      for r in range(_ROUNDS)]
         self._tables = None
         if self._right_bits <= _MAX_TABLE_BITS:
             self._tables = [self._round_table(r) for r in range(_ROUNDS)]
@@ -188,8 +197,9 @@ class EpochPlan:
     """The batches of one epoch over `items` positions, per rank (see the module docstring)."""
 
     def __init__(self, items: int, batch_size: int, world_size: int = 1, drop_last: bool = False,
-                 start_sample: int = 0):
+                 start_sample: int = 0, pad_from_end: bool = False):
         self.items = int(items)
+        self.pad_from_end = bool(pad_from_end)
         self.batch_size = _positive_int("batch_size", batch_size)
         self.world_size = _positive_int("world_size", world_size)
         self.start = _positive_int("start_sample", start_sample, minimum=0)
@@ -203,6 +213,16 @@ class EpochPlan:
         self.tail_per_rank = 0 if drop_last else -(-tail // self.world_size)
         self.batches_per_rank = self.full_steps + (1 if self.tail_per_rank else 0)
         self.rows_per_rank = self.full_steps * self.batch_size + self.tail_per_rank
+        #: Padding positions of the last step (fewer than world_size).
+        self.padding = self.tail_per_rank * self.world_size - tail if self.tail_per_rank else 0
+
+    def _wrapped(self, first: int) -> int:
+        """Where the padding position `first` (≥ items) repeats the epoch's order: from its
+        start, or with `pad_from_end` from its last `padding` positions (what a shard-window
+        order still holds in its last window)."""
+        if self.pad_from_end:
+            first -= self.padding
+        return first % self.items
 
     def span(self, rank: int, batch: int) -> tuple[int, int]:
         """(first position, count) of a rank's batch; positions from `items` on are padding
@@ -218,7 +238,7 @@ class EpochPlan:
         first, count = self.span(rank, batch)
         out = []
         while count > 0:
-            at = first % self.items
+            at = first if first < self.items else self._wrapped(first)
             take = min(count, self.items - at)
             out.append((at, at + take))
             first, count = first + take, count - take
@@ -229,7 +249,10 @@ class EpochPlan:
         first, count = self.span(rank, batch)
         positions = np.arange(first, first + count, dtype=np.int64)
         if first + count > self.items:  # padding: an int64 division only then
-            positions %= max(self.items, 1)
+            pad = positions >= self.items
+            if self.pad_from_end:
+                positions[pad] -= self.padding
+            positions[pad] %= max(self.items, 1)
         return positions
 
     def batches_of(self, part: Part) -> range:
@@ -272,6 +295,143 @@ class EpochPlan:
         return np.concatenate([np.arange(a, z, dtype=np.int64) for a, z in spans])
 
 
+def items_before(item_rows, total: int, bounds) -> np.ndarray:
+    """For each global row in `bounds`, how many of `total` items lie before it. Items are
+    numbered in pack order: `item_rows(items)` (int64 in and out) gives each one's (first)
+    row, never decreasing from one item to the next, so a bisection finds the count with
+    about log2(total) calls over all the bounds at once."""
+    bounds = np.asarray(bounds, dtype=np.int64)
+    lo = np.zeros(bounds.size, dtype=np.int64)
+    hi = np.full(bounds.size, int(total), dtype=np.int64)
+    active = np.flatnonzero(lo < hi)
+    while active.size:
+        mid = (lo[active] + hi[active]) // 2
+        below = np.asarray(item_rows(mid)) < bounds[active]
+        lo[active] = np.where(below, mid + 1, lo[active])
+        hi[active] = np.where(below, hi[active], mid)
+        active = active[lo[active] < hi[active]]
+    return lo
+
+
+def shard_items(item_rows, total: int, shard_rows, length: int = 1):
+    """Which items each shard holds, for `ShardWindows`: (cuts, reach). Shard s holds items
+    cuts[s]..cuts[s+1]-1 (those whose first row is in it); reading them reads shards s to
+    reach[s] (beyond s only for windows of `length` rows that run into the next shards)."""
+    offsets = np.zeros(len(shard_rows) + 1, dtype=np.int64)
+    np.cumsum(np.asarray(shard_rows, dtype=np.int64), out=offsets[1:])
+    cuts = items_before(item_rows, total, offsets)
+    reach = np.arange(len(shard_rows), dtype=np.int64)
+    if length > 1:
+        held = np.flatnonzero(cuts[1:] > cuts[:-1])
+        last_rows = np.asarray(item_rows(cuts[held + 1] - 1)) + (length - 1)
+        reach[held] = np.searchsorted(offsets[1:], last_rows, side="right")
+    return cuts, reach
+
+
+class ShardWindows:
+    """The shard-window order of one epoch: a bijection of range(n) like `Permutation`,
+    which reads a pack a few shards at a time.
+
+    The shards are permuted (seeded by seed and epoch) and cut, in that order, into windows
+    of consecutive shards whose bytes add up to at most `window_bytes` (a window holds one
+    shard at least, however large); the epoch reads window after window, each window's
+    items in an order of their own (a permutation per window). So position p of the epoch
+    is an item of the window p falls in, and a reader that goes through the positions in
+    order needs one window's shards at a time (two around a boundary), the next one being
+    the one to fetch ahead. Without `shuffle`, the shards keep their order and the items
+    theirs: the positions are the items, in windows.
+
+    `cuts` and `reach` are `shard_items`'; `shard_bytes` what each shard costs to hold.
+    A shard that holds no item is left out (a selection that skips it never reads it)."""
+
+    def __init__(self, cuts, reach, shard_bytes, window_bytes: int, seed: int, epoch: int,
+                 shuffle: bool = True):
+        cuts = np.asarray(cuts, dtype=np.int64)
+        self.n = int(cuts[-1])
+        self.seed, self.epoch, self.shuffle = seed, epoch, bool(shuffle)
+        self.window_bytes = _positive_int("window_bytes", window_bytes)
+        held = np.flatnonzero(cuts[1:] > cuts[:-1])
+        if self.shuffle and held.size > 1:
+            held = held[Permutation(held.size, seed, epoch, stream=1)(
+                np.arange(held.size, dtype=np.int64))]
+        #: The shards in the epoch's order, where each one's items start in it, and where
+        #: in the pack's item numbering.
+        self.sequence = held
+        self._seq_start = np.zeros(held.size + 1, dtype=np.int64)
+        np.cumsum(cuts[held + 1] - cuts[held], out=self._seq_start[1:])
+        self._first_item = cuts[held]
+        bounds, self._reads = self._group(held, np.asarray(reach), np.asarray(shard_bytes))
+        #: The position where each window starts, and n after the last.
+        self.starts = self._seq_start[bounds]
+        self._perms: dict = {}
+
+    def _group(self, held, reach, shard_bytes) -> tuple[list[int], list[list[int]]]:
+        """Windows of the shard sequence (greedy, in order): their bounds in it, and the
+        shards each one reads (its own and those its items run into)."""
+        bounds, reads = [0], []
+        window: set = set()
+        size = 0
+        for j, s in enumerate(held.tolist()):
+            needs = set(range(s, int(reach[s]) + 1))
+            more = sum(int(shard_bytes[x]) for x in needs - window)
+            if window and size + more > self.window_bytes:
+                bounds.append(j)
+                reads.append(sorted(window))
+                window, size = set(), 0
+                more = sum(int(shard_bytes[x]) for x in needs)
+            window |= needs
+            size += more
+        if window:
+            bounds.append(held.size)
+            reads.append(sorted(window))
+        return bounds, reads
+
+    @property
+    def windows(self) -> int:
+        return len(self._reads)
+
+    def reads(self, window: int) -> list[int]:
+        """The shards window `window` reads (ascending)."""
+        return self._reads[window]
+
+    def span(self, window: int) -> tuple[int, int]:
+        """[first position, end) of a window."""
+        return int(self.starts[window]), int(self.starts[window + 1])
+
+    def window_of(self, positions: np.ndarray) -> np.ndarray:
+        """The window of each position (int64)."""
+        return np.searchsorted(self.starts, positions, side="right") - 1
+
+    def _permutation(self, window: int) -> Permutation:
+        found = self._perms.get(window)
+        if found is None:
+            if len(self._perms) >= 4:  # a reader is in one or two windows at a time
+                self._perms.clear()
+            a, z = self.span(window)
+            found = self._perms[window] = Permutation(z - a, self.seed, self.epoch,
+                                                      stream=2 + window)
+        return found
+
+    def __call__(self, positions: np.ndarray) -> np.ndarray:
+        """The items at these positions (int64 in, int64 out)."""
+        positions = np.asarray(positions, dtype=np.int64)
+        if not self.shuffle or positions.size == 0:
+            return positions.copy()
+        window = self.window_of(positions)
+        lo, hi = int(window.min()), int(window.max())
+        if lo == hi:
+            at = int(self.starts[lo])
+            sequence = self._permutation(lo)(positions - at) + at
+        else:
+            sequence = np.empty_like(positions)
+            for k in range(lo, hi + 1):
+                mine = window == k
+                at = int(self.starts[k])
+                sequence[mine] = self._permutation(k)(positions[mine] - at) + at
+        j = np.searchsorted(self._seq_start, sequence, side="right") - 1
+        return self._first_item[j] + (sequence - self._seq_start[j])
+
+
 def start_position(start_sample: int, start_batch: int, batch_size: int, world_size: int,
                    items: int) -> int:
     """The epoch position to resume at, from `start_sample` or its shorthand `start_batch`."""
@@ -287,13 +447,13 @@ def start_position(start_sample: int, start_batch: int, batch_size: int, world_s
 
 def plan_epoch(total: int, batch_size: int, shuffle: bool, seed: int, epoch: int, rank: int,
                world_size: int, worker: int, num_workers: int, drop_last: bool,
-               start_sample: int, start_batch: int):
+               start_sample: int, start_batch: int, pad_from_end: bool = False):
     """One epoch over `total` items (rows or windows) for one (rank, worker): its batch plan
     from the resume point on, the rank as checked, the numbers of the batches this part
     yields, and the epoch's permutation (None without shuffle)."""
     part = Part(rank, world_size, worker, num_workers)
     start = start_position(start_sample, start_batch, batch_size, world_size, total)
-    plan = EpochPlan(total, batch_size, world_size, drop_last, start)
+    plan = EpochPlan(total, batch_size, world_size, drop_last, start, pad_from_end)
     numbers = plan.batches_of(part)
     perm = Permutation(total, seed, epoch) if shuffle else None
     return plan, part.rank, numbers, perm

@@ -40,6 +40,12 @@ kept in shared memory, so workers see them whether they are started anew each ep
 number of workers, over the version of the pack the state was saved on when the pack has
 grown since (the rest of that epoch; docs/versions.md).
 
+`order="auto"` (the default) reads a remote pack larger than half its cache in shard windows
+(a few shards at a time, the next ones fetched ahead), and any other pack in its global
+order; `order="global"` / `"shards"` and `window_bytes=` choose (docs/object-storage.md,
+"Epochs over a pack larger than the cache"). A state saved in a shard-window epoch records
+the order, and resumes in it.
+
 `PackDataset.state_dict()` / `load_state_dict()` are what torchdata's `StatefulDataLoader`
 calls (`batch_size=None` there too): while an iteration runs in a process, the state says how
 far that process got. In the main process (`num_workers=0`) it is the elastic (epoch, samples
@@ -144,7 +150,8 @@ class PackDataset(IterableDataset):
     `pack` is a path, a `Pack` or a `Mixture`; `window=L` yields (B, L, …) windows
     (`Pack.windows`); `columns=["exps", "move", …]` keeps only those keys of each batch
     (less to decode into tensors and to send from the workers); `keys={"tokens": "exps",
-    "move_targets": "move"}` keeps those columns under the names a training step reads."""
+    "move_targets": "move"}` keeps those columns under the names a training step reads;
+    `order=` and `window_bytes=` choose the epoch's order (`EpochStream`)."""
 
     def __init__(self, pack, batch_size: int, *, window: Optional[int] = None,
                  rank: Optional[int] = None, world_size: Optional[int] = None,
@@ -425,7 +432,9 @@ class PackLoader(DataLoader):
         batch: one is packed here to know. The workers get them with the dataset when they
         start."""
         stream = self.dataset.stream
-        first = stream._batches(Part(0, 1, 0, 1), 0, 0)
+        # In the epoch's own order: a shard-window epoch reads its first window's shards
+        # only, where a global one could reach every shard of a remote pack.
+        first = stream._batches(Part(0, 1, 0, 1), 0, 0, order=stream.epoch_order())
         try:
             batch = self.dataset._shape(next(iter(first)))
         except StopIteration:
