@@ -95,6 +95,7 @@ pub use pack::{
     Companion, CompanionValue, History, NewRun, NewStep, Pack, PackWriter, Param, Published, Run,
     Runs, SqlLimits, Step, Steps, Version, VersionSpec, WriterOptions, tag, untag,
 };
+pub use pack::remote_output::Uploaded;
 pub use packer::{RawPackOptions, RawPackSummary, pack_raw};
 pub use shuffle::{
     Quality as ShuffleQuality, ShuffleNotice, ShuffleOptions, ShuffleSummary, shuffle,

@@ -14,7 +14,7 @@ use crate::progress::{count, thousands};
 pub fn run(args: &PackArgs) -> Result<()> {
     let (packed, elapsed) = args.pack()?;
     match &packed.update {
-        None => pack::print_summary(&packed.summary, args.json, &args.output, elapsed),
+        None => pack::print_summary(&packed.summary, args.json, &args.output, elapsed, None),
         Some(report) => print_report(&packed.summary, report, args, elapsed),
     }
     Ok(())

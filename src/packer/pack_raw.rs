@@ -11,6 +11,7 @@ use super::update::{self, Report, Updated};
 use super::{Job, PackOptions, Summary};
 use crate::error::{Error, ErrorKind, Result};
 use crate::format::metadata::ShardRecord;
+use crate::pack::remote_output::{self, Target, Uploaded};
 use crate::progress::Observer;
 
 /// How [`pack_raw`] packs: the settings of `dataset-packer pack`. [`Default`] is the command's
@@ -213,6 +214,8 @@ pub struct RawPackSummary {
     pub(crate) summary: Summary,
     /// `Some` when an update extended (or found complete) a pack already there.
     pub(crate) update: Option<Report>,
+    /// `Some` when the output was a URL: what was uploaded there.
+    pub(crate) uploaded: Option<Uploaded>,
 }
 
 impl RawPackSummary {
@@ -259,6 +262,12 @@ impl RawPackSummary {
         &self.summary.findings.counts
     }
 
+    /// For an output in object storage (`s3://…`): where the pack was published and what
+    /// was uploaded; None for a local folder.
+    pub fn uploaded(&self) -> Option<&Uploaded> {
+        self.uploaded.as_ref()
+    }
+
     /// Compressed input bytes read.
     pub fn compressed_bytes(&self) -> u64 {
         self.summary.compressed_bytes
@@ -299,22 +308,38 @@ pub fn pack_raw(
     output: impl AsRef<Path>,
     options: &RawPackOptions,
 ) -> Result<RawPackSummary> {
-    let job = options.job(input.as_ref(), output.as_ref())?;
+    let mut job = options.job(input.as_ref(), output.as_ref())?;
     if !options.update {
+        let target = Target::of(&job.output, job.overwrite, None)?;
+        job.output = target.dir().to_path_buf();
         let summary = create::pack(&job)?;
         return Ok(RawPackSummary {
             summary,
             update: None,
+            uploaded: target.publish()?,
         });
+    }
+    if let Some(url) = remote_output::output_url(&job.output)? {
+        return Err(Error::new(
+            ErrorKind::Refused,
+            format!(
+                "{url}: an update extends a pack in place, and a pack in object storage is \
+                 not changed in place; update a local copy of it, then publish that copy \
+                 over it with overwriting asked for"
+            ),
+        )
+        .with_option("update"));
     }
     Ok(match update::update(&job)? {
         Updated::Created(summary) => RawPackSummary {
             summary,
             update: None,
+            uploaded: None,
         },
         Updated::Extended(summary, report) => RawPackSummary {
             summary,
             update: Some(report),
+            uploaded: None,
         },
     })
 }

@@ -92,13 +92,24 @@ pub fn publish_dir(
         let path = local.join(name);
         summary.bytes += store
             .put_file(&path, &url.join(name)?)
-            .with_context(|| format!("publishing {} to {url}", local.display()))?;
+            .with_context(|| {
+                format!(
+                    "publishing to {url} stopped before the commit ({} is uploaded last): \
+                     what {url} held is unchanged",
+                    metadata::FILE_NAME
+                )
+            })?;
         summary.uploaded.push(name.clone());
     }
     let new: BTreeSet<&String> = names.iter().collect();
     for name in previous.iter().filter(|n| !new.contains(n)) {
         if existing.contains(name) {
-            store.delete(&url.join(name)?)?;
+            store.delete(&url.join(name)?).with_context(|| {
+                format!(
+                    "the new pack is published at {url}, but deleting {name} of the pack it \
+                     replaced failed (delete it by hand)"
+                )
+            })?;
             summary.deleted.push(name.clone());
         }
     }
