@@ -242,7 +242,7 @@ pub fn merge(
         )
         .with_option("delete_inputs"));
     }
-    let output = target.dir();
+    let output = &target.dir().to_path_buf();
     checks::refuse_unsafe(inputs, output, options.delete_inputs)?;
     let verify_options = verify::Options {
         deep: false,
