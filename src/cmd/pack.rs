@@ -63,6 +63,8 @@ pub fn positional_hint(args: &[String]) -> String {
   dataset-packer pack --input raw/ --output packs/d6 --shard-rows 10000000 --workers 8 --overwrite
   dataset-packer pack --input raw/ --output packs/d6 --skip-invalid --json > summary.json
   dataset-packer pack --input raw/ --output packs/d6 --update --dedupe --skip-invalid   # from cron
+  dataset-packer pack --input raw/ --output s3://training/team/d6 --shard-rows 10M   # to object storage
+  dataset-packer pack --input raw/ --output s3://training/team/d6 --update   # downloads, updates, publishes
 
 Duplicates: every run gets a content fingerprint (run_details.fingerprint). A run with the same
 content as an earlier one (a replayed seed, a copied folder) is packed and reported as a

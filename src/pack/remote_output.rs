@@ -11,13 +11,15 @@
 
 use std::fs;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 
 use crate::error::{Context, Error, ErrorKind, Result, fail};
 use crate::format::metadata;
 use crate::interrupt::{self, OnInterrupt};
 use crate::pack::versions::History;
-use crate::store::{self, Location, Store, Url};
+use crate::format::valuation;
+use crate::store::{self, Cache, Location, Store, Url};
 
 /// The prefix of the staging folders this module makes (`dataset-packer-publish-PID-N`).
 const STAGING_PREFIX: &str = "dataset-packer-publish-";
@@ -72,9 +74,11 @@ pub enum Target {
 /// (removed when this is dropped).
 pub struct Remote {
     url: Url,
-    store: Store,
+    store: Arc<Store>,
     overwrite: bool,
     staging: PathBuf,
+    /// For an update: the `metadata.db` downloaded, to tell whether the update changed it.
+    downloaded_db: Option<Vec<u8>>,
     _on_interrupt: interrupt::Registered,
 }
 
@@ -94,6 +98,21 @@ impl Target {
             None => Ok(Target::Local(local_path(output)?)),
             Some(url) => Ok(Target::Remote(Remote::prepare(url, overwrite, temp)?)),
         }
+    }
+
+    /// The target of an update of the pack at `output`. For a URL: the pack there is
+    /// downloaded into the staging folder (its latest version's files through the cache,
+    /// each checked against the size and CRC-32C its `metadata.db` records), for the update to
+    /// extend as it extends a local pack; [`Target::publish`] then replaces the pack's own
+    /// files (none other) and uploads nothing when the update changed nothing. Without a pack
+    /// at the URL, the staging folder starts empty (an update of nothing is a new pack).
+    pub fn for_update(output: &Path, temp: Option<&Path>) -> Result<Target> {
+        let Some(url) = output_url(output)? else {
+            return Ok(Target::Local(local_path(output)?));
+        };
+        let mut remote = Remote::prepare(url, true, temp)?;
+        remote.download_pack()?;
+        Ok(Target::Remote(remote))
     }
 
     /// The folder to write the pack into.
@@ -167,7 +186,7 @@ impl Remote {
             )
             .with_option("output"));
         }
-        let store = Store::from_env()?;
+        let store = Arc::new(Store::from_env()?);
         if store.size(&url.join(metadata::FILE_NAME)?)?.is_some() {
             if !overwrite {
                 return Err(Error::new(
@@ -195,13 +214,69 @@ impl Remote {
             store,
             overwrite,
             staging,
+            downloaded_db: None,
         })
+    }
+
+    /// Downloads the pack at the URL, if there is one, into the (empty) staging folder.
+    fn download_pack(&mut self) -> Result<()> {
+        let db_url = self.url.join(metadata::FILE_NAME)?;
+        if self.store.size(&db_url)?.is_none() {
+            return Ok(());
+        }
+        let db = self.staging.join(metadata::FILE_NAME);
+        let bytes = self.store.get(&db_url)?;
+        fs::write(&db, &bytes).with_context(|| format!("writing {}", db.display()))?;
+        self.downloaded_db = Some(bytes);
+        let valuations = self.staging.join(valuation::FILE_NAME);
+        let mut out = fs::File::create(&valuations)
+            .with_context(|| format!("creating {}", valuations.display()))?;
+        self.store
+            .download_to(&self.url.join(valuation::FILE_NAME)?, &mut out)?;
+        let files = {
+            let conn = metadata::open_read_only(&db)?;
+            History::read(&conn)
+                .with_context(|| format!("reading the history of {db_url}"))?
+                .latest()
+                .files
+                .clone()
+        };
+        let config = store::cache_config()?;
+        let cache = Cache::open(&config.dir, config.limit, self.store.clone())?;
+        for file in files {
+            let crc = u32::from_str_radix(&file.crc32c, 16).map_err(|_| {
+                Error::new(
+                    ErrorKind::Corrupt,
+                    format!(
+                        "{db_url}: {} has the CRC-32C {:?}, not 8 hex digits",
+                        file.file_name, file.crc32c
+                    ),
+                )
+            })?;
+            let entry = cache.fetch(&self.url.join(&file.file_name)?, file.bytes, crc)?;
+            let to = self.staging.join(&file.file_name);
+            fs::copy(entry.path(), &to)
+                .with_context(|| format!("copying {} to {}", entry.path().display(), to.display()))?;
+        }
+        Ok(())
     }
 
     fn publish(self) -> Result<Uploaded> {
         // The command published its pack into the staging folder; the output is the URL, and
         // nothing is published there until metadata.db is uploaded.
         interrupt::not_published();
+        let db = self.staging.join(metadata::FILE_NAME);
+        if let Some(downloaded) = &self.downloaded_db
+            && fs::read(&db).with_context(|| format!("reading {}", db.display()))? == *downloaded
+        {
+            // An update that found nothing new: the pack there is already this one.
+            return Ok(Uploaded {
+                url: self.url.to_string(),
+                files: Vec::new(),
+                bytes: 0,
+                deleted: Vec::new(),
+            });
+        }
         let summary = store::publish_dir(
             &self.store,
             &self.staging,

@@ -11,7 +11,7 @@ use super::update::{self, Report, Updated};
 use super::{Job, PackOptions, Summary};
 use crate::error::{Error, ErrorKind, Result};
 use crate::format::metadata::ShardRecord;
-use crate::pack::remote_output::{self, Target, Uploaded};
+use crate::pack::remote_output::{Target, Uploaded};
 use crate::progress::Observer;
 
 /// How [`pack_raw`] packs: the settings of `dataset-packer pack`. [`Default`] is the command's
@@ -319,27 +319,15 @@ pub fn pack_raw(
             uploaded: target.publish()?,
         });
     }
-    if let Some(url) = remote_output::output_url(&job.output)? {
-        return Err(Error::new(
-            ErrorKind::Refused,
-            format!(
-                "{url}: an update extends a pack in place, and a pack in object storage is \
-                 not changed in place; update a local copy of it, then publish that copy \
-                 over it with overwriting asked for"
-            ),
-        )
-        .with_option("update"));
-    }
-    Ok(match update::update(&job)? {
-        Updated::Created(summary) => RawPackSummary {
-            summary,
-            update: None,
-            uploaded: None,
-        },
-        Updated::Extended(summary, report) => RawPackSummary {
-            summary,
-            update: Some(report),
-            uploaded: None,
-        },
+    let target = Target::for_update(&job.output, None)?;
+    job.output = target.dir().to_path_buf();
+    let (summary, update) = match update::update(&job)? {
+        Updated::Created(summary) => (summary, None),
+        Updated::Extended(summary, report) => (summary, Some(report)),
+    };
+    Ok(RawPackSummary {
+        summary,
+        update,
+        uploaded: target.publish()?,
     })
 }
