@@ -421,50 +421,65 @@ fn an_existing_remote_pack_needs_overwrite_which_deletes_only_its_own_files() {
     assert_eq!(staging_left(&cache), Vec::<String>::new());
 }
 
-/// A TCP proxy in front of moto that answers 503 to every PUT once `fail_puts` is set (other
-/// requests pass; each connection carries one request, so none slips past on a kept-alive
-/// connection), and counts the PUTs it refused and the objects they were for.
+/// What the proxy does with a PUT.
+const PASS: usize = 0;
+const FAIL_PUTS: usize = 1;
+const STALL_PUTS: usize = 2;
+
+/// A TCP proxy in front of moto that logs every PUT (the request line, and whether it was let
+/// through) and, as `mode` says, passes PUTs on, answers them 503, or holds them unanswered
+/// until the mode changes. Every other request passes. Each connection carries one request,
+/// so none slips past on a kept-alive connection.
 struct Proxy {
     port: u16,
-    fail_puts: Arc<AtomicUsize>,
-    refused: Arc<Mutex<Vec<String>>>,
+    mode: Arc<AtomicUsize>,
+    puts: Arc<Mutex<Vec<(String, bool)>>>,
 }
 
 impl Proxy {
     fn start(upstream: u16) -> Proxy {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let port = listener.local_addr().unwrap().port();
-        let fail_puts = Arc::new(AtomicUsize::new(0));
-        let refused = Arc::new(Mutex::new(Vec::new()));
-        let (fail, log) = (fail_puts.clone(), refused.clone());
+        let mode = Arc::new(AtomicUsize::new(PASS));
+        let puts = Arc::new(Mutex::new(Vec::new()));
+        let (m, log) = (mode.clone(), puts.clone());
         std::thread::spawn(move || {
             for conn in listener.incoming() {
                 let Ok(conn) = conn else { continue };
-                let (fail, log) = (fail.clone(), log.clone());
-                std::thread::spawn(move || serve(conn, upstream, &fail, &log));
+                let (m, log) = (m.clone(), log.clone());
+                std::thread::spawn(move || serve(conn, upstream, &m, &log));
             }
         });
-        Proxy {
-            port,
-            fail_puts,
-            refused,
-        }
+        Proxy { port, mode, puts }
+    }
+
+    /// The PUTs so far: (request line, let through).
+    fn puts(&self) -> Vec<(String, bool)> {
+        self.puts.lock().unwrap().clone()
     }
 }
 
-/// One connection: the request's head read, then 503 for a PUT when failing, else the request
-/// forwarded with `Connection: close` and the answer copied back.
-fn serve(mut conn: TcpStream, upstream: u16, fail: &AtomicUsize, log: &Mutex<Vec<String>>) {
+/// One connection: the request's head read, then a PUT failed or held as the mode says, or
+/// the request forwarded with `Connection: close` and the answer copied back.
+fn serve(mut conn: TcpStream, upstream: u16, mode: &AtomicUsize, log: &Mutex<Vec<(String, bool)>>) {
     let (head, rest) = read_head(&mut conn);
     let text = String::from_utf8_lossy(&head).into_owned();
     let request_line = text.lines().next().unwrap_or("").to_string();
-    if request_line.starts_with("PUT ") && fail.load(Ordering::SeqCst) > 0 {
-        log.lock().unwrap().push(request_line);
-        let _ = conn.write_all(
-            b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
-        );
-        let _ = conn.shutdown(Shutdown::Both);
-        return;
+    if request_line.starts_with("PUT ") {
+        let now = mode.load(Ordering::SeqCst);
+        log.lock().unwrap().push((request_line, now == PASS));
+        if now == STALL_PUTS {
+            while mode.load(Ordering::SeqCst) == STALL_PUTS {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
+        if now != PASS {
+            let _ = conn.write_all(
+                b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
+            );
+            let _ = conn.shutdown(Shutdown::Both);
+            return;
+        }
     }
     let Ok(mut up) = TcpStream::connect(("127.0.0.1", upstream)) else {
         return;
@@ -522,10 +537,14 @@ fn a_failing_upload_leaves_the_old_pack_and_nothing_staged() {
         &["pack", "--input", s(&raw), "--output", remote, "--quiet"],
         &env,
     );
+    // The server saw metadata.db last.
+    let puts = proxy.puts();
+    assert_eq!(puts.len(), 3, "{puts:?}");
+    assert!(puts[2].0.starts_with("PUT /packs/rw/faults/metadata.db "), "{puts:?}");
     let before = t.path().join("before");
     download(&store, remote, &before);
 
-    proxy.fail_puts.store(1, Ordering::SeqCst);
+    proxy.mode.store(FAIL_PUTS, Ordering::SeqCst);
     let out = run(
         &[
             "pack",
@@ -540,7 +559,7 @@ fn a_failing_upload_leaves_the_old_pack_and_nothing_staged() {
         ],
         &env,
     );
-    proxy.fail_puts.store(0, Ordering::SeqCst);
+    proxy.mode.store(PASS, Ordering::SeqCst);
     let err = common::stderr(&out);
     assert_eq!(out.status.code(), Some(1), "{err}");
     assert!(
@@ -551,7 +570,8 @@ fn a_failing_upload_leaves_the_old_pack_and_nothing_staged() {
         err.contains(&format!("{remote}/steps-00000.npy: writing failed")),
         "{err}"
     );
-    let refused = proxy.refused.lock().unwrap().clone();
+    let refused: Vec<String> = proxy.puts()[3..].iter().map(|p| p.0.clone()).collect();
+    assert!(!refused.is_empty());
     assert!(
         refused.iter().all(|r| !r.contains("metadata.db")),
         "metadata.db was never sent: {refused:?}"
@@ -694,4 +714,63 @@ fn an_update_of_a_remote_pack_publishes_what_a_local_update_writes_with_its_hist
         std::fs::read(again.join("metadata.db")).unwrap(),
         std::fs::read(got.join("metadata.db")).unwrap()
     );
+}
+
+#[test]
+fn ctrl_c_during_the_upload_leaves_the_old_pack_and_nothing_staged() {
+    let Some(moto) = moto() else { return };
+    let t = tempfile::tempdir().unwrap();
+    let cache = t.path().join("cache");
+    let store = store(moto);
+    let proxy = Proxy::start(moto.port);
+    let env = env_for(moto, proxy.port, &cache);
+    let raw = common::fixture("raw");
+    let remote = "s3://packs/rw/interrupted";
+    run_ok(
+        &["pack", "--input", s(&raw), "--output", remote, "--quiet"],
+        &env,
+    );
+    let before = t.path().join("before");
+    download(&store, remote, &before);
+
+    // The uploads hang; Ctrl-C once the first one is under way.
+    proxy.mode.store(STALL_PUTS, Ordering::SeqCst);
+    let mut child = Command::new(env!("CARGO_BIN_EXE_dataset-packer"))
+        .args(["pack", "--input", s(&raw), "--output", remote])
+        .args(["--shard-rows", "600", "--overwrite", "--quiet"])
+        .envs(env.iter().map(|(k, v)| (k, v)))
+        .env_remove("RUST_LOG")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let started = std::time::Instant::now();
+    while !proxy.puts().iter().skip(3).any(|p| !p.1) {
+        assert!(started.elapsed() < Duration::from_secs(60), "no upload started");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(
+        !staging_left(&cache).is_empty(),
+        "the pack is staged while it uploads"
+    );
+    let killed = Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    let status = child.wait().unwrap();
+    proxy.mode.store(PASS, Ordering::SeqCst);
+    let mut err = String::new();
+    child.stderr.take().unwrap().read_to_string(&mut err).unwrap();
+    assert_eq!(status.code(), Some(130), "{err}");
+    assert!(
+        err.contains("nothing was published; the previous pack is intact"),
+        "{err}"
+    );
+    assert_eq!(staging_left(&cache), Vec::<String>::new());
+    let after = t.path().join("after");
+    download(&store, remote, &after);
+    assert_same_pack(&before, &after);
+    let db_puts = proxy.puts().iter().filter(|p| p.0.contains("metadata.db")).count();
+    assert_eq!(db_puts, 1, "only the first pack's metadata.db was sent");
 }
