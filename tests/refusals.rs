@@ -358,7 +358,10 @@ fn an_attach_refused_before_it_starts_leaves_the_pack_as_it_was() {
 #[test]
 fn urls_are_refused_never_taken_for_folders() {
     let t = tempfile::tempdir().unwrap();
-    let cases: [&[&str]; 2] = [&["stats", "s3://b/pack"], &["validate", "https://host/pack"]];
+    let cases: [&[&str]; 2] = [
+        &["stats", "s3://b/pack"],
+        &["validate", "https://host/pack"],
+    ];
     for args in cases {
         let out = std::process::Command::new(env!("CARGO_BIN_EXE_dataset-packer"))
             .args(args)

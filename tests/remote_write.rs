@@ -152,7 +152,10 @@ fn store(moto: &Moto) -> Store {
         ("AWS_ACCESS_KEY_ID", moto.key.as_str()),
         ("AWS_SECRET_ACCESS_KEY", moto.secret.as_str()),
         ("AWS_REGION", "us-east-1"),
-        ("AWS_ENDPOINT_URL", &format!("http://127.0.0.1:{}", moto.port)),
+        (
+            "AWS_ENDPOINT_URL",
+            &format!("http://127.0.0.1:{}", moto.port),
+        ),
         ("AWS_ALLOW_HTTP", "true"),
     ]))
     .unwrap()
@@ -232,8 +235,8 @@ fn db_tables(pack: &Path) -> BTreeMap<String, Vec<Vec<String>>> {
                 } else if row[0].contains("Text(\"updates\")") {
                     // The updates' history: a JSON list whose entries say when and how.
                     let (_, text) = row[1].split_once("=Text(").unwrap();
-                    let text: String = serde_json::from_str(text.strip_suffix(')').unwrap())
-                        .unwrap();
+                    let text: String =
+                        serde_json::from_str(text.strip_suffix(')').unwrap()).unwrap();
                     let mut list: Vec<BTreeMap<String, serde_json::Value>> =
                         serde_json::from_str(&text).unwrap();
                     for entry in &mut list {
@@ -261,7 +264,10 @@ fn assert_same_pack(local: &Path, downloaded: &Path) {
         );
     }
     let (got, want) = (db_tables(downloaded), db_tables(local));
-    assert_eq!(got.keys().collect::<Vec<_>>(), want.keys().collect::<Vec<_>>());
+    assert_eq!(
+        got.keys().collect::<Vec<_>>(),
+        want.keys().collect::<Vec<_>>()
+    );
     for (table, rows) in &want {
         assert_eq!(&got[table], rows, "table {table} of metadata.db differs");
     }
@@ -394,10 +400,7 @@ fn an_existing_remote_pack_needs_overwrite_which_deletes_only_its_own_files() {
     let out = run(&argv(&pack_to(remote, &[])), &env);
     let err = common::stderr(&out);
     assert_eq!(out.status.code(), Some(2), "{err}");
-    assert!(
-        err.contains(remote) && err.contains("--overwrite"),
-        "{err}"
-    );
+    assert!(err.contains(remote) && err.contains("--overwrite"), "{err}");
     assert_eq!(staging_left(&cache), Vec::<String>::new());
     let again = t.path().join("again");
     download(&store, remote, &again);
@@ -540,7 +543,10 @@ fn a_failing_upload_leaves_the_old_pack_and_nothing_staged() {
     // The server saw metadata.db last.
     let puts = proxy.puts();
     assert_eq!(puts.len(), 3, "{puts:?}");
-    assert!(puts[2].0.starts_with("PUT /packs/rw/faults/metadata.db "), "{puts:?}");
+    assert!(
+        puts[2].0.starts_with("PUT /packs/rw/faults/metadata.db "),
+        "{puts:?}"
+    );
     let before = t.path().join("before");
     download(&store, remote, &before);
 
@@ -684,10 +690,17 @@ fn an_update_of_a_remote_pack_publishes_what_a_local_update_writes_with_its_hist
     let stdout = run_ok(&argv(&pack(&raw, remote, true)), &env);
 
     let doc: serde_json::Value = serde_json::from_str(stdout.trim()).unwrap();
-    assert_eq!((doc["new_runs"].as_u64(), doc["total_runs"].as_u64()), (Some(5), Some(10)));
+    assert_eq!(
+        (doc["new_runs"].as_u64(), doc["total_runs"].as_u64()),
+        (Some(5), Some(10))
+    );
     assert_eq!(doc["published"]["url"], remote);
     assert_eq!(
-        doc["published"]["files"].as_array().unwrap().last().unwrap(),
+        doc["published"]["files"]
+            .as_array()
+            .unwrap()
+            .last()
+            .unwrap(),
         "metadata.db"
     );
     let got = t.path().join("got");
@@ -701,7 +714,15 @@ fn an_update_of_a_remote_pack_publishes_what_a_local_update_writes_with_its_hist
 
     // Nothing new: nothing is uploaded, and the pack there is unchanged.
     let stdout = run_ok(
-        &["pack", "--input", s(&raw), "--output", remote, "--update", "--quiet"],
+        &[
+            "pack",
+            "--input",
+            s(&raw),
+            "--output",
+            remote,
+            "--update",
+            "--quiet",
+        ],
         &env,
     );
     assert!(
@@ -746,7 +767,10 @@ fn ctrl_c_during_the_upload_leaves_the_old_pack_and_nothing_staged() {
         .unwrap();
     let started = std::time::Instant::now();
     while !proxy.puts().iter().skip(3).any(|p| !p.1) {
-        assert!(started.elapsed() < Duration::from_secs(60), "no upload started");
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "no upload started"
+        );
         std::thread::sleep(Duration::from_millis(20));
     }
     assert!(
@@ -761,7 +785,12 @@ fn ctrl_c_during_the_upload_leaves_the_old_pack_and_nothing_staged() {
     let status = child.wait().unwrap();
     proxy.mode.store(PASS, Ordering::SeqCst);
     let mut err = String::new();
-    child.stderr.take().unwrap().read_to_string(&mut err).unwrap();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut err)
+        .unwrap();
     assert_eq!(status.code(), Some(130), "{err}");
     assert!(
         err.contains("nothing was published; the previous pack is intact"),
@@ -771,6 +800,10 @@ fn ctrl_c_during_the_upload_leaves_the_old_pack_and_nothing_staged() {
     let after = t.path().join("after");
     download(&store, remote, &after);
     assert_same_pack(&before, &after);
-    let db_puts = proxy.puts().iter().filter(|p| p.0.contains("metadata.db")).count();
+    let db_puts = proxy
+        .puts()
+        .iter()
+        .filter(|p| p.0.contains("metadata.db"))
+        .count();
     assert_eq!(db_puts, 1, "only the first pack's metadata.db was sent");
 }

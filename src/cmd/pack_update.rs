@@ -5,11 +5,11 @@
 use anyhow::Result;
 use serde_json::json;
 
+use crate::Uploaded;
 use crate::cmd::pack::{self, PackArgs};
 use crate::packer::Summary;
 use crate::packer::update::Report;
 use crate::progress::{count, thousands};
-use crate::Uploaded;
 
 /// `pack --update` (`main` calls it instead of [`pack::run`] when `--update` is given).
 pub fn run(args: &PackArgs) -> Result<()> {

@@ -16,9 +16,9 @@ use std::sync::atomic::{AtomicU32, Ordering};
 
 use crate::error::{Context, Error, ErrorKind, Result, fail};
 use crate::format::metadata;
+use crate::format::valuation;
 use crate::interrupt::{self, OnInterrupt};
 use crate::pack::versions::History;
-use crate::format::valuation;
 use crate::store::{self, Cache, Location, Store, Url};
 
 /// The prefix of the staging folders this module makes (`dataset-packer-publish-PID-N`).
@@ -255,8 +255,9 @@ impl Remote {
             })?;
             let entry = cache.fetch(&self.url.join(&file.file_name)?, file.bytes, crc)?;
             let to = self.staging.join(&file.file_name);
-            fs::copy(entry.path(), &to)
-                .with_context(|| format!("copying {} to {}", entry.path().display(), to.display()))?;
+            fs::copy(entry.path(), &to).with_context(|| {
+                format!("copying {} to {}", entry.path().display(), to.display())
+            })?;
         }
         Ok(())
     }
@@ -326,11 +327,7 @@ fn fresh_folder(base: &Path) -> Result<PathBuf> {
             Err(e) => return Err(Error::from(e).within(format!("creating {}", path.display()))),
         }
     }
-    fail!(
-        Io,
-        "could not make a staging folder in {}",
-        base.display()
-    )
+    fail!(Io, "could not make a staging folder in {}", base.display())
 }
 
 /// Removes the staging folders in `base` of processes that are gone (killed before they could
@@ -402,7 +399,9 @@ mod tests {
         let t = tempfile::tempdir().unwrap();
         // pid_max is at most 2^22: this pid cannot be running.
         let gone = t.path().join(format!("{STAGING_PREFIX}4194305-0"));
-        let mine = t.path().join(format!("{STAGING_PREFIX}{}-0", std::process::id()));
+        let mine = t
+            .path()
+            .join(format!("{STAGING_PREFIX}{}-0", std::process::id()));
         let other = t.path().join("dataset-packer-publish-notes");
         for dir in [&gone, &mine, &other] {
             fs::create_dir(dir).unwrap();

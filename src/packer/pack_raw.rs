@@ -279,6 +279,12 @@ impl RawPackSummary {
 /// or, with [`RawPackOptions::update`], adds their new runs to the pack there. What
 /// `dataset-packer pack` does, with the same bytes for the same settings.
 ///
+/// `output` may be a URL in object storage (`s3://bucket/prefix`, `gs://…`, `az://…`; the
+/// credentials from the environment, as the AWS tools read them): the pack is built in a
+/// staging folder under the cache folder ([`store::cache_config`](crate::store::cache_config))
+/// and published there, `metadata.db` last, and [`RawPackSummary::uploaded`] says what was
+/// uploaded. An update downloads the pack there first and publishes the updated pack over it.
+///
 /// Errors: [`ErrorKind::Refused`] for settings that do not go together or a state the options
 /// do not allow (an existing pack without [`overwrite`](RawPackOptions::overwrite): the error's
 /// [`option`](Error::option) says which), [`ErrorKind::InvalidInput`] for an invalid run

@@ -51,7 +51,8 @@ pub struct ShuffleOptions {
     /// Default: 1 GiB.
     pub memory: u64,
     /// The folder for the bucket files (about the pack's size); it must exist. `None` (the
-    /// default): the output folder.
+    /// default): the output folder. For an output in object storage, the pack is also staged
+    /// here before it is uploaded (`None`: in the cache folder's `staging/`).
     pub temp: Option<PathBuf>,
     /// Threads for validating the input and fingerprinting it; the result never depends on
     /// it. Default: all cores.
@@ -219,8 +220,10 @@ struct Input {
     conn: rusqlite::Connection,
 }
 
-/// Shuffles the pack `input` into a new pack at `output` whose rows are a uniformly random
-/// permutation of its rows (in bounded memory, resumable), and publishes it. Everything it
+/// Shuffles the pack `input` into a new pack at `output` (a folder, or a URL in object storage:
+/// staged in [`ShuffleOptions::temp`] or the cache folder, then uploaded, `metadata.db` last;
+/// not resumable) whose rows are a uniformly random permutation of its rows (in bounded
+/// memory, resumable), and publishes it. Everything it
 /// refuses, it refuses before the first write.
 ///
 /// ```

@@ -90,15 +90,13 @@ pub fn publish_dir(
     };
     for name in &names {
         let path = local.join(name);
-        summary.bytes += store
-            .put_file(&path, &url.join(name)?)
-            .with_context(|| {
-                format!(
-                    "publishing to {url} stopped before the commit ({} is uploaded last): \
+        summary.bytes += store.put_file(&path, &url.join(name)?).with_context(|| {
+            format!(
+                "publishing to {url} stopped before the commit ({} is uploaded last): \
                      what {url} held is unchanged",
-                    metadata::FILE_NAME
-                )
-            })?;
+                metadata::FILE_NAME
+            )
+        })?;
         summary.uploaded.push(name.clone());
     }
     let new: BTreeSet<&String> = names.iter().collect();
