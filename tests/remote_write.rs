@@ -694,14 +694,21 @@ fn an_update_of_a_remote_pack_publishes_what_a_local_update_writes_with_its_hist
         (doc["new_runs"].as_u64(), doc["total_runs"].as_u64()),
         (Some(5), Some(10))
     );
+    // The full shards of the first version are there already: only the rewritten last shard,
+    // the new one and the pack's small files go up, metadata.db last.
     assert_eq!(doc["published"]["url"], remote);
     assert_eq!(
-        doc["published"]["files"]
-            .as_array()
-            .unwrap()
-            .last()
-            .unwrap(),
-        "metadata.db"
+        doc["published"]["files"],
+        serde_json::json!([
+            "steps-00002.npy",
+            "steps-00003.npy",
+            "valuation_types.json",
+            "metadata.db"
+        ])
+    );
+    assert_eq!(
+        doc["published"]["unchanged"],
+        serde_json::json!(["steps-00000.npy", "steps-00001.npy"])
     );
     let got = t.path().join("got");
     download(&store, remote, &got);

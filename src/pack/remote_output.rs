@@ -29,8 +29,14 @@ const STAGING_PREFIX: &str = "dataset-packer-publish-";
 /// ```
 /// use dataset_packer::Uploaded;
 ///
-/// let up = Uploaded { url: "s3://packs/clean".into(), files: vec!["metadata.db".into()], bytes: 8192, deleted: vec![] };
-/// assert_eq!(up.to_string(), "s3://packs/clean (1 file, 8192 bytes uploaded)");
+/// let up = Uploaded {
+///     url: "s3://packs/clean".into(),
+///     files: vec!["steps-00003.npy".into(), "metadata.db".into()],
+///     bytes: 8192,
+///     deleted: vec![],
+///     unchanged: vec!["steps-00000.npy".into()],
+/// };
+/// assert_eq!(up.to_string(), "s3://packs/clean (2 files, 8192 bytes uploaded, 1 unchanged)");
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct Uploaded {
@@ -42,6 +48,8 @@ pub struct Uploaded {
     pub bytes: u64,
     /// Files of the pack that was replaced that the new one has not, deleted after the commit.
     pub deleted: Vec<String>,
+    /// Files already there with the same bytes, not uploaded again (an update's full shards).
+    pub unchanged: Vec<String>,
 }
 
 impl std::fmt::Display for Uploaded {
@@ -54,6 +62,9 @@ impl std::fmt::Display for Uploaded {
             if n == 1 { "" } else { "s" },
             self.bytes
         )?;
+        if !self.unchanged.is_empty() {
+            write!(f, ", {} unchanged", self.unchanged.len())?;
+        }
         if !self.deleted.is_empty() {
             write!(f, ", {} old files deleted", self.deleted.len())?;
         }
@@ -79,6 +90,8 @@ pub struct Remote {
     staging: PathBuf,
     /// For an update: the `metadata.db` downloaded, to tell whether the update changed it.
     downloaded_db: Option<Vec<u8>>,
+    /// For an update: the files downloaded, with their size and CRC-32C.
+    downloaded: Vec<(String, u64, u32)>,
     _on_interrupt: interrupt::Registered,
 }
 
@@ -215,6 +228,7 @@ impl Remote {
             overwrite,
             staging,
             downloaded_db: None,
+            downloaded: Vec::new(),
         })
     }
 
@@ -258,6 +272,7 @@ impl Remote {
             fs::copy(entry.path(), &to).with_context(|| {
                 format!("copying {} to {}", entry.path().display(), to.display())
             })?;
+            self.downloaded.push((file.file_name, file.bytes, crc));
         }
         Ok(())
     }
@@ -276,14 +291,17 @@ impl Remote {
                 files: Vec::new(),
                 bytes: 0,
                 deleted: Vec::new(),
+                unchanged: self.downloaded.iter().map(|f| f.0.clone()).collect(),
             });
         }
-        let summary = store::publish_dir(
+        let unchanged = self.unchanged_files()?;
+        let summary = store::publish_dir_except(
             &self.store,
             &self.staging,
             &self.url,
             self.overwrite,
             listed_files,
+            &unchanged,
         )?;
         interrupt::published();
         Ok(Uploaded {
@@ -291,7 +309,30 @@ impl Remote {
             files: summary.uploaded,
             bytes: summary.bytes,
             deleted: summary.deleted,
+            unchanged: summary.unchanged,
         })
+    }
+
+    /// The downloaded files the new pack records with the same size and CRC-32C (an update
+    /// leaves its full shards as they were): no need to upload them again.
+    fn unchanged_files(&self) -> Result<Vec<String>> {
+        if self.downloaded.is_empty() {
+            return Ok(Vec::new());
+        }
+        let conn = metadata::open_read_only(&self.staging.join(metadata::FILE_NAME))?;
+        let now = History::read(&conn)?.latest().files.clone();
+        Ok(self
+            .downloaded
+            .iter()
+            .filter(|(name, bytes, crc)| {
+                now.iter().any(|f| {
+                    f.file_name == *name
+                        && f.bytes == *bytes
+                        && u32::from_str_radix(&f.crc32c, 16) == Ok(*crc)
+                }) && fs::metadata(self.staging.join(name)).is_ok_and(|m| m.len() == *bytes)
+            })
+            .map(|(name, _, _)| name.clone())
+            .collect())
     }
 }
 
