@@ -110,6 +110,13 @@ pub fn published() {
     PUBLISHED.store(true, Ordering::SeqCst);
 }
 
+/// Notes that what this run published so far went to a local staging folder, not to its
+/// output (a pack on its way to object storage): an interrupt before [`published`] says the
+/// output was not published.
+pub fn not_published() {
+    PUBLISHED.store(false, Ordering::SeqCst);
+}
+
 /// Removes a staging folder (or file) that the command's other threads may still be writing
 /// into: a file they create while `remove_dir_all` empties the folder makes its last step fail
 /// ("directory not empty"), so it is tried again, briefly, until the folder is gone.

@@ -91,6 +91,7 @@ pub mod verify;
 pub use attach::{AttachOptions, AttachSummary, DetachSummary, attach, detach};
 pub use error::{Error, ErrorKind, Result};
 pub use merge::{DeletedInput, MergeOptions, MergeSummary, MergedInput, merge};
+pub use pack::remote_output::Uploaded;
 pub use pack::{
     Companion, CompanionValue, History, NewRun, NewStep, Pack, PackWriter, Param, Published, Run,
     Runs, SqlLimits, Step, Steps, Version, VersionSpec, WriterOptions, tag, untag,

@@ -42,6 +42,7 @@ impl From<Format> for ExportFormat {
   dataset-packer export packs/d6 --format pack --output packs/d6-best --where \"max_score > 600000 AND depth = 7\"
   dataset-packer export packs/d6 --format pack --output packs/val --runs 0-99,500 --shard-rows 1000000
   dataset-packer export old-2048former-pack --format pack --output packs/full --shard-rows 1M   # legacy → full pack
+  dataset-packer export packs/d6 --format pack --output s3://training/team/d6-val --runs 0-99   # to object storage
   dataset-packer export packs/d6 --format pack --output packs/train \\
       --where \"SELECT id FROM runs WHERE max_score BETWEEN ? AND ?\" --param 50000 --param 500000
 
@@ -57,7 +58,9 @@ pub struct ExportArgs {
     pub pack: PathBuf,
     #[command(flatten)]
     pub version: crate::cli::VersionArg,
-    /// Where to write (a file or a folder, see --format).
+    /// Where to write (a file or a folder, see --format). --format pack may also write to a
+    /// URL in object storage (s3://bucket/prefix, gs://, az://): built in the cache folder's
+    /// staging/, then published there, metadata.db last.
     #[arg(long, value_name = "PATH")]
     pub output: PathBuf,
     /// Output format [default: from the output's name: .parquet, .jsonl or .jsonl.gz; a
@@ -153,6 +156,9 @@ pub fn run(args: &ExportArgs) -> Result<()> {
         args.output.display(),
         thousands((summary.rows as f64 / elapsed.max(1e-9)) as u64)
     );
+    if let Some(up) = &summary.uploaded {
+        println!("  published to {up}");
+    }
     if let Some(n) = summary.legacy_ev_legal_changed {
         println!(
             "  upgraded from the legacy 46-byte layout: recomputing ev_legal from the board changed {}",

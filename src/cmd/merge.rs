@@ -18,6 +18,7 @@ use crate::progress::{count, thousands};
   dataset-packer merge part-0 part-1 part-2 --output packs/all --shard-rows 10000000
   dataset-packer merge old new --output merged --overwrite --delete-inputs
   dataset-packer merge packs/a packs/b --output packs/ab --dedupe
+  dataset-packer merge packs/d6 packs/d7 --output s3://training/team/d6d7   # to object storage
 
 The input packs are positional, like every command's; the older spellings --left A --right B
 and --input A --input B … still work and mean the same.
@@ -51,7 +52,9 @@ pub struct MergeArgs {
     /// An input pack, repeated for each (an alias: `merge A B C` is the same).
     #[arg(long = "input", value_name = "PACK")]
     pub inputs: Vec<PathBuf>,
-    /// Folder to write the merged pack into.
+    /// Folder to write the merged pack into, or a URL in object storage (s3://bucket/prefix,
+    /// gs://, az://): built in the cache folder's staging/, then published there,
+    /// metadata.db last.
     #[arg(long, value_name = "PACK_DIR")]
     pub output: PathBuf,
     /// Rows per output shard, e.g. 10M (k, M, G = 10^3, 10^6, 10^9) [default: the inputs'
@@ -145,6 +148,7 @@ fn print(summary: &MergeSummary, args: &MergeArgs, elapsed: f64) {
             "companions": summary.companions.iter().map(|(n, d)| json!({"name": n, "dtype": d})).collect::<Vec<_>>(),
             "skipped_runs": summary.left_out.iter().map(|(p, r)| json!({"path": p, "reason": r})).collect::<Vec<_>>(),
             "deleted": summary.deleted.iter().map(|d| json!({"path": d.path.display().to_string(), "files": d.files, "bytes": d.bytes})).collect::<Vec<_>>(),
+            "published": summary.uploaded,
             "elapsed_s": elapsed,
             "mb_per_s": mbps,
         });
@@ -159,6 +163,9 @@ fn print(summary: &MergeSummary, args: &MergeArgs, elapsed: f64) {
         count(summary.shards as u64, "shard", "shards"),
         args.output.display()
     );
+    if let Some(up) = &summary.uploaded {
+        println!("  published to {up}");
+    }
     for i in &summary.inputs {
         let now = match i.ids {
             Some((first, last)) => format!("now {first}..={last}"),

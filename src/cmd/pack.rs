@@ -14,7 +14,7 @@ use clap::Args;
 
 use crate::packer::Summary;
 use crate::progress::{count, thousands};
-use crate::{RawPackOptions, RawPackSummary, pack_raw};
+use crate::{RawPackOptions, RawPackSummary, Uploaded, pack_raw};
 
 /// The hint for plain paths given to `pack` (`pack raw/ packs/d6`): the command with
 /// `--input` and `--output` in their place when there are two, else where the folders go.
@@ -63,6 +63,8 @@ pub fn positional_hint(args: &[String]) -> String {
   dataset-packer pack --input raw/ --output packs/d6 --shard-rows 10000000 --workers 8 --overwrite
   dataset-packer pack --input raw/ --output packs/d6 --skip-invalid --json > summary.json
   dataset-packer pack --input raw/ --output packs/d6 --update --dedupe --skip-invalid   # from cron
+  dataset-packer pack --input raw/ --output s3://training/team/d6 --shard-rows 10M   # to object storage
+  dataset-packer pack --input raw/ --output s3://training/team/d6 --update   # downloads, updates, publishes
 
 Duplicates: every run gets a content fingerprint (run_details.fingerprint). A run with the same
 content as an earlier one (a replayed seed, a copied folder) is packed and reported as a
@@ -96,7 +98,9 @@ pub struct PackArgs {
     /// walked recursively.
     #[arg(long, value_name = "RAW_DIR")]
     pub input: PathBuf,
-    /// Folder to write the pack into (created if missing).
+    /// Folder to write the pack into (created if missing), or a URL in object storage
+    /// (s3://bucket/prefix, gs://, az://): the pack is built in the cache folder's staging/
+    /// and published there, metadata.db last.
     #[arg(long, value_name = "PACK_DIR")]
     pub output: PathBuf,
     /// Rows per shard (steps-00000.npy, …), e.g. 1000000 or 1M (k, M, G = 10^3, 10^6, 10^9);
@@ -197,15 +201,30 @@ fn parse_partition(text: &str) -> Result<(u64, u64), String> {
 /// A new pack (`--update` is [`crate::cmd::pack_update::run`], which `main` calls instead).
 pub fn run(args: &PackArgs) -> Result<()> {
     let (summary, elapsed) = args.pack()?;
-    print_summary(&summary.summary, args.json, &args.output, elapsed);
+    print_summary(
+        &summary.summary,
+        args.json,
+        &args.output,
+        elapsed,
+        summary.uploaded(),
+    );
     Ok(())
 }
 
-/// Prints the summary: the headline and [`print_details`], or one JSON document.
-pub(crate) fn print_summary(summary: &Summary, as_json: bool, output: &Path, elapsed: f64) {
+/// Prints the summary: the headline, what was uploaded (for a URL) and [`print_details`], or
+/// one JSON document.
+pub(crate) fn print_summary(
+    summary: &Summary,
+    as_json: bool,
+    output: &Path,
+    elapsed: f64,
+    uploaded: Option<&Uploaded>,
+) {
     let s = summary;
     if as_json {
-        println!("{}", s.to_json(output, elapsed));
+        let mut doc = s.to_json(output, elapsed);
+        doc["published"] = serde_json::json!(uploaded);
+        println!("{doc}");
         return;
     }
     println!(
@@ -215,6 +234,9 @@ pub(crate) fn print_summary(summary: &Summary, as_json: bool, output: &Path, ela
         count(s.shards.len() as u64, "shard", "shards"),
         output.display()
     );
+    if let Some(up) = uploaded {
+        println!("  published to {up}");
+    }
     print_details(s, elapsed);
 }
 

@@ -5,6 +5,7 @@
 use anyhow::Result;
 use serde_json::json;
 
+use crate::Uploaded;
 use crate::cmd::pack::{self, PackArgs};
 use crate::packer::Summary;
 use crate::packer::update::Report;
@@ -14,17 +15,29 @@ use crate::progress::{count, thousands};
 pub fn run(args: &PackArgs) -> Result<()> {
     let (packed, elapsed) = args.pack()?;
     match &packed.update {
-        None => pack::print_summary(&packed.summary, args.json, &args.output, elapsed),
-        Some(report) => print_report(&packed.summary, report, args, elapsed),
+        None => pack::print_summary(
+            &packed.summary,
+            args.json,
+            &args.output,
+            elapsed,
+            packed.uploaded(),
+        ),
+        Some(report) => print_report(&packed.summary, report, args, elapsed, packed.uploaded()),
     }
     Ok(())
 }
 
 /// Prints what the update did: the headline, what the pack already held, the shards touched,
 /// and [`pack::print_details`]; or one JSON document.
-fn print_report(s: &Summary, report: &Report, args: &PackArgs, elapsed: f64) {
+fn print_report(
+    s: &Summary,
+    report: &Report,
+    args: &PackArgs,
+    elapsed: f64,
+    uploaded: Option<&Uploaded>,
+) {
     if args.json {
-        print_json(s, report, args, elapsed);
+        print_json(s, report, args, elapsed, uploaded);
         return;
     }
     println!(
@@ -35,6 +48,13 @@ fn print_report(s: &Summary, report: &Report, args: &PackArgs, elapsed: f64) {
         count(report.total_runs, "run", "runs"),
         count(report.total_rows, "row", "rows")
     );
+    match uploaded {
+        Some(up) if up.files.is_empty() => {
+            println!("  nothing new to publish: {} is unchanged", up.url)
+        }
+        Some(up) => println!("  published to {up}"),
+        None => {}
+    }
     println!(
         "  already packed: {} by path, {} by content (moved or copied)",
         count(report.packed_by_path as u64, "run", "runs"),
@@ -69,8 +89,15 @@ fn print_report(s: &Summary, report: &Report, args: &PackArgs, elapsed: f64) {
 }
 
 /// The update's summary as JSON: `pack`'s fields (without `shards`) and the update's own.
-fn print_json(s: &Summary, report: &Report, args: &PackArgs, elapsed: f64) {
+fn print_json(
+    s: &Summary,
+    report: &Report,
+    args: &PackArgs,
+    elapsed: f64,
+    uploaded: Option<&Uploaded>,
+) {
     let mut doc = s.to_json(&args.output, elapsed);
+    doc["published"] = json!(uploaded);
     let extra = json!({
         "update": true,
         "new_runs": s.runs,

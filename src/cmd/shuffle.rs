@@ -20,6 +20,7 @@ use crate::shuffle::{ShuffleNotice, ShuffleOptions, ShuffleSummary, WINDOW};
   dataset-packer shuffle packs/d6 --output packs/d6-shuffled --seed 7
   dataset-packer shuffle big --output big-shuffled --memory 4GiB --temp /scratch --shard-rows 10000000
   dataset-packer shuffle big --output big-shuffled --memory 4GiB --temp /scratch --resume
+  dataset-packer shuffle packs/d6 --output s3://training/team/d6-shuffled --temp /scratch
 
 The pack is positional, like every command's; the older spelling --input PACK still works.")]
 pub struct ShuffleArgs {
@@ -33,7 +34,9 @@ pub struct ShuffleArgs {
     /// The pack to shuffle (an alias: `shuffle PACK` is the same).
     #[arg(long = "input", id = "input_flag", value_name = "PACK")]
     pub input_flag: Option<PathBuf>,
-    /// Folder for the shuffled pack.
+    /// Folder for the shuffled pack, or a URL in object storage (s3://bucket/prefix, gs://,
+    /// az://): built in --temp (else the cache folder's staging/), then published there,
+    /// metadata.db last (not with --resume).
     #[arg(long, value_name = "PACK_DIR")]
     pub output: PathBuf,
     /// Random seed: the same seed gives the same bytes.
@@ -45,7 +48,8 @@ pub struct ShuffleArgs {
     /// Memory for one bucket and the write buffers (e.g. 512MiB, 4GiB).
     #[arg(long, default_value = "1GiB", value_parser = crate::cli::parse_size)]
     pub memory: u64,
-    /// Folder for the bucket files (≈ the pack's size) [default: the output folder].
+    /// Folder for the bucket files (≈ the pack's size) [default: the output folder]; for a
+    /// URL output, also where the pack is staged before it is uploaded.
     #[arg(long, value_name = "DIR")]
     pub temp: Option<PathBuf>,
     /// Threads for validating the input [default: all cores]; the result never depends on it.
@@ -136,6 +140,7 @@ fn print_summary(args: &ShuffleArgs, summary: &ShuffleSummary, elapsed: f64) {
                 "buckets": summary.buckets,
                 "quality": q,
                 "legacy_ev_legal_changed": summary.legacy_ev_legal_changed,
+                "published": summary.uploaded,
                 "elapsed_s": elapsed,
                 "mb_per_s": mbps,
             })
@@ -155,6 +160,9 @@ fn print_summary(args: &ShuffleArgs, summary: &ShuffleSummary, elapsed: f64) {
         args.seed,
         summary.buckets
     );
+    if let Some(up) = &summary.uploaded {
+        println!("  published to {up}");
+    }
     println!(
         "  largest share of one run in a shard: {:.3}% ({})",
         max_share * 100.0,

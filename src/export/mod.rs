@@ -32,6 +32,7 @@ use crate::format::row::{ROW_BYTES, offset};
 use crate::format::valuation::ValuationTable;
 use crate::pack::families::{self, Family, Scan};
 use crate::pack::query::{Param, RunFilter, SqlLimits};
+use crate::pack::remote_output::{self, Target, Uploaded};
 use crate::pack::shards::{self, AlignedRows, RunSlots, Shard};
 use crate::pack::versions::VersionSpec;
 use crate::progress::Observer;
@@ -284,11 +285,16 @@ pub struct ExportSummary {
     /// For a pack exported from one in the legacy 46-byte layout: the rows whose `ev_legal`
     /// recomputing it from the board changed.
     pub legacy_ev_legal_changed: Option<u64>,
+    /// For a pack exported to object storage (`s3://…`): where it was published and what was
+    /// uploaded.
+    pub uploaded: Option<Uploaded>,
 }
 
 /// Exports the runs of the pack at `pack` that `options` select into `output`: a `.jsonl`,
 /// `.jsonl.gz` or `.parquet` file, or a folder (JSONL per run, Parquet parts, or a new pack),
-/// as `dataset-packer export` does; the output appears whole or not at all. The shards read
+/// as `dataset-packer export` does; the output appears whole or not at all. A pack may also
+/// go to a URL in object storage (`s3://bucket/prefix`): staged locally, then uploaded,
+/// `metadata.db` last ([`ExportSummary::uploaded`]); JSONL and Parquet are written locally only. The shards read
 /// are checked against their recorded checksums first.
 ///
 /// Errors: `NotAPack` when `pack` is not one; `Refused` for an output that exists (without
@@ -323,6 +329,9 @@ pub fn export(
     let (pack, output) = (pack.as_ref(), output.as_ref());
     let format = options.format_for(output)?;
     options.check(format, output)?;
+    let target = output_target(format, output, options.overwrite)?;
+    target.refuse_input(pack)?;
+    let output = target.dir();
     let runs = match &options.runs {
         Some(text) => Some(
             select::parse_run_list(text)
@@ -419,7 +428,29 @@ pub fn export(
         files,
         selection: selection_text,
         legacy_ev_legal_changed,
+        uploaded: target.publish()?,
     })
+}
+
+/// Where the export goes: a pack may go to a URL in object storage (staged locally, then
+/// published); JSONL and Parquet are written to local files and folders only.
+fn output_target(format: ExportFormat, output: &Path, overwrite: bool) -> Result<Target> {
+    if format != ExportFormat::Pack
+        && let Some(url) = remote_output::output_url(output)?
+    {
+        return Err(err!(
+            Refused,
+            "{url}: only the pack format is published to object storage; write the {} \
+             export to a local file or folder and upload that with your storage's tools",
+            if format == ExportFormat::Jsonl {
+                "JSONL"
+            } else {
+                "Parquet"
+            }
+        )
+        .with_option("format"));
+    }
+    Target::of(output, overwrite, None)
 }
 
 /// An output that is the source pack, or a folder holding it, would replace or delete it.

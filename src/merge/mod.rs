@@ -24,6 +24,7 @@ use crate::error::{Context, Result, err};
 use crate::format::valuation::ValuationTable;
 use crate::pack::StagedPack;
 use crate::pack::files::is_pack_file;
+use crate::pack::remote_output::{Target, Uploaded};
 use crate::progress::Observer;
 use crate::verify;
 use source::Source;
@@ -155,6 +156,9 @@ pub struct MergeSummary {
     pub upgraded: Option<u64>,
     /// The inputs deleted (with [`MergeOptions::delete_inputs`]), in input order.
     pub deleted: Vec<DeletedInput>,
+    /// For an output in object storage (`s3://…`): where it was published and what was
+    /// uploaded.
+    pub uploaded: Option<Uploaded>,
 }
 
 /// One input's part of a merge's output.
@@ -186,7 +190,8 @@ pub struct DeletedInput {
 }
 
 /// Merges the packs `inputs` (in order: runs are renumbered in this order) into a new pack at
-/// `output`, published atomically: nothing is written when an input is refused.
+/// `output` (a folder, or a URL in object storage: `s3://bucket/prefix`), published
+/// atomically: nothing is written when an input is refused.
 ///
 /// ```
 /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -223,6 +228,21 @@ pub fn merge(
             output.display()
         ));
     }
+    let target = Target::of(output, options.overwrite, None)?;
+    for input in inputs {
+        target.refuse_input(input)?;
+    }
+    if let Some(url) = target.url()
+        && options.delete_inputs
+    {
+        return Err(err!(
+            Refused,
+            "the inputs are deleted only once the output re-validates in place, and {url} is \
+             in object storage; validate it there, then delete the inputs yourself"
+        )
+        .with_option("delete_inputs"));
+    }
+    let output = &target.dir().to_path_buf();
     checks::refuse_unsafe(inputs, output, options.delete_inputs)?;
     let verify_options = verify::Options {
         deep: false,
@@ -248,6 +268,7 @@ pub fn merge(
     let mut summary = stage::write_merged(&sources, &valuations, &carried, &mut staged, options)?;
     log::debug!("merge: staged in {:?}", started.elapsed());
     staged.publish(&valuations)?;
+    summary.uploaded = target.publish()?;
     log::debug!("merge: published in {:?}", started.elapsed());
 
     if options.delete_inputs {

@@ -113,5 +113,6 @@ pub(super) fn write_merged(
             .map(|l| (l.prefix.clone(), families::describe(&l.descr, &l.trailing)))
             .collect(),
         deleted: Vec::new(),
+        uploaded: None,
     })
 }

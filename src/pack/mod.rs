@@ -53,6 +53,7 @@ pub(crate) mod fingerprints;
 pub(crate) mod open;
 pub(crate) mod publish;
 pub(crate) mod query;
+pub(crate) mod remote_output;
 pub(crate) mod run_index;
 pub(crate) mod shard_writer;
 pub(crate) mod shards;

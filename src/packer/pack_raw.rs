@@ -11,6 +11,7 @@ use super::update::{self, Report, Updated};
 use super::{Job, PackOptions, Summary};
 use crate::error::{Error, ErrorKind, Result};
 use crate::format::metadata::ShardRecord;
+use crate::pack::remote_output::{Target, Uploaded};
 use crate::progress::Observer;
 
 /// How [`pack_raw`] packs: the settings of `dataset-packer pack`. [`Default`] is the command's
@@ -213,6 +214,8 @@ pub struct RawPackSummary {
     pub(crate) summary: Summary,
     /// `Some` when an update extended (or found complete) a pack already there.
     pub(crate) update: Option<Report>,
+    /// `Some` when the output was a URL: what was uploaded there.
+    pub(crate) uploaded: Option<Uploaded>,
 }
 
 impl RawPackSummary {
@@ -259,6 +262,12 @@ impl RawPackSummary {
         &self.summary.findings.counts
     }
 
+    /// For an output in object storage (`s3://…`): where the pack was published and what
+    /// was uploaded; None for a local folder.
+    pub fn uploaded(&self) -> Option<&Uploaded> {
+        self.uploaded.as_ref()
+    }
+
     /// Compressed input bytes read.
     pub fn compressed_bytes(&self) -> u64 {
         self.summary.compressed_bytes
@@ -269,6 +278,12 @@ impl RawPackSummary {
 /// sidecars with `BASE.jsonl.gz` or plain `BASE.jsonl` rows) into a pack in the folder `output`,
 /// or, with [`RawPackOptions::update`], adds their new runs to the pack there. What
 /// `dataset-packer pack` does, with the same bytes for the same settings.
+///
+/// `output` may be a URL in object storage (`s3://bucket/prefix`, `gs://…`, `az://…`; the
+/// credentials from the environment, as the AWS tools read them): the pack is built in a
+/// staging folder under the cache folder ([`store::cache_config`](crate::store::cache_config))
+/// and published there, `metadata.db` last, and [`RawPackSummary::uploaded`] says what was
+/// uploaded. An update downloads the pack there first and publishes the updated pack over it.
 ///
 /// Errors: [`ErrorKind::Refused`] for settings that do not go together or a state the options
 /// do not allow (an existing pack without [`overwrite`](RawPackOptions::overwrite): the error's
@@ -299,22 +314,26 @@ pub fn pack_raw(
     output: impl AsRef<Path>,
     options: &RawPackOptions,
 ) -> Result<RawPackSummary> {
-    let job = options.job(input.as_ref(), output.as_ref())?;
+    let mut job = options.job(input.as_ref(), output.as_ref())?;
     if !options.update {
+        let target = Target::of(&job.output, job.overwrite, None)?;
+        job.output = target.dir().to_path_buf();
         let summary = create::pack(&job)?;
         return Ok(RawPackSummary {
             summary,
             update: None,
+            uploaded: target.publish()?,
         });
     }
-    Ok(match update::update(&job)? {
-        Updated::Created(summary) => RawPackSummary {
-            summary,
-            update: None,
-        },
-        Updated::Extended(summary, report) => RawPackSummary {
-            summary,
-            update: Some(report),
-        },
+    let target = Target::for_update(&job.output, None)?;
+    job.output = target.dir().to_path_buf();
+    let (summary, update) = match update::update(&job)? {
+        Updated::Created(summary) => (summary, None),
+        Updated::Extended(summary, report) => (summary, Some(report)),
+    };
+    Ok(RawPackSummary {
+        summary,
+        update,
+        uploaded: target.publish()?,
     })
 }

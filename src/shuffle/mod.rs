@@ -22,6 +22,7 @@ use crate::error::{Context, Result, err, fail};
 use crate::interrupt::{self, OnInterrupt};
 use crate::pack::families::Family;
 use crate::pack::publish::{OutputDir, SHUFFLE_WORK};
+use crate::pack::remote_output::{Target, Uploaded};
 use crate::pack::shards::{self, Shard};
 use crate::pack::versions::{self, VersionSpec};
 use crate::progress::Observer;
@@ -50,7 +51,8 @@ pub struct ShuffleOptions {
     /// Default: 1 GiB.
     pub memory: u64,
     /// The folder for the bucket files (about the pack's size); it must exist. `None` (the
-    /// default): the output folder.
+    /// default): the output folder. For an output in object storage, the pack is also staged
+    /// here before it is uploaded (`None`: in the cache folder's `staging/`).
     pub temp: Option<PathBuf>,
     /// Threads for validating the input and fingerprinting it; the result never depends on
     /// it. Default: all cores.
@@ -206,6 +208,9 @@ pub struct ShuffleSummary {
     pub quality: Quality,
     /// For a legacy input: the rows whose `ev_legal` the upgrade changed.
     pub legacy_ev_legal_changed: Option<u64>,
+    /// For an output in object storage (`s3://…`): where it was published and what was
+    /// uploaded.
+    pub uploaded: Option<Uploaded>,
 }
 
 /// The input pack, validated and open.
@@ -215,8 +220,10 @@ struct Input {
     conn: rusqlite::Connection,
 }
 
-/// Shuffles the pack `input` into a new pack at `output` whose rows are a uniformly random
-/// permutation of its rows (in bounded memory, resumable), and publishes it. Everything it
+/// Shuffles the pack `input` into a new pack at `output` (a folder, or a URL in object storage:
+/// staged in [`ShuffleOptions::temp`] or the cache folder, then uploaded, `metadata.db` last;
+/// not resumable) whose rows are a uniformly random permutation of its rows (in bounded
+/// memory, resumable), and publishes it. Everything it
 /// refuses, it refuses before the first write.
 ///
 /// ```
@@ -242,8 +249,22 @@ pub fn shuffle(
     output: impl AsRef<Path>,
     options: &ShuffleOptions,
 ) -> Result<ShuffleSummary> {
-    let (input_dir, output) = (input.as_ref(), output.as_ref());
+    let input_dir = input.as_ref();
     check_temp(options)?;
+    let target = Target::of(output.as_ref(), options.overwrite, options.temp.as_deref())?;
+    target.refuse_input(input_dir)?;
+    if let Some(url) = target.url()
+        && options.resume
+    {
+        return Err(err!(
+            Refused,
+            "{url}: a shuffle into object storage is staged in a folder of its own each time, \
+             so there is no interrupted shuffle of it to continue; shuffle again without \
+             resuming (or into a local folder, which can be resumed)"
+        )
+        .with_option("resume"));
+    }
+    let output = target.dir();
     let input = open_input(input_dir, options)?;
     let plan = plan::make_plan(
         input_dir,
@@ -328,6 +349,7 @@ pub fn shuffle(
         buckets: plan.buckets,
         quality,
         legacy_ev_legal_changed: upgraded,
+        uploaded: target.publish()?,
     })
 }
 

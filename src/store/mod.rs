@@ -17,7 +17,7 @@ pub use cache::{Cache, Entry};
 pub use client::{Listed, Store, StoreOptions, Transfers};
 pub use config::{CACHE_LIMIT_VAR, CACHE_VAR, CacheConfig, cache_config, set_cache_config};
 pub use location::{Location, Scheme, Url};
-pub use publish::{ListedFiles, PublishSummary, publish_dir};
+pub use publish::{ListedFiles, PublishSummary, publish_dir, publish_dir_except};
 
 use crate::error::{Error, ErrorKind, Result};
 

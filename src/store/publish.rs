@@ -28,6 +28,8 @@ pub struct PublishSummary {
     pub deleted: Vec<String>,
     /// Entries of the local folder that are not files of a pack (left out).
     pub skipped: Vec<String>,
+    /// Files of the new pack already at the URL with the same bytes (not uploaded again).
+    pub unchanged: Vec<String>,
 }
 
 /// Uploads the finished pack in `local` to `url`: shards, companions and
@@ -56,6 +58,21 @@ pub fn publish_dir(
     overwrite: bool,
     listed_files: ListedFiles,
 ) -> Result<PublishSummary> {
+    publish_dir_except(store, local, url, overwrite, listed_files, &[])
+}
+
+/// [`publish_dir`] over the pack at `url` (with `overwrite`), leaving out the files
+/// `unchanged`: files of the old pack the caller knows hold the same bytes as the local ones
+/// (an update of a downloaded pack, whose full shards stay as they were). Each must be a file
+/// the old pack lists; `metadata.db` is always uploaded.
+pub fn publish_dir_except(
+    store: &Store,
+    local: &Path,
+    url: &Url,
+    overwrite: bool,
+    listed_files: ListedFiles,
+    unchanged: &[String],
+) -> Result<PublishSummary> {
     let (mut names, skipped) = local_pack_files(local)?;
     let existing: BTreeSet<String> = store.list(url)?.into_iter().map(|l| l.name).collect();
     let previous = if existing.contains(metadata::FILE_NAME) {
@@ -82,23 +99,43 @@ pub fn publish_dir(
             join(&foreign)
         );
     }
+    // Only what the old pack there has as its own is left as it is.
+    let unchanged: Vec<&String> = unchanged
+        .iter()
+        .filter(|n| {
+            *n != metadata::FILE_NAME
+                && previous.contains(*n)
+                && existing.contains(*n)
+                && names.contains(n)
+        })
+        .collect();
     // metadata.db last: the commit point.
     names.sort_by_key(|n| n == metadata::FILE_NAME);
     let mut summary = PublishSummary {
         skipped,
+        unchanged: unchanged.iter().map(|n| n.to_string()).collect(),
         ..PublishSummary::default()
     };
-    for name in &names {
+    for name in names.iter().filter(|n| !unchanged.contains(n)) {
         let path = local.join(name);
-        summary.bytes += store
-            .put_file(&path, &url.join(name)?)
-            .with_context(|| format!("publishing {} to {url}", local.display()))?;
+        summary.bytes += store.put_file(&path, &url.join(name)?).with_context(|| {
+            format!(
+                "publishing to {url} stopped before the commit ({} is uploaded last): \
+                     what {url} held is unchanged",
+                metadata::FILE_NAME
+            )
+        })?;
         summary.uploaded.push(name.clone());
     }
     let new: BTreeSet<&String> = names.iter().collect();
     for name in previous.iter().filter(|n| !new.contains(n)) {
         if existing.contains(name) {
-            store.delete(&url.join(name)?)?;
+            store.delete(&url.join(name)?).with_context(|| {
+                format!(
+                    "the new pack is published at {url}, but deleting {name} of the pack it \
+                     replaced failed (delete it by hand)"
+                )
+            })?;
             summary.deleted.push(name.clone());
         }
     }

@@ -1,0 +1,819 @@
+//! Writing packs to object storage, driven through the binary against a real S3-compatible
+//! server on localhost (moto, started once for this test binary as tests/object_store.rs
+//! starts it; the start-up is copied here until it moves to tests/common). Each of `pack`,
+//! `merge`, `shuffle` and `export --format pack` publishes the same bytes it writes to a local
+//! folder, `metadata.db` last; an existing pack needs `--overwrite`, which deletes only that
+//! pack's files; a failing upload leaves the old pack as it was and no staging folder behind;
+//! what cannot go to a URL is refused before anything is written.
+//!
+//! Skipped, with the reason printed, only where the venv has no moto (outside CI; in CI a
+//! missing moto fails).
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::io::{Read, Write};
+use std::net::{Shutdown, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
+
+use common::s;
+use dataset_packer::store::{Location, Store, StoreOptions, Url};
+
+/// Starts moto in-process in a Python that exits when its standard input closes, creates an
+/// IAM user allowed everything and the bucket `packs`, and prints the user's key (the recipe
+/// of tests/object_store.rs).
+const MOTO: &str = r#"
+import json, logging, os, sys
+logging.getLogger("werkzeug").setLevel(logging.ERROR)
+os.environ["INITIAL_NO_AUTH_ACTION_COUNT"] = "3"
+from moto.server import ThreadedMotoServer
+import boto3
+port = int(sys.argv[1])
+server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+server.start()
+kw = dict(endpoint_url=f"http://127.0.0.1:{port}", region_name="us-east-1")
+iam = boto3.client("iam", aws_access_key_id="setup", aws_secret_access_key="setup", **kw)
+iam.create_user(UserName="tester")
+iam.put_user_policy(UserName="tester", PolicyName="all", PolicyDocument=json.dumps(
+    {"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "*", "Resource": "*"}]}))
+key = iam.create_access_key(UserName="tester")["AccessKey"]
+s3 = boto3.client("s3", aws_access_key_id=key["AccessKeyId"],
+                  aws_secret_access_key=key["SecretAccessKey"], **kw)
+s3.create_bucket(Bucket="packs")
+print(json.dumps({"key": key["AccessKeyId"], "secret": key["SecretAccessKey"]}), flush=True)
+sys.stdin.read()
+server.stop()
+"#;
+
+struct Moto {
+    port: u16,
+    key: String,
+    secret: String,
+    _child: Mutex<Child>,
+}
+
+fn moto() -> Option<&'static Moto> {
+    static MOTO_SERVER: OnceLock<Result<Moto, String>> = OnceLock::new();
+    match MOTO_SERVER.get_or_init(start_moto) {
+        Ok(m) => Some(m),
+        Err(reason) if std::env::var_os("CI").is_some() => panic!("{reason}"),
+        Err(reason) => {
+            eprintln!("skipping: {reason}");
+            None
+        }
+    }
+}
+
+fn start_moto() -> Result<Moto, String> {
+    let python = common::repo().join("target/test-venv/bin/python");
+    let has_moto = Command::new(&python)
+        .args(["-c", "import moto.server, boto3"])
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if !has_moto {
+        return Err(format!(
+            "no moto in {} (bash scripts/test.sh installs it from tests/python/requirements.txt)",
+            python.display()
+        ));
+    }
+    let port = TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let mut child = Command::new(&python)
+        .args(["-c", MOTO, &port.to_string()])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .map_err(|e| format!("starting moto: {e}"))?;
+    let mut line = String::new();
+    let mut stdout = std::io::BufReader::new(child.stdout.take().unwrap());
+    std::io::BufRead::read_line(&mut stdout, &mut line).map_err(|e| e.to_string())?;
+    let keys: serde_json::Value =
+        serde_json::from_str(&line).map_err(|e| format!("moto did not start ({e}): {line:?}"))?;
+    Ok(Moto {
+        port,
+        key: keys["key"].as_str().unwrap().to_string(),
+        secret: keys["secret"].as_str().unwrap().to_string(),
+        _child: Mutex::new(child),
+    })
+}
+
+/// The environment the binary reads its credentials and endpoint from (the server at
+/// `port`: moto itself or a proxy in front of it), and the cache folder it stages in.
+fn env_for(moto: &Moto, port: u16, cache: &Path) -> Vec<(String, String)> {
+    [
+        ("AWS_ACCESS_KEY_ID", moto.key.clone()),
+        ("AWS_SECRET_ACCESS_KEY", moto.secret.clone()),
+        ("AWS_REGION", "us-east-1".into()),
+        ("AWS_ENDPOINT_URL", format!("http://127.0.0.1:{port}")),
+        ("AWS_ALLOW_HTTP", "true".into()),
+        ("DATASET_PACKER_CACHE", s(cache).into()),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v))
+    .collect()
+}
+
+fn run(args: &[&str], env: &[(String, String)]) -> Output {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_dataset-packer"));
+    cmd.args(args).env_remove("RUST_LOG");
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    cmd.output().expect("the binary runs")
+}
+
+fn run_ok(args: &[&str], env: &[(String, String)]) -> String {
+    let out = run(args, env);
+    assert!(
+        out.status.success(),
+        "dataset-packer {args:?} failed ({}):\n{}",
+        out.status,
+        common::stderr(&out)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// The argument list as `&str`s.
+fn argv(v: &[String]) -> Vec<&str> {
+    v.iter().map(String::as_str).collect()
+}
+
+fn store(moto: &Moto) -> Store {
+    Store::new(StoreOptions::from_vars([
+        ("AWS_ACCESS_KEY_ID", moto.key.as_str()),
+        ("AWS_SECRET_ACCESS_KEY", moto.secret.as_str()),
+        ("AWS_REGION", "us-east-1"),
+        (
+            "AWS_ENDPOINT_URL",
+            &format!("http://127.0.0.1:{}", moto.port),
+        ),
+        ("AWS_ALLOW_HTTP", "true"),
+    ]))
+    .unwrap()
+}
+
+fn url(text: &str) -> Url {
+    match Location::parse(text).unwrap() {
+        Location::Remote(u) => u,
+        other => panic!("{other:?}"),
+    }
+}
+
+/// Every object under `prefix`, downloaded into `dir` (created); their names, sorted.
+fn download(store: &Store, prefix: &str, dir: &Path) -> Vec<String> {
+    std::fs::create_dir_all(dir).unwrap();
+    let prefix = url(prefix);
+    let mut names = Vec::new();
+    for listed in store.list(&prefix).unwrap() {
+        let bytes = store.get(&prefix.join(&listed.name).unwrap()).unwrap();
+        std::fs::write(dir.join(&listed.name), bytes).unwrap();
+        names.push(listed.name);
+    }
+    names.sort();
+    names
+}
+
+/// What a `metadata.db` holds, table by table, as text rows in rowid order, leaving out what
+/// differs between two runs of one command: when (`created_utc`, `*_time`, `elapsed`), the
+/// command line (which names the output), and the pack's random identity (`pack_id`).
+fn db_tables(pack: &Path) -> BTreeMap<String, Vec<Vec<String>>> {
+    let db = common::db(pack);
+    let tables: Vec<String> = db
+        .prepare("SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name")
+        .unwrap()
+        .query_map([], |r| r.get(0))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    let volatile = |name: &str| {
+        name == "pack_id"
+            || name.contains("time")
+            || name.contains("created")
+            || name.contains("command")
+            || name.contains("elapsed")
+    };
+    let mut out = BTreeMap::new();
+    for table in tables {
+        let mut stmt = db.prepare(&format!("SELECT * FROM \"{table}\"")).unwrap();
+        let columns: Vec<String> = stmt.column_names().iter().map(|c| c.to_string()).collect();
+        let rows: Vec<Vec<String>> = stmt
+            .query_map([], |r| {
+                let mut row = Vec::new();
+                for (i, c) in columns.iter().enumerate() {
+                    let v: rusqlite::types::Value = r.get(i)?;
+                    row.push(if volatile(c) {
+                        "-".to_string()
+                    } else {
+                        format!("{c}={v:?}")
+                    });
+                }
+                Ok(row)
+            })
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap();
+        // A key/value table (session): volatile keys' values left out the same way.
+        let rows = rows
+            .into_iter()
+            .map(|row| {
+                let key_is_volatile = row.first().is_some_and(|k| {
+                    k.split_once("=Text(\"")
+                        .and_then(|(_, k)| k.strip_suffix("\")"))
+                        .is_some_and(volatile)
+                });
+                if key_is_volatile {
+                    vec![row[0].clone(), "-".into()]
+                } else if row[0].contains("Text(\"updates\")") {
+                    // The updates' history: a JSON list whose entries say when and how.
+                    let (_, text) = row[1].split_once("=Text(").unwrap();
+                    let text: String =
+                        serde_json::from_str(text.strip_suffix(')').unwrap()).unwrap();
+                    let mut list: Vec<BTreeMap<String, serde_json::Value>> =
+                        serde_json::from_str(&text).unwrap();
+                    for entry in &mut list {
+                        entry.retain(|k, _| !volatile(k));
+                    }
+                    vec![row[0].clone(), format!("{list:?}")]
+                } else {
+                    row
+                }
+            })
+            .collect();
+        out.insert(table, rows);
+    }
+    out
+}
+
+/// The downloaded pack is the local one: the same files, every data file byte for byte, and
+/// metadata.db table by table.
+fn assert_same_pack(local: &Path, downloaded: &Path) {
+    assert_eq!(common::names(downloaded), common::names(local));
+    for (name, bytes) in common::files(local, |n| n != "metadata.db") {
+        assert!(
+            std::fs::read(downloaded.join(&name)).unwrap() == bytes,
+            "{name} differs"
+        );
+    }
+    let (got, want) = (db_tables(downloaded), db_tables(local));
+    assert_eq!(
+        got.keys().collect::<Vec<_>>(),
+        want.keys().collect::<Vec<_>>()
+    );
+    for (table, rows) in &want {
+        assert_eq!(&got[table], rows, "table {table} of metadata.db differs");
+    }
+}
+
+/// The staging folders left in the cache folder (none, once a command has finished).
+fn staging_left(cache: &Path) -> Vec<String> {
+    let staging = cache.join("staging");
+    if staging.exists() {
+        common::names(&staging)
+    } else {
+        Vec::new()
+    }
+}
+
+/// Two local packs of fixtures/raw: its two halves (`--partition`), in 600-row shards.
+fn halves(dir: &Path) -> (PathBuf, PathBuf) {
+    let (a, b) = (dir.join("half-0"), dir.join("half-1"));
+    let raw = common::fixture("raw");
+    common::pack(&raw, &a, &["--shard-rows", "600", "--partition", "0/2"]);
+    common::pack(&raw, &b, &["--shard-rows", "600", "--partition", "1/2"]);
+    (a, b)
+}
+
+#[test]
+fn pack_merge_shuffle_and_export_publish_what_they_write_locally() {
+    let Some(moto) = moto() else { return };
+    let t = tempfile::tempdir().unwrap();
+    let cache = t.path().join("cache");
+    let env = env_for(moto, moto.port, &cache);
+    let store = store(moto);
+    let raw = common::fixture("raw");
+    let (a, b) = halves(t.path());
+
+    // (name, the command's arguments up to its output, the arguments after it)
+    let cases: Vec<(&str, Vec<&str>, Vec<&str>)> = vec![
+        (
+            "pack",
+            vec!["pack", "--input", s(&raw), "--output"],
+            vec!["--shard-rows", "600", "--search-stats", "--quiet", "--json"],
+        ),
+        (
+            "merge",
+            vec!["merge", s(&a), s(&b), "--output"],
+            vec!["--quiet", "--json"],
+        ),
+        (
+            "shuffle",
+            vec!["shuffle", s(&a), "--output"],
+            vec!["--seed", "7", "--shard-rows", "400", "--quiet", "--json"],
+        ),
+        (
+            "export",
+            vec!["export", s(&a), "--format", "pack", "--output"],
+            vec!["--runs", "0,2-3", "--shard-rows", "300", "--quiet"],
+        ),
+    ];
+    for (name, before, after) in cases {
+        let local = t.path().join(format!("local-{name}"));
+        let remote = format!("s3://packs/rw/{name}");
+        let with = |output: &str| -> Vec<String> {
+            let mut args: Vec<String> = before.iter().map(|a| a.to_string()).collect();
+            args.push(output.to_string());
+            args.extend(after.iter().map(|a| a.to_string()));
+            args
+        };
+        run_ok(&argv(&with(s(&local))), &[]);
+        let stdout = run_ok(&argv(&with(&remote)), &env);
+
+        let got = t.path().join(format!("downloaded-{name}"));
+        download(&store, &remote, &got);
+        assert_same_pack(&local, &got);
+        assert_eq!(staging_left(&cache), Vec::<String>::new(), "{name}");
+
+        // The summary names the URL and what was uploaded, metadata.db last.
+        let local_bytes: u64 = common::names(&local)
+            .iter()
+            .map(|n| std::fs::metadata(local.join(n)).unwrap().len())
+            .sum();
+        if name == "export" {
+            assert!(
+                stdout.contains(&format!("published to {remote} (")),
+                "{stdout}"
+            );
+            assert!(stdout.contains(&format!("{local_bytes} bytes uploaded")));
+        } else {
+            let doc: serde_json::Value = serde_json::from_str(stdout.trim()).unwrap();
+            let published = &doc["published"];
+            assert_eq!(published["url"], remote.as_str(), "{name}");
+            assert_eq!(published["bytes"], local_bytes, "{name}");
+            let files: Vec<&str> = published["files"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|f| f.as_str().unwrap())
+                .collect();
+            assert_eq!(files.last(), Some(&"metadata.db"), "{name}");
+            let mut sorted: Vec<String> = files.iter().map(|f| f.to_string()).collect();
+            sorted.sort();
+            assert_eq!(sorted, common::names(&local), "{name}");
+        }
+    }
+
+    // What was published reads back as a pack: the text summary of `pack` names the URL, and
+    // the companion family went with the shards.
+    let pack_files = common::names(&t.path().join("downloaded-pack"));
+    assert!(pack_files.contains(&"search-00003.npy".to_string()));
+}
+
+#[test]
+fn an_existing_remote_pack_needs_overwrite_which_deletes_only_its_own_files() {
+    let Some(moto) = moto() else { return };
+    let t = tempfile::tempdir().unwrap();
+    let cache = t.path().join("cache");
+    let env = env_for(moto, moto.port, &cache);
+    let store = store(moto);
+    let raw = common::fixture("raw");
+    let remote = "s3://packs/rw/overwrite";
+    let pack_to = |output: &str, extra: &[&str]| {
+        let mut args = vec!["pack", "--input", s(&raw), "--output", output, "--quiet"];
+        args.extend_from_slice(extra);
+        args.iter().map(|a| a.to_string()).collect::<Vec<_>>()
+    };
+
+    run_ok(&argv(&pack_to(remote, &["--shard-rows", "600"])), &env);
+    let first = t.path().join("first");
+    download(&store, remote, &first);
+
+    // Without --overwrite: refused, exit 2, before any work (no staging folder was made).
+    let out = run(&argv(&pack_to(remote, &[])), &env);
+    let err = common::stderr(&out);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains(remote) && err.contains("--overwrite"), "{err}");
+    assert_eq!(staging_left(&cache), Vec::<String>::new());
+    let again = t.path().join("again");
+    download(&store, remote, &again);
+    assert_same_pack(&first, &again);
+    store
+        .put(&url(remote).join("NOTES.txt").unwrap(), b"ours".to_vec())
+        .unwrap();
+
+    // With it: a single-file pack replaces the 4 shards (2,240 rows in 600s); the old shards are deleted, the
+    // foreign object stays.
+    let stdout = run_ok(&argv(&pack_to(remote, &["--overwrite"])), &env);
+    assert!(stdout.contains("4 old files deleted"), "{stdout}");
+    let local = t.path().join("local");
+    common::pack(&raw, &local, &[]);
+    let after = t.path().join("after");
+    let names = download(&store, remote, &after);
+    assert!(names.contains(&"NOTES.txt".to_string()), "{names:?}");
+    assert_eq!(std::fs::read(after.join("NOTES.txt")).unwrap(), b"ours");
+    std::fs::remove_file(after.join("NOTES.txt")).unwrap();
+    assert_same_pack(&local, &after);
+    assert_eq!(staging_left(&cache), Vec::<String>::new());
+}
+
+/// What the proxy does with a PUT.
+const PASS: usize = 0;
+const FAIL_PUTS: usize = 1;
+const STALL_PUTS: usize = 2;
+
+/// A TCP proxy in front of moto that logs every PUT (the request line, and whether it was let
+/// through) and, as `mode` says, passes PUTs on, answers them 503, or holds them unanswered
+/// until the mode changes. Every other request passes. Each connection carries one request,
+/// so none slips past on a kept-alive connection.
+struct Proxy {
+    port: u16,
+    mode: Arc<AtomicUsize>,
+    puts: Arc<Mutex<Vec<(String, bool)>>>,
+}
+
+impl Proxy {
+    fn start(upstream: u16) -> Proxy {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let mode = Arc::new(AtomicUsize::new(PASS));
+        let puts = Arc::new(Mutex::new(Vec::new()));
+        let (m, log) = (mode.clone(), puts.clone());
+        std::thread::spawn(move || {
+            for conn in listener.incoming() {
+                let Ok(conn) = conn else { continue };
+                let (m, log) = (m.clone(), log.clone());
+                std::thread::spawn(move || serve(conn, upstream, &m, &log));
+            }
+        });
+        Proxy { port, mode, puts }
+    }
+
+    /// The PUTs so far: (request line, let through).
+    fn puts(&self) -> Vec<(String, bool)> {
+        self.puts.lock().unwrap().clone()
+    }
+}
+
+/// One connection: the request's head read, then a PUT failed or held as the mode says, or
+/// the request forwarded with `Connection: close` and the answer copied back.
+fn serve(mut conn: TcpStream, upstream: u16, mode: &AtomicUsize, log: &Mutex<Vec<(String, bool)>>) {
+    let (head, rest) = read_head(&mut conn);
+    let text = String::from_utf8_lossy(&head).into_owned();
+    let request_line = text.lines().next().unwrap_or("").to_string();
+    if request_line.starts_with("PUT ") {
+        let now = mode.load(Ordering::SeqCst);
+        log.lock().unwrap().push((request_line, now == PASS));
+        if now == STALL_PUTS {
+            while mode.load(Ordering::SeqCst) == STALL_PUTS {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
+        if now != PASS {
+            let _ = conn.write_all(
+                b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
+            );
+            let _ = conn.shutdown(Shutdown::Both);
+            return;
+        }
+    }
+    let Ok(mut up) = TcpStream::connect(("127.0.0.1", upstream)) else {
+        return;
+    };
+    let mut new_head: String = text
+        .trim_end_matches("\r\n")
+        .split("\r\n")
+        .filter(|l| !l.to_ascii_lowercase().starts_with("connection:"))
+        .map(|l| format!("{l}\r\n"))
+        .collect();
+    new_head.push_str("Connection: close\r\n\r\n");
+    if up.write_all(new_head.as_bytes()).is_err() || up.write_all(&rest).is_err() {
+        return;
+    }
+    let (mut c2, mut u2) = (conn.try_clone().unwrap(), up.try_clone().unwrap());
+    let body = std::thread::spawn(move || {
+        let _ = std::io::copy(&mut c2, &mut u2);
+    });
+    let _ = std::io::copy(&mut up, &mut conn);
+    let _ = conn.shutdown(Shutdown::Both);
+    let _ = up.shutdown(Shutdown::Both);
+    let _ = body.join();
+}
+
+/// The request head (through the blank line) and whatever of the body came with it.
+fn read_head(conn: &mut TcpStream) -> (Vec<u8>, Vec<u8>) {
+    conn.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let mut data = Vec::new();
+    let mut buf = [0u8; 8192];
+    loop {
+        if let Some(at) = data.windows(4).position(|w| w == b"\r\n\r\n") {
+            let rest = data.split_off(at + 4);
+            conn.set_read_timeout(None).unwrap();
+            return (data, rest);
+        }
+        match conn.read(&mut buf) {
+            Ok(0) | Err(_) => return (data, Vec::new()),
+            Ok(n) => data.extend_from_slice(&buf[..n]),
+        }
+    }
+}
+
+#[test]
+fn a_failing_upload_leaves_the_old_pack_and_nothing_staged() {
+    let Some(moto) = moto() else { return };
+    let t = tempfile::tempdir().unwrap();
+    let cache = t.path().join("cache");
+    let store = store(moto);
+    let proxy = Proxy::start(moto.port);
+    let env = env_for(moto, proxy.port, &cache);
+    let raw = common::fixture("raw");
+    let remote = "s3://packs/rw/faults";
+
+    run_ok(
+        &["pack", "--input", s(&raw), "--output", remote, "--quiet"],
+        &env,
+    );
+    // The server saw metadata.db last.
+    let puts = proxy.puts();
+    assert_eq!(puts.len(), 3, "{puts:?}");
+    assert!(
+        puts[2].0.starts_with("PUT /packs/rw/faults/metadata.db "),
+        "{puts:?}"
+    );
+    let before = t.path().join("before");
+    download(&store, remote, &before);
+
+    proxy.mode.store(FAIL_PUTS, Ordering::SeqCst);
+    let out = run(
+        &[
+            "pack",
+            "--input",
+            s(&raw),
+            "--output",
+            remote,
+            "--shard-rows",
+            "600",
+            "--overwrite",
+            "--quiet",
+        ],
+        &env,
+    );
+    proxy.mode.store(PASS, Ordering::SeqCst);
+    let err = common::stderr(&out);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains(&format!("publishing to {remote} stopped before the commit")),
+        "{err}"
+    );
+    assert!(
+        err.contains(&format!("{remote}/steps-00000.npy: writing failed")),
+        "{err}"
+    );
+    let refused: Vec<String> = proxy.puts()[3..].iter().map(|p| p.0.clone()).collect();
+    assert!(
+        refused.len() > 1 && refused.iter().all(|r| r.contains("/steps-00000.npy ")),
+        "the first upload was retried, and nothing after it was tried: {refused:?}"
+    );
+    assert!(
+        refused.iter().all(|r| !r.contains("metadata.db")),
+        "metadata.db was never sent: {refused:?}"
+    );
+    // The old pack is what it was (its metadata.db unchanged, every file it lists there),
+    // and nothing is left in the staging folder.
+    let after = t.path().join("after");
+    download(&store, remote, &after);
+    assert_same_pack(&before, &after);
+    assert_eq!(
+        std::fs::read(after.join("metadata.db")).unwrap(),
+        std::fs::read(before.join("metadata.db")).unwrap()
+    );
+    assert_eq!(staging_left(&cache), Vec::<String>::new());
+}
+
+#[test]
+fn what_cannot_go_to_object_storage_is_refused_before_anything_is_written() {
+    let Some(moto) = moto() else { return };
+    let t = tempfile::tempdir().unwrap();
+    let cache = t.path().join("cache");
+    let env = env_for(moto, moto.port, &cache);
+    let store = store(moto);
+    let raw = common::fixture("raw");
+    let (a, b) = halves(t.path());
+    let prefix = "s3://packs/rw/refused";
+    let cases: [(&[&str], &str); 5] = [
+        (
+            &["merge", s(&a), s(&b), "--output", prefix, "--delete-inputs"],
+            "--delete-inputs",
+        ),
+        (
+            &["shuffle", s(&a), "--output", prefix, "--resume"],
+            "--resume",
+        ),
+        (
+            &[
+                "export",
+                s(&a),
+                "--output",
+                "s3://packs/rw/refused/runs.jsonl.gz",
+            ],
+            "--format",
+        ),
+        (
+            &["export", s(&a), "--format", "parquet", "--output", prefix],
+            "--format",
+        ),
+        (
+            &[
+                "pack",
+                "--input",
+                s(&raw),
+                "--output",
+                "https://example.com/packs/d6",
+            ],
+            "read-only",
+        ),
+    ];
+    for (args, says) in cases {
+        let out = run(args, &env);
+        let err = common::stderr(&out);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.contains(says), "{args:?}: {err}");
+        assert!(err.contains("://"), "names the URL: {err}");
+        assert!(store.list(&url(prefix)).unwrap().is_empty(), "{args:?}");
+        assert_eq!(staging_left(&cache), Vec::<String>::new(), "{args:?}");
+        assert!(!t.path().join("s3:").exists() && !Path::new("s3:").exists());
+    }
+    // An unknown scheme or a URL written wrong is an error, never a folder.
+    for output in ["ftp://host/packs/d6", "s3:packs/d6"] {
+        let out = run(
+            &["pack", "--input", s(&raw), "--output", output, "--quiet"],
+            &env,
+        );
+        let err = common::stderr(&out);
+        assert_eq!(out.status.code(), Some(1), "{output}: {err}");
+        assert!(err.contains(output), "{err}");
+        assert!(!Path::new("ftp:").exists() && !Path::new("s3:packs").exists());
+    }
+    // The inputs merge refused to delete are all there.
+    assert!(a.join("metadata.db").exists() && b.join("metadata.db").exists());
+}
+
+#[test]
+fn an_update_of_a_remote_pack_publishes_what_a_local_update_writes_with_its_history() {
+    let Some(moto) = moto() else { return };
+    let t = tempfile::tempdir().unwrap();
+    let cache = t.path().join("cache");
+    let env = env_for(moto, moto.port, &cache);
+    let store = store(moto);
+    let raw = common::fixture("raw");
+    // The first drop: the depth-6 half of fixtures/raw; the second: all of it.
+    let first = t.path().join("raw-first");
+    common::copy_tree(&raw.join("d6_10g_v1"), &first.join("d6_10g_v1"));
+    let remote = "s3://packs/rw/update";
+    let local = t.path().join("local");
+    let pack = |input: &Path, output: &str, update: bool| {
+        let mut args = vec!["pack", "--input", s(input), "--output", output, "--quiet"];
+        args.extend(if update {
+            ["--update", "--json"]
+        } else {
+            ["--shard-rows", "600"]
+        });
+        args.iter().map(|a| a.to_string()).collect::<Vec<_>>()
+    };
+    run_ok(&argv(&pack(&first, s(&local), false)), &[]);
+    run_ok(&argv(&pack(&first, remote, false)), &env);
+    run_ok(&argv(&pack(&raw, s(&local), true)), &[]);
+    let stdout = run_ok(&argv(&pack(&raw, remote, true)), &env);
+
+    let doc: serde_json::Value = serde_json::from_str(stdout.trim()).unwrap();
+    assert_eq!(
+        (doc["new_runs"].as_u64(), doc["total_runs"].as_u64()),
+        (Some(5), Some(10))
+    );
+    // The full shards of the first version are there already: only the rewritten last shard,
+    // the new one and the pack's small files go up, metadata.db last.
+    assert_eq!(doc["published"]["url"], remote);
+    assert_eq!(
+        doc["published"]["files"],
+        serde_json::json!([
+            "steps-00002.npy",
+            "steps-00003.npy",
+            "valuation_types.json",
+            "metadata.db"
+        ])
+    );
+    assert_eq!(
+        doc["published"]["unchanged"],
+        serde_json::json!(["steps-00000.npy", "steps-00001.npy"])
+    );
+    let got = t.path().join("got");
+    download(&store, remote, &got);
+    assert_same_pack(&local, &got);
+    let versions: i64 = common::db(&got)
+        .query_row("SELECT COUNT(*) FROM versions", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(versions, 2, "the first version is still there");
+    assert_eq!(staging_left(&cache), Vec::<String>::new());
+
+    // Nothing new: nothing is uploaded, and the pack there is unchanged.
+    let stdout = run_ok(
+        &[
+            "pack",
+            "--input",
+            s(&raw),
+            "--output",
+            remote,
+            "--update",
+            "--quiet",
+        ],
+        &env,
+    );
+    assert!(
+        stdout.contains(&format!("nothing new to publish: {remote} is unchanged")),
+        "{stdout}"
+    );
+    let again = t.path().join("again");
+    download(&store, remote, &again);
+    assert_eq!(
+        std::fs::read(again.join("metadata.db")).unwrap(),
+        std::fs::read(got.join("metadata.db")).unwrap()
+    );
+}
+
+#[test]
+fn ctrl_c_during_the_upload_leaves_the_old_pack_and_nothing_staged() {
+    let Some(moto) = moto() else { return };
+    let t = tempfile::tempdir().unwrap();
+    let cache = t.path().join("cache");
+    let store = store(moto);
+    let proxy = Proxy::start(moto.port);
+    let env = env_for(moto, proxy.port, &cache);
+    let raw = common::fixture("raw");
+    let remote = "s3://packs/rw/interrupted";
+    run_ok(
+        &["pack", "--input", s(&raw), "--output", remote, "--quiet"],
+        &env,
+    );
+    let before = t.path().join("before");
+    download(&store, remote, &before);
+
+    // The uploads hang; Ctrl-C once the first one is under way.
+    proxy.mode.store(STALL_PUTS, Ordering::SeqCst);
+    let mut child = Command::new(env!("CARGO_BIN_EXE_dataset-packer"))
+        .args(["pack", "--input", s(&raw), "--output", remote])
+        .args(["--shard-rows", "600", "--overwrite", "--quiet"])
+        .envs(env.iter().map(|(k, v)| (k, v)))
+        .env_remove("RUST_LOG")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let started = std::time::Instant::now();
+    while !proxy.puts().iter().skip(3).any(|p| !p.1) {
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "no upload started"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(
+        !staging_left(&cache).is_empty(),
+        "the pack is staged while it uploads"
+    );
+    let killed = Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    let status = child.wait().unwrap();
+    proxy.mode.store(PASS, Ordering::SeqCst);
+    let mut err = String::new();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut err)
+        .unwrap();
+    assert_eq!(status.code(), Some(130), "{err}");
+    assert!(
+        err.contains("nothing was published; the previous pack is intact"),
+        "{err}"
+    );
+    assert_eq!(staging_left(&cache), Vec::<String>::new());
+    let after = t.path().join("after");
+    download(&store, remote, &after);
+    assert_same_pack(&before, &after);
+    let db_puts = proxy
+        .puts()
+        .iter()
+        .filter(|p| p.0.contains("metadata.db"))
+        .count();
+    assert_eq!(db_puts, 1, "only the first pack's metadata.db was sent");
+}
