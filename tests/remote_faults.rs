@@ -203,6 +203,9 @@ enum Fault {
     /// Forwarded; the answer's head and the first n bytes of its body passed back, then
     /// nothing more until the client goes away.
     Stall(u64),
+    /// Forwarded; the answer's body passed back `n` bytes at a time, `gap` apart: a slow
+    /// link that keeps moving.
+    Trickle(usize, Duration),
 }
 
 /// A request the proxy saw, and what it did with it.
@@ -327,7 +330,7 @@ fn serve(mut client: TcpStream, upstream: u16, rule: &Mutex<Rule>, seen: &Mutex<
             let _ = client.shutdown(Shutdown::Write);
         }
         Fault::Hang => wait_closed(&mut client),
-        Fault::Pass | Fault::Cut | Fault::Stall(_) => {
+        Fault::Pass | Fault::Cut | Fault::Stall(_) | Fault::Trickle(..) => {
             let _ = forward(client, upstream, &head, &early, body_left, chunked, fault);
         }
     }
@@ -365,6 +368,15 @@ fn forward(
     };
     let first = early_body.len().min(pass as usize);
     client.write_all(&early_body[..first])?;
+    if let Fault::Trickle(n, gap) = fault {
+        let mut body = early_body;
+        up.read_to_end(&mut body)?;
+        for piece in body.chunks(n) {
+            std::thread::sleep(gap);
+            client.write_all(piece)?;
+        }
+        return client.shutdown(Shutdown::Both);
+    }
     copy_at_most(&mut up, &mut client, pass - first as u64)?;
     if let Fault::Stall(_) = fault {
         wait_closed(&mut client);
@@ -784,6 +796,41 @@ fn a_server_too_slow_to_answer_is_retried_then_named_by_url() {
     assert_eq!(proxy.seen_at("GET", &path).len(), 3);
     assert_eq!(cache.size().unwrap(), 0);
     assert!(part_file(&dir.path().join("b/entries")).is_none());
+}
+
+#[test]
+fn a_slow_download_that_keeps_moving_is_not_cut_by_the_request_timeout() {
+    let Some(moto) = moto() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let proxy = Proxy::start(moto.port);
+    let file = url("s3://packs/trickle/steps-00000.npy");
+    let data = pattern(1 << 20, 8);
+    Store::new(options(moto, moto.port))
+        .unwrap()
+        .put(&file, data.clone())
+        .unwrap();
+    let path = request_path(&file);
+    // 32 pieces 100 ms apart: the whole body takes over 3 s, more than the 2 s a request
+    // may wait for the server, but bytes keep coming far within it.
+    proxy.set(always(
+        "GET",
+        path.clone(),
+        Fault::Trickle(32 << 10, Duration::from_millis(100)),
+    ));
+    let options = options(moto, proxy.port)
+        .retries(1)
+        .request_timeout(Duration::from_secs(2));
+    let store = Arc::new(Store::new(options).unwrap());
+    let cache = Cache::open(dir.path().join("cache"), 16 << 20, store.clone()).unwrap();
+    let entry = cache
+        .fetch(&file, data.len() as u64, crc32c(&data))
+        .unwrap();
+    assert!(std::fs::read(entry.path()).unwrap() == data);
+    assert_eq!(
+        proxy.seen_at("GET", &path).len(),
+        1,
+        "one request, never cut"
+    );
 }
 
 #[test]

@@ -47,7 +47,9 @@ pub struct StoreOptions {
     pub max_backoff: Duration,
     /// No retry starts after this long since the first try.
     pub retry_timeout: Duration,
-    /// One request's time limit (a slow server counts as failed, and is retried).
+    /// How long a request may wait for the server without receiving a byte (a stalled or
+    /// silent server counts as failed, and is retried). A transfer that keeps moving is
+    /// never cut, however long the file takes.
     pub request_timeout: Duration,
     pub connect_timeout: Duration,
 }
@@ -100,7 +102,7 @@ impl StoreOptions {
         self
     }
 
-    /// Sets one request's time limit.
+    /// Sets how long a request may wait for the server without receiving a byte.
     pub fn request_timeout(mut self, timeout: Duration) -> StoreOptions {
         self.request_timeout = timeout;
         self
@@ -412,8 +414,12 @@ impl Store {
             max_retries: o.max_retries,
             retry_timeout: o.retry_timeout,
         };
+        // A limit on the wait for each read, not on the whole request: a total limit cuts
+        // every download longer than it (a large shard on a slow link), and once the
+        // resumed requests have used up the retries, the file cannot be fetched at all.
         let client_options = ClientOptions::new()
-            .with_timeout(o.request_timeout)
+            .with_timeout_disabled()
+            .with_read_timeout(o.request_timeout)
             .with_connect_timeout(o.connect_timeout);
         let config_error = |e: object_store::Error| {
             Error::wrap(ErrorKind::InvalidInput, e)
