@@ -566,8 +566,7 @@ fn entry_paths(part: &Path) -> (PathBuf, PathBuf) {
 fn lock_is_free(path: &Path) -> bool {
     let file = File::open(path).unwrap();
     // SAFETY: flock on a descriptor `file` owns; the lock goes when `file` is closed.
-    let taken = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0;
-    taken
+    unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) == 0 }
 }
 
 fn entry_names(entries: &Path) -> Vec<String> {
