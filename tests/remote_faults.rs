@@ -361,13 +361,6 @@ fn forward(
     let length = header(&String::from_utf8_lossy(&answer), "content-length")
         .and_then(|v| v.parse::<u64>().ok());
     client.write_all(&closing(&answer))?;
-    let pass = match fault {
-        Fault::Cut => length.map_or(1000, |l| l / 2),
-        Fault::Stall(n) => n,
-        _ => u64::MAX,
-    };
-    let first = early_body.len().min(pass as usize);
-    client.write_all(&early_body[..first])?;
     if let Fault::Trickle(n, gap) = fault {
         let mut body = early_body;
         up.read_to_end(&mut body)?;
@@ -377,6 +370,13 @@ fn forward(
         }
         return client.shutdown(Shutdown::Both);
     }
+    let pass = match fault {
+        Fault::Cut => length.map_or(1000, |l| l / 2),
+        Fault::Stall(n) => n,
+        _ => u64::MAX,
+    };
+    let first = early_body.len().min(pass as usize);
+    client.write_all(&early_body[..first])?;
     copy_at_most(&mut up, &mut client, pass - first as u64)?;
     if let Fault::Stall(_) = fault {
         wait_closed(&mut client);
