@@ -206,6 +206,8 @@ enum Fault {
     /// Forwarded; the answer's body passed back `n` bytes at a time, `gap` apart: a slow
     /// link that keeps moving.
     Trickle(usize, Duration),
+    /// As `Trickle`, but the connection closed after half the body.
+    TrickleCut(usize, Duration),
 }
 
 /// A request the proxy saw, and what it did with it.
@@ -330,7 +332,7 @@ fn serve(mut client: TcpStream, upstream: u16, rule: &Mutex<Rule>, seen: &Mutex<
             let _ = client.shutdown(Shutdown::Write);
         }
         Fault::Hang => wait_closed(&mut client),
-        Fault::Pass | Fault::Cut | Fault::Stall(_) | Fault::Trickle(..) => {
+        Fault::Pass | Fault::Cut | Fault::Stall(_) | Fault::Trickle(..) | Fault::TrickleCut(..) => {
             let _ = forward(client, upstream, &head, &early, body_left, chunked, fault);
         }
     }
@@ -361,9 +363,12 @@ fn forward(
     let length = header(&String::from_utf8_lossy(&answer), "content-length")
         .and_then(|v| v.parse::<u64>().ok());
     client.write_all(&closing(&answer))?;
-    if let Fault::Trickle(n, gap) = fault {
+    if let Fault::Trickle(n, gap) | Fault::TrickleCut(n, gap) = fault {
         let mut body = early_body;
         up.read_to_end(&mut body)?;
+        if let Fault::TrickleCut(..) = fault {
+            body.truncate(body.len() / 2);
+        }
         for piece in body.chunks(n) {
             std::thread::sleep(gap);
             client.write_all(piece)?;
@@ -833,6 +838,44 @@ fn a_slow_download_that_keeps_moving_is_not_cut_by_the_request_timeout() {
 }
 
 #[test]
+fn a_long_download_cut_late_is_resumed_after_the_retry_timeout() {
+    let Some(moto) = moto() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let proxy = Proxy::start(moto.port);
+    let file = url("s3://packs/late-cut/steps-00000.npy");
+    let data = pattern(1 << 20, 9);
+    Store::new(options(moto, moto.port))
+        .unwrap()
+        .put(&file, data.clone())
+        .unwrap();
+    let path = request_path(&file);
+    // Half the body over 1.6 s, then the connection drops: later than the retry timeout
+    // (1 s here, 3 minutes by default) counted from the download's start. The download has
+    // been moving all along, so it is resumed, not given up.
+    proxy.set(first(
+        1,
+        "GET",
+        path.clone(),
+        Fault::TrickleCut(32 << 10, Duration::from_millis(100)),
+    ));
+    let mut options = options(moto, proxy.port);
+    options.retry_timeout = Duration::from_secs(1);
+    let store = Arc::new(Store::new(options).unwrap());
+    let cache = Cache::open(dir.path().join("cache"), 16 << 20, store).unwrap();
+    let entry = cache
+        .fetch(&file, data.len() as u64, crc32c(&data))
+        .unwrap();
+    assert!(std::fs::read(entry.path()).unwrap() == data);
+    let tries = proxy.seen_at("GET", &path);
+    assert_eq!(tries.len(), 2, "{tries:?}");
+    let resumed = tries[1].range.as_deref().unwrap_or_default();
+    assert!(
+        resumed.starts_with(&format!("bytes={}-", data.len() / 2)),
+        "{tries:?}"
+    );
+}
+
+#[test]
 fn answers_500_and_503_are_retried_for_reads_and_writes() {
     let Some(moto) = moto() else { return };
     let dir = tempfile::tempdir().unwrap();
@@ -941,7 +984,8 @@ fn a_connection_cut_mid_body_is_resumed_and_the_bytes_checked() {
     );
     assert_eq!(cache.size().unwrap(), 0);
 
-    // Cut every time: the retries run out, the error names the URL, nothing is kept.
+    // Cut every time: each try brings half of what is left, until the retries (the client's,
+    // then the store's resumptions) run out; the error names the URL, nothing is kept.
     proxy.set(always("GET", path.clone(), Fault::Cut));
     let store = Arc::new(Store::new(options(moto, proxy.port).retries(2)).unwrap());
     let cache = Cache::open(dir.path().join("c"), 16 << 20, store).unwrap();
@@ -952,7 +996,9 @@ fn a_connection_cut_mid_body_is_resumed_and_the_bytes_checked() {
             .starts_with("s3://packs/cut/steps-00000.npy: reading failed"),
         "{err}"
     );
-    assert_eq!(proxy.seen_at("GET", &path).len(), 3);
+    let tries = proxy.seen_at("GET", &path);
+    assert!(tries.len() >= 3, "{tries:?}");
+    assert!(tries.iter().all(|t| t.fault == Fault::Cut), "{tries:?}");
     assert_eq!(cache.size().unwrap(), 0);
     assert!(part_file(&dir.path().join("c/entries")).is_none());
 }
