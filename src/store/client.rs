@@ -15,8 +15,8 @@ use std::time::Duration;
 use futures_util::StreamExt;
 use object_store::path::Path as Key;
 use object_store::{
-    BackoffConfig, ClientOptions, ObjectStore, ObjectStoreExt, PutPayload, RetryConfig,
-    WriteMultipart,
+    BackoffConfig, ClientOptions, GetOptions, GetRange, ObjectStore, ObjectStoreExt, PutPayload,
+    RetryConfig, WriteMultipart,
 };
 
 use super::location::{Scheme, Url};
@@ -47,7 +47,9 @@ pub struct StoreOptions {
     pub max_backoff: Duration,
     /// No retry starts after this long since the first try.
     pub retry_timeout: Duration,
-    /// One request's time limit (a slow server counts as failed, and is retried).
+    /// How long a request may wait for the server without receiving a byte (a stalled or
+    /// silent server counts as failed, and is retried). A transfer that keeps moving is
+    /// never cut, however long the file takes.
     pub request_timeout: Duration,
     pub connect_timeout: Duration,
 }
@@ -100,7 +102,7 @@ impl StoreOptions {
         self
     }
 
-    /// Sets one request's time limit.
+    /// Sets how long a request may wait for the server without receiving a byte.
     pub fn request_timeout(mut self, timeout: Duration) -> StoreOptions {
         self.request_timeout = timeout;
         self
@@ -231,21 +233,52 @@ impl Store {
     }
 
     /// Streams the object at `url` into `out`; returns its length.
+    ///
+    /// A download cut after the client's own retries gave up resumes where it stopped (those
+    /// retries count from the download's start, so a long download cut late got none), as
+    /// long as each try moves it on, at most `max_retries` times; the rest must come from the
+    /// same object (its ETag), or the download fails.
     pub fn download_to(&self, url: &Url, out: &mut dyn Write) -> Result<u64> {
         let (client, key) = self.client(url)?;
         let written = self.runtime.block_on(async {
-            let result = client
-                .get(&key)
-                .await
-                .map_err(|e| remote_error(url, "reading", e))?;
-            let mut stream = result.into_stream();
-            let mut written = 0u64;
-            while let Some(chunk) = stream.next().await {
-                let chunk = chunk.map_err(|e| remote_error(url, "reading", e))?;
-                out.write_all(&chunk)?;
-                written += chunk.len() as u64;
+            let (mut written, mut etag, mut resumed) = (0u64, None, 0);
+            loop {
+                let options = GetOptions {
+                    range: (written > 0).then_some(GetRange::Offset(written)),
+                    if_match: etag.clone(),
+                    ..GetOptions::default()
+                };
+                let result = client
+                    .get_opts(&key, options)
+                    .await
+                    .map_err(|e| remote_error(url, "reading", e))?;
+                if etag.is_none() {
+                    etag = result.meta.e_tag.clone();
+                }
+                let start = written;
+                let mut stream = result.into_stream();
+                let cut = loop {
+                    match stream.next().await {
+                        None => break None,
+                        Some(Ok(chunk)) => {
+                            out.write_all(&chunk)?;
+                            written += chunk.len() as u64;
+                        }
+                        Some(Err(e)) => break Some(e),
+                    }
+                };
+                match cut {
+                    None => return Ok::<u64, Error>(written),
+                    Some(_)
+                        if written > start
+                            && etag.is_some()
+                            && resumed < self.options.max_retries =>
+                    {
+                        resumed += 1;
+                    }
+                    Some(e) => return Err(remote_error(url, "reading", e)),
+                }
             }
-            Ok::<u64, Error>(written)
         })?;
         self.count_download(written);
         Ok(written)
@@ -412,8 +445,12 @@ impl Store {
             max_retries: o.max_retries,
             retry_timeout: o.retry_timeout,
         };
+        // A limit on the wait for each read, not on the whole request: a total limit cuts
+        // every download longer than it (a large shard on a slow link), and once the
+        // resumed requests have used up the retries, the file cannot be fetched at all.
         let client_options = ClientOptions::new()
-            .with_timeout(o.request_timeout)
+            .with_timeout_disabled()
+            .with_read_timeout(o.request_timeout)
             .with_connect_timeout(o.connect_timeout);
         let config_error = |e: object_store::Error| {
             Error::wrap(ErrorKind::InvalidInput, e)

@@ -1,0 +1,1263 @@
+//! Faults of object storage, proven against a real S3 server (moto on localhost) and an
+//! HTTP-aware fault proxy in front of it: a download killed by SIGKILL mid-way (a real
+//! process, the test binary run again), a server too slow to answer, 500 and 503 answers,
+//! a connection cut mid-body, and publishes that fail mid-upload or are refused, which must
+//! delete nothing.
+//!
+//! The moto start-up is a copy of tests/object_store.rs's (to be shared through tests/common).
+//! Skipped, with the reason printed, only where the venv has no moto; under CI a missing moto
+//! fails instead, as in tests/object_store.rs.
+
+mod common;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fs::File;
+use std::io::{Read, Write};
+use std::net::{Shutdown, TcpListener, TcpStream};
+use std::os::unix::io::AsRawFd;
+use std::os::unix::process::ExitStatusExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant, SystemTime};
+
+use dataset_packer::ErrorKind;
+use dataset_packer::store::{Cache, Location, Store, StoreOptions, Url, publish_dir};
+
+// ---------------------------------------------------------------------------------------
+// The server (a copy of tests/object_store.rs's start-up)
+// ---------------------------------------------------------------------------------------
+
+/// Starts moto in-process in a Python that exits when its standard input closes (so the
+/// server dies with this test binary, however it ends), creates an IAM user allowed
+/// everything and the bucket `packs`, and prints the user's key.
+const MOTO: &str = r#"
+import json, logging, os, sys
+logging.getLogger("werkzeug").setLevel(logging.ERROR)  # no request log on the test's stderr
+os.environ["INITIAL_NO_AUTH_ACTION_COUNT"] = "3"  # the 3 IAM calls below; then auth is on
+from moto.server import ThreadedMotoServer
+import boto3
+port = int(sys.argv[1])
+server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+server.start()
+kw = dict(endpoint_url=f"http://127.0.0.1:{port}", region_name="us-east-1")
+iam = boto3.client("iam", aws_access_key_id="setup", aws_secret_access_key="setup", **kw)
+iam.create_user(UserName="tester")
+iam.put_user_policy(UserName="tester", PolicyName="all", PolicyDocument=json.dumps(
+    {"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "*", "Resource": "*"}]}))
+key = iam.create_access_key(UserName="tester")["AccessKey"]
+s3 = boto3.client("s3", aws_access_key_id=key["AccessKeyId"],
+                  aws_secret_access_key=key["SecretAccessKey"], **kw)
+s3.create_bucket(Bucket="packs")
+print(json.dumps({"key": key["AccessKeyId"], "secret": key["SecretAccessKey"]}), flush=True)
+sys.stdin.read()
+server.stop()
+"#;
+
+struct Moto {
+    port: u16,
+    key: String,
+    secret: String,
+    // Holding its stdin open keeps the server up; the process ends when this binary does.
+    _child: Mutex<Child>,
+}
+
+/// The shared moto server, or None (with the reason printed) where moto is not installed.
+fn moto() -> Option<&'static Moto> {
+    static MOTO_SERVER: OnceLock<Result<Moto, String>> = OnceLock::new();
+    match MOTO_SERVER.get_or_init(start_moto) {
+        Ok(m) => Some(m),
+        Err(reason) if std::env::var_os("CI").is_some() => panic!("{reason}"),
+        Err(reason) => {
+            eprintln!("skipping: {reason}");
+            None
+        }
+    }
+}
+
+fn start_moto() -> Result<Moto, String> {
+    let python = common::repo().join("target/test-venv/bin/python");
+    let has_moto = Command::new(&python)
+        .args(["-c", "import moto.server, boto3"])
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if !has_moto {
+        return Err(format!(
+            "no moto in {} (bash scripts/test.sh installs it from tests/python/requirements.txt)",
+            python.display()
+        ));
+    }
+    let port = TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let mut child = Command::new(&python)
+        .args(["-c", MOTO, &port.to_string()])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .map_err(|e| format!("starting moto: {e}"))?;
+    let mut line = String::new();
+    let mut stdout = std::io::BufReader::new(child.stdout.take().unwrap());
+    std::io::BufRead::read_line(&mut stdout, &mut line).map_err(|e| e.to_string())?;
+    let keys: serde_json::Value =
+        serde_json::from_str(&line).map_err(|e| format!("moto did not start ({e}): {line:?}"))?;
+    Ok(Moto {
+        port,
+        key: keys["key"].as_str().unwrap().to_string(),
+        secret: keys["secret"].as_str().unwrap().to_string(),
+        _child: Mutex::new(child),
+    })
+}
+
+/// Store options for the server (or the proxy) at `port` with the tester's key: fast
+/// retries, so that the fault tests take milliseconds.
+fn options(moto: &Moto, port: u16) -> StoreOptions {
+    options_for(&moto.key, &moto.secret, port)
+}
+
+fn options_for(key: &str, secret: &str, port: u16) -> StoreOptions {
+    let endpoint = format!("http://127.0.0.1:{port}");
+    StoreOptions::from_vars([
+        ("AWS_ACCESS_KEY_ID", key),
+        ("AWS_SECRET_ACCESS_KEY", secret),
+        ("AWS_REGION", "us-east-1"),
+        ("AWS_ENDPOINT_URL", endpoint.as_str()),
+        ("AWS_ALLOW_HTTP", "true"),
+    ])
+    .retries(4)
+    .backoff(Duration::from_millis(10), Duration::from_millis(100))
+    .request_timeout(Duration::from_secs(30))
+}
+
+fn url(text: &str) -> Url {
+    match Location::parse(text).unwrap() {
+        Location::Remote(u) => u,
+        other => panic!("{other:?}"),
+    }
+}
+
+/// The request path of `url`'s object as the S3 client sends it (path-style, as with an
+/// endpoint URL).
+fn request_path(url: &Url) -> String {
+    format!("/{}/{}", url.bucket(), url.prefix())
+}
+
+/// `len` bytes with no run of zeros, different for each `seed`: a reserved but unwritten
+/// stretch of a `.part` (zeros) never looks like data.
+fn pattern(len: usize, seed: u32) -> Vec<u8> {
+    (0..len as u32)
+        .map(|i| (i.wrapping_mul(31).wrapping_add(seed * 7) % 251) as u8 + 1)
+        .collect()
+}
+
+/// CRC-32C (Castagnoli), bit by bit: the test's own oracle.
+fn crc32c(data: &[u8]) -> u32 {
+    let mut crc = !0u32;
+    for &b in data {
+        crc ^= b as u32;
+        for _ in 0..8 {
+            crc = if crc & 1 != 0 {
+                (crc >> 1) ^ 0x82f6_3b78
+            } else {
+                crc >> 1
+            };
+        }
+    }
+    !crc
+}
+
+/// Runs `f` on a thread and waits for it; panics naming `what` if it has not finished
+/// within `limit` (a guard against a hang, never a timing assertion: `limit` is generous).
+fn within<T: Send + 'static>(
+    limit: Duration,
+    what: &str,
+    f: impl FnOnce() -> T + Send + 'static,
+) -> T {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(f());
+    });
+    rx.recv_timeout(limit)
+        .unwrap_or_else(|_| panic!("{what} did not finish (blocked?)"))
+}
+
+// ---------------------------------------------------------------------------------------
+// The fault proxy
+// ---------------------------------------------------------------------------------------
+
+/// What the proxy does with one request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Fault {
+    /// Forwarded, and the answer passed back whole.
+    Pass,
+    /// Answered with this status, without asking the server.
+    Status(u16),
+    /// Never answered: the proxy waits until the client gives up and closes.
+    Hang,
+    /// Forwarded; the answer's head and half its body passed back, then the connection closed.
+    Cut,
+    /// Forwarded; the answer's head and the first n bytes of its body passed back, then
+    /// nothing more until the client goes away.
+    Stall(u64),
+    /// Forwarded; the answer's body passed back `n` bytes at a time, `gap` apart: a slow
+    /// link that keeps moving.
+    Trickle(usize, Duration),
+    /// As `Trickle`, but the connection closed after half the body.
+    TrickleCut(usize, Duration),
+}
+
+/// A request the proxy saw, and what it did with it.
+#[derive(Debug, Clone)]
+struct Seen {
+    method: String,
+    path: String,
+    range: Option<String>,
+    fault: Fault,
+}
+
+type Rule = Box<dyn FnMut(&str, &str) -> Fault + Send>;
+
+/// An HTTP proxy in front of moto that decides, request by request (`rule(method, path)`),
+/// what goes wrong. Every request gets its own connection (the proxy says `Connection:
+/// close` both ways), so each one, retries included, meets the rule.
+struct Proxy {
+    port: u16,
+    rule: Arc<Mutex<Rule>>,
+    seen: Arc<Mutex<Vec<Seen>>>,
+}
+
+impl Proxy {
+    fn start(upstream: u16) -> Proxy {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let rule: Arc<Mutex<Rule>> = Arc::new(Mutex::new(Box::new(|_: &str, _: &str| Fault::Pass)));
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let (r, s) = (rule.clone(), seen.clone());
+        std::thread::spawn(move || {
+            for conn in listener.incoming() {
+                let Ok(conn) = conn else { continue };
+                let (r, s) = (r.clone(), s.clone());
+                std::thread::spawn(move || serve(conn, upstream, &r, &s));
+            }
+        });
+        Proxy { port, rule, seen }
+    }
+
+    /// From now on `rule` decides each request's fault; the log starts afresh.
+    fn set(&self, rule: impl FnMut(&str, &str) -> Fault + Send + 'static) {
+        *self.rule.lock().unwrap() = Box::new(rule);
+        self.seen.lock().unwrap().clear();
+    }
+
+    /// The requests seen since the last [`Proxy::set`].
+    fn seen(&self) -> Vec<Seen> {
+        self.seen.lock().unwrap().clone()
+    }
+
+    /// The requests seen for `path`, with their faults.
+    fn seen_at(&self, method: &str, path: &str) -> Vec<Seen> {
+        self.seen()
+            .into_iter()
+            .filter(|s| s.method == method && s.path == path)
+            .collect()
+    }
+}
+
+/// `fault` for the first `n` requests `method path`, then passing everything.
+fn first(
+    n: usize,
+    method: &'static str,
+    path: String,
+    fault: Fault,
+) -> impl FnMut(&str, &str) -> Fault + Send {
+    let mut left = n;
+    move |m, p| {
+        if m == method && p == path && left > 0 {
+            left -= 1;
+            fault
+        } else {
+            Fault::Pass
+        }
+    }
+}
+
+/// `fault` for every request `method path`.
+fn always(
+    method: &'static str,
+    path: String,
+    fault: Fault,
+) -> impl FnMut(&str, &str) -> Fault + Send {
+    move |m, p| {
+        if m == method && p == path {
+            fault
+        } else {
+            Fault::Pass
+        }
+    }
+}
+
+fn serve(mut client: TcpStream, upstream: u16, rule: &Mutex<Rule>, seen: &Mutex<Vec<Seen>>) {
+    let Some((head, early)) = read_head(&mut client) else {
+        return;
+    };
+    let text = String::from_utf8_lossy(&head).into_owned();
+    let mut words = text.lines().next().unwrap_or_default().split(' ');
+    let method = words.next().unwrap_or_default().to_string();
+    let path = words.next().unwrap_or_default().to_string();
+    let fault = (rule.lock().unwrap())(&method, &path);
+    seen.lock().unwrap().push(Seen {
+        method,
+        path,
+        range: header(&text, "range"),
+        fault,
+    });
+    let body_left = header(&text, "content-length")
+        .and_then(|v| v.parse::<u64>().ok())
+        .unwrap_or(0)
+        .saturating_sub(early.len() as u64);
+    let chunked = header(&text, "transfer-encoding").is_some_and(|v| v.contains("chunked"));
+    match fault {
+        Fault::Status(code) => {
+            // Read the body first: answering over an unread upload would reset the
+            // connection and lose the answer.
+            let _ = copy_at_most(&mut client, &mut std::io::sink(), body_left);
+            let _ = write!(
+                client,
+                "HTTP/1.1 {code} Injected Fault\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+            );
+            let _ = client.shutdown(Shutdown::Write);
+        }
+        Fault::Hang => wait_closed(&mut client),
+        Fault::Pass | Fault::Cut | Fault::Stall(_) | Fault::Trickle(..) | Fault::TrickleCut(..) => {
+            let _ = forward(client, upstream, &head, &early, body_left, chunked, fault);
+        }
+    }
+}
+
+/// Sends the request upstream and passes back the answer, all of it or as `fault` says.
+fn forward(
+    mut client: TcpStream,
+    upstream: u16,
+    head: &[u8],
+    early: &[u8],
+    body_left: u64,
+    chunked: bool,
+    fault: Fault,
+) -> std::io::Result<()> {
+    let mut up = TcpStream::connect(("127.0.0.1", upstream))?;
+    up.write_all(&closing(head))?;
+    up.write_all(early)?;
+    if chunked {
+        let (mut from, mut to) = (client.try_clone()?, up.try_clone()?);
+        std::thread::spawn(move || std::io::copy(&mut from, &mut to));
+    } else {
+        copy_at_most(&mut client, &mut up, body_left)?;
+    }
+    let Some((answer, early_body)) = read_head(&mut up) else {
+        return Ok(());
+    };
+    let length = header(&String::from_utf8_lossy(&answer), "content-length")
+        .and_then(|v| v.parse::<u64>().ok());
+    client.write_all(&closing(&answer))?;
+    if let Fault::Trickle(n, gap) | Fault::TrickleCut(n, gap) = fault {
+        let mut body = early_body;
+        up.read_to_end(&mut body)?;
+        if let Fault::TrickleCut(..) = fault {
+            body.truncate(body.len() / 2);
+        }
+        for piece in body.chunks(n) {
+            std::thread::sleep(gap);
+            client.write_all(piece)?;
+        }
+        return client.shutdown(Shutdown::Both);
+    }
+    let pass = match fault {
+        Fault::Cut => length.map_or(1000, |l| l / 2),
+        Fault::Stall(n) => n,
+        _ => u64::MAX,
+    };
+    let first = early_body.len().min(pass as usize);
+    client.write_all(&early_body[..first])?;
+    copy_at_most(&mut up, &mut client, pass - first as u64)?;
+    if let Fault::Stall(_) = fault {
+        wait_closed(&mut client);
+    }
+    client.shutdown(Shutdown::Both)
+}
+
+/// An HTTP head (request or answer) up to its blank line, and the bytes read after it.
+fn read_head(conn: &mut TcpStream) -> Option<(Vec<u8>, Vec<u8>)> {
+    let mut data = Vec::new();
+    let mut buf = [0u8; 8192];
+    loop {
+        if let Some(end) = data.windows(4).position(|w| w == b"\r\n\r\n") {
+            let rest = data.split_off(end + 4);
+            return Some((data, rest));
+        }
+        match conn.read(&mut buf) {
+            Ok(0) | Err(_) => return None,
+            Ok(n) => data.extend_from_slice(&buf[..n]),
+        }
+    }
+}
+
+/// `head` with `Connection: close` in place of any connection header.
+fn closing(head: &[u8]) -> Vec<u8> {
+    let text = String::from_utf8_lossy(head);
+    let mut out = String::new();
+    for line in text.split("\r\n").filter(|l| !l.is_empty()) {
+        let name = line
+            .split(':')
+            .next()
+            .unwrap_or_default()
+            .to_ascii_lowercase();
+        if name != "connection" && name != "keep-alive" {
+            out.push_str(line);
+            out.push_str("\r\n");
+        }
+    }
+    out.push_str("Connection: close\r\n\r\n");
+    out.into_bytes()
+}
+
+fn header(head: &str, name: &str) -> Option<String> {
+    head.lines().skip(1).find_map(|line| {
+        let (key, value) = line.split_once(':')?;
+        key.trim()
+            .eq_ignore_ascii_case(name)
+            .then(|| value.trim().to_string())
+    })
+}
+
+/// Copies up to `n` bytes (fewer if `from` ends first).
+fn copy_at_most(from: &mut TcpStream, to: &mut dyn Write, mut n: u64) -> std::io::Result<()> {
+    let mut buf = vec![0u8; 64 << 10];
+    while n > 0 {
+        let want = buf.len().min(n.min(usize::MAX as u64) as usize);
+        let got = from.read(&mut buf[..want])?;
+        if got == 0 {
+            break;
+        }
+        to.write_all(&buf[..got])?;
+        n -= got as u64;
+    }
+    Ok(())
+}
+
+/// Waits until the other end closes the connection (or dies).
+fn wait_closed(conn: &mut TcpStream) {
+    let mut buf = [0u8; 8192];
+    while matches!(conn.read(&mut buf), Ok(n) if n > 0) {}
+}
+
+// ---------------------------------------------------------------------------------------
+// kill -9 mid-download
+// ---------------------------------------------------------------------------------------
+
+/// How much of the file the proxy lets through before it stalls the download.
+const STALL: u64 = 3 << 20;
+
+/// A process (this test binary run again as `fetch_process`) fetching `file` (`data` at
+/// that URL) into the cache `cache_dir` through `proxy`, which stalls it after [`STALL`]
+/// bytes; returned once its `.part` holds the file's first MiB, so mid-download, with the
+/// path of that `.part`.
+fn stalled_download(
+    moto: &Moto,
+    proxy: &Proxy,
+    cache_dir: &Path,
+    file: &str,
+    data: &[u8],
+) -> (Child, PathBuf) {
+    proxy.set(always("GET", request_path(&url(file)), Fault::Stall(STALL)));
+    let mut child = Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "fetch_process",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env("FAULTS_TEST_FETCH", "1")
+        .env("FAULTS_TEST_PORT", proxy.port.to_string())
+        .env("FAULTS_TEST_KEY", &moto.key)
+        .env("FAULTS_TEST_SECRET", &moto.secret)
+        .env("FAULTS_TEST_CACHE", cache_dir)
+        .env("FAULTS_TEST_FILE", file)
+        .env("FAULTS_TEST_LEN", data.len().to_string())
+        .env("FAULTS_TEST_CRC", crc32c(data).to_string())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let entries = cache_dir.join("entries");
+    let head = &data[..1 << 20];
+    // A failure guard only: the download reaches the stall in well under a second.
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        if let Some(part) = part_file(&entries)
+            && starts_with(&part, head)
+        {
+            return (child, part);
+        }
+        if let Some(status) = child.try_wait().unwrap() {
+            panic!("the fetching process ended ({status}) before it was killed");
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!(
+                "no .part with the file's first MiB in {}",
+                entries.display()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// One fetch of a file by a process the test kills (nothing when run on its own).
+#[test]
+fn fetch_process() {
+    let Some(_) = std::env::var_os("FAULTS_TEST_FETCH") else {
+        return;
+    };
+    let var = |k: &str| std::env::var(k).unwrap();
+    let port = var("FAULTS_TEST_PORT").parse().unwrap();
+    let options = options_for(&var("FAULTS_TEST_KEY"), &var("FAULTS_TEST_SECRET"), port);
+    let store = Arc::new(Store::new(options).unwrap());
+    let cache = Cache::open(var("FAULTS_TEST_CACHE"), 1 << 30, store).unwrap();
+    let fetched = cache.fetch(
+        &url(&var("FAULTS_TEST_FILE")),
+        var("FAULTS_TEST_LEN").parse().unwrap(),
+        var("FAULTS_TEST_CRC").parse().unwrap(),
+    );
+    // Reached only if the test did not kill this process.
+    println!("fetched: {:?}", fetched.map(|e| e.path().to_path_buf()));
+}
+
+fn kill9(child: &mut Child) {
+    child.kill().unwrap(); // SIGKILL
+    let status = child.wait().unwrap();
+    assert_eq!(status.signal(), Some(libc::SIGKILL), "{status}");
+}
+
+/// The one `.part` in the cache's `entries/`, if there is one.
+fn part_file(entries: &Path) -> Option<PathBuf> {
+    let mut parts: Vec<PathBuf> = std::fs::read_dir(entries)
+        .ok()?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "part"))
+        .collect();
+    assert!(parts.len() <= 1, "{parts:?}");
+    parts.pop()
+}
+
+fn starts_with(path: &Path, head: &[u8]) -> bool {
+    let mut got = vec![0u8; head.len()];
+    File::open(path)
+        .and_then(|mut f| f.read_exact(&mut got))
+        .is_ok()
+        && got == head
+}
+
+/// The entry name of a `.part` (`entries/NAME.part`): its entry and lock file paths.
+fn entry_paths(part: &Path) -> (PathBuf, PathBuf) {
+    let name = part.file_stem().unwrap().to_string_lossy().into_owned();
+    let entries = part.parent().unwrap();
+    (entries.join(&name), entries.join(format!("{name}.lock")))
+}
+
+/// Whether no process holds a lock on the file at `path` (tried without waiting).
+fn lock_is_free(path: &Path) -> bool {
+    let file = File::open(path).unwrap();
+    // SAFETY: flock on a descriptor `file` owns; the lock goes when `file` is closed.
+    unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) == 0 }
+}
+
+fn entry_names(entries: &Path) -> Vec<String> {
+    common::names(entries)
+}
+
+#[test]
+fn a_download_killed_by_sigkill_leaves_nothing_trusted_and_no_lock() {
+    let Some(moto) = moto() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let proxy = Proxy::start(moto.port);
+    let file = "s3://packs/killed/steps-00000.npy";
+    let data = pattern(8 << 20, 1);
+    let direct = Store::new(options(moto, moto.port)).unwrap();
+    direct.put(&url(file), data.clone()).unwrap();
+    let cache_dir = dir.path().join("cache");
+
+    let (mut child, part) = stalled_download(moto, &proxy, &cache_dir, file, &data);
+    let (entry, lock) = entry_paths(&part);
+    // Mid-download: the .part has the file's full length reserved (a size check alone would
+    // take it for the file), there is no entry, and the downloader holds the entry's lock.
+    assert_eq!(std::fs::metadata(&part).unwrap().len(), data.len() as u64);
+    assert!(!entry.exists());
+    assert!(
+        !lock_is_free(&lock),
+        "the downloader holds the entry's lock"
+    );
+    assert_eq!(proxy.seen()[0].fault, Fault::Stall(STALL));
+
+    kill9(&mut child);
+    // What the dead process left: its .part and no entry; its lock died with it.
+    assert!(part.exists());
+    assert!(!entry.exists());
+    assert!(lock_is_free(&lock), "flock goes with the process");
+    assert!(
+        std::fs::read(&part).unwrap() != data,
+        "the .part is incomplete (reserved, partly written)"
+    );
+
+    // A new reader is not blocked, ignores the .part, downloads the whole file again and
+    // checks it.
+    let store = Arc::new(Store::new(options(moto, moto.port)).unwrap());
+    let cache = Cache::open(&cache_dir, 1 << 30, store.clone()).unwrap();
+    let (u, len, crc) = (url(file), data.len() as u64, crc32c(&data));
+    let (path, bytes) = within(
+        Duration::from_secs(120),
+        "a fetch after the kill",
+        move || {
+            let entry = cache.fetch(&u, len, crc).unwrap();
+            (
+                entry.path().to_path_buf(),
+                std::fs::read(entry.path()).unwrap(),
+            )
+        },
+    );
+    assert_eq!(path, entry);
+    assert!(bytes == data, "the file, not the dead download's .part");
+    let moved = store.transfers();
+    assert_eq!(
+        (moved.downloads, moved.bytes_downloaded),
+        (1, len),
+        "downloaded whole, once"
+    );
+    assert!(!part.exists());
+    let name = entry.file_name().unwrap().to_string_lossy().into_owned();
+    assert_eq!(
+        entry_names(entry.parent().unwrap()),
+        [name.clone(), format!("{name}.lock")]
+    );
+}
+
+#[test]
+fn a_dead_downloads_part_is_checked_never_trusted_and_evicted_by_the_limit_rules() {
+    let Some(moto) = moto() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let proxy = Proxy::start(moto.port);
+    let direct = Arc::new(Store::new(options(moto, moto.port)).unwrap());
+    let big = "s3://packs/dead/steps-00000.npy";
+    let data = pattern(8 << 20, 2);
+    direct.put(&url(big), data.clone()).unwrap();
+    let small: Vec<(Url, Vec<u8>)> = [3, 4]
+        .into_iter()
+        .map(|seed| {
+            let u = url(&format!("s3://packs/dead/small-{seed}.npy"));
+            let bytes = pattern(1 << 20, seed);
+            direct.put(&u, bytes.clone()).unwrap();
+            (u, bytes)
+        })
+        .collect();
+    let fetch = |cache: &Cache, (u, bytes): &(Url, Vec<u8>)| {
+        cache.fetch(u, bytes.len() as u64, crc32c(bytes))
+    };
+
+    // A reader whose record says other bytes: that is another entry (the CRC is in its
+    // name), so the dead .part is not taken for it; its own download is checked, refused as
+    // Corrupt naming the URL, and nothing of it is kept.
+    let cache_dir = dir.path().join("checked");
+    let (mut child, part) = stalled_download(moto, &proxy, &cache_dir, big, &data);
+    kill9(&mut child);
+    let cache = Cache::open(&cache_dir, 1 << 30, direct.clone()).unwrap();
+    let err = cache
+        .fetch(&url(big), data.len() as u64, crc32c(&data) ^ 1)
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Corrupt, "{err:?}");
+    assert!(err.to_string().starts_with(big), "{err}");
+    let entries = cache_dir.join("entries");
+    assert_eq!(
+        part_file(&entries),
+        Some(part.clone()),
+        "only the dead .part"
+    );
+    assert!(!entry_paths(&part).0.exists());
+    assert_eq!(
+        cache.size().unwrap(),
+        data.len() as u64,
+        "nothing but the dead .part"
+    );
+
+    // Eviction and a .part being downloaded: while its downloader lives, the .part counts
+    // toward the limit and cannot be taken, so a fetch that needs its room is refused.
+    let cache_dir = dir.path().join("evict");
+    let (mut child, part) = stalled_download(moto, &proxy, &cache_dir, big, &data);
+    let (_, part_lock) = entry_paths(&part);
+    let big_len = data.len() as u64;
+    let tight = Cache::open(&cache_dir, big_len + (1 << 19), direct.clone()).unwrap();
+    assert_eq!(
+        tight.size().unwrap(),
+        big_len,
+        "the .part is reserved at full length"
+    );
+    let err = fetch(&tight, &small[0]).unwrap_err();
+    assert_eq!(
+        (err.kind(), err.option()),
+        (ErrorKind::Refused, Some("cache_limit")),
+        "{err}"
+    );
+    assert!(part.exists(), "a live download is never evicted");
+
+    kill9(&mut child);
+    // Dead, it is an entry like any other: left alone while everything fits...
+    let roomy = Cache::open(&cache_dir, big_len + (2 << 20), direct.clone()).unwrap();
+    // The dead download is older than what is fetched next (by milliseconds; an hour here,
+    // so that coarse file times cannot make them equal).
+    File::options()
+        .write(true)
+        .open(&part_lock)
+        .unwrap()
+        .set_modified(SystemTime::now() - Duration::from_secs(3600))
+        .unwrap();
+    let kept = fetch(&roomy, &small[0]).unwrap();
+    assert!(part.exists(), "no eviction while the limit holds");
+    drop(kept);
+    // ...and, once room is needed, evicted first (least recently used), and no more than
+    // needed: the small entry fetched after it stays.
+    let limit = 2 * (1 << 20) + (1 << 19);
+    let cache = Cache::open(&cache_dir, limit, direct.clone()).unwrap();
+    let entry = fetch(&cache, &small[1]).unwrap();
+    assert_eq!(std::fs::read(entry.path()).unwrap(), small[1].1);
+    assert!(
+        !part.exists() && !part_lock.exists(),
+        "the dead .part is evicted"
+    );
+    assert!(cache.size().unwrap() <= limit);
+    let before = direct.transfers().downloads;
+    let again = fetch(&cache, &small[0]).unwrap();
+    assert_eq!(std::fs::read(again.path()).unwrap(), small[0].1);
+    assert_eq!(
+        direct.transfers().downloads,
+        before,
+        "the newer entry was kept"
+    );
+}
+
+// ---------------------------------------------------------------------------------------
+// Slow, failing and cut answers
+// ---------------------------------------------------------------------------------------
+
+#[test]
+fn a_server_too_slow_to_answer_is_retried_then_named_by_url() {
+    let Some(moto) = moto() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let proxy = Proxy::start(moto.port);
+    let file = url("s3://packs/slow/steps-00000.npy");
+    let data = pattern(100_000, 5);
+    Store::new(options(moto, moto.port))
+        .unwrap()
+        .put(&file, data.clone())
+        .unwrap();
+    let path = request_path(&file);
+    let slow = |retries| {
+        let options = options(moto, proxy.port)
+            .retries(retries)
+            .request_timeout(Duration::from_secs(1));
+        Arc::new(Store::new(options).unwrap())
+    };
+    let (len, crc) = (data.len() as u64, crc32c(&data));
+
+    // Twice too slow, then answering: the fetch gets the file.
+    proxy.set(first(2, "GET", path.clone(), Fault::Hang));
+    let cache = Cache::open(dir.path().join("a"), 1 << 20, slow(4)).unwrap();
+    let entry = cache.fetch(&file, len, crc).unwrap();
+    assert_eq!(std::fs::read(entry.path()).unwrap(), data);
+    let tries: Vec<Fault> = proxy
+        .seen_at("GET", &path)
+        .iter()
+        .map(|s| s.fault)
+        .collect();
+    assert_eq!(tries[..2], [Fault::Hang, Fault::Hang], "{tries:?}");
+    assert_eq!(tries.last(), Some(&Fault::Pass));
+
+    // Always too slow: the first try and 2 retries, each given up after the request
+    // timeout, then an error naming the URL; nothing in the cache.
+    proxy.set(always("GET", path.clone(), Fault::Hang));
+    let cache = Cache::open(dir.path().join("b"), 1 << 20, slow(2)).unwrap();
+    let err = cache.fetch(&file, len, crc).unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Io);
+    assert_eq!(
+        err.to_string(),
+        "s3://packs/slow/steps-00000.npy: reading failed, retries exhausted"
+    );
+    let cause = format!("{err:?}").to_ascii_lowercase();
+    assert!(
+        cause.contains("timed out") || cause.contains("timeout"),
+        "{cause}"
+    );
+    assert_eq!(proxy.seen_at("GET", &path).len(), 3);
+    assert_eq!(cache.size().unwrap(), 0);
+    assert!(part_file(&dir.path().join("b/entries")).is_none());
+}
+
+#[test]
+fn a_slow_download_that_keeps_moving_is_not_cut_by_the_request_timeout() {
+    let Some(moto) = moto() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let proxy = Proxy::start(moto.port);
+    let file = url("s3://packs/trickle/steps-00000.npy");
+    let data = pattern(1 << 20, 8);
+    Store::new(options(moto, moto.port))
+        .unwrap()
+        .put(&file, data.clone())
+        .unwrap();
+    let path = request_path(&file);
+    // 32 pieces 100 ms apart: the whole body takes over 3 s, more than the 2 s a request
+    // may wait for the server, but bytes keep coming far within it.
+    proxy.set(always(
+        "GET",
+        path.clone(),
+        Fault::Trickle(32 << 10, Duration::from_millis(100)),
+    ));
+    let options = options(moto, proxy.port)
+        .retries(1)
+        .request_timeout(Duration::from_secs(2));
+    let store = Arc::new(Store::new(options).unwrap());
+    let cache = Cache::open(dir.path().join("cache"), 16 << 20, store.clone()).unwrap();
+    let entry = cache
+        .fetch(&file, data.len() as u64, crc32c(&data))
+        .unwrap();
+    assert!(std::fs::read(entry.path()).unwrap() == data);
+    assert_eq!(
+        proxy.seen_at("GET", &path).len(),
+        1,
+        "one request, never cut"
+    );
+}
+
+#[test]
+fn a_long_download_cut_late_is_resumed_after_the_retry_timeout() {
+    let Some(moto) = moto() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let proxy = Proxy::start(moto.port);
+    let file = url("s3://packs/late-cut/steps-00000.npy");
+    let data = pattern(1 << 20, 9);
+    Store::new(options(moto, moto.port))
+        .unwrap()
+        .put(&file, data.clone())
+        .unwrap();
+    let path = request_path(&file);
+    // Half the body over 1.6 s, then the connection drops: later than the retry timeout
+    // (1 s here, 3 minutes by default) counted from the download's start. The download has
+    // been moving all along, so it is resumed, not given up.
+    proxy.set(first(
+        1,
+        "GET",
+        path.clone(),
+        Fault::TrickleCut(32 << 10, Duration::from_millis(100)),
+    ));
+    let mut options = options(moto, proxy.port);
+    options.retry_timeout = Duration::from_secs(1);
+    let store = Arc::new(Store::new(options).unwrap());
+    let cache = Cache::open(dir.path().join("cache"), 16 << 20, store).unwrap();
+    let entry = cache
+        .fetch(&file, data.len() as u64, crc32c(&data))
+        .unwrap();
+    assert!(std::fs::read(entry.path()).unwrap() == data);
+    let tries = proxy.seen_at("GET", &path);
+    assert_eq!(tries.len(), 2, "{tries:?}");
+    let resumed = tries[1].range.as_deref().unwrap_or_default();
+    assert!(
+        resumed.starts_with(&format!("bytes={}-", data.len() / 2)),
+        "{tries:?}"
+    );
+}
+
+#[test]
+fn answers_500_and_503_are_retried_for_reads_and_writes() {
+    let Some(moto) = moto() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let proxy = Proxy::start(moto.port);
+    let direct = Store::new(options(moto, moto.port)).unwrap();
+    let file = url("s3://packs/status/steps-00000.npy");
+    let data = pattern(300_000, 6);
+    direct.put(&file, data.clone()).unwrap();
+    let path = request_path(&file);
+
+    for code in [500, 503] {
+        // A fresh store each time: its own connections and transfer counts.
+        let store = Arc::new(Store::new(options(moto, proxy.port)).unwrap());
+        proxy.set(first(3, "GET", path.clone(), Fault::Status(code)));
+        let cache = Cache::open(dir.path().join(code.to_string()), 1 << 20, store.clone()).unwrap();
+        let entry = cache
+            .fetch(&file, data.len() as u64, crc32c(&data))
+            .unwrap();
+        assert_eq!(std::fs::read(entry.path()).unwrap(), data, "{code}");
+        let tries: Vec<Fault> = proxy
+            .seen_at("GET", &path)
+            .iter()
+            .map(|s| s.fault)
+            .collect();
+        assert_eq!(
+            tries,
+            [
+                Fault::Status(code),
+                Fault::Status(code),
+                Fault::Status(code),
+                Fault::Pass
+            ]
+        );
+        assert_eq!(store.transfers().downloads, 1);
+
+        let upload = url(&format!("s3://packs/status/up-{code}.npy"));
+        proxy.set(first(2, "PUT", request_path(&upload), Fault::Status(code)));
+        store.put(&upload, data.clone()).unwrap();
+        assert_eq!(
+            proxy.seen_at("PUT", &request_path(&upload)).len(),
+            3,
+            "{code}"
+        );
+        assert!(
+            direct.get(&upload).unwrap() == data,
+            "{code}: uploaded whole"
+        );
+    }
+
+    // A server that keeps answering 500: the retries run out, the error names the URL and
+    // keeps the server's answer as its cause.
+    let store = Store::new(options(moto, proxy.port).retries(2)).unwrap();
+    proxy.set(always("GET", path.clone(), Fault::Status(500)));
+    let err = store.get(&file).unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Io);
+    assert_eq!(
+        err.to_string(),
+        "s3://packs/status/steps-00000.npy: reading failed, retries exhausted"
+    );
+    assert!(format!("{err:?}").contains("500"), "{err:?}");
+    assert_eq!(proxy.seen_at("GET", &path).len(), 3);
+}
+
+#[test]
+fn a_connection_cut_mid_body_is_resumed_and_the_bytes_checked() {
+    let Some(moto) = moto() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let proxy = Proxy::start(moto.port);
+    let file = url("s3://packs/cut/steps-00000.npy");
+    let data = pattern(2 << 20, 7);
+    Store::new(options(moto, moto.port))
+        .unwrap()
+        .put(&file, data.clone())
+        .unwrap();
+    let path = request_path(&file);
+    let (len, crc) = (data.len() as u64, crc32c(&data));
+
+    // Cut once at half the body: the client asks for the rest, and the cache checks the
+    // whole file's length and CRC-32C over both answers.
+    proxy.set(first(1, "GET", path.clone(), Fault::Cut));
+    let store = Arc::new(Store::new(options(moto, proxy.port)).unwrap());
+    let cache = Cache::open(dir.path().join("a"), 16 << 20, store.clone()).unwrap();
+    let entry = cache.fetch(&file, len, crc).unwrap();
+    assert!(
+        std::fs::read(entry.path()).unwrap() == data,
+        "the bytes, in order"
+    );
+    let tries = proxy.seen_at("GET", &path);
+    assert_eq!(tries.len(), 2, "{tries:?}");
+    assert_eq!((tries[0].fault, &tries[0].range), (Fault::Cut, &None));
+    let resumed = tries[1].range.as_deref().unwrap_or_default();
+    assert!(
+        resumed.starts_with(&format!("bytes={}-", len / 2)),
+        "{tries:?}"
+    );
+
+    // The same cut, and a record that does not match the bytes: Corrupt, nothing kept.
+    proxy.set(first(1, "GET", path.clone(), Fault::Cut));
+    let cache = Cache::open(dir.path().join("b"), 16 << 20, store.clone()).unwrap();
+    let err = cache.fetch(&file, len, crc ^ 0x100).unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Corrupt, "{err:?}");
+    assert!(
+        err.to_string()
+            .starts_with("s3://packs/cut/steps-00000.npy"),
+        "{err}"
+    );
+    assert_eq!(cache.size().unwrap(), 0);
+
+    // Cut every time: each try brings half of what is left, until the retries (the client's,
+    // then the store's resumptions) run out; the error names the URL, nothing is kept.
+    proxy.set(always("GET", path.clone(), Fault::Cut));
+    let store = Arc::new(Store::new(options(moto, proxy.port).retries(2)).unwrap());
+    let cache = Cache::open(dir.path().join("c"), 16 << 20, store).unwrap();
+    let err = cache.fetch(&file, len, crc).unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Io, "{err:?}");
+    assert!(
+        err.to_string()
+            .starts_with("s3://packs/cut/steps-00000.npy: reading failed"),
+        "{err}"
+    );
+    let tries = proxy.seen_at("GET", &path);
+    assert!(tries.len() >= 3, "{tries:?}");
+    assert!(tries.iter().all(|t| t.fault == Fault::Cut), "{tries:?}");
+    assert_eq!(cache.size().unwrap(), 0);
+    assert!(part_file(&dir.path().join("c/entries")).is_none());
+}
+
+// ---------------------------------------------------------------------------------------
+// Publishing: nothing deleted unless overwriting that pack's own files
+// ---------------------------------------------------------------------------------------
+
+/// The files a metadata.db lists in any version (what the pack module gives `publish_dir`).
+fn listed_files(db: &Path) -> dataset_packer::Result<Vec<String>> {
+    let conn = rusqlite::Connection::open(db).unwrap();
+    let history = dataset_packer::History::read(&conn)?;
+    Ok(history
+        .versions
+        .iter()
+        .flat_map(|v| v.files.iter().map(|f| f.file_name.clone()))
+        .collect())
+}
+
+/// Every object directly under `prefix`, with its bytes.
+fn snapshot(store: &Store, prefix: &Url) -> BTreeMap<String, Vec<u8>> {
+    store
+        .list(prefix)
+        .unwrap()
+        .into_iter()
+        .map(|l| {
+            let bytes = store.get(&prefix.join(&l.name).unwrap()).unwrap();
+            (l.name, bytes)
+        })
+        .collect()
+}
+
+/// The object names the proxy let a PUT through for, under `prefix`.
+fn uploaded(proxy: &Proxy, prefix: &Url) -> BTreeSet<String> {
+    let under = format!("{}/", request_path(prefix));
+    proxy
+        .seen()
+        .into_iter()
+        .filter(|s| s.method == "PUT" && s.fault == Fault::Pass)
+        .filter_map(|s| s.path.strip_prefix(&under).map(str::to_string))
+        .collect()
+}
+
+fn deletes(proxy: &Proxy) -> Vec<Seen> {
+    proxy
+        .seen()
+        .into_iter()
+        .filter(|s| s.method == "DELETE" || s.path.contains("?delete"))
+        .collect()
+}
+
+/// Every PUT after the first `ok` is answered 503.
+fn puts_fail_after(ok: usize) -> impl FnMut(&str, &str) -> Fault + Send {
+    let mut puts = 0;
+    move |method, _| {
+        if method != "PUT" {
+            return Fault::Pass;
+        }
+        puts += 1;
+        if puts > ok {
+            Fault::Status(503)
+        } else {
+            Fault::Pass
+        }
+    }
+}
+
+#[test]
+fn a_publish_failing_mid_upload_deletes_nothing_and_commits_nothing() {
+    let Some(moto) = moto() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let proxy = Proxy::start(moto.port);
+    let direct = Arc::new(Store::new(options(moto, moto.port)).unwrap());
+    let old = dir.path().join("old");
+    common::pack(&common::fixture("raw"), &old, &["--shard-rows", "150"]);
+    let new = dir.path().join("new");
+    common::pack(&common::fixture("raw"), &new, &["--shard-rows", "100"]);
+    let failing = || Store::new(options(moto, proxy.port).retries(1)).unwrap();
+
+    // Over an old pack, with overwrite: the upload fails at its third file.
+    let remote = url("s3://packs/midway/clean");
+    publish_dir(&direct, &old, &remote, false, listed_files).unwrap();
+    direct
+        .put(&remote.join("NOTES.txt").unwrap(), b"mine".to_vec())
+        .unwrap();
+    let before = snapshot(&direct, &remote);
+    proxy.set(puts_fail_after(2));
+    let err = publish_dir(&failing(), &new, &remote, true, listed_files).unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Io, "{err:?}");
+    let text = format!("{err:#}");
+    assert!(text.contains("writing failed, retries exhausted"), "{text}");
+    assert!(text.contains("s3://packs/midway/clean/"), "{text}");
+    let replaced = uploaded(&proxy, &remote);
+    assert_eq!(replaced.len(), 2, "{replaced:?}");
+    assert!(
+        !replaced.contains("metadata.db"),
+        "the commit point is never reached"
+    );
+    assert!(deletes(&proxy).is_empty(), "{:?}", deletes(&proxy));
+    let after = snapshot(&direct, &remote);
+    // Nothing deleted; the old metadata.db and the notes unchanged; the only changed
+    // objects are the two files the failed publish uploaded.
+    let names = |m: &BTreeMap<String, Vec<u8>>| m.keys().cloned().collect::<BTreeSet<_>>();
+    assert_eq!(names(&after), &names(&before) | &replaced);
+    assert!(after["metadata.db"] == before["metadata.db"]);
+    assert_eq!(after["NOTES.txt"], b"mine");
+    for (name, bytes) in &before {
+        if replaced.contains(name) {
+            assert!(
+                after[name] == std::fs::read(new.join(name)).unwrap(),
+                "{name}"
+            );
+        } else {
+            assert!(after[name] == *bytes, "{name} changed");
+        }
+    }
+    // A reader of the old pack never gets wrong bytes: each shard its metadata.db lists is
+    // either the old file or refused as Corrupt (same names are replaced in place: the
+    // known limit of overwriting, docs/object-storage.md).
+    let cache = Cache::open(dir.path().join("cache"), 1 << 30, direct.clone()).unwrap();
+    for (name, bytes, crc) in shard_records(&old) {
+        match cache.fetch(&remote.join(&name).unwrap(), bytes, crc) {
+            Ok(entry) => {
+                assert!(!replaced.contains(&name), "{name}");
+                assert!(
+                    std::fs::read(entry.path()).unwrap() == std::fs::read(old.join(&name)).unwrap()
+                );
+            }
+            Err(e) => {
+                assert!(replaced.contains(&name), "{name}: {e}");
+                assert_eq!(e.kind(), ErrorKind::Corrupt, "{e}");
+            }
+        }
+    }
+
+    // To a fresh prefix: the failed publish leaves its first files and no metadata.db (so
+    // no pack); publishing again is refused naming them (with or without overwrite: no
+    // pack there lists them), and nothing is deleted.
+    let fresh = url("s3://packs/midway/fresh");
+    proxy.set(puts_fail_after(2));
+    publish_dir(&failing(), &new, &fresh, false, listed_files).unwrap_err();
+    let left = uploaded(&proxy, &fresh);
+    assert_eq!(left.len(), 2, "{left:?}");
+    assert_eq!(
+        direct.size(&fresh.join("metadata.db").unwrap()).unwrap(),
+        None
+    );
+    let before = snapshot(&direct, &fresh);
+    assert_eq!(before.keys().cloned().collect::<BTreeSet<_>>(), left);
+    proxy.set(|_: &str, _: &str| Fault::Pass);
+    let passing = Store::new(options(moto, proxy.port)).unwrap();
+    for overwrite in [false, true] {
+        let err = publish_dir(&passing, &new, &fresh, overwrite, listed_files).unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::Refused, "{err}");
+        for name in &left {
+            assert!(err.to_string().contains(name.as_str()), "{err}");
+        }
+    }
+    let writes: Vec<Seen> = proxy
+        .seen()
+        .into_iter()
+        .filter(|s| s.method != "GET" && s.method != "HEAD")
+        .collect();
+    assert!(writes.is_empty(), "refusals write nothing: {writes:?}");
+    assert!(snapshot(&direct, &fresh) == before);
+}
+
+/// (file name, bytes, CRC-32C) of each shard, as the pack's metadata.db records them.
+fn shard_records(pack: &Path) -> Vec<(String, u64, u32)> {
+    let db = common::db(pack);
+    let mut stmt = db
+        .prepare("SELECT file_name, bytes, crc32c FROM shards ORDER BY shard")
+        .unwrap();
+    stmt.query_map([], |r| {
+        let crc: String = r.get(2)?;
+        Ok((
+            r.get(0)?,
+            r.get::<_, i64>(1)? as u64,
+            u32::from_str_radix(&crc, 16).unwrap(),
+        ))
+    })
+    .unwrap()
+    .collect::<Result<_, _>>()
+    .unwrap()
+}
+
+#[test]
+fn every_refused_publish_leaves_the_bucket_as_it_was() {
+    let Some(moto) = moto() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let proxy = Proxy::start(moto.port);
+    let direct = Store::new(options(moto, moto.port)).unwrap();
+    let store = Store::new(options(moto, proxy.port)).unwrap();
+    let pack = dir.path().join("pack");
+    common::pack(&common::fixture("raw"), &pack, &[]);
+    let remote = url("s3://packs/refused/clean");
+    publish_dir(&direct, &pack, &remote, false, listed_files).unwrap();
+    direct
+        .put(&remote.join("NOTES.txt").unwrap(), b"mine".to_vec())
+        .unwrap();
+    let broken = url("s3://packs/refused/broken");
+    direct
+        .put(
+            &broken.join("metadata.db").unwrap(),
+            b"not a database".to_vec(),
+        )
+        .unwrap();
+    direct
+        .put(&broken.join("steps.npy").unwrap(), b"someone's".to_vec())
+        .unwrap();
+    let unfinished = dir.path().join("unfinished");
+    common::copy_tree(&pack, &unfinished);
+    std::fs::write(unfinished.join("metadata.db-wal"), b"").unwrap();
+    let not_a_pack = dir.path().join("not-a-pack");
+    std::fs::create_dir(&not_a_pack).unwrap();
+    std::fs::write(not_a_pack.join("steps.npy"), b"x").unwrap();
+    let before = (snapshot(&direct, &remote), snapshot(&direct, &broken));
+
+    type Case<'a> = (&'a str, &'a Path, &'a Url, bool, ErrorKind);
+    let cases: [Case; 4] = [
+        (
+            "a pack is there, no overwrite",
+            &pack,
+            &remote,
+            false,
+            ErrorKind::Refused,
+        ),
+        (
+            "the old metadata.db cannot be read, overwrite",
+            &pack,
+            &broken,
+            true,
+            ErrorKind::Corrupt,
+        ),
+        (
+            "a local pack still being written",
+            &unfinished,
+            &remote,
+            true,
+            ErrorKind::Refused,
+        ),
+        (
+            "a local folder that is not a pack",
+            &not_a_pack,
+            &remote,
+            true,
+            ErrorKind::NotAPack,
+        ),
+    ];
+    for (what, local, to, overwrite, kind) in cases {
+        proxy.set(|_: &str, _: &str| Fault::Pass);
+        let err = publish_dir(&store, local, to, overwrite, listed_files).unwrap_err();
+        assert_eq!(err.kind(), kind, "{what}: {err:?}");
+        let writes: Vec<Seen> = proxy
+            .seen()
+            .into_iter()
+            .filter(|s| s.method != "GET" && s.method != "HEAD")
+            .collect();
+        assert!(writes.is_empty(), "{what}: {writes:?}");
+    }
+    assert!((snapshot(&direct, &remote), snapshot(&direct, &broken)) == before);
+}
