@@ -490,3 +490,73 @@ fn no_credentials_and_unknown_schemes_fail_at_once() {
         assert!(!t.path().join("ftp:").exists());
     }
 }
+
+/// The library reads a URL as it reads a folder: `Pack::open` and `Pack::open_version` of the
+/// remote pack give the local pack's rows, runs and steps. Run in a child process (this test
+/// binary again, as `library_reader_process`), whose environment holds the credentials.
+#[test]
+fn the_library_opens_a_url_as_it_opens_a_folder() {
+    let Some(moto) = moto() else { return };
+    let p = Published::new(moto, "library/clean");
+    let out = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "library_reader_process",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .envs(moto.env())
+        .env("DATASET_PACKER_CACHE", p.cache())
+        .env("REMOTE_READ_URL", &p.url)
+        .env("REMOTE_READ_LOCAL", &p.local)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}{}", common::stderr(&out));
+    assert!(
+        text.contains("library reader: 10 runs, 2240 rows"),
+        "{text}"
+    );
+}
+
+/// [`the_library_opens_a_url_as_it_opens_a_folder`]'s child (nothing when run on its own).
+#[test]
+fn library_reader_process() {
+    let (Ok(url), Ok(local)) = (
+        std::env::var("REMOTE_READ_URL"),
+        std::env::var("REMOTE_READ_LOCAL"),
+    ) else {
+        return;
+    };
+    use dataset_packer::{ErrorKind, Pack, VersionSpec};
+    type Rows = Vec<(u32, Vec<(u32, u8, [u8; 16], [f32; 4])>)>;
+    let steps = |pack: &Pack| -> Rows {
+        pack.runs()
+            .unwrap()
+            .map(|run| {
+                let run = run.unwrap();
+                let rows = run
+                    .steps()
+                    .map(|s| (s.step_index(), s.move_dir(), s.exponents(), s.branch_evs()))
+                    .collect();
+                (run.id(), rows)
+            })
+            .collect()
+    };
+    let remote = Pack::open(&url).unwrap();
+    let here = Pack::open(&local).unwrap();
+    assert_eq!(remote.path(), Path::new(&url));
+    assert_eq!(steps(&remote), steps(&here));
+    let first = Pack::open_version(&url, &VersionSpec::Number(1)).unwrap();
+    assert_eq!(first.len(), here.len());
+    remote.verify().unwrap();
+    let missing = format!("{url}-absent");
+    let err = Pack::open(&missing).unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::NotAPack);
+    assert!(err.to_string().contains(&missing), "{err}");
+    println!(
+        "library reader: {} runs, {} rows",
+        remote.num_runs(),
+        remote.len()
+    );
+}

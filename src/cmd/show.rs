@@ -23,7 +23,7 @@ use crate::show::{self, Page, Window};
   dataset-packer show packs/d6 --run 3 --from 200 --limit 50
   dataset-packer show packs/d6 --run 3 --limit 1000 --json > run3.json
   dataset-packer show packs/d6 --run 3 --last 5             # how the game ended
-  dataset-packer show s3://training/team/d6 --run 3         # fetches only run 3's shards
+  dataset-packer show s3://training/team/d6 --run 3
 
 The pack must be unshuffled (show seeks through metadata.db's run_index).")]
 pub struct ShowArgs {

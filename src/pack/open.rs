@@ -96,16 +96,7 @@ pub(crate) fn locate_records(path: &Path) -> Result<Located> {
     locate_wanting(path, Wanted::Records)
 }
 
-/// [`locate`], fetching of a remote pack only the files `pick` names from its records (the
-/// shards one run's rows are in, for `show`); a local pack is the folder as it is.
-pub(crate) fn locate_some(
-    path: &Path,
-    pick: &dyn Fn(&Connection) -> Result<Vec<String>>,
-) -> Result<Located> {
-    locate_wanting(path, Wanted::Some(pick))
-}
-
-fn locate_wanting(path: &Path, wanted: Wanted<'_>) -> Result<Located> {
+fn locate_wanting(path: &Path, wanted: Wanted) -> Result<Located> {
     let (given, remote) = match path.to_str().map(Location::parse) {
         Some(Ok(Location::Remote(url))) => (
             path.to_path_buf(),

@@ -50,20 +50,17 @@ impl Drop for RemoteView {
 }
 
 /// Which of a remote pack's files a view fetches.
-pub(crate) enum Wanted<'a> {
+pub(crate) enum Wanted {
     /// Every file of the latest version (what reading rows of any version may touch).
     All,
-    /// Only the records: `metadata.db` and `valuation_types.json` (for `versions`, and to
-    /// decide which files a command needs).
+    /// Only the records: `metadata.db` and `valuation_types.json` (for `versions`).
     Records,
-    /// The files a function of the records picks (by file name), and no others.
-    Some(&'a dyn Fn(&rusqlite::Connection) -> Result<Vec<String>>),
 }
 
 /// Makes the local view of the pack at `url` with the files `wanted`, through the process's
 /// cache ([`cache_config`]). Refused, naming the URL, the pack's size and the limit, before
 /// anything is downloaded when the files do not fit in the cache's limit.
-pub(crate) fn open_view(url: &Url, wanted: Wanted<'_>) -> Result<RemoteView> {
+pub(crate) fn open_view(url: &Url, wanted: Wanted) -> Result<RemoteView> {
     let config = cache_config()?;
     let cache = Cache::open(&config.dir, config.limit, shared_store()?)?;
     let views = config.dir.join("views");
@@ -80,12 +77,6 @@ pub(crate) fn open_view(url: &Url, wanted: Wanted<'_>) -> Result<RemoteView> {
     let files = match wanted {
         Wanted::Records => Vec::new(),
         Wanted::All => latest_files(url, &view.dir)?,
-        Wanted::Some(pick) => {
-            let names = pick(&records_connection(&view.dir)?)?;
-            let mut files = latest_files(url, &view.dir)?;
-            files.retain(|f| names.contains(&f.file_name));
-            files
-        }
     };
     let total: u64 = files.iter().map(|f| f.bytes).sum();
     if total > cache.limit() {
