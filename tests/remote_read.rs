@@ -403,6 +403,28 @@ fn a_corrupted_remote_shard_is_named_by_url_and_left_out_of_the_cache() {
     }
     let kept: Vec<String> = p.entries().into_iter().map(|(n, _)| n).collect();
     assert!(kept.iter().all(|n| !n.contains("steps-00001")), "{kept:?}");
+    // The failed reads' view folders went with them.
+    let views = std::fs::read_dir(p.cache().join("views")).unwrap().count();
+    assert_eq!(views, 0);
+
+    // A file the pack lists that the bucket lacks: a damaged pack, named.
+    let good = std::fs::read(p.local.join("steps-00001.npy")).unwrap();
+    store(moto).put(&url(&shard), good).unwrap();
+    store(moto)
+        .delete(&url(&format!("{}/steps-00002.npy", p.url)))
+        .unwrap();
+    // (A cache that holds it from the reads above would serve it: a fresh one.)
+    let fresh = p.t.path().join("fresh-cache");
+    let out = p.run_with(&["stats", &p.url], &[("DATASET_PACKER_CACHE", s(&fresh))]);
+    let err = common::stderr(&out);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains(&format!(
+            "{} lists steps-00002.npy but the store has no such object",
+            p.url
+        )),
+        "{err}"
+    );
 }
 
 #[test]

@@ -93,8 +93,7 @@ pub(crate) fn open_view(url: &Url, wanted: Wanted) -> Result<RemoteView> {
         .with_option("cache_limit"));
     }
     raise_open_files_limit(files.len());
-    for file in &files {
-        let entry = fetch(&cache, url, file)?;
+    for (file, entry) in files.iter().zip(fetch_all(&cache, url, &files)?) {
         let link = view.dir.join(&file.file_name);
         std::os::unix::fs::symlink(entry.path(), &link)
             .with_context(|| format!("linking {} into {}", file.file_name, view.dir.display()))?;
@@ -170,6 +169,43 @@ fn latest_files(url: &Url, dir: &Path) -> Result<Vec<VersionFile>> {
         );
     }
     Ok(files)
+}
+
+/// Downloads at once: enough streams to fill a link to a store, few enough for a small node.
+const PARALLEL_FETCHES: usize = 8;
+
+/// Every file of `files`, in order, from the cache (downloaded by up to
+/// [`PARALLEL_FETCHES`] threads); the first error (in file order) if any fails.
+fn fetch_all(cache: &Cache, url: &Url, files: &[VersionFile]) -> Result<Vec<Entry>> {
+    let next = AtomicU64::new(0);
+    let mut fetched: Vec<Option<Result<Entry>>> = Vec::new();
+    fetched.resize_with(files.len(), || None);
+    let slots = std::sync::Mutex::new(fetched);
+    std::thread::scope(|scope| {
+        for _ in 0..PARALLEL_FETCHES.min(files.len()) {
+            scope.spawn(|| {
+                loop {
+                    let i = next.fetch_add(1, Ordering::Relaxed) as usize;
+                    let Some(file) = files.get(i) else { break };
+                    let result = fetch(cache, url, file);
+                    let failed = result.is_err();
+                    slots.lock().unwrap_or_else(|e| e.into_inner())[i] = Some(result);
+                    if failed {
+                        // The others stop taking new files; the error is reported below.
+                        next.store(files.len() as u64, Ordering::Relaxed);
+                        break;
+                    }
+                }
+            });
+        }
+    });
+    // Files are taken in order and every taken one finishes, so a file never taken comes
+    // after the first failure, which ends this loop.
+    let mut entries = Vec::with_capacity(files.len());
+    for slot in slots.into_inner().unwrap_or_else(|e| e.into_inner()) {
+        entries.push(slot.expect("taken before the first failure")?);
+    }
+    Ok(entries)
 }
 
 /// The file `file` of the pack at `url`, from the cache (downloaded and checked if needed).
