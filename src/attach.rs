@@ -120,6 +120,7 @@ pub fn attach(
     options: &AttachOptions,
 ) -> Result<AttachSummary> {
     let pack = pack.as_ref();
+    crate::pack::open::refuse_remote(pack, "attach")?;
     check_name(name)?;
     let out = OutputDir::open_existing(pack)?;
     let opened = crate::pack::open::open(pack, &VersionSpec::Latest, false)?;
@@ -189,6 +190,7 @@ impl DetachSummary {
 /// pack has no such family. See [`attach`] for an example.
 pub fn detach(pack: impl AsRef<Path>, name: &str) -> Result<DetachSummary> {
     let pack = pack.as_ref();
+    crate::pack::open::refuse_remote(pack, "detach")?;
     check_name(name)?;
     let out = OutputDir::open_existing(pack)?;
     let files = files::family_files(pack, name)?;

@@ -26,8 +26,13 @@ pub enum Window {
     Last(u64),
 }
 
-/// Reads one page of run `id` of the pack in `dir`.
+/// Reads one page of run `id` of the pack in `dir` (or at a URL: the pack fetched into the
+/// cache first).
 pub fn read(dir: &Path, version: &VersionSpec, id: u64, window: Window) -> Result<Page> {
+    crate::pack::open::with_located(dir, |pack| read_in(pack.dir(), version, id, window))
+}
+
+fn read_in(dir: &Path, version: &VersionSpec, id: u64, window: Window) -> Result<Page> {
     let opened = crate::pack::open::open(dir, version, true)?;
     let run = find_run(&opened.conn, dir, id)?;
     let search = search_family(dir, &opened)?;

@@ -35,6 +35,7 @@ use crate::format::search;
 use crate::format::valuation::ValuationTable;
 use crate::ordered::ordered_try_map;
 use crate::pack::families;
+use crate::pack::open::Located;
 use crate::pack::query::{Param, RunFilter, SqlLimits};
 use crate::pack::shards::{self, RunSlots, Shard};
 use crate::pack::versions::{self, VersionSpec};
@@ -843,13 +844,13 @@ impl StatsOptions {
 /// # Ok(()) }
 /// ```
 pub fn stats(pack: impl AsRef<Path>, options: &StatsOptions) -> Result<Stats> {
-    gather(pack.as_ref(), options, None)
+    crate::pack::open::with_located(pack.as_ref(), |pack| gather(pack, options, None))
 }
 
 /// The steps of the longest run of the version `options` read (of the runs they select):
 /// what sets the width of the step buckets.
-pub(crate) fn longest_run(dir: &Path, options: &StatsOptions) -> Result<u64> {
-    let opened = crate::pack::open::open(dir, &options.version, true)?;
+pub(crate) fn longest_run(pack: &Located, options: &StatsOptions) -> Result<u64> {
+    let opened = crate::pack::open::open(pack.dir(), &options.version, true)?;
     let mut runs = metadata::read_runs(&opened.conn)?;
     if let Some(filter) = options.filter() {
         let ids = selected_ids(&filter, &opened.conn)?;
@@ -864,7 +865,12 @@ pub(crate) fn longest_run(dir: &Path, options: &StatsOptions) -> Result<u64> {
 
 /// [`stats()`], with step buckets sized for runs of `longest` steps instead of the pack's own
 /// longest run when given, so that packs compared side by side share their buckets.
-pub(crate) fn gather(dir: &Path, options: &StatsOptions, longest: Option<u64>) -> Result<Stats> {
+pub(crate) fn gather(
+    pack: &Located,
+    options: &StatsOptions,
+    longest: Option<u64>,
+) -> Result<Stats> {
+    let dir = pack.dir();
     let started = Instant::now();
     let workers = options.workers;
     let filter = options.filter();
@@ -930,7 +936,7 @@ pub(crate) fn gather(dir: &Path, options: &StatsOptions, longest: Option<u64>) -
         shards.iter().map(|s| s.header.rows).sum()
     };
     Ok(Stats {
-        pack: dir.to_path_buf(),
+        pack: pack.given().to_path_buf(),
         pack_id: view.history.pack_id.clone(),
         version: view.version().version,
         latest: view.is_latest(),

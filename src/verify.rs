@@ -398,8 +398,25 @@ pub struct Options {
     pub scan_rows: bool,
 }
 
-/// Runs every check on the pack at `dir`, family by family, in report order.
-pub fn check(dir: &Path, options: &Options) -> Result<Report> {
+/// Runs every check on the pack at `pack` (a folder, or a URL: its files are fetched into the
+/// cache first, checked against their recorded CRC-32C), family by family, in report order.
+pub fn check(pack: &Path, options: &Options) -> Result<Report> {
+    open::with_located(pack, |pack| check_located(pack, options))
+}
+
+/// [`check`] of a pack already located; the report names it as the user did.
+pub(crate) fn check_located(pack: &open::Located, options: &Options) -> Result<Report> {
+    let mut report = check_dir(pack.dir(), options)?;
+    report.pack = pack.given().to_path_buf();
+    for c in &mut report.checks {
+        for text in c.examples.iter_mut().chain(c.note.as_mut()) {
+            *text = pack.name_text(text);
+        }
+    }
+    Ok(report)
+}
+
+fn check_dir(dir: &Path, options: &Options) -> Result<Report> {
     let Options {
         deep,
         workers,

@@ -15,6 +15,7 @@ use crate::report::ReportOptions;
   dataset-packer report packs/d6 --output d6.html
   dataset-packer report packs/d6 packs/d7 --output d6-vs-d7.html
   dataset-packer report last-week/ this-week/ --output weeks.html --overwrite
+  dataset-packer report s3://training/team/d6 packs/d7 --output d6-vs-d7.html
   dataset-packer report packs/d6 --where \"max_score > 600000\" --output strong.html
 
 The page holds inline SVG charts, each with the numbers behind it in a table (the numbers of
@@ -24,7 +25,7 @@ depth (from a `search` companion array), findings, duplicates and skipped runs, 
 pack was made. Two or more packs are drawn on the same charts, told apart by a legend. The
 page loads nothing from the network: open it from a file browser or a shared drive.")]
 pub struct ReportArgs {
-    /// The pack folders to describe (two or more are compared on the same charts).
+    /// The pack folders or URLs to describe (two or more are compared on the same charts).
     #[arg(value_name = "PACK_DIR", required = true)]
     pub packs: Vec<PathBuf>,
     /// The HTML file to write.

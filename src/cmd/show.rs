@@ -23,10 +23,11 @@ use crate::show::{self, Page, Window};
   dataset-packer show packs/d6 --run 3 --from 200 --limit 50
   dataset-packer show packs/d6 --run 3 --limit 1000 --json > run3.json
   dataset-packer show packs/d6 --run 3 --last 5             # how the game ended
+  dataset-packer show s3://training/team/d6 --run 3
 
 The pack must be unshuffled (show seeks through metadata.db's run_index).")]
 pub struct ShowArgs {
-    /// The pack folder.
+    /// The pack folder (or s3://, gs://, az://, https:// URL).
     #[arg(value_name = "PACK_DIR")]
     pub pack: PathBuf,
     #[command(flatten)]

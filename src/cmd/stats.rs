@@ -22,6 +22,7 @@ const PHASE_COLUMNS: usize = 5;
   dataset-packer stats packs/d6
   dataset-packer stats packs/d6 --json | jq '.highest_tile'
   dataset-packer stats packs/d6 --workers 2
+  dataset-packer stats s3://training/team/d6 --cache-limit 20GiB
   dataset-packer stats packs/d6 --where \"depth = 7 AND max_score > 600000\"
 
   dataset-packer stats packs/d6 --where \"SELECT id FROM runs WHERE max_score > ?\" --param 600000
@@ -30,7 +31,7 @@ const PHASE_COLUMNS: usize = 5;
 run_details, or a query that returns run ids (with --param values for its parameters); the
 figures then describe only those runs and their rows.")]
 pub struct StatsArgs {
-    /// The pack folder to describe.
+    /// The pack folder (or s3://, gs://, az://, https:// URL) to describe.
     #[arg(value_name = "PACK_DIR")]
     pub pack: PathBuf,
     #[command(flatten)]

@@ -40,6 +40,7 @@ pub struct TagArgs {
 }
 
 pub fn run(args: &TagArgs) -> Result<()> {
+    crate::pack::open::refuse_remote(&args.pack, "tag")?;
     let version = if args.delete {
         versions::untag(&args.pack, &args.name)?
     } else {

@@ -12,6 +12,7 @@ use serde_json::json;
 use crate::pack::shards;
 use crate::pack::versions::{History, VersionSpec};
 use crate::progress::{count, thousands};
+use crate::store::Location;
 // Merge and shuffle validate their inputs through these names.
 pub use crate::verify::{Options, Report, check};
 
@@ -20,9 +21,10 @@ pub use crate::verify::{Options, Report, check};
 
 Examples:
   dataset-packer validate packs/d6
+  dataset-packer validate s3://training/team/d6
   dataset-packer validate packs/d6 --deep --json > report.json")]
 pub struct ValidateArgs {
-    /// The pack folder to check.
+    /// The pack folder (or s3://, gs://, az://, https:// URL) to check.
     #[arg(value_name = "PACK_DIR")]
     pub pack: PathBuf,
     /// Also recompute board_eval and ev_legal from every board.
@@ -47,7 +49,11 @@ pub struct ValidateArgs {
 pub fn run(args: &ValidateArgs) -> Result<bool> {
     let started = Instant::now();
     // A folder with shards but no metadata.db is a damaged pack: its checks say what is wrong.
-    if !args.pack.join("steps.npy").exists() && !args.pack.join("steps-00000.npy").exists() {
+    // (A URL is located by `check`, which says what is at it.)
+    if is_local(&args.pack)
+        && !args.pack.join("steps.npy").exists()
+        && !args.pack.join("steps-00000.npy").exists()
+    {
         shards::check_is_pack(&args.pack)?;
     }
     let options = Options {
@@ -83,6 +89,12 @@ pub fn run(args: &ValidateArgs) -> Result<bool> {
     }
     Ok(report.valid())
 }
+/// Whether `pack` names a local folder (not a URL, nor something that fails to parse as one).
+fn is_local(pack: &std::path::Path) -> bool {
+    pack.to_str()
+        .is_none_or(|t| matches!(Location::parse(t), Ok(Location::Local(_))))
+}
+
 fn print_human(r: &Report, elapsed: f64) {
     println!(
         "validate {}{}",

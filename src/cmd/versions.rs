@@ -13,6 +13,7 @@ use crate::progress::thousands;
 #[command(after_help = "Examples:
   dataset-packer versions packs/d6
   dataset-packer versions packs/d6 --json | jq '.versions[-1].rows'
+  dataset-packer versions s3://training/team/d6              # reads metadata.db only
 
 Every command that changes a pack records a version in its metadata.db: pack, merge, shuffle
 and export --format pack make version 1 of a new pack (with a new pack_id); pack --update,
@@ -20,7 +21,7 @@ attach and detach add a version and keep the pack_id. Read an earlier version wi
 --version N (or a tag) on validate, stats, show, export and report. A pack made before
 versions reads as version 1 of itself, with no pack_id.")]
 pub struct VersionsArgs {
-    /// The pack.
+    /// The pack (a folder, or an s3://, gs://, az://, https:// URL).
     #[arg(value_name = "PACK")]
     pub pack: PathBuf,
     /// Print the history as JSON on stdout.

@@ -340,6 +340,18 @@ pub fn export(
         None => None,
     };
     let source = SourcePack::open(pack, &options.version)?;
+    source.name_errors(export_from(&source, runs, output, format, options))
+}
+
+/// [`export`] of the opened `source`.
+fn export_from(
+    source: &SourcePack,
+    runs: Option<Vec<std::ops::RangeInclusive<u32>>>,
+    output: &Path,
+    format: ExportFormat,
+    options: &ExportOptions,
+) -> Result<ExportSummary> {
+    let pack = source.dir.as_path();
     if format == ExportFormat::Jsonl && source.shuffled {
         let from = source.session_value("source_pack")?;
         fail!(
@@ -368,10 +380,12 @@ pub fn export(
         .with_option("drop_companion"));
     }
     let filter = options.filter();
-    let selection = select::select(&source, runs.as_deref(), filter.as_ref())?;
+    let selection = select::select(source, runs.as_deref(), filter.as_ref())?;
     let selection_text = select::describe(options.runs.as_deref(), filter.as_ref());
-    select::require_some(&source, &selection, &selection_text)?;
-    refuse_replacing_source(pack, output)?;
+    select::require_some(source, &selection, &selection_text)?;
+    if !source.located.is_remote() {
+        refuse_replacing_source(pack, output)?;
+    }
     let workers = options.workers;
     source.verify(&selection, &companions, workers)?;
 
@@ -384,7 +398,7 @@ pub fn export(
                 jsonl::write_dir
             };
             let w = write(
-                &source,
+                source,
                 &selection,
                 search,
                 output,
@@ -403,7 +417,7 @@ pub fn export(
                 companions: &companions,
                 run_columns: options.run_columns,
             };
-            let w = parquet::write(&source, &selection, output, &opts)?;
+            let w = parquet::write(source, &selection, output, &opts)?;
             (w.runs, w.rows, w.files)
         }
         ExportFormat::Pack => {
@@ -416,7 +430,7 @@ pub fn export(
                 workers,
                 companions: &companions,
             };
-            let w = pack::write(&source, &selection, output, &opts)?;
+            let w = pack::write(source, &selection, output, &opts)?;
             legacy_ev_legal_changed = w.upgraded;
             (w.runs, w.rows, w.shards)
         }
@@ -478,7 +492,10 @@ pub const PIECE_ROWS: u64 = 65_536;
 
 /// An opened source pack.
 pub struct SourcePack {
+    /// The pack as the user named it (a folder, or a URL): for messages and records.
     pub dir: PathBuf,
+    /// Where its files are read from (for a remote pack, its view in the cache, kept alive).
+    located: crate::pack::open::Located,
     pub shards: Vec<Shard>,
     /// Global row of each shard's first row, then the total row count.
     shard_starts: Vec<u64>,
@@ -502,7 +519,16 @@ pub struct SourcePack {
 
 impl SourcePack {
     /// Opens a pack for reading (spec or legacy packed shards); fails on structural problems.
-    pub fn open(dir: &Path, version: &VersionSpec) -> Result<SourcePack> {
+    pub fn open(pack: &Path, version: &VersionSpec) -> Result<SourcePack> {
+        let located = crate::pack::open::locate(pack)?;
+        located.name_errors(SourcePack::open_located(located.clone(), version))
+    }
+
+    fn open_located(
+        located: crate::pack::open::Located,
+        version: &VersionSpec,
+    ) -> Result<SourcePack> {
+        let dir = located.dir();
         let opened = crate::pack::open::open(dir, version, true)?;
         let companions = opened.families(dir)?;
         let crate::pack::open::Opened {
@@ -523,7 +549,7 @@ impl SourcePack {
             run_first_row.push(run_first_row.last().unwrap() + r.steps.max(0) as u64);
         }
         Ok(SourcePack {
-            dir: dir.to_path_buf(),
+            dir: located.given().to_path_buf(),
             shard_starts,
             run_first_row,
             details: metadata::read_run_details(&conn)?,
@@ -534,7 +560,13 @@ impl SourcePack {
             shards,
             runs,
             conn: Mutex::new(conn),
+            located,
         })
+    }
+
+    /// `result`, its error naming the pack as the user did (not a remote pack's view).
+    pub fn name_errors<T>(&self, result: Result<T>) -> Result<T> {
+        self.located.name_errors(result)
     }
 
     /// The companion families an export carries: every one that lines up, except `dropped`;
@@ -570,10 +602,10 @@ impl SourcePack {
         let mut touched: Vec<usize> = self.plan(selection).iter().map(|p| p.shard).collect();
         touched.dedup();
         let conn = self.db();
-        shards::verify_shards(&self.dir, &conn, &self.shards, &touched, workers)?;
+        shards::verify_shards(self.located.dir(), &conn, &self.shards, &touched, workers)?;
         let recorded = metadata::read_companions(&conn)?;
         for family in families {
-            families::verify_family(&self.dir, family, &recorded, &touched, workers)?;
+            families::verify_family(self.located.dir(), family, &recorded, &touched, workers)?;
         }
         Ok(())
     }
@@ -610,6 +642,9 @@ impl SourcePack {
 
     /// The pack's path as recorded in the metadata of what is exported from it.
     pub fn canonical_path(&self) -> String {
+        if self.located.is_remote() {
+            return self.dir.display().to_string();
+        }
         std::fs::canonicalize(&self.dir)
             .unwrap_or_else(|_| self.dir.clone())
             .display()

@@ -9,11 +9,24 @@ use super::source::Source;
 use crate::error::{Context, Result, err};
 use crate::pack::families::{self, Scan};
 use crate::pack::publish::list_names;
+use crate::store::Location;
 
 /// Duplicate inputs, an output that is an input, and (when inputs are to be deleted) an output
 /// inside or around an input are refused before anything is read.
 pub(super) fn refuse_unsafe(inputs: &[PathBuf], output: &Path, delete: bool) -> Result<()> {
     let canon = |p: &Path| -> Result<PathBuf> {
+        if let Some(Ok(Location::Remote(url))) = p.to_str().map(Location::parse) {
+            if delete {
+                return Err(err!(
+                    Refused,
+                    "input {url} is in object storage, and merge deletes no remote pack; merge \
+                     without deleting the inputs"
+                )
+                .with_option("delete_inputs"));
+            }
+            // Told apart by their URL; an object store has no links to resolve.
+            return Ok(PathBuf::from(url.to_string()));
+        }
         crate::pack::open::check_is_pack(p).with_context(|| format!("input {}", p.display()))?;
         std::fs::canonicalize(p).with_context(|| format!("input {}", p.display()))
     };

@@ -11,13 +11,17 @@ use crate::format::metadata::{self, CompanionRecord, RunDetails, RunRow, ShardRe
 use crate::format::valuation::ValuationTable;
 use crate::pack::families::{OpenCompanion, Scan};
 use crate::pack::fingerprints;
+use crate::pack::open::Located;
 use crate::pack::shards::{self, Shard};
 use crate::pack::versions::VersionSpec;
 use crate::verify;
 
 /// One input pack, validated and read.
 pub(super) struct Source {
+    /// The input as the user named it (a folder, or a URL).
     pub(super) path: PathBuf,
+    /// Where its files are read from (a remote input's view in the cache, kept while merging).
+    located: Located,
     pub(super) shards: Vec<Shard>,
     pub(super) runs: Vec<RunRow>,
     pub(super) details: HashMap<i64, RunDetails>,
@@ -39,9 +43,15 @@ impl Source {
     /// gets the structure and metadata checks here and its CRCs verified while it is copied
     /// (so it is read once); one without checksums (an older tool's) gets the full row pass.
     pub(super) fn open(path: &Path, options: &verify::Options) -> Result<Source> {
+        let located = crate::pack::open::locate(path)?;
+        located.name_errors(Source::open_located(located.clone(), options))
+    }
+
+    fn open_located(located: Located, options: &verify::Options) -> Result<Source> {
+        let (path, dir) = (located.given(), located.dir());
         // Its records alone, before it is validated: a shuffled pack is refused as such, and
         // the recorded checksums decide how much the validation reads.
-        let db = crate::pack::open::open_records(path);
+        let db = crate::pack::open::open_records(dir);
         let shuffled = db
             .as_ref()
             .and_then(|c| metadata::session_value(c, "shuffled").ok());
@@ -57,7 +67,7 @@ impl Source {
             scan_rows: recorded.is_none(),
             ..options.clone()
         };
-        let report = verify::check(path, &options)?;
+        let report = verify::check_located(&located, &options)?;
         if !report.valid() {
             fail!(
                 Corrupt,
@@ -66,18 +76,19 @@ impl Source {
                 report.failures()
             );
         }
-        let opened = crate::pack::open::open(path, &VersionSpec::Latest, true)?;
-        let companions = opened.families(path)?;
+        let opened = crate::pack::open::open(dir, &VersionSpec::Latest, true)?;
+        let companions = opened.families(dir)?;
         let crate::pack::open::Opened { conn, shards, .. } = opened;
         let session = metadata::read_session(&conn)?;
         let runs = metadata::read_runs(&conn)?;
         let details = metadata::read_run_details(&conn)?;
-        let valuations = shards::read_valuations(path)?;
+        let valuations = shards::read_valuations(dir)?;
         let (fingerprints, _) =
-            fingerprints::of_pack(path, &shards, &runs, &details, &valuations, options.workers)?;
+            fingerprints::of_pack(dir, &shards, &runs, &details, &valuations, options.workers)?;
         let companion_records = metadata::read_companions(&conn)?;
         Ok(Source {
             path: path.to_path_buf(),
+            located: located.clone(),
             shards,
             runs,
             details,
@@ -110,6 +121,9 @@ impl Source {
 
     /// Its path as recorded in the output (canonical when it resolves).
     pub(super) fn canonical_path(&self) -> String {
+        if self.located.is_remote() {
+            return self.path.display().to_string();
+        }
         std::fs::canonicalize(&self.path)
             .unwrap_or_else(|_| self.path.clone())
             .display()

@@ -10,9 +10,11 @@ use crate::error::{Context, Result};
 use crate::format::{metadata, valuation};
 
 /// Fails, of kind `Unsupported`, when `path` is written as a URL (`s3://bucket/pack`,
-/// `gs://…`, `https://…`: a scheme of letters, digits, `+`, `-` or `.` before `://`): this build
-/// reads and writes packs in local folders only, and a URL taken as a path would be a folder
-/// named `s3:` in the working directory.
+/// `gs://…`, `https://…`: a scheme of letters, digits, `+`, `-` or `.` before `://`), where a
+/// local folder is all that can be taken (a shuffle's input, a pack changed in place, a
+/// staged output): a URL taken as a path would be a folder named `s3:` in the working
+/// directory. Reading and publishing packs in object storage go through `pack::open::locate`
+/// and `pack::remote_output` instead.
 pub fn refuse_url(path: &Path) -> Result<()> {
     let text = path.to_string_lossy();
     let Some((scheme, _)) = text.split_once("://") else {
@@ -28,8 +30,8 @@ pub fn refuse_url(path: &Path) -> Result<()> {
     if is_scheme {
         return Err(crate::error::err!(
             Unsupported,
-            "{text}: a URL ({scheme}://); this build reads and writes packs in local folders only \
-             (copy the pack to a local or shared disk)"
+            "{text}: a URL ({scheme}://) where this takes a local folder only (copy the pack \
+             to a local folder first: `dataset-packer export {text} --format pack --output DIR`)"
         ));
     }
     Ok(())

@@ -53,6 +53,7 @@ pub(crate) mod fingerprints;
 pub(crate) mod open;
 pub(crate) mod publish;
 pub(crate) mod query;
+pub(crate) mod remote;
 pub(crate) mod remote_output;
 pub(crate) mod run_index;
 pub(crate) mod shard_writer;
@@ -90,7 +91,11 @@ use shards::Shard;
 /// # Ok(()) }
 /// ```
 pub struct Pack {
+    /// The pack as the user named it: a folder, or a URL.
     dir: PathBuf,
+    /// Where its files are read from; for a remote pack, the view that keeps them in the
+    /// cache while the pack is open.
+    _located: open::Located,
     shards: Vec<Shard>,
     /// Each shard's rows.
     maps: Vec<ShardRows>,
@@ -123,6 +128,13 @@ impl Pack {
     /// opened read-only, and the structure checked (see the module doc); nothing is read row
     /// by row. An error names the file at fault.
     ///
+    /// `path` may also be the URL of a pack in object storage (`s3://bucket/prefix`,
+    /// `gs://…`, `az://…`, `https://…`): every file of it is then fetched into the node's
+    /// cache (see [`crate::store::CacheConfig`]), each checked against its recorded CRC-32C,
+    /// and kept there while the `Pack` lives; errors name the URL. Credentials come from the
+    /// environment (`AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`, `AWS_REGION`,
+    /// `AWS_ENDPOINT_URL`, …).
+    ///
     /// ```
     /// # fn main() -> dataset_packer::Result<()> {
     /// # let fixture = dataset_packer::pack::doc_support::fixture_pack()?;
@@ -151,7 +163,13 @@ impl Pack {
     /// # Ok(()) }
     /// ```
     pub fn open_version(path: impl AsRef<Path>, spec: &VersionSpec) -> Result<Pack> {
-        let dir = path.as_ref().to_path_buf();
+        let located = open::locate(path.as_ref())?;
+        located.name_errors(Pack::open_located(&located, spec))
+    }
+
+    /// [`Pack::open_version`] of a pack already located (its files in `located.dir()`).
+    fn open_located(located: &open::Located, spec: &VersionSpec) -> Result<Pack> {
+        let dir = located.dir().to_path_buf();
         let conn = shards::open_metadata(&dir)?;
         let invalid = |what: String| {
             err!(
@@ -194,7 +212,8 @@ impl Pack {
             .map(ShardRows::map)
             .collect::<Result<Vec<_>>>()?;
         Ok(Pack {
-            dir,
+            dir: located.given().to_path_buf(),
+            _located: located.clone(),
             shards,
             maps,
             starts,
@@ -252,7 +271,7 @@ impl Pack {
         Ok(History::read(&self.conn())?.versions)
     }
 
-    /// The folder the pack was opened from.
+    /// The folder the pack was opened from (for a remote pack, its URL as given).
     ///
     /// ```
     /// # fn main() -> dataset_packer::Result<()> {

@@ -6,16 +6,151 @@
 //! companion families, and as any of its versions. `validate`, the strictest reader, takes
 //! the same files through the lenient functions at the end, which report problems instead of
 //! failing on them.
+//!
+//! Where a pack is read from is decided here too, once ([`locate`]): a folder as it is, or a
+//! URL (`s3://…`, `gs://…`, `az://…`, `http(s)://…`) as a local view of it whose files come
+//! through the node's cache ([`crate::pack::remote`]). Everything below then reads the view's
+//! folder unchanged, and [`Located::name_errors`] makes errors name the URL, never the view.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use rusqlite::Connection;
 
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::format::valuation::ValuationTable;
 use crate::pack::families::{self, Scan};
+use crate::pack::remote::{self, RemoteView, Wanted};
 use crate::pack::shards::{self, Shard, ShardListing};
-use crate::pack::versions::{VersionSpec, View};
+use crate::pack::versions::{History, VersionSpec, View};
+use crate::store::Location;
+
+/// A pack as a user named it (a folder, or a URL), and the local folder its files are read
+/// from: the folder itself, or the view of a remote pack (alive as long as any clone of this).
+#[derive(Debug, Clone)]
+pub(crate) struct Located {
+    given: PathBuf,
+    remote: Option<Arc<RemoteView>>,
+}
+
+impl Located {
+    /// The folder to read the pack's files from.
+    pub fn dir(&self) -> &Path {
+        match &self.remote {
+            Some(view) => view.dir(),
+            None => &self.given,
+        }
+    }
+
+    /// The pack as the user named it (for messages and reports): the folder, or the URL.
+    pub fn given(&self) -> &Path {
+        &self.given
+    }
+
+    /// Whether the pack is in object storage.
+    pub fn is_remote(&self) -> bool {
+        self.remote.is_some()
+    }
+
+    /// `text` naming the pack as the user named it (a remote pack's view folder replaced by
+    /// its URL).
+    pub fn name_text(&self, text: &str) -> String {
+        match &self.remote {
+            Some(view) => text.replace(&view.dir().display().to_string(), &view.url().to_string()),
+            None => text.to_string(),
+        }
+    }
+
+    /// `result`, its error (if any) naming the pack as the user named it: a remote pack's
+    /// view folder, which means nothing to the user, is replaced by the pack's URL.
+    pub fn name_errors<T>(&self, result: Result<T>) -> Result<T> {
+        let Some(view) = &self.remote else {
+            return result;
+        };
+        result.map_err(|e| {
+            let folder = view.dir().display().to_string();
+            let text = format!("{e:#}");
+            if !text.contains(&folder) {
+                return e;
+            }
+            let mut renamed = Error::new(e.kind(), text.replace(&folder, &view.url().to_string()));
+            if let Some(option) = e.option() {
+                renamed = renamed.with_option(option);
+            }
+            renamed
+        })
+    }
+}
+
+/// Where the pack `path` names is read from: a local folder as it is; for a URL, a local view
+/// with every file of the pack's latest version fetched through the cache (refused when the
+/// pack does not fit in the cache's limit). An unknown scheme (`ftp://…`) is an error, never
+/// a folder.
+pub(crate) fn locate(path: &Path) -> Result<Located> {
+    locate_wanting(path, Wanted::All)
+}
+
+/// [`locate`], fetching of a remote pack only its records (`metadata.db` and
+/// `valuation_types.json`): for what reads no rows (`versions`).
+pub(crate) fn locate_records(path: &Path) -> Result<Located> {
+    locate_wanting(path, Wanted::Records)
+}
+
+fn locate_wanting(path: &Path, wanted: Wanted) -> Result<Located> {
+    let (given, remote) = match path.to_str().map(Location::parse) {
+        Some(Ok(Location::Remote(url))) => (
+            path.to_path_buf(),
+            Some(Arc::new(remote::open_view(&url, wanted)?)),
+        ),
+        // `file:///abs/path` is the folder it names.
+        Some(Ok(Location::Local(folder))) => (folder, None),
+        Some(Err(e)) => return Err(e),
+        None => (path.to_path_buf(), None),
+    };
+    Ok(Located { given, remote })
+}
+
+/// Refuses, of kind `Refused`, a pack named by URL for `change`, a command that changes a
+/// pack in place (attach, detach, tag): an object store has no folder to lock, stage and
+/// swap in, so a remote pack is changed as a local copy that is then published.
+pub(crate) fn refuse_remote(path: &Path, change: &str) -> Result<()> {
+    if let Some(Ok(Location::Remote(url))) = path.to_str().map(Location::parse) {
+        crate::error::fail!(
+            Refused,
+            "{url}: {change} changes a pack in place, and a pack in object storage is read-only \
+             here; {change} a local copy (`dataset-packer export --format pack {url} DIR`), \
+             then publish that"
+        );
+    }
+    Ok(())
+}
+
+// Here rather than beside the rest of `History`: reading a pack's history starts at the
+// door, which decides where the pack is read from (a remote pack's records alone).
+impl History {
+    /// The history of the pack in folder `dir` (or at a URL), from its `metadata.db` alone
+    /// (no shard is opened or fetched): what `dataset-packer versions` lists.
+    ///
+    /// ```
+    /// # fn main() -> dataset_packer::Result<()> {
+    /// # let fixture = dataset_packer::pack::doc_support::fixture_pack()?;
+    /// let history = dataset_packer::History::of_pack(fixture.path())?;
+    /// assert_eq!(history.latest().version, 1);
+    /// # Ok(()) }
+    /// ```
+    pub fn of_pack(dir: impl AsRef<Path>) -> Result<History> {
+        // A remote pack's records alone: no shard is fetched.
+        let pack = locate_records(dir.as_ref())?;
+        pack.name_errors(shards::open_metadata(pack.dir()).and_then(|conn| History::read(&conn)))
+    }
+}
+
+/// Runs `read` on the pack `path` names, located ([`locate`]), its errors naming the pack as
+/// the user did.
+pub(crate) fn with_located<T>(path: &Path, read: impl FnOnce(&Located) -> Result<T>) -> Result<T> {
+    let located = locate(path)?;
+    located.name_errors(read(&located))
+}
 
 /// A pack's `metadata.db` and shards as one version of it was: what the commands that read a
 /// pack (stats, show, export, validate) open.

@@ -163,20 +163,6 @@ pub struct History {
 }
 
 impl History {
-    /// The history of the pack in folder `dir`, from its `metadata.db` alone (no shard is
-    /// opened): what `dataset-packer versions` lists.
-    ///
-    /// ```
-    /// # fn main() -> dataset_packer::Result<()> {
-    /// # let fixture = dataset_packer::pack::doc_support::fixture_pack()?;
-    /// let history = dataset_packer::History::of_pack(fixture.path())?;
-    /// assert_eq!(history.latest().version, 1);
-    /// # Ok(()) }
-    /// ```
-    pub fn of_pack(dir: impl AsRef<Path>) -> Result<History> {
-        History::read(&shards::open_metadata(dir.as_ref())?)
-    }
-
     /// Reads the history of the pack whose `metadata.db` is `conn`.
     pub fn read(conn: &Connection) -> Result<History> {
         let mut history = History::read_summary(conn)?;

@@ -151,17 +151,26 @@ pub fn report(
     }
     let (staged, file) = StagedFile::create(output, options.overwrite)?;
     let names = legend_names(packs);
+    // Each pack located once (a remote one fetched into the cache once, kept while read).
+    let located = packs
+        .iter()
+        .map(|dir| {
+            crate::pack::open::locate(dir).with_context(|| format!("reading {}", dir.display()))
+        })
+        .collect::<Result<Vec<_>>>()?;
     // One step width for every pack, so that their by-step charts share buckets.
     let mut longest = 0;
-    for dir in packs {
-        let steps = crate::stats::longest_run(dir, &options.stats)
-            .with_context(|| format!("reading {}", dir.display()))?;
+    for pack in &located {
+        let steps = pack
+            .name_errors(crate::stats::longest_run(pack, &options.stats))
+            .with_context(|| format!("reading {}", pack.given().display()))?;
         longest = longest.max(steps);
     }
     let mut figures = Vec::new();
-    for (colour, (dir, name)) in packs.iter().zip(names).enumerate() {
-        let stats = crate::stats::gather(dir, &options.stats, Some(longest))
-            .with_context(|| format!("reading {}", dir.display()))?;
+    for (colour, (pack, name)) in located.iter().zip(names).enumerate() {
+        let stats = pack
+            .name_errors(crate::stats::gather(pack, &options.stats, Some(longest)))
+            .with_context(|| format!("reading {}", pack.given().display()))?;
         figures.push(PackFigures {
             name,
             colour,
@@ -192,6 +201,16 @@ fn same_file(a: &Path, b: &Path) -> bool {
     }
 }
 
+/// The last segment of a pack's URL (`s3://b/team/clean` → `clean`), as a folder's name.
+fn remote_name(p: &Path) -> Option<String> {
+    match crate::store::Location::parse(p.to_str()?).ok()? {
+        crate::store::Location::Remote(url) if !url.file_name().is_empty() => {
+            Some(url.file_name().to_string())
+        }
+        _ => None,
+    }
+}
+
 /// Each pack's name in legends: its folder name, or its path as given when two folders share
 /// a name.
 fn legend_names(packs: &[PathBuf]) -> Vec<String> {
@@ -199,6 +218,7 @@ fn legend_names(packs: &[PathBuf]) -> Vec<String> {
         p.canonicalize()
             .ok()
             .and_then(|c| c.file_name().map(|n| n.to_string_lossy().into_owned()))
+            .or_else(|| remote_name(p))
             .unwrap_or_else(|| p.display().to_string())
     };
     let shorts: Vec<String> = packs.iter().map(short).collect();

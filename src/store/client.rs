@@ -458,6 +458,7 @@ impl Store {
         };
         let store: Arc<dyn ObjectStore> = match url.scheme() {
             Scheme::S3 => {
+                refuse_no_credentials(url, &o.vars)?;
                 // Options first: a variable (AWS_ALLOW_HTTP, a proxy) then sets its own part.
                 let mut b = object_store::aws::AmazonS3Builder::new()
                     .with_retry(retry)
@@ -516,6 +517,37 @@ impl Store {
         };
         Ok(store)
     }
+}
+
+/// Variables that give S3 credentials, or say none are needed (a public bucket), or name
+/// where to get them (a web identity, a container's or an instance's endpoint).
+const S3_CREDENTIAL_VARS: [&str; 6] = [
+    "AWS_ACCESS_KEY_ID",
+    "AWS_SKIP_SIGNATURE",
+    "AWS_WEB_IDENTITY_TOKEN_FILE",
+    "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI",
+    "AWS_CONTAINER_CREDENTIALS_FULL_URI",
+    "AWS_METADATA_ENDPOINT",
+];
+
+/// Fails at once when nothing gives S3 credentials: the client would otherwise ask the
+/// cloud instance-metadata address, which off a cloud machine answers nothing until it times
+/// out, and a user would see a hang instead of what to set.
+fn refuse_no_credentials(url: &Url, vars: &[(String, String)]) -> Result<()> {
+    let given = |name: &str| {
+        vars.iter()
+            .any(|(k, v)| k.eq_ignore_ascii_case(name) && !v.trim().is_empty())
+    };
+    if S3_CREDENTIAL_VARS.iter().any(|name| given(name)) {
+        return Ok(());
+    }
+    fail!(
+        Refused,
+        "{url}: no credentials for S3: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (and \
+         AWS_REGION, and AWS_ENDPOINT_URL for a server other than AWS), or \
+         AWS_SKIP_SIGNATURE=true for a public bucket, or AWS_METADATA_ENDPOINT to take them \
+         from the cloud instance"
+    )
 }
 
 /// The error for a failed request on `url`, in words a user can act on. `doing` is

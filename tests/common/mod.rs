@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 pub mod logger;
+pub mod moto;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};

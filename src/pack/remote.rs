@@ -1,0 +1,304 @@
+//! A pack in object storage, read as a local one: its `metadata.db` and
+//! `valuation_types.json` downloaded into a private view folder inside the cache folder
+//! (`<cache>/views/<pid>-<n>/`), and each file the latest version lists fetched through the
+//! node's shared [`Cache`] (checked against its recorded size and CRC-32C) and linked into the
+//! view under its pack name. The local opener then opens the view unchanged, any version of
+//! it included (an earlier version is a prefix of the latest one's files).
+//!
+//! The view pins its cache entries while it lives, so that no process evicts a file a reader
+//! has mapped, and removes itself when dropped; views left by a process that died are swept
+//! by the next one. Eviction only ever touches the cache's `entries/`, never a view.
+
+use std::fs;
+use std::io::ErrorKind as IoKind;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
+
+use crate::error::{Context, Error, ErrorKind, Result, fail};
+use crate::format::{metadata, valuation};
+use crate::pack::versions::{VersionFile, VersionSpec, View};
+use crate::store::{Cache, Entry, Store, Url, cache_config};
+
+/// A remote pack's local view: a folder holding its `metadata.db`, `valuation_types.json` and
+/// links to its files in the cache, which stay pinned until the view is dropped.
+#[derive(Debug)]
+pub(crate) struct RemoteView {
+    url: Url,
+    dir: PathBuf,
+    /// Pinned entries: while they live, no process evicts the files the view links to.
+    _entries: Vec<Entry>,
+}
+
+impl RemoteView {
+    /// The pack's URL.
+    pub fn url(&self) -> &Url {
+        &self.url
+    }
+
+    /// The view folder, which the local opener reads.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+}
+
+impl Drop for RemoteView {
+    fn drop(&mut self) {
+        // Only links and the two small files: the cached data stays in the cache.
+        let _ = fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// Which of a remote pack's files a view fetches.
+pub(crate) enum Wanted {
+    /// Every file of the latest version (what reading rows of any version may touch).
+    All,
+    /// Only the records: `metadata.db` and `valuation_types.json` (for `versions`).
+    Records,
+}
+
+/// Makes the local view of the pack at `url` with the files `wanted`, through the process's
+/// cache ([`cache_config`]). Refused, naming the URL, the pack's size and the limit, before
+/// anything is downloaded when the files do not fit in the cache's limit.
+pub(crate) fn open_view(url: &Url, wanted: Wanted) -> Result<RemoteView> {
+    let config = cache_config()?;
+    let cache = Cache::open(&config.dir, config.limit, shared_store()?)?;
+    let views = config.dir.join("views");
+    fs::create_dir_all(&views).with_context(|| format!("creating {}", views.display()))?;
+    sweep_stale_views(&views);
+    let dir = new_view_dir(&views)?;
+    let mut view = RemoteView {
+        url: url.clone(),
+        dir,
+        _entries: Vec::new(),
+    };
+    let before = cache.store().transfers();
+    download_records(&cache, url, &view.dir)?;
+    let files = match wanted {
+        Wanted::Records => Vec::new(),
+        Wanted::All => latest_files(url, &view.dir)?,
+    };
+    let total: u64 = files.iter().map(|f| f.bytes).sum();
+    if total > cache.limit() {
+        return Err(Error::new(
+            ErrorKind::Refused,
+            format!(
+                "{url} ({} files, {total} bytes) does not fit in the cache's limit of {} bytes \
+                 (the cache {}); nothing was downloaded",
+                files.len(),
+                cache.limit(),
+                cache.dir().display()
+            ),
+        )
+        .with_option("cache_limit"));
+    }
+    raise_open_files_limit(files.len());
+    for (file, entry) in files.iter().zip(fetch_all(&cache, url, &files)?) {
+        let link = view.dir.join(&file.file_name);
+        std::os::unix::fs::symlink(entry.path(), &link)
+            .with_context(|| format!("linking {} into {}", file.file_name, view.dir.display()))?;
+        view._entries.push(entry);
+    }
+    let after = cache.store().transfers();
+    log::debug!(
+        "{url}: {} files ({total} bytes) in the view {}; downloaded {} files ({} bytes), \
+         metadata.db and valuation_types.json included",
+        files.len(),
+        view.dir.display(),
+        after.downloads - before.downloads,
+        after.bytes_downloaded - before.bytes_downloaded
+    );
+    Ok(view)
+}
+
+/// The one store of the process (its connection pools are shared by every remote pack).
+fn shared_store() -> Result<Arc<Store>> {
+    static STORE: OnceLock<Arc<Store>> = OnceLock::new();
+    if let Some(store) = STORE.get() {
+        return Ok(store.clone());
+    }
+    let store = Arc::new(Store::from_env()?);
+    Ok(STORE.get_or_init(|| store).clone())
+}
+
+/// Downloads `metadata.db` and `valuation_types.json` (no checksum is recorded for them, and
+/// they are small: fresh on every open, never from the cache) into the view.
+fn download_records(cache: &Cache, url: &Url, dir: &Path) -> Result<()> {
+    let store = cache.store();
+    let db_url = url.join(metadata::FILE_NAME)?;
+    let db = match store.get(&db_url) {
+        Ok(bytes) => bytes,
+        Err(e) if e.kind() == ErrorKind::NotAPack => {
+            return Err(e.within(format!(
+                "{url} is not a pack (no {} there)",
+                metadata::FILE_NAME
+            )));
+        }
+        Err(e) => return Err(e),
+    };
+    write_file(&dir.join(metadata::FILE_NAME), &db)?;
+    // A pack without one is reported by the local opener, as for a local pack.
+    match store.get(&url.join(valuation::FILE_NAME)?) {
+        Ok(bytes) => write_file(&dir.join(valuation::FILE_NAME), &bytes),
+        Err(e) if e.kind() == ErrorKind::NotAPack => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
+fn write_file(path: &Path, bytes: &[u8]) -> Result<()> {
+    fs::write(path, bytes).with_context(|| format!("writing {}", path.display()))
+}
+
+fn records_connection(dir: &Path) -> Result<rusqlite::Connection> {
+    metadata::open_read_only(&dir.join(metadata::FILE_NAME))
+}
+
+/// The files the latest version lists, with their sizes and CRCs (from `version_files`, or
+/// for a pack made before versions from its `shards` and `companions` tables).
+fn latest_files(url: &Url, dir: &Path) -> Result<Vec<VersionFile>> {
+    let conn = records_connection(dir)?;
+    let view = View::resolve(&conn, dir, &VersionSpec::Latest)?;
+    let files = view.version().files.clone();
+    if !files.iter().any(|f| f.family == metadata::STEPS_FAMILY) {
+        fail!(
+            Unsupported,
+            "{url}: its {} records no shard checksums (an older tool's pack), and a remote \
+             pack's files are only read checked against them; copy it to a local folder, or \
+             republish it after `dataset-packer export --format pack`",
+            metadata::FILE_NAME
+        );
+    }
+    Ok(files)
+}
+
+/// Downloads at once: enough streams to fill a link to a store, few enough for a small node.
+const PARALLEL_FETCHES: usize = 8;
+
+/// Every file of `files`, in order, from the cache (downloaded by up to
+/// [`PARALLEL_FETCHES`] threads); the first error (in file order) if any fails.
+fn fetch_all(cache: &Cache, url: &Url, files: &[VersionFile]) -> Result<Vec<Entry>> {
+    let next = AtomicU64::new(0);
+    let mut fetched: Vec<Option<Result<Entry>>> = Vec::new();
+    fetched.resize_with(files.len(), || None);
+    let slots = std::sync::Mutex::new(fetched);
+    std::thread::scope(|scope| {
+        for _ in 0..PARALLEL_FETCHES.min(files.len()) {
+            scope.spawn(|| {
+                loop {
+                    let i = next.fetch_add(1, Ordering::Relaxed) as usize;
+                    let Some(file) = files.get(i) else { break };
+                    let result = fetch(cache, url, file);
+                    let failed = result.is_err();
+                    slots.lock().unwrap_or_else(|e| e.into_inner())[i] = Some(result);
+                    if failed {
+                        // The others stop taking new files; the error is reported below.
+                        next.store(files.len() as u64, Ordering::Relaxed);
+                        break;
+                    }
+                }
+            });
+        }
+    });
+    // Files are taken in order and every taken one finishes, so a file never taken comes
+    // after the first failure, which ends this loop.
+    let mut entries = Vec::with_capacity(files.len());
+    for slot in slots.into_inner().unwrap_or_else(|e| e.into_inner()) {
+        entries.push(slot.expect("taken before the first failure")?);
+    }
+    Ok(entries)
+}
+
+/// The file `file` of the pack at `url`, from the cache (downloaded and checked if needed).
+fn fetch(cache: &Cache, url: &Url, file: &VersionFile) -> Result<Entry> {
+    let file_url = url.join(&file.file_name)?;
+    let crc = u32::from_str_radix(&file.crc32c, 16).map_err(|_| {
+        Error::new(
+            ErrorKind::Corrupt,
+            format!(
+                "{url}/{}: its {} records the CRC-32C {:?}, not 8 hex digits",
+                metadata::FILE_NAME,
+                file.file_name,
+                file.crc32c
+            ),
+        )
+    })?;
+    cache.fetch(&file_url, file.bytes, crc).map_err(|e| {
+        if e.kind() == ErrorKind::NotAPack {
+            // The pack lists it, the bucket lacks it: a damaged pack, not a missing one.
+            let message = format!(
+                "{url} lists {} but the store has no such object",
+                file.file_name
+            );
+            e.within(message).with_kind(ErrorKind::Corrupt)
+        } else {
+            e
+        }
+    })
+}
+
+/// A fresh, empty view folder `<views>/<pid>-<n>`.
+fn new_view_dir(views: &Path) -> Result<PathBuf> {
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    loop {
+        let n = NEXT.fetch_add(1, Ordering::Relaxed);
+        let dir = views.join(format!("{}-{n}", std::process::id()));
+        match fs::create_dir(&dir) {
+            Ok(()) => return Ok(dir),
+            // Left by an earlier process with this pid: not ours to reuse.
+            Err(e) if e.kind() == IoKind::AlreadyExists => continue,
+            Err(e) => {
+                return Err(Error::from(e).within(format!("creating {}", dir.display())));
+            }
+        }
+    }
+}
+
+/// Removes the views of processes that no longer run (killed before they could clean up).
+fn sweep_stale_views(views: &Path) {
+    let Ok(listing) = fs::read_dir(views) else {
+        return;
+    };
+    let me = std::process::id();
+    for item in listing.flatten() {
+        let name = item.file_name().to_string_lossy().into_owned();
+        let Some(pid) = name
+            .split_once('-')
+            .and_then(|(pid, n)| n.parse::<u64>().ok().and(pid.parse::<u32>().ok()))
+        else {
+            continue;
+        };
+        if pid != me && !process_runs(pid) {
+            let _ = fs::remove_dir_all(item.path());
+        }
+    }
+}
+
+/// Whether a process `pid` exists (signal 0 checks without sending anything).
+fn process_runs(pid: u32) -> bool {
+    let Ok(pid) = libc::pid_t::try_from(pid) else {
+        return false;
+    };
+    // SAFETY: kill with signal 0 sends nothing; it only reports whether the process exists.
+    if unsafe { libc::kill(pid, 0) } == 0 {
+        return true;
+    }
+    std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM)
+}
+
+/// Each pinned entry holds a lock file open: a pack of thousands of shards needs more open
+/// files than the usual soft limit of 1024, so it is raised toward the hard one.
+fn raise_open_files_limit(files: usize) {
+    let want = files as u64 + 256;
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit/setrlimit on a struct this function owns.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) != 0 || limit.rlim_cur >= want {
+            return;
+        }
+        limit.rlim_cur = want.min(limit.rlim_max);
+        libc::setrlimit(libc::RLIMIT_NOFILE, &limit);
+    }
+}

@@ -1,0 +1,151 @@
+//! The S3-compatible server the object-storage tests run against: moto's server, started once
+//! per test binary from the test venv (IAM authentication on, so that a wrong credential is
+//! refused as S3 refuses it), with a user allowed everything and the bucket `packs`.
+//!
+//! Where the venv has no moto, [`moto`] prints why and returns None (the test returns
+//! early); under `CI` it panics instead, so CI never skips.
+
+use std::net::TcpListener;
+use std::process::{Child, Command, Stdio};
+use std::sync::{Mutex, OnceLock};
+use std::time::Duration;
+
+use dataset_packer::store::StoreOptions;
+
+/// Starts moto in-process in a Python that exits when its standard input closes (so the
+/// server dies with this test binary, however it ends), creates an IAM user allowed
+/// everything and the bucket `packs`, and prints the user's key.
+const MOTO: &str = r#"
+import json, logging, os, sys
+logging.getLogger("werkzeug").setLevel(logging.ERROR)  # no request log on the test's stderr
+os.environ["INITIAL_NO_AUTH_ACTION_COUNT"] = "3"  # the 3 IAM calls below; then auth is on
+from moto.server import ThreadedMotoServer
+import boto3
+port = int(sys.argv[1])
+server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+server.start()
+kw = dict(endpoint_url=f"http://127.0.0.1:{port}", region_name="us-east-1")
+iam = boto3.client("iam", aws_access_key_id="setup", aws_secret_access_key="setup", **kw)
+iam.create_user(UserName="tester")
+iam.put_user_policy(UserName="tester", PolicyName="all", PolicyDocument=json.dumps(
+    {"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "*", "Resource": "*"}]}))
+key = iam.create_access_key(UserName="tester")["AccessKey"]
+s3 = boto3.client("s3", aws_access_key_id=key["AccessKeyId"],
+                  aws_secret_access_key=key["SecretAccessKey"], **kw)
+s3.create_bucket(Bucket="packs")
+print(json.dumps({"key": key["AccessKeyId"], "secret": key["SecretAccessKey"]}), flush=True)
+sys.stdin.read()
+server.stop()
+"#;
+
+pub struct Moto {
+    pub port: u16,
+    pub key: String,
+    pub secret: String,
+    // Holding its stdin open keeps the server up; the process ends when this binary does.
+    _child: Mutex<Child>,
+}
+
+/// The shared moto server, or None (with the reason printed) where moto is not installed.
+pub fn moto() -> Option<&'static Moto> {
+    static MOTO_SERVER: OnceLock<Result<Moto, String>> = OnceLock::new();
+    match MOTO_SERVER.get_or_init(start_moto) {
+        Ok(m) => Some(m),
+        Err(reason) if std::env::var_os("CI").is_some() => panic!("{reason}"),
+        Err(reason) => {
+            eprintln!("skipping: {reason}");
+            None
+        }
+    }
+}
+
+fn start_moto() -> Result<Moto, String> {
+    let python = super::repo().join("target/test-venv/bin/python");
+    let has_moto = Command::new(&python)
+        .args(["-c", "import moto.server, boto3"])
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if !has_moto {
+        return Err(format!(
+            "no moto in {} (bash scripts/test.sh installs it from tests/python/requirements.txt)",
+            python.display()
+        ));
+    }
+    let port = free_port();
+    let mut child = Command::new(&python)
+        .args(["-c", MOTO, &port.to_string()])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .map_err(|e| format!("starting moto: {e}"))?;
+    let mut line = String::new();
+    let mut stdout = std::io::BufReader::new(child.stdout.take().unwrap());
+    std::io::BufRead::read_line(&mut stdout, &mut line).map_err(|e| e.to_string())?;
+    let keys: serde_json::Value =
+        serde_json::from_str(&line).map_err(|e| format!("moto did not start ({e}): {line:?}"))?;
+    Ok(Moto {
+        port,
+        key: keys["key"].as_str().unwrap().to_string(),
+        secret: keys["secret"].as_str().unwrap().to_string(),
+        _child: Mutex::new(child),
+    })
+}
+
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// Store options for the server at `port` with the tester's key: fast retries, so that the
+/// fault tests take milliseconds.
+pub fn options(moto: &Moto, port: u16) -> StoreOptions {
+    options_for(&moto.key, &moto.secret, port)
+}
+
+pub fn options_for(key: &str, secret: &str, port: u16) -> StoreOptions {
+    let endpoint = format!("http://127.0.0.1:{port}");
+    StoreOptions::from_vars([
+        ("AWS_ACCESS_KEY_ID", key),
+        ("AWS_SECRET_ACCESS_KEY", secret),
+        ("AWS_REGION", "us-east-1"),
+        ("AWS_ENDPOINT_URL", endpoint.as_str()),
+        ("AWS_ALLOW_HTTP", "true"),
+    ])
+    .retries(4)
+    .backoff(Duration::from_millis(10), Duration::from_millis(100))
+    .request_timeout(Duration::from_secs(20))
+}
+
+impl Moto {
+    /// The environment a child process (the binary) reads the store from: the tester's key,
+    /// this server as the endpoint, plain http allowed.
+    pub fn env(&self) -> Vec<(&'static str, String)> {
+        vec![
+            ("AWS_ACCESS_KEY_ID", self.key.clone()),
+            ("AWS_SECRET_ACCESS_KEY", self.secret.clone()),
+            ("AWS_REGION", "us-east-1".into()),
+            (
+                "AWS_ENDPOINT_URL",
+                format!("http://127.0.0.1:{}", self.port),
+            ),
+            ("AWS_ALLOW_HTTP", "true".into()),
+        ]
+    }
+}
+
+/// The files a metadata.db lists in any version (what `publish_dir` is given to know the
+/// files of a pack it replaces).
+pub fn listed_files(db: &std::path::Path) -> dataset_packer::Result<Vec<String>> {
+    let conn = rusqlite::Connection::open(db).unwrap();
+    let history = dataset_packer::History::read(&conn)?;
+    Ok(history
+        .versions
+        .iter()
+        .flat_map(|v| v.files.iter().map(|f| f.file_name.clone()))
+        .collect())
+}

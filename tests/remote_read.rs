@@ -1,0 +1,584 @@
+//! Reading packs in object storage: a pack of fixtures/raw published to a real S3-compatible
+//! server (moto, tests/common/moto.rs), then read by the binary by its URL. Every reading
+//! command prints what it prints for the same pack on disk (the path replaced by the URL);
+//! the cache is reused, bounded, and keeps nothing corrupt; commands that change a pack in
+//! place refuse a URL; no credentials fail at once.
+//!
+//! Skipped, with the reason printed, only where the venv has no moto (never under CI).
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::Output;
+
+use dataset_packer::store::{Location, Store, Url, publish_dir};
+
+use common::moto::{Moto, listed_files, moto, options};
+use common::{fixture, s};
+
+/// A local pack and the same pack published at `url`, with a cache folder for the binary.
+struct Published {
+    moto: &'static Moto,
+    t: tempfile::TempDir,
+    local: PathBuf,
+    url: String,
+}
+
+impl Published {
+    /// Packs `raw` (4 shards with `--shard-rows 150` for fixtures/raw) and publishes it at
+    /// `s3://packs/<name>`.
+    fn new(moto: &'static Moto, name: &str) -> Published {
+        let t = tempfile::tempdir().unwrap();
+        let local = t.path().join("local").join(name);
+        common::pack(&fixture("raw"), &local, &["--shard-rows", "150"]);
+        let url = format!("s3://packs/{name}");
+        publish(moto, &local, &url);
+        Published {
+            moto,
+            t,
+            local,
+            url,
+        }
+    }
+
+    fn cache(&self) -> PathBuf {
+        self.t.path().join("cache")
+    }
+
+    /// Runs the binary with the server's credentials and this test's cache folder.
+    fn run(&self, args: &[&str]) -> Output {
+        self.run_with(args, &[])
+    }
+
+    fn run_with(&self, args: &[&str], extra: &[(&str, &str)]) -> Output {
+        let env = self.moto.env();
+        let cache = self.cache();
+        let mut vars: Vec<(&str, Option<&str>)> =
+            env.iter().map(|(k, v)| (*k, Some(v.as_str()))).collect();
+        vars.push(("DATASET_PACKER_CACHE", Some(s(&cache))));
+        vars.push(("DATASET_PACKER_CACHE_LIMIT", None));
+        vars.extend(extra.iter().map(|(k, v)| (*k, Some(*v))));
+        common::run_env(args, &vars)
+    }
+
+    fn run_ok(&self, args: &[&str]) -> String {
+        let out = self.run(args);
+        assert!(
+            out.status.success(),
+            "{args:?} failed: {}",
+            common::stderr(&out)
+        );
+        String::from_utf8(out.stdout).unwrap()
+    }
+
+    /// The same command on the local pack and on the URL (`PACK` in `args` stands for the
+    /// pack): their standard outputs, the local path in the first replaced by the URL.
+    fn both(&self, args: &[&str]) -> (String, String) {
+        let with = |pack: &str| -> Vec<String> {
+            args.iter()
+                .map(|a| a.replace("PACK", pack))
+                .collect::<Vec<_>>()
+        };
+        let local_args = with(s(&self.local));
+        let remote_args = with(&self.url);
+        let local = common::run_ok(&local_args.iter().map(String::as_str).collect::<Vec<_>>());
+        let remote = self.run_ok(&remote_args.iter().map(String::as_str).collect::<Vec<_>>());
+        (local.replace(s(&self.local), &self.url), remote)
+    }
+
+    /// The cache's entry files (data, not locks), by name, with their modification times.
+    fn entries(&self) -> Vec<(String, std::time::SystemTime)> {
+        let dir = self.cache().join("entries");
+        let mut found: Vec<(String, std::time::SystemTime)> = std::fs::read_dir(&dir)
+            .map(|it| {
+                it.map(|e| e.unwrap())
+                    .filter(|e| !e.file_name().to_string_lossy().ends_with(".lock"))
+                    .map(|e| {
+                        (
+                            e.file_name().to_string_lossy().into_owned(),
+                            e.metadata().unwrap().modified().unwrap(),
+                        )
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        found.sort();
+        found
+    }
+}
+
+fn url(text: &str) -> Url {
+    match Location::parse(text).unwrap() {
+        Location::Remote(u) => u,
+        other => panic!("{other:?}"),
+    }
+}
+
+fn store(moto: &Moto) -> Store {
+    Store::new(options(moto, moto.port)).unwrap()
+}
+
+fn publish(moto: &Moto, local: &Path, to: &str) {
+    publish_dir(&store(moto), local, &url(to), false, listed_files).unwrap();
+}
+
+/// A human report without its timing (the only part that differs run to run): validate's
+/// "checked in", stats' "read in".
+fn untimed(text: &str) -> String {
+    text.lines()
+        .map(|l| l.split(" checked in ").next().unwrap())
+        .map(|l| l.split(" read in ").next().unwrap())
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// A JSON document without the fields that measure time.
+fn untimed_json(text: &str) -> serde_json::Value {
+    let mut doc: serde_json::Value = serde_json::from_str(text).unwrap();
+    if let Some(map) = doc.as_object_mut() {
+        map.remove("elapsed_s");
+        map.remove("seconds");
+    }
+    doc
+}
+
+#[test]
+fn every_reading_command_prints_what_it_prints_for_the_local_pack() {
+    let Some(moto) = moto() else { return };
+    let p = Published::new(moto, "same/clean");
+
+    let (local, remote) = p.both(&["validate", "PACK", "--quiet"]);
+    assert!(remote.contains("VALID"), "{remote}");
+    assert!(
+        remote.starts_with(&format!("validate {}", p.url)),
+        "{remote}"
+    );
+    assert_eq!(untimed(&local), untimed(&remote));
+    let (local, remote) = p.both(&["validate", "PACK", "--quiet", "--json"]);
+    assert_eq!(untimed_json(&local), untimed_json(&remote));
+
+    let (local, remote) = p.both(&["stats", "PACK", "--json"]);
+    assert_eq!(untimed_json(&local), untimed_json(&remote));
+    assert_eq!(untimed_json(&remote)["pack"], p.url.as_str());
+    let (local, remote) = p.both(&["stats", "PACK", "--where", "max_score > 3000"]);
+    assert_eq!(untimed(&local), untimed(&remote));
+
+    for args in [
+        &["show", "PACK", "--run", "3"][..],
+        &["show", "PACK", "--run", "7", "--last", "4", "--json"],
+    ] {
+        let (local, remote) = p.both(args);
+        assert!(!remote.is_empty(), "{args:?}");
+        assert_eq!(local, remote, "{args:?}");
+    }
+    // The history records the command that made the pack, with the local path it named; the
+    // text starts with the pack as given, the JSON does not name it.
+    let versions = |pack: &str| p.run_ok(&["versions", pack]).replacen(pack, "PACK", 1);
+    assert_eq!(versions(s(&p.local)), versions(&p.url));
+    let json = |pack: &str| p.run_ok(&["versions", pack, "--json"]);
+    assert_eq!(json(s(&p.local)), json(&p.url));
+
+    // Exports of the remote pack are the local pack's exports: JSONL byte for byte, Parquet
+    // the same table (its metadata names the source: the folder, or the URL).
+    let out = p.t.path().join("out");
+    let exported = |name: &str, format: &str| {
+        let (a, b) = (
+            out.join(format!("local-{name}")),
+            out.join(format!("remote-{name}")),
+        );
+        common::run_ok(&["export", s(&p.local), "--format", format, "--output", s(&a)]);
+        p.run_ok(&["export", &p.url, "--format", format, "--output", s(&b)]);
+        (a, b)
+    };
+    let (a, b) = exported("rows.jsonl.gz", "jsonl");
+    assert_eq!(std::fs::read(&a).unwrap(), std::fs::read(&b).unwrap());
+    let (a, b) = exported("rows.parquet", "parquet");
+    let script = "import sys, pyarrow.parquet as pq\n\
+                  a, b = pq.read_table(sys.argv[1]), pq.read_table(sys.argv[2])\n\
+                  assert a.num_rows > 0 and a.equals(b), 'tables differ'\n\
+                  print(pq.ParquetFile(sys.argv[2]).metadata.metadata[b'dataset_packer.source_pack'].decode())";
+    let checked = std::process::Command::new(common::python())
+        .args(["-c", script, s(&a), s(&b)])
+        .output()
+        .unwrap();
+    assert!(checked.status.success(), "{}", common::stderr(&checked));
+    assert_eq!(String::from_utf8(checked.stdout).unwrap().trim(), p.url);
+    let (a, b) = (out.join("local-pack"), out.join("remote-pack"));
+    common::run_ok(&[
+        "export",
+        s(&p.local),
+        "--format",
+        "pack",
+        "--output",
+        s(&a),
+        "--runs",
+        "2-6",
+    ]);
+    p.run_ok(&[
+        "export",
+        &p.url,
+        "--format",
+        "pack",
+        "--output",
+        s(&b),
+        "--runs",
+        "2-6",
+    ]);
+    assert_eq!(common::read_rows(&a), common::read_rows(&b));
+    assert_eq!(common::runs_table(&a), common::runs_table(&b));
+    let shards = |p: &Path| common::files(p, |n| n.ends_with(".npy"));
+    assert_eq!(shards(&a), shards(&b));
+    // The export records where it came from: the URL, not a folder of the cache.
+    let source: String = common::db(&b)
+        .query_row("SELECT path FROM version_sources", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(source, p.url);
+
+    // A report of the remote pack is the local pack's page (but for when it was made).
+    let (a, b) = (out.join("local.html"), out.join("remote.html"));
+    common::run_ok(&["report", s(&p.local), "--output", s(&a)]);
+    p.run_ok(&["report", &p.url, "--output", s(&b)]);
+    let page = |path: &Path| {
+        let text = std::fs::read_to_string(path)
+            .unwrap()
+            .replace(s(&p.local), "PACK")
+            .replace(&p.url, "PACK");
+        text.lines()
+            .filter(|l| !l.contains("UTC") && !l.contains("dataset-packer report"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    };
+    let (a, b) = (page(&a), page(&b));
+    for (x, y) in a.lines().zip(b.lines()) {
+        assert_eq!(x, y);
+    }
+    assert_eq!(a.lines().count(), b.lines().count());
+}
+
+#[test]
+fn a_remote_pack_merges_as_its_local_copy_does() {
+    let Some(moto) = moto() else { return };
+    let p = Published::new(moto, "merge/clean");
+    let other = p.t.path().join("other");
+    common::pack(&fixture("raw_d23"), &other, &[]);
+    let (a, b) = (
+        p.t.path().join("merged-local"),
+        p.t.path().join("merged-remote"),
+    );
+    common::run_ok(&["merge", s(&p.local), s(&other), "--output", s(&a)]);
+    p.run_ok(&["merge", &p.url, s(&other), "--output", s(&b)]);
+    assert_eq!(common::read_rows(&a), common::read_rows(&b));
+    assert_eq!(common::runs_table(&a), common::runs_table(&b));
+    let sources: Vec<String> = {
+        let db = common::db(&b);
+        let mut stmt = db
+            .prepare("SELECT path FROM version_sources ORDER BY rowid")
+            .unwrap();
+        stmt.query_map([], |r| r.get(0))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap()
+    };
+    assert_eq!(sources[0], p.url, "{sources:?}");
+
+    // Deleting a remote input is never done.
+    let out = p.run(&[
+        "merge",
+        &p.url,
+        s(&other),
+        "--output",
+        s(&p.t.path().join("m3")),
+        "--delete-inputs",
+    ]);
+    assert_eq!(out.status.code(), Some(2), "{}", common::stderr(&out));
+    assert!(common::stderr(&out).contains(&p.url));
+    assert!(
+        store(moto)
+            .size(&url(&format!("{}/metadata.db", p.url)))
+            .unwrap()
+            .is_some()
+    );
+}
+
+#[test]
+fn an_earlier_version_of_a_remote_pack_reads_as_it_does_locally() {
+    let Some(moto) = moto() else { return };
+    let t = tempfile::tempdir().unwrap();
+    let local = t.path().join("versions");
+    common::pack(&fixture("raw"), &local, &["--shard-rows", "150"]);
+    // Version 2: a companion family attached (one float32 per row).
+    let rows: usize = common::read_rows(&local).len();
+    let scores = t.path().join("score.npy");
+    let mut bytes = common::npy_header("'<f4'", rows);
+    bytes.extend((0..rows).flat_map(|i| (i as f32 * 0.5).to_le_bytes()));
+    std::fs::write(&scores, bytes).unwrap();
+    common::run_ok(&["attach", s(&local), "--name", "score", "--from", s(&scores)]);
+    publish(moto, &local, "s3://packs/versions/two");
+    let p = Published {
+        moto,
+        t,
+        local,
+        url: "s3://packs/versions/two".into(),
+    };
+    let versions = |pack: &str| p.run_ok(&["versions", pack]).replacen(pack, "PACK", 1);
+    let remote = versions(&p.url);
+    assert_eq!(versions(s(&p.local)), remote);
+    assert!(remote.contains("attach"), "{remote}");
+    for args in [
+        &["stats", "PACK", "--version", "1", "--json"][..],
+        &["stats", "PACK", "--json"],
+    ] {
+        let (local, remote) = p.both(args);
+        assert_eq!(untimed_json(&local), untimed_json(&remote), "{args:?}");
+    }
+    let (local, remote) = p.both(&["show", "PACK", "--version", "1", "--run", "2", "--json"]);
+    assert_eq!(local, remote);
+    let (local, remote) = p.both(&["validate", "PACK", "--quiet", "--version", "1"]);
+    assert_eq!(untimed(&local), untimed(&remote));
+}
+
+#[test]
+fn a_second_read_takes_every_shard_from_the_cache() {
+    let Some(moto) = moto() else { return };
+    let p = Published::new(moto, "cache/reuse");
+    p.run_ok(&["stats", &p.url]);
+    let first = p.entries();
+    let shards = common::names(&p.local)
+        .into_iter()
+        .filter(|n| n.ends_with(".npy"))
+        .count();
+    assert_eq!(first.len(), shards, "{first:?}");
+    let out = p.run_with(
+        &["stats", &p.url],
+        &[("RUST_LOG", "dataset_packer::pack::remote=debug")],
+    );
+    assert!(out.status.success(), "{}", common::stderr(&out));
+    let log = common::stderr(&out);
+    // metadata.db and valuation_types.json are read fresh; no shard is downloaded again.
+    assert!(
+        log.contains(&format!("{}: {shards} files", p.url)) && log.contains("downloaded 2 files"),
+        "{log}"
+    );
+    assert_eq!(p.entries(), first, "the entries were not rewritten");
+    // The view folders are gone with the processes that made them.
+    let views = std::fs::read_dir(p.cache().join("views")).unwrap().count();
+    assert_eq!(views, 0);
+}
+
+#[test]
+fn a_pack_larger_than_the_cache_limit_is_refused_before_any_download() {
+    let Some(moto) = moto() else { return };
+    let p = Published::new(moto, "cache/limit");
+    let out = p.run(&["--cache-limit", "64KiB", "stats", &p.url]);
+    let err = common::stderr(&out);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains(&p.url) && err.contains("65536 bytes") && err.contains("--cache-limit"),
+        "{err}"
+    );
+    assert!(p.entries().is_empty(), "{:?}", p.entries());
+}
+
+#[test]
+fn a_corrupted_remote_shard_is_named_by_url_and_left_out_of_the_cache() {
+    let Some(moto) = moto() else { return };
+    let p = Published::new(moto, "corrupt/pack");
+    let shard = format!("{}/steps-00001.npy", p.url);
+    let size = std::fs::metadata(p.local.join("steps-00001.npy"))
+        .unwrap()
+        .len();
+    store(moto)
+        .put(&url(&shard), vec![0x5a; size as usize])
+        .unwrap();
+    for args in [
+        &["validate", &p.url, "--quiet"][..],
+        &["stats", &p.url],
+        &["show", &p.url, "--run", "3"],
+    ] {
+        let out = p.run(args);
+        let err = common::stderr(&out);
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {err}");
+        assert!(err.contains(&shard), "{args:?}: {err}");
+        assert!(!err.contains("views"), "{args:?} names the view: {err}");
+    }
+    let kept: Vec<String> = p.entries().into_iter().map(|(n, _)| n).collect();
+    assert!(kept.iter().all(|n| !n.contains("steps-00001")), "{kept:?}");
+    // The failed reads' view folders went with them.
+    let views = std::fs::read_dir(p.cache().join("views")).unwrap().count();
+    assert_eq!(views, 0);
+
+    // A file the pack lists that the bucket lacks: a damaged pack, named.
+    let good = std::fs::read(p.local.join("steps-00001.npy")).unwrap();
+    store(moto).put(&url(&shard), good).unwrap();
+    store(moto)
+        .delete(&url(&format!("{}/steps-00002.npy", p.url)))
+        .unwrap();
+    // (A cache that holds it from the reads above would serve it: a fresh one.)
+    let fresh = p.t.path().join("fresh-cache");
+    let out = p.run_with(&["stats", &p.url], &[("DATASET_PACKER_CACHE", s(&fresh))]);
+    let err = common::stderr(&out);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains(&format!(
+            "{} lists steps-00002.npy but the store has no such object",
+            p.url
+        )),
+        "{err}"
+    );
+}
+
+#[test]
+fn commands_that_change_a_pack_in_place_refuse_a_url() {
+    let Some(moto) = moto() else { return };
+    let p = Published::new(moto, "readonly/pack");
+    let before = store(moto).list(&url(&p.url)).unwrap();
+    let scores = p.t.path().join("score.npy");
+    std::fs::write(&scores, common::npy_header("'<f4'", 0)).unwrap();
+    for (args, what) in [
+        (
+            &["attach", &p.url, "--name", "score", "--from", s(&scores)][..],
+            "attach",
+        ),
+        (&["detach", &p.url, "--name", "score"], "detach"),
+        (&["tag", &p.url, "v1"], "tag"),
+        (&["tag", &p.url, "v1", "--delete"], "tag"),
+    ] {
+        let out = p.run(args);
+        let err = common::stderr(&out);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert!(
+            err.contains(&p.url) && err.contains(what) && err.contains("read-only"),
+            "{args:?}: {err}"
+        );
+    }
+    assert_eq!(store(moto).list(&url(&p.url)).unwrap(), before);
+}
+
+#[test]
+fn a_url_that_is_not_a_pack_says_so() {
+    let Some(moto) = moto() else { return };
+    let p = Published::new(moto, "present/pack");
+    let out = p.run(&["stats", "s3://packs/absent/pack"]);
+    let err = common::stderr(&out);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("s3://packs/absent/pack is not a pack"),
+        "{err}"
+    );
+}
+
+/// No credentials at all: a clear error at once (not a wait on the cloud's metadata
+/// address); an unknown scheme is an error, never a folder.
+#[test]
+fn no_credentials_and_unknown_schemes_fail_at_once() {
+    let t = tempfile::tempdir().unwrap();
+    let cache = t.path().join("cache");
+    let mut env: Vec<(&str, Option<&str>)> = [
+        "AWS_ACCESS_KEY_ID",
+        "AWS_SECRET_ACCESS_KEY",
+        "AWS_SKIP_SIGNATURE",
+        "AWS_WEB_IDENTITY_TOKEN_FILE",
+        "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI",
+        "AWS_CONTAINER_CREDENTIALS_FULL_URI",
+        "AWS_METADATA_ENDPOINT",
+    ]
+    .iter()
+    .map(|k| (*k, None))
+    .collect();
+    env.push(("DATASET_PACKER_CACHE", Some(s(&cache))));
+    let out = common::run_env(&["stats", "s3://packs/team/clean"], &env);
+    let err = common::stderr(&out);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("s3://packs/team/clean") && err.contains("AWS_ACCESS_KEY_ID"),
+        "{err}"
+    );
+    for args in [
+        &["stats", "ftp://host/pack"][..],
+        &["validate", "ftp://host/pack"],
+        &["versions", "ftp://host/pack"],
+    ] {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_dataset-packer"))
+            .args(args)
+            .current_dir(t.path())
+            .output()
+            .unwrap();
+        let err = common::stderr(&out);
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {err}");
+        assert!(
+            err.contains("unknown URL scheme \"ftp\""),
+            "{args:?}: {err}"
+        );
+        assert!(!t.path().join("ftp:").exists());
+    }
+}
+
+/// The library reads a URL as it reads a folder: `Pack::open` and `Pack::open_version` of the
+/// remote pack give the local pack's rows, runs and steps. Run in a child process (this test
+/// binary again, as `library_reader_process`), whose environment holds the credentials.
+#[test]
+fn the_library_opens_a_url_as_it_opens_a_folder() {
+    let Some(moto) = moto() else { return };
+    let p = Published::new(moto, "library/clean");
+    let out = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "library_reader_process",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .envs(moto.env())
+        .env("DATASET_PACKER_CACHE", p.cache())
+        .env("REMOTE_READ_URL", &p.url)
+        .env("REMOTE_READ_LOCAL", &p.local)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}{}", common::stderr(&out));
+    assert!(
+        text.contains("library reader: 10 runs, 2240 rows"),
+        "{text}"
+    );
+}
+
+/// [`the_library_opens_a_url_as_it_opens_a_folder`]'s child (nothing when run on its own).
+#[test]
+fn library_reader_process() {
+    let (Ok(url), Ok(local)) = (
+        std::env::var("REMOTE_READ_URL"),
+        std::env::var("REMOTE_READ_LOCAL"),
+    ) else {
+        return;
+    };
+    use dataset_packer::{ErrorKind, Pack, VersionSpec};
+    type Rows = Vec<(u32, Vec<(u32, u8, [u8; 16], [f32; 4])>)>;
+    let steps = |pack: &Pack| -> Rows {
+        pack.runs()
+            .unwrap()
+            .map(|run| {
+                let run = run.unwrap();
+                let rows = run
+                    .steps()
+                    .map(|s| (s.step_index(), s.move_dir(), s.exponents(), s.branch_evs()))
+                    .collect();
+                (run.id(), rows)
+            })
+            .collect()
+    };
+    let remote = Pack::open(&url).unwrap();
+    let here = Pack::open(&local).unwrap();
+    assert_eq!(remote.path(), Path::new(&url));
+    assert_eq!(steps(&remote), steps(&here));
+    let first = Pack::open_version(&url, &VersionSpec::Number(1)).unwrap();
+    assert_eq!(first.len(), here.len());
+    remote.verify().unwrap();
+    let missing = format!("{url}-absent");
+    let err = Pack::open(&missing).unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::NotAPack);
+    assert!(err.to_string().contains(&missing), "{err}");
+    println!(
+        "library reader: {} runs, {} rows",
+        remote.num_runs(),
+        remote.len()
+    );
+}
