@@ -55,10 +55,11 @@ half_of() {
   done
 }
 
-# metadata.db as SQL, the time and the binary's path masked.
+# metadata.db as SQL, the time, the binary's path and the pack's random id masked.
 dump() {
   sqlite3 "$1" .dump | sed -E \
     -e 's/[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9:]{8}Z/<time>/g' \
+    -e "s/'pack_id','[0-9a-f]{32}'/'pack_id','<random>'/" \
     -e "s#$OLD|$NEW#<binary>#g"
 }
 

@@ -7,6 +7,9 @@ pack comes to the decompression floor at the same thread count.
     python3 bench/scaling.py ratio   # pack ÷ libdeflate floor at 2 workers, paired rounds
     python3 bench/scaling.py rss     # peak RSS at 2 workers on half the drop and on all of it
     python3 bench/scaling.py all     # the three
+    python3 bench/scaling.py ab OLD_BINARY NEW_BINARY
+                                     # two binaries' pack --workers 2 by CPU time, paired
+                                     # alternating rounds with the floor, ±--search-stats
 
 The three drops are generated once by examples/bench_corpus (100 runs of 20 000 rows each):
 the current logger's rows with depth-6/7 and depth-2/3 search counters, and the old (design
@@ -97,7 +100,7 @@ def cpu_of_children(before):
     return (now.children_user - before.children_user) + (now.children_system - before.children_system)
 
 
-def run_pack(drop, workers, search, probe=None, out_dir=None):
+def run_pack(drop, workers, search, probe=None, out_dir=None, packer=None):
     """One pack into a fresh folder: (wall s, CPU s, peak RSS KiB, probe report or None)."""
     out = out_dir or tempfile.mkdtemp(prefix="scal-pack-", dir=OUT)
     target = os.path.join(out, "pack")
@@ -106,7 +109,7 @@ def run_pack(drop, workers, search, probe=None, out_dir=None):
     report = os.path.join(out, "threads.json")
     if probe:
         env["DATASET_PACKER_THREAD_CPU"] = report
-    cmd = ["/usr/bin/time", "-f", "%M", PACKER, "pack", "--input", drop, "--output", target,
+    cmd = ["/usr/bin/time", "-f", "%M", packer or PACKER, "pack", "--input", drop, "--output", target,
            "--workers", str(workers), "--quiet"] + (["--search-stats"] if search else [])
     before = os.times()
     t = time.perf_counter()
@@ -249,10 +252,42 @@ def cmd_rss():
             print(f"| {name} | {'yes' if search else 'no'} | {r[0]} | {r[1]} |")
 
 
+def cmd_ab(old, new):
+    """Paired rounds: the floor, then both binaries in alternating order; CPU time (user + sys
+    of the process), which contention moves far less than wall time."""
+    print(f"# pack --workers 2 by CPU time, {ROUNDS} paired rounds: A = {old}, B = {new}")
+    print("| drop | --search-stats | floor CPU s | A CPU s (range) | B CPU s (range) | "
+          "B vs A (paired median) | floor ÷ A | floor ÷ B | load |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|---|")
+    for name in DROPS:
+        d = drop_dir(name)
+        warm(d)
+        for search in (False, True):
+            cpu = {old: [], new: []}
+            floors, loads = [], []
+            for r in range(ROUNDS):
+                loads.append(load())
+                floors.append(run_floor(d, 2)[1])
+                for b in ((old, new) if r % 2 == 0 else (new, old)):
+                    cpu[b].append(run_pack(d, 2, search, packer=b)[1])
+            f = statistics.median(floors)
+            a, b = statistics.median(cpu[old]), statistics.median(cpu[new])
+            rel = statistics.median(y / x for x, y in zip(cpu[old], cpu[new]))
+            print(f"| {name} | {'yes' if search else 'no'} | {f:.3f} | {a:.3f} "
+                  f"({min(cpu[old]):.2f}–{max(cpu[old]):.2f}) | {b:.3f} "
+                  f"({min(cpu[new]):.2f}–{max(cpu[new]):.2f}) | {100 * (rel - 1):+.1f}% | "
+                  f"{f / a:.2f} | {f / b:.2f} | {statistics.median(loads):.1f} |", flush=True)
+
+
 def main():
     modes = sys.argv[1:] or ["all"]
     os.makedirs(DIR, exist_ok=True)
     make_drops()
+    if modes[0] == "ab":
+        if len(modes) != 3:
+            sys.exit("usage: bench/scaling.py ab OLD_BINARY NEW_BINARY")
+        cmd_ab(os.path.realpath(modes[1]), os.path.realpath(modes[2]))
+        return
     for m in modes:
         if m in ("cpu", "all"):
             cmd_cpu()

@@ -725,6 +725,58 @@ fn a_long_run_streams_in_pieces_with_lines_split_anywhere() {
     assert_decompression_paths_agree(&truncated, "truncated");
 }
 
+#[test]
+fn a_run_above_the_shared_limit_is_read_whole_by_few_workers_and_streamed_by_many() {
+    // ≈9 MiB of text: above the 8 MiB every worker may hold, within a share of the budget
+    // that one or two workers hold (`raw::run::whole_file_limit`).
+    let t = tempfile::tempdir().unwrap();
+    let src = "raw/d6_10g_v1/depth06_worker00_seed0272350805_game000000";
+    let first = read_gz(&fixture(&format!("{src}.jsonl.gz")));
+    let rows: Vec<&str> = first.lines().filter(|l| !l.trim().is_empty()).collect();
+    let mut text = String::new();
+    let mut i = 0;
+    while text.len() < 9 << 20 {
+        text.push_str(rows[i % rows.len()]);
+        text.push('\n');
+        i += 1;
+    }
+    let input = t.path().join("raw");
+    std::fs::create_dir_all(&input).unwrap();
+    std::fs::copy(
+        fixture(&format!("{src}.meta.json")),
+        input.join("run.meta.json"),
+    )
+    .unwrap();
+    write_gz(&input.join("run.jsonl.gz"), text.as_bytes());
+    let mut packs = Vec::new();
+    for (workers, how) in [
+        ("1", "bytes of text decompressed whole"),
+        ("2", "bytes of text decompressed whole"),
+        ("4", "run 0: streamed"),
+    ] {
+        let out = t.path().join(format!("w{workers}"));
+        let res = pack_env(
+            &input,
+            &out,
+            &["--workers", workers],
+            &[("RUST_LOG", Some("dataset_packer=debug"))],
+        );
+        assert!(res.status.success(), "{}", stderr(&res));
+        assert!(stderr(&res).contains(how), "{workers}: {}", stderr(&res));
+        packs.push(outcome(&res, &out).2);
+    }
+    assert_eq!(packs[0], packs[2], "whole and streamed give the same pack");
+    assert_eq!(packs[0], packs[1]);
+    let steps: i64 = db(&t.path().join("w1"))
+        .query_row("SELECT steps FROM runs", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(steps, i as i64);
+    python_ok(
+        "check_pack.py",
+        &["--raw", s(&input), "--pack", s(&t.path().join("w1"))],
+    );
+}
+
 // ---------------------------------------------------------------------------------------------
 // Plain `.jsonl` rows files (the logger without -Z)
 

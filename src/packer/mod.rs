@@ -176,7 +176,11 @@ pub(crate) fn parse_and_write(
         &items,
         workers,
         workers * 2,
-        || RunParser::new(&tables).keep_search_stats(keep_search),
+        || {
+            RunParser::new(&tables)
+                .keep_search_stats(keep_search)
+                .workers(workers)
+        },
         |parser, &(id, src)| {
             copy_waiting(&copies);
             parse_one(parser, src, id)

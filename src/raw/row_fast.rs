@@ -301,33 +301,22 @@ const MAX_MOVE_DEPTH: usize = match search::count_slot(search::FIELDS.len() - 1)
     None => panic!("max_move_depth is a count"),
 };
 
-/// The current logger's `search` members after `{"used":true|false`, each with the comma
-/// and quotes before it: 13 counters, then the hit rate, then the last counter.
-const SEARCH_COUNTERS: [&[u8]; 12] = [
-    b",\"total_nodes\":",
-    b",\"move_nodes\":",
-    b",\"tile_nodes\":",
-    b",\"tile_branches\":",
-    b",\"eval_calls\":",
-    b",\"prune_score\":",
-    b",\"prune_depth\":",
-    b",\"prune_prob\":",
-    b",\"cache_lookups\":",
-    b",\"cache_hits\":",
-    b",\"cache_updates\":",
-    b",\"cache_collisions\":",
-];
-
 impl Cur<'_> {
-    /// Consumes the literal `l`, of any length.
+    /// One counter of the `search` object: its key `key` (with the comma and quotes before
+    /// it, a fixed size so the compare is a few word loads rather than a `memcmp` call) and its
+    /// value, kept in `count` with `KEEP`.
     #[inline(always)]
-    fn lit_slice(&mut self, l: &[u8]) -> Option<()> {
-        if self.b.get(self.i..self.i.checked_add(l.len())?)? == l {
-            self.i += l.len();
-            Some(())
-        } else {
-            None
+    fn counter<const N: usize, const KEEP: bool>(
+        &mut self,
+        key: &[u8; N],
+        count: &mut u64,
+    ) -> Option<()> {
+        self.lit(key)?;
+        let value = self.opt_uint(u64::MAX)?;
+        if KEEP {
+            *count = value.unwrap_or(0);
         }
+        Some(())
     }
 
     /// The row's end after the branch EVs' closing brace: `}` (the layout of the design
@@ -348,13 +337,20 @@ impl Cur<'_> {
         } else {
             self.lit(b"false")?;
         }
-        for (key, count) in SEARCH_COUNTERS.iter().zip(&mut stats.counts) {
-            self.lit_slice(key)?;
-            let value = self.opt_uint(u64::MAX)?;
-            if KEEP {
-                *count = value.unwrap_or(0);
-            }
-        }
+        // The 12 counters before the hit rate, in log order (`search::FIELDS`).
+        let c = &mut stats.counts;
+        self.counter::<_, KEEP>(b",\"total_nodes\":", &mut c[0])?;
+        self.counter::<_, KEEP>(b",\"move_nodes\":", &mut c[1])?;
+        self.counter::<_, KEEP>(b",\"tile_nodes\":", &mut c[2])?;
+        self.counter::<_, KEEP>(b",\"tile_branches\":", &mut c[3])?;
+        self.counter::<_, KEEP>(b",\"eval_calls\":", &mut c[4])?;
+        self.counter::<_, KEEP>(b",\"prune_score\":", &mut c[5])?;
+        self.counter::<_, KEEP>(b",\"prune_depth\":", &mut c[6])?;
+        self.counter::<_, KEEP>(b",\"prune_prob\":", &mut c[7])?;
+        self.counter::<_, KEEP>(b",\"cache_lookups\":", &mut c[8])?;
+        self.counter::<_, KEEP>(b",\"cache_hits\":", &mut c[9])?;
+        self.counter::<_, KEEP>(b",\"cache_updates\":", &mut c[10])?;
+        self.counter::<_, KEEP>(b",\"cache_collisions\":", &mut c[11])?;
         self.lit(b",\"cache_hit_rate\":")?;
         let rate = self.opt_float()?;
         self.lit(b",\"max_move_depth\":")?;

@@ -121,9 +121,21 @@ impl ParsedRun {
 }
 
 /// Decompressed sizes up to this many bytes are decompressed whole with libdeflate (the fast
-/// way); larger files are streamed through a [`STREAM_CHUNK`] buffer, so a worker never holds
-/// more than this much decompressed text. Real games are ≈7 MB of JSON: they fit.
+/// way) by any number of workers; larger files are streamed through a [`STREAM_CHUNK`] buffer,
+/// so a worker never holds more than this much decompressed text. Real games are ≈7 MB of JSON
+/// in the old layout: they fit.
 pub const WHOLE_FILE_LIMIT: usize = 8 << 20;
+
+/// The decompressed text all the workers together may hold whole: with few workers each may
+/// take a share of it larger than [`WHOLE_FILE_LIMIT`] (up to [`WHOLE_FILE_MAX`]), so the
+/// current logger's games of 20,000 rows (≈11 MB of JSON) are decompressed whole at 1 and 2
+/// workers instead of streamed through zlib-rs, which costs ≈10% more CPU time. The memory
+/// this adds is bounded by the budget, not by the worker count (at most 8 MiB more than
+/// before, at 2 workers): from 3 workers on every worker has [`WHOLE_FILE_LIMIT`], as before.
+pub const WHOLE_FILE_BUDGET: usize = 24 << 20;
+
+/// The most decompressed text one worker holds whole, however few workers there are.
+pub const WHOLE_FILE_MAX: usize = 12 << 20;
 
 /// The decompressed bytes a streamed file is parsed in at a time (a longer line grows it).
 pub const STREAM_CHUNK: usize = 1 << 20;
@@ -136,26 +148,39 @@ const STREAMED_ROWS_RESERVED: usize = 1 << 20;
 /// of N bytes holds fewer than N / this rows.
 const MIN_ROW_BYTES: usize = 40;
 
-/// The whole-file limit in use: [`WHOLE_FILE_LIMIT`], or `DATASET_PACKER_WHOLE_FILE_LIMIT`
-/// (bytes) when set, so tests and benchmarks can force either path.
-fn whole_file_limit() -> usize {
-    static LIMIT: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
-    *LIMIT.get_or_init(|| {
+/// The whole-file limit of each of `workers` workers: its share of [`WHOLE_FILE_BUDGET`],
+/// between [`WHOLE_FILE_LIMIT`] and [`WHOLE_FILE_MAX`]; or `DATASET_PACKER_WHOLE_FILE_LIMIT`
+/// (bytes) when set, whatever the worker count, so tests and benchmarks can force either path.
+///
+/// ```
+/// use dataset_packer::raw::run::{whole_file_limit, WHOLE_FILE_LIMIT, WHOLE_FILE_MAX};
+/// # if std::env::var_os("DATASET_PACKER_WHOLE_FILE_LIMIT").is_none() {
+/// assert_eq!(whole_file_limit(2), WHOLE_FILE_MAX);
+/// assert_eq!(whole_file_limit(16), WHOLE_FILE_LIMIT);
+/// # }
+/// ```
+pub fn whole_file_limit(workers: usize) -> usize {
+    static FORCED: std::sync::OnceLock<Option<usize>> = std::sync::OnceLock::new();
+    let forced = *FORCED.get_or_init(|| {
         std::env::var("DATASET_PACKER_WHOLE_FILE_LIMIT")
             .ok()
             .and_then(|v| v.parse().ok())
-            .unwrap_or(WHOLE_FILE_LIMIT)
+    });
+    forced.unwrap_or_else(|| {
+        (WHOLE_FILE_BUDGET / workers.max(1)).clamp(WHOLE_FILE_LIMIT, WHOLE_FILE_MAX)
     })
 }
 
 /// Per-worker reusable state: the decompressor and its buffers (their capacity is kept from run
-/// to run: at most the compressed file, [`WHOLE_FILE_LIMIT`] of text or a stream chunk).
+/// to run: at most the compressed file, the whole-file limit of text or a stream chunk).
 pub struct RunParser<'t> {
     tables: &'t LineTables,
     gunzip: Gunzipper,
     compressed: Vec<u8>,
     text: Vec<u8>,
     keep_search: bool,
+    /// Decompressed sizes up to this are decompressed whole ([`whole_file_limit`]).
+    whole_file_limit: usize,
 }
 
 impl<'t> RunParser<'t> {
@@ -166,7 +191,15 @@ impl<'t> RunParser<'t> {
             compressed: Vec::new(),
             text: Vec::new(),
             keep_search: false,
+            whole_file_limit: whole_file_limit(1),
         }
+    }
+
+    /// Sets the whole-file limit for a parser that is one of `workers` parsing at once
+    /// ([`whole_file_limit`]; a new parser assumes it is alone).
+    pub fn workers(mut self, workers: usize) -> Self {
+        self.whole_file_limit = whole_file_limit(workers);
+        self
     }
 
     /// Keeps each row's search statistics in [`ParsedRun::search`] (off by default).
@@ -197,7 +230,7 @@ impl<'t> RunParser<'t> {
                 read_into(&src.rows, &mut self.compressed)
                     .map_err(|e| file_error(&src.rows, format!("cannot read: {e}")))?;
                 let outcome = self.rows_of_gzip(sidecar, run_id);
-                if self.compressed.capacity() > 2 * whole_file_limit() {
+                if self.compressed.capacity() > 2 * self.whole_file_limit {
                     self.compressed = Vec::new(); // an unusually large file: do not keep its buffer
                 }
                 outcome
@@ -217,13 +250,17 @@ impl<'t> RunParser<'t> {
     /// The rows of the compressed file in `self.compressed`: decompressed whole when it fits
     /// the limit, streamed otherwise.
     fn rows_of_gzip(&mut self, sidecar: Sidecar, run_id: u32) -> Result<ParsedRun, FileError> {
-        let limit = whole_file_limit();
+        let limit = self.whole_file_limit;
         let data = &self.compressed;
         let small = data.len() <= limit && trailer_size(data).is_none_or(|n| n as usize <= limit);
         if small {
             match self.gunzip.decompress_within(data, &mut self.text, limit) {
                 Err(e) => return Err(FileError::File(e.0)),
                 Ok(Fit::Whole) => {
+                    log::debug!(
+                        "run {run_id}: {} bytes of text decompressed whole (limit {limit})",
+                        self.text.len()
+                    );
                     let rows_bound = self.text.len() / MIN_ROW_BYTES + 1;
                     let mut rows =
                         RowBuilder::new(sidecar, run_id, self.tables, rows_bound, self.keep_search);
@@ -233,6 +270,7 @@ impl<'t> RunParser<'t> {
                 Ok(Fit::TooLarge) => {}
             }
         }
+        log::debug!("run {run_id}: streamed (more than {limit} bytes of text)");
         let rows = RowBuilder::new(
             sidecar,
             run_id,
@@ -243,7 +281,7 @@ impl<'t> RunParser<'t> {
         let mut stream = GzipStream::new(data).map_err(|e| FileError::File(e.0))?;
         // A gzip error anywhere in the file wins over a bad line before it.
         let fill = |buf: &mut [u8]| stream.read(buf).map_err(|e| FileError::File(e.0));
-        stream_rows(fill, true, &mut self.text, rows)
+        stream_rows(fill, true, &mut self.text, limit, rows)
     }
 
     /// The rows of a plain rows file, streamed through the buffer a long gzip file streams
@@ -268,7 +306,7 @@ impl<'t> RunParser<'t> {
             }
             Ok(n)
         };
-        stream_rows(fill, false, &mut self.text, rows)
+        stream_rows(fill, false, &mut self.text, self.whole_file_limit, rows)
     }
 }
 
@@ -321,11 +359,13 @@ fn read_into(path: &Path, buf: &mut Vec<u8>) -> std::io::Result<()> {
 /// Fills `buf` piece by piece with `fill` (which says how many bytes it put at the start of the
 /// slice it is given, 0 at the end) and feeds whole lines to `rows`. With `check_to_end`, the
 /// verdict is the whole-file path's: an error of `fill` anywhere in the file wins over a bad
-/// line before it (after a bad line, the rest is still read, only to check it).
+/// line before it (after a bad line, the rest is still read, only to check it). `buf` keeps at
+/// most `keep` bytes of capacity afterwards (the parser's whole-file limit).
 fn stream_rows(
     mut fill: impl FnMut(&mut [u8]) -> Result<usize, FileError>,
     check_to_end: bool,
     buf: &mut Vec<u8>,
+    keep: usize,
     mut rows: RowBuilder,
 ) -> Result<ParsedRun, FileError> {
     buf.clear();
@@ -358,7 +398,7 @@ fn stream_rows(
         held = filled - complete;
     }
     buf.truncate(STREAM_CHUNK);
-    buf.shrink_to(STREAM_CHUNK.max(whole_file_limit()));
+    buf.shrink_to(STREAM_CHUNK.max(keep));
     match bad_line {
         Some(e) => Err(FileError::row(e)),
         None => Ok(rows.finish()),
