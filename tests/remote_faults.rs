@@ -18,7 +18,7 @@ use std::os::unix::io::AsRawFd;
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
 use dataset_packer::ErrorKind;
@@ -28,90 +28,7 @@ use dataset_packer::store::{Cache, Location, Store, StoreOptions, Url, publish_d
 // The server (a copy of tests/object_store.rs's start-up)
 // ---------------------------------------------------------------------------------------
 
-/// Starts moto in-process in a Python that exits when its standard input closes (so the
-/// server dies with this test binary, however it ends), creates an IAM user allowed
-/// everything and the bucket `packs`, and prints the user's key.
-const MOTO: &str = r#"
-import json, logging, os, sys
-logging.getLogger("werkzeug").setLevel(logging.ERROR)  # no request log on the test's stderr
-os.environ["INITIAL_NO_AUTH_ACTION_COUNT"] = "3"  # the 3 IAM calls below; then auth is on
-from moto.server import ThreadedMotoServer
-import boto3
-port = int(sys.argv[1])
-server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
-server.start()
-kw = dict(endpoint_url=f"http://127.0.0.1:{port}", region_name="us-east-1")
-iam = boto3.client("iam", aws_access_key_id="setup", aws_secret_access_key="setup", **kw)
-iam.create_user(UserName="tester")
-iam.put_user_policy(UserName="tester", PolicyName="all", PolicyDocument=json.dumps(
-    {"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "*", "Resource": "*"}]}))
-key = iam.create_access_key(UserName="tester")["AccessKey"]
-s3 = boto3.client("s3", aws_access_key_id=key["AccessKeyId"],
-                  aws_secret_access_key=key["SecretAccessKey"], **kw)
-s3.create_bucket(Bucket="packs")
-print(json.dumps({"key": key["AccessKeyId"], "secret": key["SecretAccessKey"]}), flush=True)
-sys.stdin.read()
-server.stop()
-"#;
-
-struct Moto {
-    port: u16,
-    key: String,
-    secret: String,
-    // Holding its stdin open keeps the server up; the process ends when this binary does.
-    _child: Mutex<Child>,
-}
-
-/// The shared moto server, or None (with the reason printed) where moto is not installed.
-fn moto() -> Option<&'static Moto> {
-    static MOTO_SERVER: OnceLock<Result<Moto, String>> = OnceLock::new();
-    match MOTO_SERVER.get_or_init(start_moto) {
-        Ok(m) => Some(m),
-        Err(reason) if std::env::var_os("CI").is_some() => panic!("{reason}"),
-        Err(reason) => {
-            eprintln!("skipping: {reason}");
-            None
-        }
-    }
-}
-
-fn start_moto() -> Result<Moto, String> {
-    let python = common::repo().join("target/test-venv/bin/python");
-    let has_moto = Command::new(&python)
-        .args(["-c", "import moto.server, boto3"])
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success());
-    if !has_moto {
-        return Err(format!(
-            "no moto in {} (bash scripts/test.sh installs it from tests/python/requirements.txt)",
-            python.display()
-        ));
-    }
-    let port = TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let mut child = Command::new(&python)
-        .args(["-c", MOTO, &port.to_string()])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .map_err(|e| format!("starting moto: {e}"))?;
-    let mut line = String::new();
-    let mut stdout = std::io::BufReader::new(child.stdout.take().unwrap());
-    std::io::BufRead::read_line(&mut stdout, &mut line).map_err(|e| e.to_string())?;
-    let keys: serde_json::Value =
-        serde_json::from_str(&line).map_err(|e| format!("moto did not start ({e}): {line:?}"))?;
-    Ok(Moto {
-        port,
-        key: keys["key"].as_str().unwrap().to_string(),
-        secret: keys["secret"].as_str().unwrap().to_string(),
-        _child: Mutex::new(child),
-    })
-}
+use common::moto::{Moto, moto};
 
 /// Store options for the server (or the proxy) at `port` with the tester's key: fast
 /// retries, so that the fault tests take milliseconds.
@@ -120,17 +37,7 @@ fn options(moto: &Moto, port: u16) -> StoreOptions {
 }
 
 fn options_for(key: &str, secret: &str, port: u16) -> StoreOptions {
-    let endpoint = format!("http://127.0.0.1:{port}");
-    StoreOptions::from_vars([
-        ("AWS_ACCESS_KEY_ID", key),
-        ("AWS_SECRET_ACCESS_KEY", secret),
-        ("AWS_REGION", "us-east-1"),
-        ("AWS_ENDPOINT_URL", endpoint.as_str()),
-        ("AWS_ALLOW_HTTP", "true"),
-    ])
-    .retries(4)
-    .backoff(Duration::from_millis(10), Duration::from_millis(100))
-    .request_timeout(Duration::from_secs(30))
+    common::moto::options_for(key, secret, port).request_timeout(Duration::from_secs(30))
 }
 
 fn url(text: &str) -> Url {

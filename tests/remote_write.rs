@@ -15,96 +15,15 @@ use std::collections::BTreeMap;
 use std::io::{Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Command, Output, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use common::s;
 use dataset_packer::store::{Location, Store, StoreOptions, Url};
 
-/// Starts moto in-process in a Python that exits when its standard input closes, creates an
-/// IAM user allowed everything and the bucket `packs`, and prints the user's key (the recipe
-/// of tests/object_store.rs).
-const MOTO: &str = r#"
-import json, logging, os, sys
-logging.getLogger("werkzeug").setLevel(logging.ERROR)
-os.environ["INITIAL_NO_AUTH_ACTION_COUNT"] = "3"
-from moto.server import ThreadedMotoServer
-import boto3
-port = int(sys.argv[1])
-server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
-server.start()
-kw = dict(endpoint_url=f"http://127.0.0.1:{port}", region_name="us-east-1")
-iam = boto3.client("iam", aws_access_key_id="setup", aws_secret_access_key="setup", **kw)
-iam.create_user(UserName="tester")
-iam.put_user_policy(UserName="tester", PolicyName="all", PolicyDocument=json.dumps(
-    {"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "*", "Resource": "*"}]}))
-key = iam.create_access_key(UserName="tester")["AccessKey"]
-s3 = boto3.client("s3", aws_access_key_id=key["AccessKeyId"],
-                  aws_secret_access_key=key["SecretAccessKey"], **kw)
-s3.create_bucket(Bucket="packs")
-print(json.dumps({"key": key["AccessKeyId"], "secret": key["SecretAccessKey"]}), flush=True)
-sys.stdin.read()
-server.stop()
-"#;
-
-struct Moto {
-    port: u16,
-    key: String,
-    secret: String,
-    _child: Mutex<Child>,
-}
-
-fn moto() -> Option<&'static Moto> {
-    static MOTO_SERVER: OnceLock<Result<Moto, String>> = OnceLock::new();
-    match MOTO_SERVER.get_or_init(start_moto) {
-        Ok(m) => Some(m),
-        Err(reason) if std::env::var_os("CI").is_some() => panic!("{reason}"),
-        Err(reason) => {
-            eprintln!("skipping: {reason}");
-            None
-        }
-    }
-}
-
-fn start_moto() -> Result<Moto, String> {
-    let python = common::repo().join("target/test-venv/bin/python");
-    let has_moto = Command::new(&python)
-        .args(["-c", "import moto.server, boto3"])
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success());
-    if !has_moto {
-        return Err(format!(
-            "no moto in {} (bash scripts/test.sh installs it from tests/python/requirements.txt)",
-            python.display()
-        ));
-    }
-    let port = TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let mut child = Command::new(&python)
-        .args(["-c", MOTO, &port.to_string()])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .map_err(|e| format!("starting moto: {e}"))?;
-    let mut line = String::new();
-    let mut stdout = std::io::BufReader::new(child.stdout.take().unwrap());
-    std::io::BufRead::read_line(&mut stdout, &mut line).map_err(|e| e.to_string())?;
-    let keys: serde_json::Value =
-        serde_json::from_str(&line).map_err(|e| format!("moto did not start ({e}): {line:?}"))?;
-    Ok(Moto {
-        port,
-        key: keys["key"].as_str().unwrap().to_string(),
-        secret: keys["secret"].as_str().unwrap().to_string(),
-        _child: Mutex::new(child),
-    })
-}
+use common::moto::{Moto, moto};
 
 /// The environment the binary reads its credentials and endpoint from (the server at
 /// `port`: moto itself or a proxy in front of it), and the cache folder it stages in.

@@ -340,7 +340,10 @@ pub fn export(
         None => None,
     };
     let source = SourcePack::open(pack, &options.version)?;
-    source.name_errors(export_from(&source, runs, output, format, options))
+    let mut summary = source.name_errors(export_from(&source, runs, output, format, options))?;
+    drop(source);
+    summary.uploaded = target.publish()?;
+    Ok(summary)
 }
 
 /// [`export`] of the opened `source`.
@@ -442,7 +445,8 @@ fn export_from(
         files,
         selection: selection_text,
         legacy_ev_legal_changed,
-        uploaded: target.publish()?,
+        // Set by `export` once the output is published.
+        uploaded: None,
     })
 }
 
