@@ -380,21 +380,20 @@ def _serve() -> None:
 
 def _check_credentials(url: Url) -> None:
     """No key and no `AWS_SKIP_SIGNATURE`: the client would wait on the instance-metadata
-    address for credentials; say what is missing instead (unless a profile or a web
-    identity may provide them)."""
+    address for credentials; say what is missing instead (unless a web identity, a
+    container's endpoint or `AWS_METADATA_ENDPOINT` may provide them). The binary decides
+    alike (src/store/client.rs)."""
     env = os.environ
     if any(env.get(v) for v in ("AWS_ACCESS_KEY_ID", "AWS_SKIP_SIGNATURE",
                                 "AWS_WEB_IDENTITY_TOKEN_FILE",
                                 "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI",
-                                "AWS_CONTAINER_CREDENTIALS_FULL_URI")):
-        return
-    if env.get("DATASET_PACKER_INSTANCE_CREDENTIALS") == "1":
+                                "AWS_CONTAINER_CREDENTIALS_FULL_URI",
+                                "AWS_METADATA_ENDPOINT")):
         return
     raise RemoteError(f"{url}: no credentials: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY "
                       "(and AWS_REGION, AWS_ENDPOINT_URL for an S3-compatible server), or "
-                      "AWS_SKIP_SIGNATURE=true for a public bucket; "
-                      "DATASET_PACKER_INSTANCE_CREDENTIALS=1 asks the instance's metadata "
-                      "service")
+                      "AWS_SKIP_SIGNATURE=true for a public bucket, or AWS_METADATA_ENDPOINT "
+                      "to take them from the cloud instance")
 
 
 def remote_error(url: Url, e: BaseException) -> PackError:

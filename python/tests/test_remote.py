@@ -603,3 +603,31 @@ def test_processes_opening_packs_at_once_never_sweep_each_others_views(url, tmp_
     errors = [p.communicate(timeout=300)[1] for p in procs]
     assert [p.returncode for p in procs] == [0] * 4, errors
     assert list((cache / "views").iterdir()) == []
+
+
+def test_the_binary_and_python_share_one_cache(url, local, tmp_path):
+    """What the binary fetched is a cache hit for Python, and the other way round: one
+    cache folder, one download per file for the whole node, whichever reads first."""
+    cache = tmp_path / "by-the-binary"
+    cli("--cache", cache, "validate", url, "--quiet")
+    fetched = entries(cache)
+    pack = open_remote(url, cache)
+    listed = pack.versions()[-1]["files"]
+    assert len(fetched) == len(listed), "the binary fetched every file the pack lists"
+    rows = pack.rows(slice(None))
+    for name in pack.companions:
+        pack.companion(name)[:]
+    assert downloads(pack) == 2, "Python downloaded metadata.db and valuation_types.json only"
+    assert entries(cache) == fetched
+    pack.close()
+
+    cache = tmp_path / "by-python"
+    pack = open_remote(url, cache)
+    np.testing.assert_array_equal(pack.rows(slice(None)), rows)
+    for name in pack.companions:
+        pack.companion(name)[:]
+    fetched = entries(cache)
+    assert len(fetched) == len(listed)
+    pack.close()
+    cli("--cache", cache, "validate", url, "--quiet")
+    assert entries(cache) == fetched, "the binary downloaded none of them again"
