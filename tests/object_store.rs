@@ -22,7 +22,7 @@ use std::time::Duration;
 use dataset_packer::ErrorKind;
 use dataset_packer::store::{Cache, Location, Store, Url, publish_dir};
 
-use common::moto::{listed_files, moto, options, options_for};
+use common::moto::{listed_files, moto, options, options_for, shard_records};
 
 fn url(text: &str) -> Url {
     match Location::parse(text).unwrap() {
@@ -36,25 +36,6 @@ fn fixture_pack(dir: &Path) -> PathBuf {
     let out = dir.join("pack");
     common::pack(&common::fixture("raw"), &out, &["--shard-rows", "150"]);
     out
-}
-
-/// (file name, bytes, CRC-32C) of each shard, as the pack's metadata.db records them.
-fn shard_records(pack: &Path) -> Vec<(String, u64, u32)> {
-    let db = common::db(pack);
-    let mut stmt = db
-        .prepare("SELECT file_name, bytes, crc32c FROM shards ORDER BY shard")
-        .unwrap();
-    stmt.query_map([], |r| {
-        let crc: String = r.get(2)?;
-        Ok((
-            r.get(0)?,
-            r.get::<_, i64>(1)? as u64,
-            u32::from_str_radix(&crc, 16).unwrap(),
-        ))
-    })
-    .unwrap()
-    .collect::<Result<_, _>>()
-    .unwrap()
 }
 
 #[test]

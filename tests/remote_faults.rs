@@ -28,7 +28,7 @@ use dataset_packer::store::{Cache, Location, Store, StoreOptions, Url, publish_d
 // The server (a copy of tests/object_store.rs's start-up)
 // ---------------------------------------------------------------------------------------
 
-use common::moto::{Moto, moto};
+use common::moto::{Moto, listed_files, moto, shard_records};
 
 /// Store options for the server (or the proxy) at `port` with the tester's key: fast
 /// retries, so that the fault tests take milliseconds.
@@ -914,17 +914,6 @@ fn a_connection_cut_mid_body_is_resumed_and_the_bytes_checked() {
 // Publishing: nothing deleted unless overwriting that pack's own files
 // ---------------------------------------------------------------------------------------
 
-/// The files a metadata.db lists in any version (what the pack module gives `publish_dir`).
-fn listed_files(db: &Path) -> dataset_packer::Result<Vec<String>> {
-    let conn = rusqlite::Connection::open(db).unwrap();
-    let history = dataset_packer::History::read(&conn)?;
-    Ok(history
-        .versions
-        .iter()
-        .flat_map(|v| v.files.iter().map(|f| f.file_name.clone()))
-        .collect())
-}
-
 /// Every object directly under `prefix`, with its bytes.
 fn snapshot(store: &Store, prefix: &Url) -> BTreeMap<String, Vec<u8>> {
     store
@@ -1071,25 +1060,6 @@ fn a_publish_failing_mid_upload_deletes_nothing_and_commits_nothing() {
         .collect();
     assert!(writes.is_empty(), "refusals write nothing: {writes:?}");
     assert!(snapshot(&direct, &fresh) == before);
-}
-
-/// (file name, bytes, CRC-32C) of each shard, as the pack's metadata.db records them.
-fn shard_records(pack: &Path) -> Vec<(String, u64, u32)> {
-    let db = common::db(pack);
-    let mut stmt = db
-        .prepare("SELECT file_name, bytes, crc32c FROM shards ORDER BY shard")
-        .unwrap();
-    stmt.query_map([], |r| {
-        let crc: String = r.get(2)?;
-        Ok((
-            r.get(0)?,
-            r.get::<_, i64>(1)? as u64,
-            u32::from_str_radix(&crc, 16).unwrap(),
-        ))
-    })
-    .unwrap()
-    .collect::<Result<_, _>>()
-    .unwrap()
 }
 
 #[test]

@@ -456,11 +456,11 @@ impl Store {
             Error::wrap(ErrorKind::InvalidInput, e)
                 .within(format!("{url}: the store's configuration"))
         };
-        let store: Arc<dyn ObjectStore> = match url.scheme() {
-            Scheme::S3 => {
-                refuse_no_credentials(url, &o.vars)?;
-                // Options first: a variable (AWS_ALLOW_HTTP, a proxy) then sets its own part.
-                let mut b = object_store::aws::AmazonS3Builder::new()
+        // The retry and client options first, then every variable the builder knows: a
+        // variable (AWS_ALLOW_HTTP, a proxy) then sets its own part of them.
+        macro_rules! configured {
+            ($builder:expr) => {{
+                let mut b = $builder
                     .with_retry(retry)
                     .with_client_options(client_options);
                 for (key, value) in &o.vars {
@@ -468,6 +468,13 @@ impl Store {
                         b = b.with_config(k, value);
                     }
                 }
+                b
+            }};
+        }
+        let store: Arc<dyn ObjectStore> = match url.scheme() {
+            Scheme::S3 => {
+                refuse_no_credentials(url, &o.vars)?;
+                let b = configured!(object_store::aws::AmazonS3Builder::new());
                 Arc::new(
                     b.with_bucket_name(url.bucket())
                         .build()
@@ -475,15 +482,7 @@ impl Store {
                 )
             }
             Scheme::Gs => {
-                // Options first: a variable (AWS_ALLOW_HTTP, a proxy) then sets its own part.
-                let mut b = object_store::gcp::GoogleCloudStorageBuilder::new()
-                    .with_retry(retry)
-                    .with_client_options(client_options);
-                for (key, value) in &o.vars {
-                    if let Ok(k) = key.to_ascii_lowercase().parse() {
-                        b = b.with_config(k, value);
-                    }
-                }
+                let b = configured!(object_store::gcp::GoogleCloudStorageBuilder::new());
                 Arc::new(
                     b.with_bucket_name(url.bucket())
                         .build()
@@ -491,15 +490,7 @@ impl Store {
                 )
             }
             Scheme::Az => {
-                // Options first: a variable (AWS_ALLOW_HTTP, a proxy) then sets its own part.
-                let mut b = object_store::azure::MicrosoftAzureBuilder::new()
-                    .with_retry(retry)
-                    .with_client_options(client_options);
-                for (key, value) in &o.vars {
-                    if let Ok(k) = key.to_ascii_lowercase().parse() {
-                        b = b.with_config(k, value);
-                    }
-                }
+                let b = configured!(object_store::azure::MicrosoftAzureBuilder::new());
                 Arc::new(
                     b.with_container_name(url.bucket())
                         .build()

@@ -149,3 +149,22 @@ pub fn listed_files(db: &std::path::Path) -> dataset_packer::Result<Vec<String>>
         .flat_map(|v| v.files.iter().map(|f| f.file_name.clone()))
         .collect())
 }
+
+/// (file name, bytes, CRC-32C) of each shard, as the pack's metadata.db records them.
+pub fn shard_records(pack: &std::path::Path) -> Vec<(String, u64, u32)> {
+    let db = super::db(pack);
+    let mut stmt = db
+        .prepare("SELECT file_name, bytes, crc32c FROM shards ORDER BY shard")
+        .unwrap();
+    stmt.query_map([], |r| {
+        let crc: String = r.get(2)?;
+        Ok((
+            r.get(0)?,
+            r.get::<_, i64>(1)? as u64,
+            u32::from_str_radix(&crc, 16).unwrap(),
+        ))
+    })
+    .unwrap()
+    .collect::<Result<_, _>>()
+    .unwrap()
+}
