@@ -169,7 +169,10 @@ pub fn exit_code(e: &anyhow::Error) -> u8 {
 /// The message for a failed command: the error and its causes, then, when the library says
 /// which option the error is about, the flag that sets it.
 pub fn render(e: &anyhow::Error) -> String {
-    let mut text = format!("error: {e:#}");
+    let mut text = format!(
+        "error: {}",
+        crate::error::join_chain(e.chain().map(|c| c.to_string()))
+    );
     let option = e.chain().find_map(|c| {
         c.downcast_ref::<crate::Error>()
             .and_then(crate::Error::option)

@@ -182,19 +182,36 @@ impl fmt::Debug for Error {
     }
 }
 
+/// An error's message and its causes' joined by ": ", leaving out a cause whose text is
+/// already there: errors that put their source's text into their own message (the object
+/// store's and its HTTP client's do) would otherwise print it again at every level.
+pub(crate) fn join_chain(texts: impl IntoIterator<Item = String>) -> String {
+    let mut out = String::new();
+    for text in texts {
+        if out.is_empty() {
+            out = text;
+        } else if !(text.len() >= 12 && out.contains(&text)) {
+            out.push_str(": ");
+            out.push_str(&text);
+        }
+    }
+    out
+}
+
 impl fmt::Display for Error {
     /// The message; with `{:#}`, the message and each of its causes after a colon (as
     /// anyhow prints a chain): `reading steps.npy: bad .npy header: key 'shape' is given twice`.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}", self.inner)?;
-        if f.alternate() {
-            let mut cause = self.source();
-            while let Some(c) = cause {
-                write!(f, ": {c}")?;
-                cause = c.source();
-            }
+        if !f.alternate() {
+            return write!(f, "{}", self.inner);
         }
-        Ok(())
+        let mut texts = vec![self.inner.to_string()];
+        let mut cause = self.source();
+        while let Some(c) = cause {
+            texts.push(c.to_string());
+            cause = c.source();
+        }
+        f.write_str(&join_chain(texts))
     }
 }
 
@@ -310,6 +327,26 @@ pub(crate) use err;
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_cause_already_in_the_message_is_not_printed_again() {
+        let texts = |v: &[&str]| v.iter().map(|t| t.to_string()).collect::<Vec<_>>();
+        assert_eq!(
+            join_chain(texts(&[
+                "s3://b/p/metadata.db: reading failed",
+                "Error performing GET http://h/p - error sending request",
+                "error sending request",
+                "tcp connect error: Connection refused",
+            ])),
+            "s3://b/p/metadata.db: reading failed: Error performing GET http://h/p - error \
+             sending request: tcp connect error: Connection refused"
+        );
+        // Short causes are kept, even when their words appear earlier.
+        assert_eq!(
+            join_chain(texts(&["steps.npy: bad header", "bad"])),
+            "steps.npy: bad header: bad"
+        );
+    }
 
     #[test]
     fn causes_chain_as_anyhow_printed_them() {

@@ -582,3 +582,31 @@ fn library_reader_process() {
         remote.len()
     );
 }
+
+/// A server that cannot be reached: after the retries, one line that names the URL and says
+/// why, each cause once (the object store's errors repeat their sources' text at every
+/// level, which the message leaves out).
+#[test]
+fn an_unreachable_server_is_named_with_each_cause_once() {
+    let t = tempfile::tempdir().unwrap();
+    let cache = t.path().join("cache");
+    let closed = format!("http://127.0.0.1:{}", common::moto::free_port());
+    let env: Vec<(&str, Option<&str>)> = vec![
+        ("AWS_ACCESS_KEY_ID", Some("key")),
+        ("AWS_SECRET_ACCESS_KEY", Some("secret")),
+        ("AWS_REGION", Some("us-east-1")),
+        ("AWS_ENDPOINT_URL", Some(&closed)),
+        ("AWS_ALLOW_HTTP", Some("true")),
+        ("DATASET_PACKER_CACHE", Some(s(&cache))),
+    ];
+    let out = common::run_env(&["stats", "s3://packs/team/clean"], &env);
+    let err = common::stderr(&out);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.starts_with("error: s3://packs/team/clean/metadata.db: reading failed"),
+        "{err}"
+    );
+    assert_eq!(err.matches("Connection refused").count(), 1, "{err}");
+    assert!(err.matches("error sending request").count() <= 1, "{err}");
+    assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+}
