@@ -365,6 +365,39 @@ fn a_second_read_takes_every_shard_from_the_cache() {
     assert_eq!(views, 0);
 }
 
+/// Views left behind are swept by the next read: one whose `.lock` no process holds, and
+/// one without a `.lock` whose process is gone; a view whose `.lock` is held stays, whatever
+/// its process id says (another container's process, sharing the cache, has ids this one
+/// cannot see).
+#[test]
+fn the_next_read_sweeps_views_no_process_holds() {
+    let Some(moto) = moto() else { return };
+    let p = Published::new(moto, "cache/sweep");
+    let views = p.cache().join("views");
+    std::fs::create_dir_all(&views).unwrap();
+    // No process has id 4194304 + 1 (past pid_max): "gone" by its id.
+    let dead = 4_194_305u32;
+    let (held, loose, plain) = (
+        views.join(format!("{dead}-0")),
+        views.join(format!("{dead}-1")),
+        views.join(format!("{dead}-2")),
+    );
+    for dir in [&held, &loose, &plain] {
+        std::fs::create_dir(dir).unwrap();
+        std::fs::write(dir.join("metadata.db"), b"left behind").unwrap();
+    }
+    let lock = std::fs::File::create(held.join(".lock")).unwrap();
+    lock.lock_shared().unwrap();
+    std::fs::File::create(loose.join(".lock")).unwrap();
+    p.run_ok(&["stats", &p.url]);
+    assert!(held.exists(), "a view in use was removed");
+    assert!(!loose.exists() && !plain.exists(), "stale views were kept");
+    drop(lock);
+    p.run_ok(&["stats", &p.url]);
+    assert!(!held.exists(), "a view no longer in use was kept");
+    assert_eq!(std::fs::read_dir(&views).unwrap().count(), 0);
+}
+
 #[test]
 fn a_pack_larger_than_the_cache_limit_is_refused_before_any_download() {
     let Some(moto) = moto() else { return };

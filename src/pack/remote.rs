@@ -28,6 +28,9 @@ pub(crate) struct RemoteView {
     dir: PathBuf,
     /// Pinned entries: while they live, no process evicts the files the view links to.
     _entries: Vec<Entry>,
+    /// The view's `.lock`, held shared while it lives: what tells a sweep (this crate's or
+    /// the Python package's, in any container sharing the cache) that it is in use.
+    _lock: fs::File,
 }
 
 impl RemoteView {
@@ -66,11 +69,12 @@ pub(crate) fn open_view(url: &Url, wanted: Wanted) -> Result<RemoteView> {
     let views = config.dir.join("views");
     fs::create_dir_all(&views).with_context(|| format!("creating {}", views.display()))?;
     sweep_stale_views(&views);
-    let dir = new_view_dir(&views)?;
+    let (dir, lock) = new_view_dir(&views)?;
     let mut view = RemoteView {
         url: url.clone(),
         dir,
         _entries: Vec::new(),
+        _lock: lock,
     };
     let before = cache.store().transfers();
     download_records(&cache, url, &view.dir)?;
@@ -236,24 +240,42 @@ fn fetch(cache: &Cache, url: &Url, file: &VersionFile) -> Result<Entry> {
     })
 }
 
-/// A fresh, empty view folder `<views>/<pid>-<n>`.
-fn new_view_dir(views: &Path) -> Result<PathBuf> {
+/// A new view folder `<pid>-<n>` and its `.lock`, held shared while the view lives. It is
+/// made under a name no sweep looks at (`.<pid>-<n>.new`) and renamed once locked, so no
+/// sweep ever finds it unlocked; the Python package makes its views the same way.
+fn new_view_dir(views: &Path) -> Result<(PathBuf, fs::File)> {
     static NEXT: AtomicU64 = AtomicU64::new(0);
     loop {
-        let n = NEXT.fetch_add(1, Ordering::Relaxed);
-        let dir = views.join(format!("{}-{n}", std::process::id()));
-        match fs::create_dir(&dir) {
-            Ok(()) => return Ok(dir),
-            // Left by an earlier process with this pid: not ours to reuse.
+        let name = format!(
+            "{}-{}",
+            std::process::id(),
+            NEXT.fetch_add(1, Ordering::Relaxed)
+        );
+        let staging = views.join(format!(".{name}.new"));
+        match fs::create_dir(&staging) {
+            Ok(()) => {}
             Err(e) if e.kind() == IoKind::AlreadyExists => continue,
             Err(e) => {
-                return Err(Error::from(e).within(format!("creating {}", dir.display())));
+                return Err(Error::from(e).within(format!("creating {}", staging.display())));
             }
         }
+        let lock_path = staging.join(".lock");
+        let lock = fs::File::create(&lock_path)
+            .and_then(|lock| lock.lock_shared().map(|()| lock))
+            .with_context(|| format!("locking {}", lock_path.display()))?;
+        let dir = views.join(&name);
+        // A folder of that name was left by an earlier process with this pid: not ours.
+        if dir.exists() || fs::rename(&staging, &dir).is_err() {
+            let _ = fs::remove_dir_all(&staging);
+            continue;
+        }
+        return Ok((dir, lock));
     }
 }
 
-/// Removes the views of processes that no longer run (killed before they could clean up).
+/// Removes the views of processes that are gone (killed before they could clean up): a view
+/// whose `.lock` no process holds (this works across containers sharing the cache, where
+/// process ids mean nothing), or one without a `.lock` whose process does not run.
 fn sweep_stale_views(views: &Path) {
     let Ok(listing) = fs::read_dir(views) else {
         return;
@@ -267,8 +289,16 @@ fn sweep_stale_views(views: &Path) {
         else {
             continue;
         };
-        if pid != me && !process_runs(pid) {
-            let _ = fs::remove_dir_all(item.path());
+        match fs::File::open(item.path().join(".lock")) {
+            Ok(lock) => {
+                if lock.try_lock().is_ok() {
+                    let _ = fs::remove_dir_all(item.path());
+                }
+            }
+            Err(_) if pid != me && !process_runs(pid) => {
+                let _ = fs::remove_dir_all(item.path());
+            }
+            Err(_) => {}
         }
     }
 }
