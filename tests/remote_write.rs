@@ -102,8 +102,9 @@ fn download(store: &Store, prefix: &str, dir: &Path) -> Vec<String> {
 }
 
 /// What a `metadata.db` holds, table by table, as text rows in rowid order, leaving out what
-/// differs between two runs of one command: when (`created_utc`, `*_time`, `elapsed`), the
-/// command line (which names the output), and the pack's random identity (`pack_id`).
+/// differs between two runs of one command: when (`created_utc`, an update's `utc`,
+/// `*_time`, `elapsed`), the command line (which names the output), and the pack's random
+/// identity (`pack_id`).
 fn db_tables(pack: &Path) -> BTreeMap<String, Vec<Vec<String>>> {
     let db = common::db(pack);
     let tables: Vec<String> = db
@@ -117,6 +118,7 @@ fn db_tables(pack: &Path) -> BTreeMap<String, Vec<Vec<String>>> {
         name == "pack_id"
             || name.contains("time")
             || name.contains("created")
+            || name.contains("utc")
             || name.contains("command")
             || name.contains("elapsed")
     };
