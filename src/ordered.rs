@@ -87,6 +87,12 @@ where
                 .expect("spawning a worker thread");
         }
 
+        // However the consumer ends (done, stopped early, or its `consume` panicking), the
+        // workers stop: none is left waiting for a window that no longer moves.
+        let _stop = StopOnDrop {
+            state: &state,
+            changed: &changed,
+        };
         let mut outcome = None;
         for i in 0..items.len() {
             let r = {
@@ -106,13 +112,24 @@ where
                 break;
             }
         }
-        let mut s = state.lock().unwrap();
+        outcome
+    })
+}
+
+/// Stops the workers of an [`ordered_map`] when dropped.
+struct StopOnDrop<'a, R> {
+    state: &'a Mutex<State<R>>,
+    changed: &'a Condvar,
+}
+
+impl<R> Drop for StopOnDrop<'_, R> {
+    fn drop(&mut self) {
+        let mut s = self.state.lock().unwrap_or_else(|e| e.into_inner());
         s.stop = true;
         s.ready.clear();
         drop(s);
-        changed.notify_all();
-        outcome
-    })
+        self.changed.notify_all();
+    }
 }
 
 /// [`ordered_map`] for a fallible consumer: stops at the first error and returns it.
@@ -192,6 +209,41 @@ mod tests {
             },
         );
         assert!(max_ahead.load(Ordering::SeqCst) <= 6);
+    }
+
+    #[test]
+    fn a_panicking_consumer_leaves_no_worker_waiting() {
+        let items: Vec<usize> = (0..1000).collect();
+        let outcome = std::panic::catch_unwind(|| {
+            ordered_map(
+                &items,
+                3,
+                3,
+                || (),
+                |_, &i| i,
+                |i, _| {
+                    assert!(i != 20, "the consumer fails");
+                    ControlFlow::<()>::Continue(())
+                },
+            )
+        });
+        assert!(outcome.is_err());
+    }
+
+    #[test]
+    fn a_panicking_worker_is_reported_and_nothing_hangs() {
+        let items: Vec<usize> = (0..1000).collect();
+        let outcome = std::panic::catch_unwind(|| {
+            ordered_map(
+                &items,
+                3,
+                3,
+                || (),
+                |_, &i| assert!(i != 30, "a worker fails"),
+                |_, _| ControlFlow::<()>::Continue(()),
+            )
+        });
+        assert!(outcome.is_err());
     }
 
     #[test]

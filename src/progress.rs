@@ -123,6 +123,12 @@ impl Bar {
         }
     }
 
+    /// Whether anything observes this stage (so a caller can skip making a message nobody
+    /// sees).
+    pub(crate) fn is_observed(&self) -> bool {
+        self.0.is_some()
+    }
+
     pub(crate) fn set_message(&self, text: impl AsRef<str>) {
         if let Some(s) = &self.0 {
             s.0.message(text.as_ref());

@@ -194,13 +194,15 @@ pub(crate) fn parse_and_write(
                 .unwrap_or_else(|e| e.into_inner())
                 .extend(packer.copies.drain(..));
             bar.inc(src.rows_bytes);
-            let rows = packer.staged.steps().total_rows() - rows_before;
-            let rate = rows as f64 / started.elapsed().as_secs_f64().max(1e-9);
-            bar.set_message(format!(
-                "{} rows, {} rows/s",
-                thousands(rows),
-                thousands(rate as u64)
-            ));
+            if bar.is_observed() {
+                let rows = packer.staged.steps().total_rows() - rows_before;
+                let rate = rows as f64 / started.elapsed().as_secs_f64().max(1e-9);
+                bar.set_message(format!(
+                    "{} rows, {} rows/s",
+                    thousands(rows),
+                    thousands(rate as u64)
+                ));
+            }
             accepted
         },
     );
