@@ -135,17 +135,25 @@ pub struct Placement {
 impl Placement {
     /// Writes the placed rows: `rows` is the buffer given to [`ShardWriter::place_rows`]. A
     /// failure is reported when the shard is closed.
+    ///
+    /// Whole file pages of zeros are left unwritten: a placement lies past everything written
+    /// to the file before it (a shard with placed rows grows only by placement, from a file
+    /// created empty), and unwritten bytes there read as zeros (a hole, or the zeros that
+    /// closing the shard extends it with). The `search` family of a run without statistics (a
+    /// tuple-valued stretch of a game, or a game of the old layout) is zeros: writing them cost
+    /// the kernel a fresh page and a copy for every 4 KiB.
     pub fn write(mut self, rows: &[u8]) {
         let bytes = &rows[self.range.clone()];
-        let mut offset = self.offset;
-        // Pieces of at most 1 MiB: see WRITE_PIECE.
-        for piece in bytes.chunks(WRITE_PIECE) {
-            if let Err(e) = self.shard.file.write_all_at(piece, offset) {
+        for (start, end) in pieces_to_write(bytes, self.offset) {
+            if let Err(e) = self
+                .shard
+                .file
+                .write_all_at(&bytes[start..end], self.offset + start as u64)
+            {
                 let path = self.shard.path.display();
                 self.shard.fail(format!("writing {path}: {e}"));
                 break;
             }
-            offset += piece.len() as u64;
         }
         start_writeback(&self.shard.file, self.offset, bytes.len() as u64);
         self.written = true;
@@ -162,6 +170,44 @@ impl Drop for Placement {
         }
         self.shard.inflight.fetch_sub(1, Ordering::AcqRel);
     }
+}
+
+/// File pages, for [`pieces_to_write`].
+const PAGE: usize = 4096;
+
+/// The byte ranges of `bytes` (to go to file offset `offset`) that have to be written: all but
+/// the whole file pages (of [`PAGE`] bytes, at multiples of it) that hold only zeros, in ranges
+/// of at most [`WRITE_PIECE`] bytes.
+fn pieces_to_write(bytes: &[u8], offset: u64) -> Vec<(usize, usize)> {
+    let mut pieces: Vec<(usize, usize)> = Vec::new();
+    let mut keep = |start: usize, end: usize| match pieces.last_mut() {
+        Some(last) if last.1 == start && end - last.0 <= WRITE_PIECE => last.1 = end,
+        _ => pieces.push((start, end)),
+    };
+    // The part before the first page boundary, then page by page (the last may be partial).
+    let head = ((PAGE as u64 - offset % PAGE as u64) % PAGE as u64) as usize;
+    let mut start = 0;
+    while start < bytes.len() {
+        let end = if start == 0 && head > 0 {
+            head.min(bytes.len())
+        } else {
+            (start + PAGE).min(bytes.len())
+        };
+        let whole_page = end - start == PAGE;
+        if !(whole_page && is_zero(&bytes[start..end])) {
+            keep(start, end);
+        }
+        start = end;
+    }
+    pieces
+}
+
+/// Whether `bytes` are all zero: 64 bytes at a time (a fold the compiler vectorizes), stopping
+/// at the first 64 with a one bit, which rows of data have at once.
+fn is_zero(bytes: &[u8]) -> bool {
+    bytes
+        .chunks(64)
+        .all(|c| c.iter().fold(0u8, |acc, &b| acc | b) == 0)
 }
 
 /// Starts the kernel's writeback of a byte range just written (see [`Flusher`]; placed rows
@@ -919,6 +965,68 @@ mod tests {
         }
         let err = w.write_rows(&rows).unwrap_err().to_string();
         assert!(err.contains("after rows placed"), "{err}");
+    }
+
+    #[test]
+    fn only_whole_pages_of_zeros_are_left_unwritten() {
+        // 3 pages and a bit, at an offset 100 bytes before a page boundary: a partial head,
+        // a zero page, a page with one byte set, a zero page, a partial zero tail.
+        let mut bytes = vec![0u8; 100 + 3 * PAGE + 50];
+        bytes[100 + PAGE + 7] = 1;
+        let offset = 5 * PAGE as u64 - 100;
+        assert_eq!(
+            pieces_to_write(&bytes, offset),
+            [
+                (0, 100),
+                (100 + PAGE, 100 + 2 * PAGE),
+                (100 + 3 * PAGE, 100 + 3 * PAGE + 50)
+            ]
+        );
+        // Data is written whole, in pieces of at most WRITE_PIECE bytes.
+        let data = vec![7u8; WRITE_PIECE + 3 * PAGE];
+        assert_eq!(
+            pieces_to_write(&data, 0),
+            [(0, WRITE_PIECE), (WRITE_PIECE, WRITE_PIECE + 3 * PAGE)]
+        );
+        assert!(is_zero(&[0; 200]) && !is_zero(&[0, 0, 9]) && is_zero(&[]));
+    }
+
+    #[test]
+    fn placed_rows_with_pages_of_zeros_read_back_exactly() {
+        let t = tempfile::tempdir().unwrap();
+        let mut w = ShardWriter::new(t.path(), Some(3000));
+        // Runs of rows: data, zeros (whole pages of them), data, and zeros at the very end,
+        // split across shards of 3000 rows.
+        let run = |fill: u8, n: usize| vec![fill; n * ROW_BYTES];
+        let runs = [
+            run(3, 700),
+            run(0, 1500),
+            run(5, 10),
+            run(0, 2000),
+            run(0, 900),
+        ];
+        let mut placements = Vec::new();
+        for r in &runs {
+            placements.push(w.place_rows(r, crate::crc::crc32c(r)).unwrap());
+        }
+        // Written in reverse order, as workers may.
+        for (r, placed) in runs.iter().zip(placements).rev() {
+            for p in placed {
+                p.write(r);
+            }
+        }
+        let recs = w.finish().unwrap();
+        let all: Vec<u8> = runs.concat();
+        let mut at = 0;
+        for r in &recs {
+            let bytes = std::fs::read(t.path().join(&r.file_name)).unwrap();
+            assert_eq!(bytes.len() as u64, r.bytes, "{}", r.file_name);
+            assert_eq!(crate::crc::crc32c(&bytes), r.crc32c, "{}", r.file_name);
+            let data = &bytes[npy::HEADER_LEN..];
+            assert_eq!(data, &all[at..at + data.len()], "{}", r.file_name);
+            at += data.len();
+        }
+        assert_eq!(at, all.len());
     }
 
     #[test]
