@@ -3,6 +3,7 @@
 //! or plain `BASE.jsonl` (the logger writes the latter without `-Z`; one drop may mix both), and
 //! order runs by their sidecar path relative to the root, component by component.
 
+use rayon::prelude::*;
 use std::collections::{BTreeMap, HashSet};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
@@ -176,11 +177,16 @@ fn walk(
         .map(|e| e.file_name())
         .collect();
     names.sort();
-    for name in names {
+    // Follow symlinks; a dangling link to a run file still counts, so its run reports it. The
+    // files are looked at on all cores: a drop holds thousands of runs, and this walk is done
+    // before any run is parsed.
+    let metas: Vec<_> = names
+        .par_iter()
+        .map(|name| std::fs::metadata(dir.join(name)))
+        .collect();
+    for (name, meta) in names.into_iter().zip(metas) {
         let path = dir.join(&name);
         let child_rel = rel.join(&name);
-        // Follow symlinks; a dangling link to a run file still counts, so its run reports it.
-        let meta = std::fs::metadata(&path);
         if meta.as_ref().is_ok_and(|m| m.is_dir()) {
             walk(&path, &child_rel, ancestors, bases, warnings);
             continue;
