@@ -100,8 +100,18 @@ fn run_folder(run: u64) -> String {
 
 /// Writes the drop into `dir`, and the statistics each row should give.
 fn write_drop(dir: &Path) -> Truth {
+    write_drop_of(dir, &RUNS, stats_of)
+}
+
+/// Writes a drop of `runs` (depth, rows) into `dir`, row `i` of run `run` with the statistics
+/// `stats(depth, run, i)`, and the statistics each row should give.
+fn write_drop_of(
+    dir: &Path,
+    runs: &[(u64, u64)],
+    stats: impl Fn(u64, u64, u64) -> Option<(Vec<u64>, String)>,
+) -> Truth {
     let mut truth = Truth::new();
-    for (run, &(depth, rows)) in RUNS.iter().enumerate() {
+    for (run, &(depth, rows)) in runs.iter().enumerate() {
         let run = run as u64;
         let base = format!(
             "depth{depth:02}_worker00_seed{:010}_game{run:06}",
@@ -112,7 +122,7 @@ fn write_drop(dir: &Path) -> Truth {
         std::fs::create_dir_all(&sub).unwrap();
         let mut text = String::new();
         for i in 0..rows {
-            let stats = stats_of(depth, run, i);
+            let stats = stats(depth, run, i);
             let board: Vec<String> = (0..16).map(|k| ((i + k) % 5).to_string()).collect();
             let vtype = if stats.is_some() { "search" } else { "tuple11" };
             let head = format!(
@@ -411,6 +421,73 @@ fn an_update_must_agree_with_the_pack_on_search_statistics() {
             .unwrap(),
         0
     );
+}
+
+/// Whether the filesystem under `dir` keeps a file's never-written stretch as a hole.
+fn makes_holes(dir: &Path) -> bool {
+    use std::os::unix::fs::{FileExt, MetadataExt};
+    let probe = dir.join("hole-probe");
+    let f = std::fs::File::create(&probe).unwrap();
+    f.write_all_at(b"x", 4 << 20).unwrap();
+    let sparse = f.metadata().unwrap().blocks() * 512 < 4 << 20;
+    std::fs::remove_file(&probe).unwrap();
+    sparse
+}
+
+#[test]
+fn stretches_without_statistics_read_back_as_zeros_and_are_not_written() {
+    // Games whose statistics are null for long stretches (tuple-valued moves: the first 300
+    // rows, then rows 420-799 to the game's end, dozens of 4 KiB pages of zeros each), and a
+    // game with no search object at all; packed as one file and split inside the stretches.
+    let tmp = tempfile::tempdir().unwrap();
+    let raw = tmp.path().join("raw");
+    let runs = [(6, 800), (2, 500), (3, 650)];
+    let stretches = |depth, run, i| {
+        let tuple = match run {
+            0 => i < 300 || i >= 420,
+            1 => i % 3 != 0 && !(250..260).contains(&i),
+            _ => return None,
+        };
+        if tuple { None } else { stats_of(depth, run, i) }
+    };
+    let truth = write_drop_of(&raw, &runs, stretches);
+    // Run 2 has no search object at all (the old layout's rows end after the branch EVs).
+    let sub = raw.join(run_folder(2));
+    let gz = std::fs::read_dir(&sub)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.to_string_lossy().ends_with(".jsonl.gz"))
+        .unwrap();
+    let text = read_gz(&gz);
+    let old: String = text
+        .lines()
+        .map(|l| format!("{}}}\n", &l[..l.find(",\"search\"").unwrap()]))
+        .collect();
+    write_gz(&gz, old.as_bytes());
+
+    for (name, extra) in [("one", vec![]), ("split", vec!["--shard-rows", "333"])] {
+        let kept = tmp.path().join(name);
+        let mut args = vec!["--search-stats"];
+        args.extend(extra);
+        pack(&raw, &kept, &args);
+        check_family(&kept, &truth);
+        let out = run_ok(&["validate", "--deep", s(&kept)]);
+        assert!(out.contains("VALID"), "{out}");
+    }
+    // Written in one file, the zeros are holes where the filesystem makes them: the 1,500 rows
+    // without statistics hold at least 30 whole pages of zeros.
+    let family = tmp.path().join("one/search.npy");
+    if makes_holes(tmp.path()) {
+        use std::os::unix::fs::MetadataExt;
+        let meta = std::fs::metadata(&family).unwrap();
+        let allocated = meta.blocks() * 512;
+        assert!(
+            allocated + 30 * 4096 <= meta.len(),
+            "{} bytes allocated for a {}-byte file",
+            allocated,
+            meta.len()
+        );
+    }
 }
 
 #[test]
