@@ -11,8 +11,9 @@ pack comes to the decompression floor at the same thread count.
                                      # two binaries' pack --workers 2 by CPU time, paired
                                      # alternating rounds with the floor, ±--search-stats
 
-The three drops are generated once by examples/bench_corpus (100 runs of 20 000 rows each):
-the current logger's rows with depth-6/7 and depth-2/3 search counters, and the old (design
+The three drops are generated once by examples/bench_corpus, 400 runs of 5 000 rows each by
+default (2.75 MB of JSON a run, the shape of the issue's 8 M-row drop; SCAL_SHAPE=100x20000 for
+the 11 MB runs of the first measurements): the current logger's rows with depth-6/7 and depth-2/3 search counters, and the old (design
 notes') rows. CPU shares come from the binary itself: with DATASET_PACKER_THREAD_CPU=FILE,
 `pack` writes each thread's CPU time (CLOCK_THREAD_CPUTIME_ID: the parser threads
 `worker-N`, the main thread, which orders the runs and writes metadata.db, the `writeback`
@@ -20,7 +21,7 @@ threads) and the writer's pieces of work, at its end. CPU time barely changes wh
 share the machine, wall time does: every wall figure is printed with the load average, rounds
 alternate floor and pack, and medians are reported.
 
-Environment: PACKER (the binary, default target/release/dataset-packer), SCAL_DIR (default
+Environment: SCAL_SHAPE (RUNSxROWS, default 400x5000), PACKER (the binary, default target/release/dataset-packer), SCAL_DIR (default
 target/bench/scaling), SCAL_ROUNDS (paired rounds, default 5), SCAL_CPU_ROUNDS (runs per CPU
 configuration, default 3), SCAL_WORKERS (default "1 2 4"), SCAL_OUT (where packs are written,
 default /dev/shm: tmpfs).
@@ -40,6 +41,8 @@ PACKER = os.environ.get("PACKER", os.path.join(ROOT, "target/release/dataset-pac
 EXAMPLES = os.path.join(ROOT, "target/release/examples")
 DIR = os.environ.get("SCAL_DIR", os.path.join(ROOT, "target/bench/scaling"))
 ROUNDS = int(os.environ.get("SCAL_ROUNDS", "5"))
+# RUNSxROWS: the drops' shape.
+RUNS, RUN_ROWS = (int(x) for x in os.environ.get("SCAL_SHAPE", "400x5000").split("x"))
 CPU_ROUNDS = int(os.environ.get("SCAL_CPU_ROUNDS", "3"))
 WORKERS = [int(w) for w in os.environ.get("SCAL_WORKERS", "1 2 4").split()]
 # Packs are written to tmpfs, as in the issue's measurement: the disk (and other jobs' I/O on
@@ -55,7 +58,8 @@ DROPS = {
 
 
 def drop_dir(name):
-    return os.path.join(DIR, "drop-" + name.replace(" ", "-"))
+    shape = "" if (RUNS, RUN_ROWS) == (100, 20000) else f"-{RUNS}x{RUN_ROWS}"
+    return os.path.join(DIR, "drop-" + name.replace(" ", "-") + shape)
 
 
 def load():
@@ -80,8 +84,8 @@ def make_drops():
         shutil.rmtree(d, ignore_errors=True)
         print(f"generating {d}", file=sys.stderr)
         subprocess.run(
-            [os.path.join(EXAMPLES, "bench_corpus"), "--out", d, "--runs", "100",
-             "--rows-per-run", "20000", "--threads", "2", *args],
+            [os.path.join(EXAMPLES, "bench_corpus"), "--out", d, "--runs", str(RUNS),
+             "--rows-per-run", str(RUN_ROWS), "--threads", "2", *args],
             check=True,
             stdout=subprocess.DEVNULL,
         )
@@ -165,6 +169,34 @@ def amdahl_efficiency(serial, n):
     return 1.0 / (serial * n + (1.0 - serial))
 
 
+def subset(d, runs, tag):
+    """A drop of the first `runs` runs of `d` (by path), their files linked."""
+    d = os.path.abspath(d)
+    out = os.path.join(DIR, f"{tag}-" + os.path.basename(d))
+    if not os.path.exists(out):
+        bases = sorted(
+            os.path.relpath(os.path.join(root, f), d)[: -len(".meta.json")]
+            for root, _, files in os.walk(d)
+            for f in files
+            if f.endswith(".meta.json")
+        )
+        for base in bases[:runs]:
+            os.makedirs(os.path.join(out, os.path.dirname(base)), exist_ok=True)
+            for ext in (".meta.json", ".jsonl.gz"):
+                os.symlink(os.path.join(d, base + ext), os.path.join(out, base + ext))
+    return out
+
+
+def fixed_main_cpu(d, workers, search):
+    """The main thread's CPU time on a one-run pack of `d`: what it spends whatever the drop's
+    size (starting, creating the staging folder and metadata.db, publishing)."""
+    one = subset(d, 1, "one")
+    return statistics.median(
+        run_pack(one, workers, search, probe=True)[3]["cpu_s"].get("thread main", 0.0)
+        for _ in range(5)
+    )
+
+
 def cmd_cpu():
     print(f"# CPU shares (median of {CPU_ROUNDS} runs), binary {PACKER}")
     for name in DROPS:
@@ -179,7 +211,10 @@ def cmd_cpu():
                 keys = runs[0][0].keys()
                 table[w] = {k: statistics.median(r[0].get(k, 0.0) for r in runs) for k in keys}
                 totals[w] = statistics.median(r[1] for r in runs)
-                serial[w] = table[w]["main thread (orders runs, metadata.db, publish)"]
+                main = table[w]["main thread (orders runs, metadata.db, publish)"]
+                fixed = 100.0 * fixed_main_cpu(d, w, search) / totals[w]
+                table[w]["  main: fixed (its CPU on a one-run pack)"] = fixed
+                serial[w] = main - fixed
             print(f"\n## {name}, {'--search-stats' if search else 'no --search-stats'} "
                   f"(load {load():.1f})")
             print("| thread | " + " | ".join(f"{w} worker{'s' if w > 1 else ''}" for w in WORKERS) + " |")
@@ -194,7 +229,8 @@ def cmd_cpu():
                 f"{n} cores: efficiency {amdahl_efficiency(s, n):.2f} ({amdahl_efficiency(s, n) / e2:.2f} of the 2-core one)"
                 for n in (16, 64)
             )
-            print(f"\nserial share (largest of the main thread's) {100 * s:.2f}% -> Amdahl: {preds}")
+            print(f"\nserial share (the main thread's less its fixed part, largest) {100 * s:.2f}% "
+                  f"-> Amdahl: {preds}")
 
 
 def cmd_ratio():
@@ -230,23 +266,12 @@ def cmd_ratio():
 
 def cmd_rss():
     print("# peak RSS, pack --workers 2 (KiB, largest of 3)")
-    print("| drop | --search-stats | 50 runs (1 M rows) | 100 runs (2 M rows) |")
+    print(f"| drop | --search-stats | {RUNS // 2} runs ({RUNS // 2 * RUN_ROWS:,} rows) | "
+          f"{RUNS} runs ({RUNS * RUN_ROWS:,} rows) |")
     print("|---|---|---:|---:|")
     for name in DROPS:
         d = drop_dir(name)
-        half = os.path.join(DIR, "half-" + os.path.basename(d))
-        if not os.path.exists(half):
-            # The first 50 runs (by path): each run's sidecar and rows file, linked.
-            bases = sorted(
-                os.path.relpath(os.path.join(root, f), d)[: -len(".meta.json")]
-                for root, _, files in os.walk(d)
-                for f in files
-                if f.endswith(".meta.json")
-            )
-            for base in bases[: len(bases) // 2]:
-                os.makedirs(os.path.join(half, os.path.dirname(base)), exist_ok=True)
-                for ext in (".meta.json", ".jsonl.gz"):
-                    os.symlink(os.path.join(d, base + ext), os.path.join(half, base + ext))
+        half = subset(d, RUNS // 2, "half")
         for search in (False, True):
             r = [max(run_pack(x, 2, search)[2] for _ in range(3)) for x in (half, d)]
             print(f"| {name} | {'yes' if search else 'no'} | {r[0]} | {r[1]} |")
