@@ -13,15 +13,17 @@ pack comes to the decompression floor at the same thread count.
 
 The three drops are generated once by examples/bench_corpus, 400 runs of 5 000 rows each by
 default (2.75 MB of JSON a run, the shape of the issue's 8 M-row drop; SCAL_SHAPE=100x20000 for
-the 11 MB runs of the first measurements): the current logger's rows with depth-6/7 and depth-2/3 search counters, and the old (design
-notes') rows. CPU shares come from the binary itself: with DATASET_PACKER_THREAD_CPU=FILE,
-`pack` writes each thread's CPU time (CLOCK_THREAD_CPUTIME_ID: the parser threads
-`worker-N`, the main thread, which orders the runs and writes metadata.db, the `writeback`
-threads) and the writer's pieces of work, at its end. CPU time barely changes when other jobs
-share the machine, wall time does: every wall figure is printed with the load average, rounds
-alternate floor and pack, and medians are reported.
+the 11 MB runs of the first measurements): the current logger's rows with depth-6/7 and
+depth-2/3 search counters, and the old (design notes') rows. CPU shares come from the binary
+itself: with DATASET_PACKER_THREAD_CPU=FILE, `pack` writes each thread's CPU time
+(CLOCK_THREAD_CPUTIME_ID: the parser threads `worker-N`, the main thread, the `writeback`
+threads) and the pieces of work inside them (spans: the writer's per-run `commit`, made on
+whichever worker completes the next run, is the serial part), at its end. CPU time barely
+changes when other jobs share the machine, wall time does: every wall figure is printed with
+the load average, rounds alternate floor and pack, and medians are reported.
 
-Environment: SCAL_SHAPE (RUNSxROWS, default 400x5000), PACKER (the binary, default target/release/dataset-packer), SCAL_DIR (default
+Environment: SCAL_SHAPE (RUNSxROWS, default 400x5000), PACKER (the binary, default
+target/release/dataset-packer), SCAL_DIR (default
 target/bench/scaling), SCAL_ROUNDS (paired rounds, default 5), SCAL_CPU_ROUNDS (runs per CPU
 configuration, default 3), SCAL_WORKERS (default "1 2 4"), SCAL_OUT (where packs are written,
 default /dev/shm: tmpfs).
@@ -140,6 +142,10 @@ def run_floor(drop, threads):
     return json.loads(p.stdout)["seconds"], cpu
 
 
+MAIN = "main thread (starts, discovers, publishes; before ordered_try_commit also the writer)"
+COMMIT = "  workers: commit (the writer, per run: serial)"
+
+
 def shares(report):
     """Per-thread and per-piece CPU shares (percent of the process's CPU time)."""
     total = report["process_cpu_s"]
@@ -148,19 +154,23 @@ def shares(report):
     main = cpu.get("thread main", 0.0)
     writeback = sum(v for k, v in cpu.items() if "writeback" in k)
     spans = {k[5:]: v for k, v in cpu.items() if k.startswith("span ")}
+    # The writer's work per run is serial wherever it runs: on the main thread (span `writer`,
+    # binaries before ordered_try_commit) or on whichever worker completes the next run (span
+    # `commit`, inside the workers' time).
     out = {
         "parsers (worker-N threads)": workers,
-        "main thread (orders runs, metadata.db, publish)": main,
+        MAIN: main,
         "  of which the writer (per run)": spans.get("writer", 0.0),
+        COMMIT: spans.get("commit", 0.0),
         "writeback threads": writeback,
         "other / unaccounted": total - workers - main - writeback,
     }
     for k, v in spans.items():
-        if k != "writer":
+        if k not in ("writer", "commit"):
             if k.startswith("main: "):
                 out["  " + k] = v
             else:
-                out[("  main: " if k.startswith("writer") else "  workers: ") + k] = v
+                out[("  writer: " if k.startswith("writer") else "  workers: ") + k] = v
     return {k: 100.0 * v / total for k, v in out.items()}, total
 
 
@@ -211,10 +221,10 @@ def cmd_cpu():
                 keys = runs[0][0].keys()
                 table[w] = {k: statistics.median(r[0].get(k, 0.0) for r in runs) for k in keys}
                 totals[w] = statistics.median(r[1] for r in runs)
-                main = table[w]["main thread (orders runs, metadata.db, publish)"]
+                main = table[w][MAIN]
                 fixed = 100.0 * fixed_main_cpu(d, w, search) / totals[w]
                 table[w]["  main: fixed (its CPU on a one-run pack)"] = fixed
-                serial[w] = main - fixed
+                serial[w] = main - fixed + table[w][COMMIT]
             print(f"\n## {name}, {'--search-stats' if search else 'no --search-stats'} "
                   f"(load {load():.1f})")
             print("| thread | " + " | ".join(f"{w} worker{'s' if w > 1 else ''}" for w in WORKERS) + " |")
@@ -229,7 +239,8 @@ def cmd_cpu():
                 f"{n} cores: efficiency {amdahl_efficiency(s, n):.2f} ({amdahl_efficiency(s, n) / e2:.2f} of the 2-core one)"
                 for n in (16, 64)
             )
-            print(f"\nserial share (the main thread's less its fixed part, largest) {100 * s:.2f}% "
+            print(f"\nserial share (the main thread's less its fixed part, plus the commits; "
+                  f"largest) {100 * s:.2f}% "
                   f"-> Amdahl: {preds}")
 
 

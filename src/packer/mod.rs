@@ -1,9 +1,11 @@
 //! Writing packs from raw runs: [`pack_raw`] (the public call, with its options and summary)
 //! runs a new pack ([`create`]) or an update ([`update`]), each taking a [`Job`] (the checked
-//! options) and returning a summary that the command prints. Both drive the single writer here, [`Packer`]: runs are parsed on worker
-//! threads (each also fingerprints its run) and handed to it in run-id order through a bounded
-//! window; it writes their rows into staged shards (and the `search` family when the statistics
-//! are kept) and their facts into metadata.db; a run whose content is already in the pack is a
+//! options) and returning a summary that the command prints. Both drive the single writer
+//! here, [`Packer`]: runs are parsed on worker threads (each also fingerprints its run and
+//! computes its checksums), and the worker that completes the next run in run-id order gives it
+//! to the writer, within a bounded window; the writer places their rows in the staged shards
+//! (and the `search` family when the statistics are kept), which the workers then copy there,
+//! and records their facts in metadata.db; a run whose content is already in the pack is a
 //! duplicate, reported or left out. The caller opens the output, adds its session facts and
 //! publishes.
 
@@ -30,7 +32,7 @@ use crate::format::fingerprint::{self, Fingerprint, RunFacts};
 use crate::format::metadata::{FindingRecord, MetadataWriter, RunDetails, RunRecord, ShardRecord};
 use crate::format::row::remap_rows;
 use crate::format::valuation::{MAX_NAMES, ValuationTable};
-use crate::ordered::ordered_try_map;
+use crate::ordered::ordered_try_commit;
 use crate::pack::StagedPack;
 use crate::pack::shard_writer::Placement;
 use crate::progress::{Bar, Observer, Unit, thousands};
@@ -172,7 +174,9 @@ pub(crate) fn parse_and_write(
     let items: Vec<(u32, &RunSource)> = (first_id..).zip(runs.iter().copied()).collect();
     let rows_before = packer.staged.steps().total_rows();
     let copies = Mutex::new(VecDeque::new());
-    let outcome = ordered_try_map(
+    // Whichever worker completes the next run in order writes it (`commit`): no thread waits
+    // to be handed each run.
+    let outcome = ordered_try_commit(
         &items,
         workers,
         workers * 2,
@@ -186,7 +190,7 @@ pub(crate) fn parse_and_write(
             parse_one(parser, src, id)
         },
         |i, parsed| {
-            let _writer = Span::start("writer");
+            let _writer = Span::start("commit");
             let src = items[i].1;
             let accepted = packer.accept(src, parsed);
             copies
