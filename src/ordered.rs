@@ -6,13 +6,63 @@
 
 use std::collections::BTreeMap;
 use std::ops::ControlFlow;
-use std::sync::{Condvar, Mutex};
+use std::sync::{Condvar, Mutex, MutexGuard};
+use std::thread::Scope;
+
+/// Which items are claimed and which are done (consumed or committed), shared by the workers.
+#[derive(Default)]
+struct Claims {
+    next_claim: usize,
+    /// Items before it are done; a claim stays within `window` of it.
+    next_done: usize,
+    stop: bool,
+    /// Workers waiting for room in the window.
+    waiting: usize,
+}
+
+/// The next item for a worker, waiting on `room` while the window is full: `None` once every
+/// item is claimed or the work has stopped. `claims` finds the [`Claims`] in the state `s`.
+fn claim<'a, St>(
+    mut s: MutexGuard<'a, St>,
+    room: &Condvar,
+    claims: impl Fn(&mut St) -> &mut Claims,
+    items: usize,
+    window: usize,
+) -> Option<usize> {
+    loop {
+        let c = claims(&mut s);
+        if c.stop || c.next_claim >= items {
+            return None;
+        }
+        if c.next_claim < c.next_done + window {
+            c.next_claim += 1;
+            return Some(c.next_claim - 1);
+        }
+        c.waiting += 1;
+        s = room.wait(s).unwrap_or_else(|e| e.into_inner());
+        claims(&mut s).waiting -= 1;
+    }
+}
+
+/// Starts worker `w` in `scope`, named so that `/proc`, `top -H` and the CPU probe tell the
+/// workers apart.
+fn spawn_worker<'scope>(
+    scope: &'scope Scope<'scope, '_>,
+    w: usize,
+    work: impl FnOnce() + Send + 'scope,
+) {
+    std::thread::Builder::new()
+        .name(format!("worker-{w}"))
+        .spawn_scoped(scope, move || {
+            work();
+            crate::thread_cpu::thread_done();
+        })
+        .expect("spawning a worker thread");
+}
 
 struct State<R> {
-    next_claim: usize,
-    next_consume: usize,
+    claims: Claims,
     ready: BTreeMap<usize, R>,
-    stop: bool,
     worker_panicked: bool,
 }
 
@@ -34,58 +84,36 @@ where
     let workers = workers.max(1);
     let window = window.max(workers);
     let state = Mutex::new(State {
-        next_claim: 0,
-        next_consume: 0,
+        claims: Claims::default(),
         ready: BTreeMap::new(),
-        stop: false,
         worker_panicked: false,
     });
     let changed = Condvar::new();
+    let lock = || state.lock().unwrap_or_else(|e| e.into_inner());
 
     std::thread::scope(|scope| {
         for w in 0..workers.min(items.len()) {
-            let work = || {
+            spawn_worker(scope, w, || {
                 let mut local = init();
-                loop {
-                    let i = {
-                        let mut s = state.lock().unwrap();
-                        while !s.stop
-                            && s.next_claim < items.len()
-                            && s.next_claim >= s.next_consume + window
-                        {
-                            s = changed.wait(s).unwrap();
-                        }
-                        if s.stop || s.next_claim >= items.len() {
-                            return;
-                        }
-                        s.next_claim += 1;
-                        s.next_claim - 1
-                    };
+                while let Some(i) = claim(lock(), &changed, |s| &mut s.claims, items.len(), window)
+                {
                     let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
                         map(&mut local, &items[i])
                     }));
-                    let mut s = state.lock().unwrap();
+                    let mut s = lock();
                     match r {
                         Ok(r) => {
                             s.ready.insert(i, r);
                         }
                         Err(_) => {
                             s.worker_panicked = true;
-                            s.stop = true;
+                            s.claims.stop = true;
                         }
                     }
                     drop(s);
                     changed.notify_all();
                 }
-            };
-            // Named, so that `/proc`, `top -H` and the CPU probe tell the workers apart.
-            std::thread::Builder::new()
-                .name(format!("worker-{w}"))
-                .spawn_scoped(scope, move || {
-                    work();
-                    crate::thread_cpu::thread_done();
-                })
-                .expect("spawning a worker thread");
+            });
         }
 
         // However the consumer ends (done, stopped early, or its `consume` panicking), the
@@ -97,14 +125,14 @@ where
         let mut outcome = None;
         for i in 0..items.len() {
             let r = {
-                let mut s = state.lock().unwrap();
+                let mut s = lock();
                 loop {
                     if let Some(r) = s.ready.remove(&i) {
-                        s.next_consume = i + 1;
+                        s.claims.next_done = i + 1;
                         break r;
                     }
                     assert!(!s.worker_panicked, "a worker thread panicked");
-                    s = changed.wait(s).unwrap();
+                    s = changed.wait(s).unwrap_or_else(|e| e.into_inner());
                 }
             };
             changed.notify_all();
@@ -126,7 +154,7 @@ struct StopOnDrop<'a, R> {
 impl<R> Drop for StopOnDrop<'_, R> {
     fn drop(&mut self) {
         let mut s = self.state.lock().unwrap_or_else(|e| e.into_inner());
-        s.stop = true;
+        s.claims.stop = true;
         s.ready.clear();
         drop(s);
         self.changed.notify_all();
@@ -135,18 +163,13 @@ impl<R> Drop for StopOnDrop<'_, R> {
 
 /// What the workers of an [`ordered_try_commit`] share.
 struct Commits<R> {
-    next_claim: usize,
-    /// The next item to commit; items before it are committed.
-    next_commit: usize,
+    /// `next_done` is the next item to commit.
+    claims: Claims,
     ready: BTreeMap<usize, R>,
     /// A worker is committing (so the others leave their results in `ready`).
     committing: bool,
-    stop: bool,
     error: Option<crate::Error>,
     panicked: bool,
-    /// Workers waiting for room in the window (a wake-up is a system call: only made when one
-    /// waits).
-    waiting: usize,
 }
 
 /// [`ordered_try_map`] without a consumer thread: `map`s each item on one of `workers` threads,
@@ -174,39 +197,20 @@ where
     let workers = workers.max(1);
     let window = window.max(workers);
     let state = Mutex::new(Commits {
-        next_claim: 0,
-        next_commit: 0,
+        claims: Claims::default(),
         ready: BTreeMap::new(),
         committing: false,
-        stop: false,
         error: None,
         panicked: false,
-        waiting: 0,
     });
     let room = Condvar::new();
     let commit = Mutex::new(commit);
     let lock = || state.lock().unwrap_or_else(|e| e.into_inner());
     std::thread::scope(|scope| {
         for w in 0..workers.min(items.len()) {
-            let work = || {
+            spawn_worker(scope, w, || {
                 let mut local = init();
-                loop {
-                    let i = {
-                        let mut s = lock();
-                        while !s.stop
-                            && s.next_claim < items.len()
-                            && s.next_claim >= s.next_commit + window
-                        {
-                            s.waiting += 1;
-                            s = room.wait(s).unwrap_or_else(|e| e.into_inner());
-                            s.waiting -= 1;
-                        }
-                        if s.stop || s.next_claim >= items.len() {
-                            return;
-                        }
-                        s.next_claim += 1;
-                        s.next_claim - 1
-                    };
+                while let Some(i) = claim(lock(), &room, |s| &mut s.claims, items.len(), window) {
                     let mapped = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
                         map(&mut local, &items[i])
                     }));
@@ -217,7 +221,7 @@ where
                         }
                         Err(_) => {
                             s.panicked = true;
-                            s.stop = true;
+                            s.claims.stop = true;
                             drop(s);
                             room.notify_all();
                             return;
@@ -229,8 +233,13 @@ where
                     // Commit what is ready in order, this item's and any the others left.
                     s.committing = true;
                     loop {
-                        let next = s.next_commit;
-                        let Some(r) = (if s.stop { None } else { s.ready.remove(&next) }) else {
+                        let next = s.claims.next_done;
+                        let r = if s.claims.stop {
+                            None
+                        } else {
+                            s.ready.remove(&next)
+                        };
+                        let Some(r) = r else {
                             break;
                         };
                         drop(s);
@@ -239,33 +248,27 @@ where
                                 (commit.lock().unwrap_or_else(|e| e.into_inner()))(next, r)
                             }));
                         s = lock();
-                        s.next_commit = next + 1;
+                        s.claims.next_done = next + 1;
                         match outcome {
                             Ok(Ok(())) => {}
                             Ok(Err(e)) => {
                                 s.error = Some(e);
-                                s.stop = true;
+                                s.claims.stop = true;
                             }
                             Err(_) => {
                                 s.panicked = true;
-                                s.stop = true;
+                                s.claims.stop = true;
                             }
                         }
-                        // One more item may be claimed (or, stopped, every worker leaves).
-                        if s.waiting > 0 {
+                        // One more item may be claimed (or, stopped, every worker leaves). A
+                        // wake-up is a system call: made only when a worker waits.
+                        if s.claims.waiting > 0 {
                             room.notify_all();
                         }
                     }
                     s.committing = false;
                 }
-            };
-            std::thread::Builder::new()
-                .name(format!("worker-{w}"))
-                .spawn_scoped(scope, move || {
-                    work();
-                    crate::thread_cpu::thread_done();
-                })
-                .expect("spawning a worker thread");
+            });
         }
     });
     let s = state.into_inner().unwrap_or_else(|e| e.into_inner());
@@ -273,7 +276,7 @@ where
     match s.error {
         Some(e) => Err(e),
         None => {
-            debug_assert_eq!(s.next_commit, items.len(), "every item committed");
+            debug_assert_eq!(s.claims.next_done, items.len(), "every item committed");
             Ok(())
         }
     }
