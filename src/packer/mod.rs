@@ -125,7 +125,8 @@ impl RowCrcs {
 }
 
 /// A written run's rows and search statistics, placed in the files and waiting to be copied
-/// there: the workers copy them between runs, so the writer's thread only orders the runs.
+/// there: the workers copy them between runs, outside the commit (the serial part only places
+/// and records each run).
 struct Copy {
     rows: Vec<u8>,
     rows_placed: Vec<Placement>,
