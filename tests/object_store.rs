@@ -22,7 +22,7 @@ use std::time::Duration;
 use dataset_packer::ErrorKind;
 use dataset_packer::store::{Cache, Location, Store, Url, publish_dir};
 
-use common::moto::{listed_files, moto, options, options_for, shard_records};
+use common::moto::{crc32c, listed_files, moto, options, options_for, shard_records};
 
 fn url(text: &str) -> Url {
     match Location::parse(text).unwrap() {
@@ -168,7 +168,7 @@ fn a_crc_mismatch_is_refused_and_leaves_nothing_in_the_cache() {
     let data = vec![7u8; 5000];
     store.put(&file, data.clone()).unwrap();
     let cache = Cache::open(dir.path().join("cache"), 1 << 20, store.clone()).unwrap();
-    let good = dataset_packer_crc(&data);
+    let good = crc32c(&data);
 
     let err = cache.fetch(&file, 5000, good ^ 1).unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Corrupt, "{err:?}");
@@ -199,28 +199,12 @@ fn a_crc_mismatch_is_refused_and_leaves_nothing_in_the_cache() {
     assert!(!entries.join(format!("{name}.part")).exists());
 }
 
-/// CRC-32C (Castagnoli), bit by bit: the test's own oracle.
-fn dataset_packer_crc(data: &[u8]) -> u32 {
-    let mut crc = !0u32;
-    for &b in data {
-        crc ^= b as u32;
-        for _ in 0..8 {
-            crc = if crc & 1 != 0 {
-                (crc >> 1) ^ 0x82f6_3b78
-            } else {
-                crc >> 1
-            };
-        }
-    }
-    !crc
-}
-
 #[test]
 fn processes_sharing_a_cache_download_each_file_once() {
     let Some(moto) = moto() else { return };
     let dir = tempfile::tempdir().unwrap();
     let data: Vec<u8> = (0..3_000_000u32).map(|i| (i * 7 % 251) as u8).collect();
-    let crc = dataset_packer_crc(&data);
+    let crc = crc32c(&data);
     let setup = Store::new(options(moto, moto.port)).unwrap();
     let file = url("s3://packs/shared/steps-00000.npy");
     setup.put(&file, data.clone()).unwrap();
@@ -273,7 +257,7 @@ fn separate_processes_download_a_shared_file_once() {
                 .env("STORE_TEST_GO", &go)
                 .env("STORE_TEST_FILE", file)
                 .env("STORE_TEST_LEN", data.len().to_string())
-                .env("STORE_TEST_CRC", dataset_packer_crc(&data).to_string())
+                .env("STORE_TEST_CRC", crc32c(&data).to_string())
                 .stdout(Stdio::piped())
                 .spawn()
                 .unwrap()
@@ -346,7 +330,7 @@ fn eviction_keeps_the_limit_and_never_removes_a_pinned_entry() {
         cache.fetch(
             &url(&format!("s3://packs/evict/{name}.npy")),
             data.len() as u64,
-            dataset_packer_crc(data),
+            crc32c(data),
         )
     };
     let a = fetch("a").unwrap(); // pinned throughout
@@ -380,11 +364,7 @@ fn eviction_keeps_the_limit_and_never_removes_a_pinned_entry() {
         .put(&url("s3://packs/evict/big.npy"), big.clone())
         .unwrap();
     let err = cache
-        .fetch(
-            &url("s3://packs/evict/big.npy"),
-            200_000,
-            dataset_packer_crc(&big),
-        )
+        .fetch(&url("s3://packs/evict/big.npy"), 200_000, crc32c(&big))
         .unwrap_err();
     assert!(
         err.to_string().contains("larger than the cache's limit"),

@@ -28,7 +28,7 @@ use dataset_packer::store::{Cache, Location, Store, StoreOptions, Url, publish_d
 // The server (a copy of tests/object_store.rs's start-up)
 // ---------------------------------------------------------------------------------------
 
-use common::moto::{Moto, listed_files, moto, shard_records};
+use common::moto::{Moto, crc32c, listed_files, moto, shard_records};
 
 /// Store options for the server (or the proxy) at `port` with the tester's key: fast
 /// retries, so that the fault tests take milliseconds.
@@ -59,22 +59,6 @@ fn pattern(len: usize, seed: u32) -> Vec<u8> {
     (0..len as u32)
         .map(|i| (i.wrapping_mul(31).wrapping_add(seed * 7) % 251) as u8 + 1)
         .collect()
-}
-
-/// CRC-32C (Castagnoli), bit by bit: the test's own oracle.
-fn crc32c(data: &[u8]) -> u32 {
-    let mut crc = !0u32;
-    for &b in data {
-        crc ^= b as u32;
-        for _ in 0..8 {
-            crc = if crc & 1 != 0 {
-                (crc >> 1) ^ 0x82f6_3b78
-            } else {
-                crc >> 1
-            };
-        }
-    }
-    !crc
 }
 
 /// Runs `f` on a thread and waits for it; panics naming `what` if it has not finished

@@ -446,21 +446,63 @@ fn read_head(conn: &mut TcpStream) -> (Vec<u8>, Vec<u8>) {
     }
 }
 
+/// A pack of the raw fixture published to `remote` through a fault proxy, and a copy of it
+/// as published (`before`): where the tests of a failing re-publish start.
+struct Published {
+    t: tempfile::TempDir,
+    cache: PathBuf,
+    store: Store,
+    proxy: Proxy,
+    env: Vec<(String, String)>,
+    raw: PathBuf,
+    remote: &'static str,
+    before: PathBuf,
+}
+
+impl Published {
+    fn new(moto: &Moto, remote: &'static str) -> Published {
+        let t = tempfile::tempdir().unwrap();
+        let cache = t.path().join("cache");
+        let store = store(moto);
+        let proxy = Proxy::start(moto.port);
+        let env = env_for(moto, proxy.port, &cache);
+        let raw = common::fixture("raw");
+        run_ok(
+            &["pack", "--input", s(&raw), "--output", remote, "--quiet"],
+            &env,
+        );
+        let before = t.path().join("before");
+        download(&store, remote, &before);
+        Published {
+            t,
+            cache,
+            store,
+            proxy,
+            env,
+            raw,
+            remote,
+            before,
+        }
+    }
+
+    /// The pack at `remote` is still the one first published, and nothing is left staged.
+    fn assert_kept(&self) {
+        assert_eq!(staging_left(&self.cache), Vec::<String>::new());
+        let after = self.t.path().join("after");
+        download(&self.store, self.remote, &after);
+        assert_same_pack(&self.before, &after);
+        assert_eq!(
+            std::fs::read(after.join("metadata.db")).unwrap(),
+            std::fs::read(self.before.join("metadata.db")).unwrap()
+        );
+    }
+}
+
 #[test]
 fn a_failing_upload_leaves_the_old_pack_and_nothing_staged() {
     let Some(moto) = moto() else { return };
-    let t = tempfile::tempdir().unwrap();
-    let cache = t.path().join("cache");
-    let store = store(moto);
-    let proxy = Proxy::start(moto.port);
-    let env = env_for(moto, proxy.port, &cache);
-    let raw = common::fixture("raw");
-    let remote = "s3://packs/rw/faults";
-
-    run_ok(
-        &["pack", "--input", s(&raw), "--output", remote, "--quiet"],
-        &env,
-    );
+    let p = Published::new(moto, "s3://packs/rw/faults");
+    let (proxy, env, raw, remote) = (&p.proxy, &p.env, &p.raw, p.remote);
     // The server saw metadata.db last.
     let puts = proxy.puts();
     assert_eq!(puts.len(), 3, "{puts:?}");
@@ -468,15 +510,13 @@ fn a_failing_upload_leaves_the_old_pack_and_nothing_staged() {
         puts[2].0.starts_with("PUT /packs/rw/faults/metadata.db "),
         "{puts:?}"
     );
-    let before = t.path().join("before");
-    download(&store, remote, &before);
 
     proxy.mode.store(FAIL_PUTS, Ordering::SeqCst);
     let out = run(
         &[
             "pack",
             "--input",
-            s(&raw),
+            s(raw),
             "--output",
             remote,
             "--shard-rows",
@@ -484,7 +524,7 @@ fn a_failing_upload_leaves_the_old_pack_and_nothing_staged() {
             "--overwrite",
             "--quiet",
         ],
-        &env,
+        env,
     );
     proxy.mode.store(PASS, Ordering::SeqCst);
     let err = common::stderr(&out);
@@ -508,14 +548,7 @@ fn a_failing_upload_leaves_the_old_pack_and_nothing_staged() {
     );
     // The old pack is what it was (its metadata.db unchanged, every file it lists there),
     // and nothing is left in the staging folder.
-    let after = t.path().join("after");
-    download(&store, remote, &after);
-    assert_same_pack(&before, &after);
-    assert_eq!(
-        std::fs::read(after.join("metadata.db")).unwrap(),
-        std::fs::read(before.join("metadata.db")).unwrap()
-    );
-    assert_eq!(staging_left(&cache), Vec::<String>::new());
+    p.assert_kept();
 }
 
 #[test]
@@ -671,24 +704,13 @@ fn an_update_of_a_remote_pack_publishes_what_a_local_update_writes_with_its_hist
 #[test]
 fn ctrl_c_during_the_upload_leaves_the_old_pack_and_nothing_staged() {
     let Some(moto) = moto() else { return };
-    let t = tempfile::tempdir().unwrap();
-    let cache = t.path().join("cache");
-    let store = store(moto);
-    let proxy = Proxy::start(moto.port);
-    let env = env_for(moto, proxy.port, &cache);
-    let raw = common::fixture("raw");
-    let remote = "s3://packs/rw/interrupted";
-    run_ok(
-        &["pack", "--input", s(&raw), "--output", remote, "--quiet"],
-        &env,
-    );
-    let before = t.path().join("before");
-    download(&store, remote, &before);
+    let p = Published::new(moto, "s3://packs/rw/interrupted");
+    let (proxy, env, raw, remote, cache) = (&p.proxy, &p.env, &p.raw, p.remote, &p.cache);
 
     // The uploads hang; Ctrl-C once the first one is under way.
     proxy.mode.store(STALL_PUTS, Ordering::SeqCst);
     let mut child = Command::new(env!("CARGO_BIN_EXE_dataset-packer"))
-        .args(["pack", "--input", s(&raw), "--output", remote])
+        .args(["pack", "--input", s(raw), "--output", remote])
         .args(["--shard-rows", "600", "--overwrite", "--quiet"])
         .envs(env.iter().map(|(k, v)| (k, v)))
         .env_remove("RUST_LOG")
@@ -705,7 +727,7 @@ fn ctrl_c_during_the_upload_leaves_the_old_pack_and_nothing_staged() {
         std::thread::sleep(Duration::from_millis(20));
     }
     assert!(
-        !staging_left(&cache).is_empty(),
+        !staging_left(cache).is_empty(),
         "the pack is staged while it uploads"
     );
     let killed = Command::new("kill")
@@ -727,10 +749,7 @@ fn ctrl_c_during_the_upload_leaves_the_old_pack_and_nothing_staged() {
         err.contains("nothing was published; the previous pack is intact"),
         "{err}"
     );
-    assert_eq!(staging_left(&cache), Vec::<String>::new());
-    let after = t.path().join("after");
-    download(&store, remote, &after);
-    assert_same_pack(&before, &after);
+    p.assert_kept();
     let db_puts = proxy
         .puts()
         .iter()

@@ -168,3 +168,20 @@ pub fn shard_records(pack: &std::path::Path) -> Vec<(String, u64, u32)> {
     .collect::<Result<_, _>>()
     .unwrap()
 }
+
+/// CRC-32C (Castagnoli), bit by bit: the object-store tests' own oracle for the checksums
+/// the cache checks (never the crate's implementation, which is what they test).
+pub fn crc32c(data: &[u8]) -> u32 {
+    let mut crc = !0u32;
+    for &b in data {
+        crc ^= b as u32;
+        for _ in 0..8 {
+            crc = if crc & 1 != 0 {
+                (crc >> 1) ^ 0x82f6_3b78
+            } else {
+                crc >> 1
+            };
+        }
+    }
+    !crc
+}
