@@ -22,31 +22,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import FIXTURES, cli
+from conftest import FIXTURES, REPO, cli
 
-MOTO = textwrap.dedent("""
-    import json, logging, os, sys
-    logging.getLogger("werkzeug").setLevel(logging.ERROR)
-    os.environ["INITIAL_NO_AUTH_ACTION_COUNT"] = "3"  # the 3 IAM calls below; then auth is on
-    from moto.server import ThreadedMotoServer
-    import boto3
-    port = int(sys.argv[1])
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
-    server.start()
-    kw = dict(endpoint_url=f"http://127.0.0.1:{port}", region_name="us-east-1")
-    iam = boto3.client("iam", aws_access_key_id="setup", aws_secret_access_key="setup", **kw)
-    iam.create_user(UserName="tester")
-    iam.put_user_policy(UserName="tester", PolicyName="all", PolicyDocument=json.dumps(
-        {"Version": "2012-10-17",
-         "Statement": [{"Effect": "Allow", "Action": "*", "Resource": "*"}]}))
-    key = iam.create_access_key(UserName="tester")["AccessKey"]
-    s3 = boto3.client("s3", aws_access_key_id=key["AccessKeyId"],
-                      aws_secret_access_key=key["SecretAccessKey"], **kw)
-    s3.create_bucket(Bucket="packs")
-    print(json.dumps({"key": key["AccessKeyId"], "secret": key["SecretAccessKey"]}), flush=True)
-    sys.stdin.read()
-    server.stop()
-""")
+# The one script the Rust and the Python tests start the server with.
+MOTO_SERVER = REPO / "tests/python/moto_server.py"
 
 
 def _missing() -> str | None:
@@ -70,7 +49,7 @@ def s3():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    server = subprocess.Popen([sys.executable, "-c", MOTO, str(port)], stdin=subprocess.PIPE,
+    server = subprocess.Popen([sys.executable, str(MOTO_SERVER), str(port)], stdin=subprocess.PIPE,
                               stdout=subprocess.PIPE, text=True)
     line = server.stdout.readline()
     try:

@@ -12,32 +12,6 @@ use std::time::Duration;
 
 use dataset_packer::store::StoreOptions;
 
-/// Starts moto in-process in a Python that exits when its standard input closes (so the
-/// server dies with this test binary, however it ends), creates an IAM user allowed
-/// everything and the bucket `packs`, and prints the user's key.
-const MOTO: &str = r#"
-import json, logging, os, sys
-logging.getLogger("werkzeug").setLevel(logging.ERROR)  # no request log on the test's stderr
-os.environ["INITIAL_NO_AUTH_ACTION_COUNT"] = "3"  # the 3 IAM calls below; then auth is on
-from moto.server import ThreadedMotoServer
-import boto3
-port = int(sys.argv[1])
-server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
-server.start()
-kw = dict(endpoint_url=f"http://127.0.0.1:{port}", region_name="us-east-1")
-iam = boto3.client("iam", aws_access_key_id="setup", aws_secret_access_key="setup", **kw)
-iam.create_user(UserName="tester")
-iam.put_user_policy(UserName="tester", PolicyName="all", PolicyDocument=json.dumps(
-    {"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "*", "Resource": "*"}]}))
-key = iam.create_access_key(UserName="tester")["AccessKey"]
-s3 = boto3.client("s3", aws_access_key_id=key["AccessKeyId"],
-                  aws_secret_access_key=key["SecretAccessKey"], **kw)
-s3.create_bucket(Bucket="packs")
-print(json.dumps({"key": key["AccessKeyId"], "secret": key["SecretAccessKey"]}), flush=True)
-sys.stdin.read()
-server.stop()
-"#;
-
 pub struct Moto {
     pub port: u16,
     pub key: String,
@@ -73,8 +47,11 @@ fn start_moto() -> Result<Moto, String> {
         ));
     }
     let port = free_port();
+    // The one script both the Rust and the Python tests start the server with.
+    let script = super::repo().join("tests/python/moto_server.py");
     let mut child = Command::new(&python)
-        .args(["-c", MOTO, &port.to_string()])
+        .arg(&script)
+        .arg(port.to_string())
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
