@@ -53,6 +53,19 @@ fn request_path(url: &Url) -> String {
     format!("/{}/{}", url.bucket(), url.prefix())
 }
 
+/// `len` bytes of [`pattern`] `seed` put at `text` straight to the server (not through a
+/// proxy): the object, its bytes and the path its requests ask for.
+fn put_pattern(moto: &Moto, text: &str, len: usize, seed: u32) -> (Url, Vec<u8>, String) {
+    let file = url(text);
+    let data = pattern(len, seed);
+    Store::new(options(moto, moto.port))
+        .unwrap()
+        .put(&file, data.clone())
+        .unwrap();
+    let path = request_path(&file);
+    (file, data, path)
+}
+
 /// `len` bytes with no run of zeros, different for each `seed`: a reserved but unwritten
 /// stretch of a `.part` (zeros) never looks like data.
 fn pattern(len: usize, seed: u32) -> Vec<u8> {
@@ -645,13 +658,7 @@ fn a_server_too_slow_to_answer_is_retried_then_named_by_url() {
     let Some(moto) = moto() else { return };
     let dir = tempfile::tempdir().unwrap();
     let proxy = Proxy::start(moto.port);
-    let file = url("s3://packs/slow/steps-00000.npy");
-    let data = pattern(100_000, 5);
-    Store::new(options(moto, moto.port))
-        .unwrap()
-        .put(&file, data.clone())
-        .unwrap();
-    let path = request_path(&file);
+    let (file, data, path) = put_pattern(moto, "s3://packs/slow/steps-00000.npy", 100_000, 5);
     let slow = |retries| {
         let options = options(moto, proxy.port)
             .retries(retries)
@@ -698,13 +705,7 @@ fn a_slow_download_that_keeps_moving_is_not_cut_by_the_request_timeout() {
     let Some(moto) = moto() else { return };
     let dir = tempfile::tempdir().unwrap();
     let proxy = Proxy::start(moto.port);
-    let file = url("s3://packs/trickle/steps-00000.npy");
-    let data = pattern(1 << 20, 8);
-    Store::new(options(moto, moto.port))
-        .unwrap()
-        .put(&file, data.clone())
-        .unwrap();
-    let path = request_path(&file);
+    let (file, data, path) = put_pattern(moto, "s3://packs/trickle/steps-00000.npy", 1 << 20, 8);
     // 32 pieces 100 ms apart: the whole body takes over 3 s, more than the 2 s a request
     // may wait for the server, but bytes keep coming far within it.
     proxy.set(always(
@@ -733,13 +734,7 @@ fn a_long_download_cut_late_is_resumed_after_the_retry_timeout() {
     let Some(moto) = moto() else { return };
     let dir = tempfile::tempdir().unwrap();
     let proxy = Proxy::start(moto.port);
-    let file = url("s3://packs/late-cut/steps-00000.npy");
-    let data = pattern(1 << 20, 9);
-    Store::new(options(moto, moto.port))
-        .unwrap()
-        .put(&file, data.clone())
-        .unwrap();
-    let path = request_path(&file);
+    let (file, data, path) = put_pattern(moto, "s3://packs/late-cut/steps-00000.npy", 1 << 20, 9);
     // Half the body over 1.6 s, then the connection drops: later than the retry timeout
     // (1 s here, 3 minutes by default) counted from the download's start. The download has
     // been moving all along, so it is resumed, not given up.
@@ -835,13 +830,7 @@ fn a_connection_cut_mid_body_is_resumed_and_the_bytes_checked() {
     let Some(moto) = moto() else { return };
     let dir = tempfile::tempdir().unwrap();
     let proxy = Proxy::start(moto.port);
-    let file = url("s3://packs/cut/steps-00000.npy");
-    let data = pattern(2 << 20, 7);
-    Store::new(options(moto, moto.port))
-        .unwrap()
-        .put(&file, data.clone())
-        .unwrap();
-    let path = request_path(&file);
+    let (file, data, path) = put_pattern(moto, "s3://packs/cut/steps-00000.npy", 2 << 20, 7);
     let (len, crc) = (data.len() as u64, crc32c(&data));
 
     // Cut once at half the body: the client asks for the rest, and the cache checks the
