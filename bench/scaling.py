@@ -6,7 +6,9 @@ pack comes to the decompression floor at the same thread count.
                                      # and Amdahl's prediction for 16 and 64 cores
     python3 bench/scaling.py ratio   # pack ÷ libdeflate floor at 2 workers, paired rounds
     python3 bench/scaling.py rss     # peak RSS at 2 workers on half the drop and on all of it
-    python3 bench/scaling.py all     # the three
+    python3 bench/scaling.py bound   # the ceiling a free parser would reach: the floor's CPU
+                                     # time against the floor's plus writing the pack's bytes
+    python3 bench/scaling.py all     # cpu, ratio and rss
     python3 bench/scaling.py ab OLD_BINARY NEW_BINARY
                                      # two binaries' pack --workers 2 by CPU time, paired
                                      # alternating rounds with the floor, ±--search-stats
@@ -292,6 +294,73 @@ def cmd_rss():
             print(f"| {name} | {'yes' if search else 'no'} | {r[0]} | {r[1]} |")
 
 
+def json_bytes(drop):
+    """The drop's decompressed size (what a parser has to read), as the floor reports it."""
+    p = subprocess.run(
+        [os.path.join(EXAMPLES, "gunzip_floor"), drop, "--threads", "2", "--engine", "libdeflate"],
+        capture_output=True, text=True, check=True,
+    )
+    return json.loads(p.stdout)["decompressed_bytes"]
+
+
+def written_bytes(pack):
+    """Bytes each file of a finished pack holds on disk (holes left out: pack does not write
+    them)."""
+    return {f: min(os.stat(os.path.join(pack, f)).st_blocks * 512,
+                   os.path.getsize(os.path.join(pack, f)))
+            for f in sorted(os.listdir(pack))}
+
+
+def write_cpu(sizes):
+    """CPU time (user + sys of this process) to write `sizes` bytes into fresh files under OUT
+    with 256 KiB pwrites from a buffer already in cache: what pack's output alone costs."""
+    chunk = os.urandom(256 * 1024)
+    out = tempfile.mkdtemp(prefix="scal-write-", dir=OUT)
+    before = os.times()
+    for name, size in sizes.items():
+        fd = os.open(os.path.join(out, name), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        pos = 0
+        while pos < size:
+            pos += os.pwrite(fd, chunk[: min(len(chunk), size - pos)], pos)
+        os.close(fd)
+    now = os.times()
+    shutil.rmtree(out)
+    return (now.user - before.user) + (now.system - before.system)
+
+
+def cmd_bound():
+    """How close to the floor a pack could come if parsing cost nothing: it still has to
+    decompress (the floor, F) and write its output (W), so pack ÷ floor <= F / (F + W). What
+    the 0.7 goal leaves for parsing and the rest is F / 0.7 - F - W; divided into the drop's
+    JSON bytes, that is the speed a parser would need, per core."""
+    print(f"# the ceiling of pack ÷ floor at 2 workers by CPU time, medians of {ROUNDS} rounds, "
+          f"binary {PACKER}")
+    print("| drop | --search-stats | bytes written MB | floor F s | writing W s | pack P s | "
+          "F ÷ P | ceiling F ÷ (F + W) | parsing and the rest, P − F − W s | "
+          "what 0.7 leaves for it s | × cheaper needed | JSON GB/s a core: now, needed |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")
+    for name in DROPS:
+        d = drop_dir(name)
+        warm(d)
+        text = json_bytes(d)
+        for search in (False, True):
+            keep = tempfile.mkdtemp(prefix="scal-bound-", dir=OUT)
+            run_pack(d, 2, search, out_dir=keep)
+            sizes = written_bytes(os.path.join(keep, "pack"))
+            shutil.rmtree(keep)
+            floors, writes, packs = [], [], []
+            for _ in range(ROUNDS):
+                floors.append(run_floor(d, 2)[1])
+                writes.append(write_cpu(sizes))
+                packs.append(run_pack(d, 2, search)[1])
+            f, w, p = (statistics.median(x) for x in (floors, writes, packs))
+            rest, budget = p - f - w, f / 0.7 - f - w
+            print(f"| {name} | {'yes' if search else 'no'} | {sum(sizes.values()) / 1e6:.0f} | "
+                  f"{f:.3f} | {w:.3f} | {p:.3f} | {f / p:.2f} | {f / (f + w):.2f} | {rest:.3f} | "
+                  f"{budget:.3f} | {rest / budget:.1f} | {text / rest / 1e9:.1f}, "
+                  f"{text / budget / 1e9:.1f} |", flush=True)
+
+
 def cmd_ab(old, new):
     """Paired rounds: the floor, then both binaries in alternating order; CPU time (user + sys
     of the process), which contention moves far less than wall time."""
@@ -335,6 +404,8 @@ def main():
             cmd_ratio()
         if m in ("rss", "all"):
             cmd_rss()
+        if m == "bound":
+            cmd_bound()
 
 
 if __name__ == "__main__":
