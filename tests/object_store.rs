@@ -1,7 +1,7 @@
 //! The object-store foundation against a real S3-compatible server on localhost: moto's
 //! server, started once for this test binary from the test venv (IAM authentication on, so
-//! that a wrong credential is refused as S3 refuses it), and a small fault-injecting TCP
-//! proxy in front of it. Publishing a pack made from fixtures/raw, fetching its files through
+//! that a wrong credential is refused as S3 refuses it), and the fault proxy of tests/common
+//! in front of it. Publishing a pack made from fixtures/raw, fetching its files through
 //! the cache, CRC refusal, one download per node, eviction and pins, the three "not there /
 //! not allowed" messages, and retries.
 //!
@@ -11,11 +11,8 @@
 mod common;
 
 use std::collections::BTreeMap;
-use std::io::{Read, Write};
-use std::net::{Shutdown, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Barrier};
 use std::time::Duration;
 
@@ -23,6 +20,7 @@ use dataset_packer::ErrorKind;
 use dataset_packer::store::{Cache, Location, Store, Url, publish_dir};
 
 use common::moto::{crc32c, listed_files, moto, options, options_for, shard_records};
+use common::proxy::{Fault, Proxy};
 
 fn url(text: &str) -> Url {
     match Location::parse(text).unwrap() {
@@ -425,83 +423,31 @@ fn a_missing_key_a_missing_bucket_and_a_wrong_credential_each_say_so() {
     );
 }
 
-/// A TCP proxy in front of moto that spoils the next `fail` connections: answers 503, or
-/// drops the connection after reading the request.
-struct Proxy {
-    port: u16,
-    fail: Arc<AtomicUsize>,
-    drop_instead: Arc<AtomicUsize>,
-    spoiled: Arc<AtomicUsize>,
+/// Spoils the next `n` requests through `proxy`, whatever they ask: each answered 503, or its
+/// connection dropped after the request's head is read.
+fn spoil(proxy: &Proxy, n: usize, drop_connection: bool) {
+    let fault = if drop_connection {
+        Fault::Drop
+    } else {
+        Fault::Status(503)
+    };
+    let mut left = n;
+    proxy.set(move |_: &str, _: &str| {
+        if left == 0 {
+            return Fault::Pass;
+        }
+        left -= 1;
+        fault
+    });
 }
 
-impl Proxy {
-    fn start(upstream: u16) -> Proxy {
-        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-        let port = listener.local_addr().unwrap().port();
-        let fail = Arc::new(AtomicUsize::new(0));
-        let drop_instead = Arc::new(AtomicUsize::new(0));
-        let spoiled = Arc::new(AtomicUsize::new(0));
-        let (f, d, s) = (fail.clone(), drop_instead.clone(), spoiled.clone());
-        std::thread::spawn(move || {
-            for conn in listener.incoming() {
-                let Ok(mut conn) = conn else { continue };
-                let spoil = f
-                    .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
-                    .is_ok();
-                if spoil {
-                    s.fetch_add(1, Ordering::SeqCst);
-                    read_head(&mut conn);
-                    if d.load(Ordering::SeqCst) == 0 {
-                        let _ = conn.write_all(
-                            b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\n\
-                              Connection: close\r\n\r\n",
-                        );
-                    }
-                    let _ = conn.shutdown(Shutdown::Both);
-                    continue;
-                }
-                let Ok(up) = TcpStream::connect(("127.0.0.1", upstream)) else {
-                    continue;
-                };
-                let (mut c2, mut u2) = (conn.try_clone().unwrap(), up.try_clone().unwrap());
-                std::thread::spawn(move || {
-                    let _ = std::io::copy(&mut c2, &mut u2);
-                    let _ = u2.shutdown(Shutdown::Write);
-                });
-                std::thread::spawn(move || {
-                    let (mut conn, mut up) = (conn, up);
-                    let _ = std::io::copy(&mut up, &mut conn);
-                    let _ = conn.shutdown(Shutdown::Write);
-                });
-            }
-        });
-        Proxy {
-            port,
-            fail,
-            drop_instead,
-            spoiled,
-        }
-    }
-
-    /// Spoils the next `n` connections, with a 503 or by dropping them.
-    fn spoil(&self, n: usize, drop_connection: bool) {
-        self.spoiled.store(0, Ordering::SeqCst);
-        self.drop_instead
-            .store(drop_connection as usize, Ordering::SeqCst);
-        self.fail.store(n, Ordering::SeqCst);
-    }
-}
-
-fn read_head(conn: &mut TcpStream) {
-    conn.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
-    let mut head = Vec::new();
-    let mut buf = [0u8; 4096];
-    while !head.windows(4).any(|w| w == b"\r\n\r\n") && head.len() < 65536 {
-        match conn.read(&mut buf) {
-            Ok(0) | Err(_) => break,
-            Ok(n) => head.extend_from_slice(&buf[..n]),
-        }
-    }
+/// The requests spoiled since the last [`spoil`].
+fn spoiled(proxy: &Proxy) -> usize {
+    proxy
+        .seen()
+        .iter()
+        .filter(|s| s.fault != Fault::Pass)
+        .count()
 }
 
 #[test]
@@ -516,40 +462,31 @@ fn failures_are_retried_with_backoff_then_named_by_url() {
     for drop_connection in [false, true] {
         // A fresh store per case: a new connection pool, so each request meets the proxy.
         let store = Store::new(options(moto, proxy.port)).unwrap();
-        proxy.spoil(3, drop_connection);
+        spoil(&proxy, 3, drop_connection);
         assert_eq!(store.get(&file).unwrap(), data, "drop: {drop_connection}");
-        assert_eq!(
-            proxy.spoiled.load(Ordering::SeqCst),
-            3,
-            "three failures, then success"
-        );
+        assert_eq!(spoiled(&proxy), 3, "three failures, then success");
         // Writes are retried too.
         let store = Store::new(options(moto, proxy.port)).unwrap();
-        proxy.spoil(2, drop_connection);
+        spoil(&proxy, 2, drop_connection);
         store
             .put(&url("s3://packs/faults/up.npy"), data.clone())
             .unwrap();
-        assert_eq!(proxy.spoiled.load(Ordering::SeqCst), 2);
+        assert_eq!(spoiled(&proxy), 2);
         assert_eq!(direct.get(&url("s3://packs/faults/up.npy")).unwrap(), data);
     }
 
     // A server that keeps failing: the retries run out, and the error names the URL.
     let store = Store::new(options(moto, proxy.port).retries(2)).unwrap();
-    proxy.spoil(1000, false);
+    spoil(&proxy, 1000, false);
     let err = store.get(&file).unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Io);
     assert_eq!(
         err.to_string(),
         "s3://packs/faults/steps.npy: reading failed, retries exhausted"
     );
-    assert_eq!(
-        proxy.spoiled.load(Ordering::SeqCst),
-        3,
-        "the first try and 2 retries"
-    );
+    assert_eq!(spoiled(&proxy), 3, "the first try and 2 retries");
     assert!(
         format!("{err:?}").contains("503"),
         "the cause is kept: {err:?}"
     );
-    proxy.spoil(0, false);
 }

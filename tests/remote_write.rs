@@ -1,6 +1,6 @@
 //! Writing packs to object storage, driven through the binary against a real S3-compatible
-//! server on localhost (moto, started once for this test binary as tests/object_store.rs
-//! starts it; the start-up is copied here until it moves to tests/common). Each of `pack`,
+//! server on localhost (moto, and the fault proxy in front of it where a test needs one,
+//! both from tests/common). Each of `pack`,
 //! `merge`, `shuffle` and `export --format pack` publishes the same bytes it writes to a local
 //! folder, `metadata.db` last; an existing pack needs `--overwrite`, which deletes only that
 //! pack's files; a failing upload leaves the old pack as it was and no staging folder behind;
@@ -12,18 +12,16 @@
 mod common;
 
 use std::collections::BTreeMap;
-use std::io::{Read, Write};
-use std::net::{Shutdown, TcpListener, TcpStream};
+use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use common::s;
 use dataset_packer::store::{Location, Store, StoreOptions, Url};
 
 use common::moto::{Moto, moto};
+use common::proxy::{Fault, Proxy};
 
 /// The environment the binary reads its credentials and endpoint from (the server at
 /// `port`: moto itself or a proxy in front of it), and the cache folder it stages in.
@@ -346,104 +344,23 @@ fn an_existing_remote_pack_needs_overwrite_which_deletes_only_its_own_files() {
 }
 
 /// What the proxy does with a PUT.
-const PASS: usize = 0;
-const FAIL_PUTS: usize = 1;
-const STALL_PUTS: usize = 2;
-
-/// A TCP proxy in front of moto that logs every PUT (the request line, and whether it was let
-/// through) and, as `mode` says, passes PUTs on, answers them 503, or holds them unanswered
-/// until the mode changes. Every other request passes. Each connection carries one request,
-/// so none slips past on a kept-alive connection.
-struct Proxy {
-    port: u16,
-    mode: Arc<AtomicUsize>,
-    puts: Arc<Mutex<Vec<(String, bool)>>>,
+/// The PUTs `proxy` has seen since its rule was last set: (request path, let through).
+fn puts(proxy: &Proxy) -> Vec<(String, bool)> {
+    proxy
+        .seen()
+        .into_iter()
+        .filter(|s| s.method == "PUT")
+        .map(|s| (s.path, s.fault == Fault::Pass))
+        .collect()
 }
 
-impl Proxy {
-    fn start(upstream: u16) -> Proxy {
-        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-        let port = listener.local_addr().unwrap().port();
-        let mode = Arc::new(AtomicUsize::new(PASS));
-        let puts = Arc::new(Mutex::new(Vec::new()));
-        let (m, log) = (mode.clone(), puts.clone());
-        std::thread::spawn(move || {
-            for conn in listener.incoming() {
-                let Ok(conn) = conn else { continue };
-                let (m, log) = (m.clone(), log.clone());
-                std::thread::spawn(move || serve(conn, upstream, &m, &log));
-            }
-        });
-        Proxy { port, mode, puts }
-    }
-
-    /// The PUTs so far: (request line, let through).
-    fn puts(&self) -> Vec<(String, bool)> {
-        self.puts.lock().unwrap().clone()
-    }
-}
-
-/// One connection: the request's head read, then a PUT failed or held as the mode says, or
-/// the request forwarded with `Connection: close` and the answer copied back.
-fn serve(mut conn: TcpStream, upstream: u16, mode: &AtomicUsize, log: &Mutex<Vec<(String, bool)>>) {
-    let (head, rest) = read_head(&mut conn);
-    let text = String::from_utf8_lossy(&head).into_owned();
-    let request_line = text.lines().next().unwrap_or("").to_string();
-    if request_line.starts_with("PUT ") {
-        let now = mode.load(Ordering::SeqCst);
-        log.lock().unwrap().push((request_line, now == PASS));
-        if now == STALL_PUTS {
-            while mode.load(Ordering::SeqCst) == STALL_PUTS {
-                std::thread::sleep(Duration::from_millis(20));
-            }
-        }
-        if now != PASS {
-            let _ = conn.write_all(
-                b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
-            );
-            let _ = conn.shutdown(Shutdown::Both);
-            return;
-        }
-    }
-    let Ok(mut up) = TcpStream::connect(("127.0.0.1", upstream)) else {
-        return;
-    };
-    let mut new_head: String = text
-        .trim_end_matches("\r\n")
-        .split("\r\n")
-        .filter(|l| !l.to_ascii_lowercase().starts_with("connection:"))
-        .map(|l| format!("{l}\r\n"))
-        .collect();
-    new_head.push_str("Connection: close\r\n\r\n");
-    if up.write_all(new_head.as_bytes()).is_err() || up.write_all(&rest).is_err() {
-        return;
-    }
-    let (mut c2, mut u2) = (conn.try_clone().unwrap(), up.try_clone().unwrap());
-    let body = std::thread::spawn(move || {
-        let _ = std::io::copy(&mut c2, &mut u2);
-    });
-    let _ = std::io::copy(&mut up, &mut conn);
-    let _ = conn.shutdown(Shutdown::Both);
-    let _ = up.shutdown(Shutdown::Both);
-    let _ = body.join();
-}
-
-/// The request head (through the blank line) and whatever of the body came with it.
-fn read_head(conn: &mut TcpStream) -> (Vec<u8>, Vec<u8>) {
-    conn.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
-    let mut data = Vec::new();
-    let mut buf = [0u8; 8192];
-    loop {
-        if let Some(at) = data.windows(4).position(|w| w == b"\r\n\r\n") {
-            let rest = data.split_off(at + 4);
-            conn.set_read_timeout(None).unwrap();
-            return (data, rest);
-        }
-        match conn.read(&mut buf) {
-            Ok(0) | Err(_) => return (data, Vec::new()),
-            Ok(n) => data.extend_from_slice(&buf[..n]),
-        }
-    }
+/// Every PUT through `proxy` meets `fault` from now on; other requests pass.
+fn puts_meet(proxy: &Proxy, fault: Fault) {
+    proxy.set(
+        move |method: &str, _: &str| {
+            if method == "PUT" { fault } else { Fault::Pass }
+        },
+    );
 }
 
 /// A pack of the raw fixture published to `remote` through a fault proxy, and a copy of it
@@ -504,14 +421,14 @@ fn a_failing_upload_leaves_the_old_pack_and_nothing_staged() {
     let p = Published::new(moto, "s3://packs/rw/faults");
     let (proxy, env, raw, remote) = (&p.proxy, &p.env, &p.raw, p.remote);
     // The server saw metadata.db last.
-    let puts = proxy.puts();
-    assert_eq!(puts.len(), 3, "{puts:?}");
-    assert!(
-        puts[2].0.starts_with("PUT /packs/rw/faults/metadata.db "),
-        "{puts:?}"
+    let published = puts(proxy);
+    assert_eq!(published.len(), 3, "{published:?}");
+    assert_eq!(
+        published[2].0, "/packs/rw/faults/metadata.db",
+        "{published:?}"
     );
 
-    proxy.mode.store(FAIL_PUTS, Ordering::SeqCst);
+    puts_meet(proxy, Fault::Status(503));
     let out = run(
         &[
             "pack",
@@ -526,7 +443,7 @@ fn a_failing_upload_leaves_the_old_pack_and_nothing_staged() {
         ],
         env,
     );
-    proxy.mode.store(PASS, Ordering::SeqCst);
+    let refused: Vec<String> = puts(proxy).into_iter().map(|p| p.0).collect();
     let err = common::stderr(&out);
     assert_eq!(out.status.code(), Some(1), "{err}");
     assert!(
@@ -537,9 +454,8 @@ fn a_failing_upload_leaves_the_old_pack_and_nothing_staged() {
         err.contains(&format!("{remote}/steps-00000.npy: writing failed")),
         "{err}"
     );
-    let refused: Vec<String> = proxy.puts()[3..].iter().map(|p| p.0.clone()).collect();
     assert!(
-        refused.len() > 1 && refused.iter().all(|r| r.contains("/steps-00000.npy ")),
+        refused.len() > 1 && refused.iter().all(|r| r.ends_with("/steps-00000.npy")),
         "the first upload was retried, and nothing after it was tried: {refused:?}"
     );
     assert!(
@@ -708,7 +624,7 @@ fn ctrl_c_during_the_upload_leaves_the_old_pack_and_nothing_staged() {
     let (proxy, env, raw, remote, cache) = (&p.proxy, &p.env, &p.raw, p.remote, &p.cache);
 
     // The uploads hang; Ctrl-C once the first one is under way.
-    proxy.mode.store(STALL_PUTS, Ordering::SeqCst);
+    puts_meet(proxy, Fault::Hang);
     let mut child = Command::new(env!("CARGO_BIN_EXE_dataset-packer"))
         .args(["pack", "--input", s(raw), "--output", remote])
         .args(["--shard-rows", "600", "--overwrite", "--quiet"])
@@ -719,7 +635,7 @@ fn ctrl_c_during_the_upload_leaves_the_old_pack_and_nothing_staged() {
         .spawn()
         .unwrap();
     let started = std::time::Instant::now();
-    while !proxy.puts().iter().skip(3).any(|p| !p.1) {
+    while puts(proxy).is_empty() {
         assert!(
             started.elapsed() < Duration::from_secs(60),
             "no upload started"
@@ -736,7 +652,6 @@ fn ctrl_c_during_the_upload_leaves_the_old_pack_and_nothing_staged() {
         .unwrap();
     assert!(killed.success());
     let status = child.wait().unwrap();
-    proxy.mode.store(PASS, Ordering::SeqCst);
     let mut err = String::new();
     child
         .stderr
@@ -750,10 +665,9 @@ fn ctrl_c_during_the_upload_leaves_the_old_pack_and_nothing_staged() {
         "{err}"
     );
     p.assert_kept();
-    let db_puts = proxy
-        .puts()
-        .iter()
-        .filter(|p| p.0.contains("metadata.db"))
-        .count();
-    assert_eq!(db_puts, 1, "only the first pack's metadata.db was sent");
+    let sent: Vec<String> = puts(proxy).into_iter().map(|p| p.0).collect();
+    assert!(
+        sent.iter().all(|p| !p.ends_with("/metadata.db")),
+        "the interrupted publish never sent metadata.db: {sent:?}"
+    );
 }

@@ -4,6 +4,7 @@
 
 pub mod logger;
 pub mod moto;
+pub mod proxy;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
