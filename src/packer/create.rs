@@ -43,7 +43,7 @@ pub(crate) fn pack_into(job: &Job, out: OutputDir) -> Result<Summary> {
     let started = Instant::now();
     thread_cpu::enabled(); // the probe's clock starts here
     let discover = thread_cpu::Span::start("main: discover");
-    let mut found = discover_runs(&job.input)?;
+    let mut found = discover_runs(&job.input, job.workers)?;
     drop(discover);
     let full_run_count = found.runs.len();
     if let Some(p) = job.partition {

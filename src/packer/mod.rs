@@ -76,9 +76,19 @@ pub(crate) struct Job {
     pub command_line: String,
 }
 
-/// Walks the input; a drop without runs is an error.
-pub(crate) fn discover_runs(input: &Path) -> Result<Discovery> {
-    let found = discover(input)?;
+/// Walks the input on `workers` threads (as many as the parsers: `--workers` bounds every
+/// thread the pack runs on, rayon's global pool would take every core); a drop without runs
+/// is an error.
+pub(crate) fn discover_runs(input: &Path, workers: usize) -> Result<Discovery> {
+    let pool = match rayon::ThreadPoolBuilder::new()
+        .num_threads(workers.max(1))
+        .thread_name(|i| format!("discover-{i}"))
+        .build()
+    {
+        Ok(pool) => pool,
+        Err(e) => fail!(Io, "cannot start the threads that walk the input: {e}"),
+    };
+    let found = pool.install(|| discover(input))?;
     for w in &found.warnings {
         log::warn!("{w}");
     }

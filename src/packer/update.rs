@@ -57,7 +57,7 @@ pub(crate) fn update(job: &Job) -> Result<Updated> {
     check_search_family(&existing, job)?;
     let extended = job.search_stats.then_some(search::FAMILY);
     let dropped = companions_to_drop(&existing, &job.drop_companions, extended)?;
-    let found = discover_runs(&job.input)?;
+    let found = discover_runs(&job.input, job.workers)?;
     let sorted = sort_runs(&existing, &found);
     if !sorted.changed.is_empty() && !job.options.skip_invalid {
         let reasons: Vec<&str> = sorted.changed.iter().map(|c| c.reason.as_str()).collect();

@@ -178,8 +178,8 @@ fn walk(
         .collect();
     names.sort();
     // Follow symlinks; a dangling link to a run file still counts, so its run reports it. The
-    // files are looked at on all cores: a drop holds thousands of runs, and this walk is done
-    // before any run is parsed.
+    // files are looked at on the caller's rayon pool (pack's has one thread per worker): a
+    // drop holds thousands of runs, and this walk is done before any run is parsed.
     let metas: Vec<_> = names
         .par_iter()
         .map(|name| std::fs::metadata(dir.join(name)))
