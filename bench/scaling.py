@@ -8,6 +8,8 @@ pack comes to the decompression floor at the same thread count.
     python3 bench/scaling.py rss     # peak RSS at 2 workers on half the drop and on all of it
     python3 bench/scaling.py bound   # the ceiling a free parser would reach: the floor's CPU
                                      # time against the floor's plus writing the pack's bytes
+    python3 bench/scaling.py lock    # two threads writing one file against two files: the
+                                     # kernel's one-writer-per-file lock, measured
     python3 bench/scaling.py all     # cpu, ratio and rss
     python3 bench/scaling.py ab OLD_BINARY NEW_BINARY
                                      # two binaries' pack --workers 2 by CPU time, paired
@@ -146,6 +148,8 @@ def run_floor(drop, threads):
 
 MAIN = "main thread (starts, discovers, publishes; before ordered_try_commit also the writer)"
 COMMIT = "  workers: commit (the writer, per run: serial)"
+# The copy of a run into one file (`copy: steps`, `copy: search`): serial per file.
+FILE_SPAN = "  workers: copy: "
 
 
 def shares(report):
@@ -218,6 +222,7 @@ def cmd_cpu():
             table = {}
             totals = {}
             serial = {}
+            files = {}
             for w in WORKERS:
                 runs = [shares(run_pack(d, w, search, probe=True)[3]) for _ in range(CPU_ROUNDS)]
                 keys = runs[0][0].keys()
@@ -227,6 +232,9 @@ def cmd_cpu():
                 fixed = 100.0 * fixed_main_cpu(d, w, search) / totals[w]
                 table[w]["  main: fixed (its CPU on a one-run pack)"] = fixed
                 serial[w] = main - fixed + table[w][COMMIT]
+                # The kernel takes one write into a file at a time (the inode's lock), so each
+                # file's copy span is serial too; the busiest file's is the one that binds.
+                files[w] = max(table[w].get(FILE_SPAN + f, 0.0) for f in ("steps", "search"))
             print(f"\n## {name}, {'--search-stats' if search else 'no --search-stats'} "
                   f"(load {load():.1f})")
             print("| thread | " + " | ".join(f"{w} worker{'s' if w > 1 else ''}" for w in WORKERS) + " |")
@@ -236,14 +244,16 @@ def cmd_cpu():
                 print(f"| {k} | " + " | ".join(f"{table[w].get(k, 0.0):.2f}%" for w in WORKERS) + " |")
             print("| process CPU s | " + " | ".join(f"{totals[w]:.3f}" for w in WORKERS) + " |")
             s = max(serial.values()) / 100.0
-            e2 = amdahl_efficiency(s, 2)
+            f = max(files.values()) / 100.0
             preds = ", ".join(
-                f"{n} cores: efficiency {amdahl_efficiency(s, n):.2f} ({amdahl_efficiency(s, n) / e2:.2f} of the 2-core one)"
+                f"{n} cores: efficiency {amdahl_efficiency(s + f, n):.2f} "
+                f"({amdahl_efficiency(s + f, n) / amdahl_efficiency(s + f, 2):.2f} of the 2-core one)"
                 for n in (16, 64)
             )
-            print(f"\nserial share (the main thread's less its fixed part, plus the commits; "
-                  f"largest) {100 * s:.2f}% "
-                  f"-> Amdahl: {preds}")
+            print(f"\nserial shares (largest): the main thread's less its fixed part, plus the "
+                  f"commits, {100 * s:.2f}%; the writes into the busiest file {100 * f:.2f}% "
+                  f"-> Amdahl on their sum: {preds}; pipeline bound (the busiest serial part "
+                  f"saturated): {1 / max(s, f):.0f} workers")
 
 
 def cmd_ratio():
@@ -361,6 +371,48 @@ def cmd_bound():
                   f"{text / budget / 1e9:.1f} |", flush=True)
 
 
+def cmd_lock(per_thread=128 << 20, chunk=256 * 1024):
+    """Two threads `pwrite` 256 KiB pieces (a run's rows are written so) into disjoint halves of
+    one file, then each into a file of its own, on OUT. Buffered writes into one file take the
+    inode's lock (tmpfs, ext4 and XFS alike), so the first does not scale and the second does:
+    the writes into each file of a pack are serial work, whichever worker runs them."""
+    import threading
+
+    data = os.urandom(chunk)
+
+    def fill(fd, base):
+        for pos in range(0, per_thread, chunk):
+            os.pwrite(fd, data, base + pos)
+
+    def once(same):
+        out = tempfile.mkdtemp(prefix="scal-lock-", dir=OUT)
+        names = ["one"] if same else ["a", "b"]
+        fds = [os.open(os.path.join(out, n), os.O_WRONLY | os.O_CREAT, 0o644) for n in names]
+        jobs = [(fds[0], 0), (fds[0], per_thread)] if same else [(fds[0], 0), (fds[1], 0)]
+        before, t = os.times(), time.perf_counter()
+        threads = [threading.Thread(target=fill, args=j) for j in jobs]
+        for th in threads:
+            th.start()
+        for th in threads:
+            th.join()
+        wall, now = time.perf_counter() - t, os.times()
+        for fd in fds:
+            os.close(fd)
+        shutil.rmtree(out)
+        return wall, (now.user - before.user) + (now.system - before.system)
+
+    print(f"# 2 threads writing {2 * per_thread >> 20} MiB in {chunk >> 10} KiB pwrites on {OUT}, "
+          f"medians of {ROUNDS}")
+    print("| into | wall s | CPU s | GB/s |")
+    print("|---|---:|---:|---:|")
+    for same in (True, False):
+        runs = [once(same) for _ in range(ROUNDS)]
+        wall = statistics.median(r[0] for r in runs)
+        cpu = statistics.median(r[1] for r in runs)
+        print(f"| {'one file' if same else 'a file each'} | {wall:.3f} | {cpu:.3f} | "
+              f"{2 * per_thread / wall / 1e9:.2f} |")
+
+
 def cmd_ab(old, new):
     """Paired rounds: the floor, then both binaries in alternating order; CPU time (user + sys
     of the process), which contention moves far less than wall time."""
@@ -406,6 +458,8 @@ def main():
             cmd_rss()
         if m == "bound":
             cmd_bound()
+        if m == "lock":
+            cmd_lock()
 
 
 if __name__ == "__main__":

@@ -144,11 +144,16 @@ struct Copy {
 }
 
 impl Copy {
+    /// Writes the run's bytes into each file. The kernel lets one `write` into a file at a
+    /// time (the inode's lock), so each file's span is serial work whoever runs it.
     fn write(self) {
+        let steps = Span::start("copy: steps");
         for p in self.rows_placed {
             p.write(&self.rows);
         }
+        drop(steps);
         if let Some((search, placed)) = self.search {
+            let _family = Span::start("copy: search");
             for p in placed {
                 p.write(&search);
             }
@@ -163,7 +168,6 @@ fn copy_waiting(copies: &Mutex<VecDeque<Copy>>) {
         let Some(copy) = next else {
             return;
         };
-        let _span = Span::start("copy");
         copy.write();
     }
 }
