@@ -148,8 +148,8 @@ def run_floor(drop, threads):
 
 MAIN = "main thread (starts, discovers, publishes; before ordered_try_commit also the writer)"
 COMMIT = "  workers: commit (the writer, per run: serial)"
-# The copy of a run into one file (`copy: steps`, `copy: search`): serial per file.
-FILE_SPAN = "  workers: copy: "
+# The writes into one file (`write into one file: steps`, `…: search`): serial per file.
+FILE_SPAN = "  workers: write into one file: "
 
 
 def shares(report):

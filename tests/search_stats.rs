@@ -465,7 +465,18 @@ fn stretches_without_statistics_read_back_as_zeros_and_are_not_written() {
         .collect();
     write_gz(&gz, old.as_bytes());
 
-    for (name, extra) in [("one", vec![]), ("split", vec!["--shard-rows", "333"])] {
+    // From 12 workers on, the copies fault their pages in before writing them: the same files.
+    let split = ["--shard-rows", "333"];
+    let packs: [(&str, Vec<&str>); 4] = [
+        ("one", vec![]),
+        ("split", split.to_vec()),
+        ("one-prefaulted", vec!["--workers", "12"]),
+        (
+            "split-prefaulted",
+            [&split[..], &["--workers", "12"]].concat(),
+        ),
+    ];
+    for (name, extra) in &packs {
         let kept = tmp.path().join(name);
         let mut args = vec!["--search-stats"];
         args.extend(extra);
@@ -474,20 +485,48 @@ fn stretches_without_statistics_read_back_as_zeros_and_are_not_written() {
         let out = run_ok(&["validate", "--deep", s(&kept)]);
         assert!(out.contains("VALID"), "{out}");
     }
-    // Written in one file, the zeros are holes where the filesystem makes them: the 1,500 rows
-    // without statistics hold at least 30 whole pages of zeros.
-    let family = tmp.path().join("one/search.npy");
-    if makes_holes(tmp.path()) {
-        use std::os::unix::fs::MetadataExt;
-        let meta = std::fs::metadata(&family).unwrap();
-        let allocated = meta.blocks() * 512;
-        assert!(
-            allocated + 30 * 4096 <= meta.len(),
-            "{} bytes allocated for a {}-byte file",
-            allocated,
-            meta.len()
+    for name in ["one", "split"] {
+        let (plain, prefaulted) = (
+            tmp.path().join(name),
+            tmp.path().join(format!("{name}-prefaulted")),
         );
+        for file in npy_files(&plain) {
+            assert_eq!(
+                std::fs::read(plain.join(&file)).unwrap(),
+                std::fs::read(prefaulted.join(&file)).unwrap(),
+                "{name}: {file}"
+            );
+        }
     }
+    // Written in one file, the zeros are holes where the filesystem makes them (prefaulted
+    // too: only the pages written are faulted in): the 1,500 rows without statistics hold at
+    // least 30 whole pages of zeros.
+    for name in ["one", "one-prefaulted"] {
+        let family = tmp.path().join(name).join("search.npy");
+        if makes_holes(tmp.path()) {
+            use std::os::unix::fs::MetadataExt;
+            let meta = std::fs::metadata(&family).unwrap();
+            let allocated = meta.blocks() * 512;
+            assert!(
+                allocated + 30 * 4096 <= meta.len(),
+                "{name}: {} bytes allocated for a {}-byte file",
+                allocated,
+                meta.len()
+            );
+        }
+    }
+}
+
+/// The `.npy` files of a pack folder, by name.
+fn npy_files(pack: &Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(pack)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.ends_with(".npy"))
+        .collect();
+    names.sort();
+    assert!(names.len() >= 2, "{names:?}");
+    names
 }
 
 #[test]

@@ -17,6 +17,7 @@ use crate::format::metadata::{RowLocation, ShardRecord};
 use crate::format::npy;
 use crate::format::row::ROW_BYTES;
 use crate::format::search;
+use crate::thread_cpu::Span;
 
 /// At most this many shards: the 5-digit index runs 00000..=99999.
 pub const MAX_SHARDS: u64 = 100_000;
@@ -102,12 +103,19 @@ struct OpenShard {
     /// Once rows are placed in the shard ([`ShardWriter::place_rows`]): the handle their
     /// writers share. From then on rows only go in by placement.
     shared: Option<Arc<SharedShard>>,
+    /// The size the file was extended to for [`Placement::prefault`] (0: not extended).
+    extended_to: u64,
 }
 
 /// A shard file as the threads writing placed rows into it share it.
 struct SharedShard {
     file: File,
     path: PathBuf,
+    /// The mapping [`Placement::prefault`] faults pages in through (the file is extended for
+    /// it), when placements are prefaulted.
+    map: Option<Mapping>,
+    /// What the thread-CPU probe calls the writes into this file (see [`write_span`]).
+    write_span: &'static str,
     /// Placements handed out and not yet dropped.
     inflight: AtomicUsize,
     /// The first failure of a placement (a write error, or rows never written).
@@ -133,6 +141,30 @@ pub struct Placement {
 }
 
 impl Placement {
+    /// Asks the kernel for the file's pages that [`Placement::write`] is going to fill, through
+    /// a mapping of them (with [`ShardWriter::prefault_placements`]; otherwise nothing).
+    ///
+    /// Why: the kernel takes one `write` into a file at a time (the inode's lock, on tmpfs,
+    /// ext4 and XFS alike), and most of a write's time into fresh pages goes to allocating
+    /// them. A page fault allocates the same page without that lock, so with the pages there
+    /// the write that follows only copies, and many threads can fill one file. It costs more
+    /// CPU in all (the pages are zeroed and mapped first), so it pays only when the writes
+    /// would otherwise queue for the lock. A failure is ignored: the write then allocates the
+    /// pages itself and reports any real error (a full disk).
+    /// `rows` is the buffer given to [`ShardWriter::place_rows`]: pages [`Placement::write`]
+    /// leaves unwritten (zeros) are not faulted in either.
+    pub fn prefault(&self, rows: &[u8]) {
+        let Some(map) = &self.shard.map else {
+            return;
+        };
+        let bytes = &rows[self.range.clone()];
+        for (start, end) in pieces_to_write(bytes, self.offset) {
+            if !map.populate(self.offset + start as u64, end - start) {
+                return;
+            }
+        }
+    }
+
     /// Writes the placed rows: `rows` is the buffer given to [`ShardWriter::place_rows`]. A
     /// failure is reported when the shard is closed.
     ///
@@ -144,15 +176,21 @@ impl Placement {
     /// the kernel a fresh page and a copy for every 4 KiB.
     pub fn write(mut self, rows: &[u8]) {
         let bytes = &rows[self.range.clone()];
-        for (start, end) in pieces_to_write(bytes, self.offset) {
-            if let Err(e) = self
-                .shard
-                .file
-                .write_all_at(&bytes[start..end], self.offset + start as u64)
-            {
+        let pieces = pieces_to_write(bytes, self.offset);
+        let under_lock = Span::start(self.shard.write_span);
+        for &(start, end) in &pieces {
+            let at = self.offset + start as u64;
+            if let Err(e) = self.shard.file.write_all_at(&bytes[start..end], at) {
                 let path = self.shard.path.display();
                 self.shard.fail(format!("writing {path}: {e}"));
                 break;
+            }
+        }
+        drop(under_lock);
+        if let Some(map) = &self.shard.map {
+            let _release = Span::start("copy: release");
+            for &(start, end) in &pieces {
+                map.release(self.offset + start as u64, end - start);
             }
         }
         start_writeback(&self.shard.file, self.offset, bytes.len() as u64);
@@ -210,6 +248,95 @@ fn is_zero(bytes: &[u8]) -> bool {
         .all(|c| c.iter().fold(0u8, |acc, &b| acc | b) == 0)
 }
 
+/// The thread-CPU probe's name for the writes into the file at `path`: the kernel takes one
+/// write into a file at a time (the inode's lock, on tmpfs, ext4 and XFS alike), so each
+/// file's writes are serial work, whichever threads make them.
+fn write_span(path: &Path) -> &'static str {
+    let name = path.file_name().unwrap_or_default().to_string_lossy();
+    if name.starts_with("steps") {
+        "write into one file: steps"
+    } else if name.starts_with(search::FAMILY) {
+        "write into one file: search"
+    } else {
+        "write into one file: another family"
+    }
+}
+
+/// A shared mapping of a shard file, through which [`Placement::prefault`] faults pages in.
+/// It covers the shard's largest size (or [`RESERVE_UNBOUNDED`] bytes of address space when
+/// that is not known), however long the file is yet: it is made once, since making and
+/// removing mappings takes a lock of the whole process's address space. Nothing is ever read
+/// or written through it.
+struct Mapping {
+    addr: *mut libc::c_void,
+    len: usize,
+}
+
+// SAFETY: the mapping is only handed to the kernel (madvise, munmap), never dereferenced.
+unsafe impl Send for Mapping {}
+unsafe impl Sync for Mapping {}
+
+/// Address space reserved for a shard of no set size: 1 TiB.
+const RESERVE_UNBOUNDED: u64 = 1 << 40;
+
+impl Mapping {
+    /// A mapping of `len` bytes of `file`; None when the kernel refuses (a limit on address
+    /// space, say): the writes then allocate their pages themselves.
+    fn new(file: &File, len: u64) -> Option<Mapping> {
+        use std::os::fd::AsRawFd;
+        let len = usize::try_from(len).ok()?.max(1);
+        // SAFETY: a fresh shared mapping of an open file; see the type's comment.
+        let addr = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                file.as_raw_fd(),
+                0,
+            )
+        };
+        (addr != libc::MAP_FAILED).then_some(Mapping { addr, len })
+    }
+
+    /// `advice` for the whole pages holding `[from, from + len)`; false past the mapping or
+    /// when the kernel says no.
+    fn advise(&self, from: u64, len: usize, advice: libc::c_int) -> bool {
+        let start = from - from % PAGE as u64;
+        let end = from + len as u64;
+        if len == 0 || end > self.len as u64 {
+            return false;
+        }
+        // SAFETY: a range inside the mapping; the advice only affects its page tables.
+        unsafe {
+            libc::madvise(
+                self.addr.add(start as usize),
+                (end - start) as usize,
+                advice,
+            ) == 0
+        }
+    }
+
+    /// Faults in the file's pages of `[from, from + len)` (`MADV_POPULATE_WRITE`, Linux 5.14:
+    /// a page that cannot be had gives an error, never a SIGBUS).
+    fn populate(&self, from: u64, len: usize) -> bool {
+        self.advise(from, len, libc::MADV_POPULATE_WRITE)
+    }
+
+    /// Drops this process's page-table entries for them again (the pages stay in the file's
+    /// cache), so the mapping does not add the file's size to the process's resident memory.
+    fn release(&self, from: u64, len: usize) {
+        self.advise(from, len, libc::MADV_DONTNEED);
+    }
+}
+
+impl Drop for Mapping {
+    fn drop(&mut self) {
+        // SAFETY: unmapped once, by its owner.
+        unsafe { libc::munmap(self.addr, self.len) };
+    }
+}
+
 /// Starts the kernel's writeback of a byte range just written (see [`Flusher`]; placed rows
 /// are written on the caller's threads, which start it themselves).
 fn start_writeback(file: &File, from: u64, len: u64) {
@@ -235,6 +362,10 @@ const WRITEBACK_EVERY: u64 = 2 << 20;
 /// `bs=1M`, nearly all of it in the kernel's copy into the new folios.
 const WRITE_PIECE: usize = 1 << 20;
 
+/// How far ahead of the placements a file is extended for [`Placement::prefault`]: one
+/// `ftruncate` per this many bytes placed.
+const EXTEND_STEP: u64 = 64 << 20;
+
 /// Writes smaller than this are gathered in a buffer first; larger ones go straight to the
 /// file (a buffer as large as the pieces would copy every byte once more).
 const BUFFER_BYTES: usize = 64 << 10;
@@ -244,8 +375,29 @@ impl OpenShard {
         self.header_len + self.rows * self.row_bytes
     }
 
+    /// Makes the file at least `end` bytes long (a page fault past the end of a file fails),
+    /// in steps of [`EXTEND_STEP`] but never past `most`, the shard's full size. Only the
+    /// thread that places rows does this, in order, so the file never shrinks under a
+    /// placement being written.
+    fn extend_for(&mut self, end: u64, most: Option<u64>) -> Result<()> {
+        if end <= self.extended_to {
+            return Ok(());
+        }
+        let step = EXTEND_STEP;
+        let to = end.div_ceil(step) * step;
+        let to = most.map_or(to, |m| to.min(m)).max(end);
+        self.file
+            .get_ref()
+            .set_len(to)
+            .with_context(|| format!("writing {}", self.path.display()))?;
+        self.extended_to = to;
+        Ok(())
+    }
+
     /// The handle placed rows are written through (made on the first placement).
-    fn share(&mut self) -> Result<Arc<SharedShard>> {
+    /// With `prefault`, the shared file is mapped for [`Placement::prefault`], over `most`
+    /// bytes (the shard's largest size, when it has one).
+    fn share(&mut self, prefault: bool, most: Option<u64>) -> Result<Arc<SharedShard>> {
         if let Some(shared) = &self.shared {
             return Ok(shared.clone());
         }
@@ -258,9 +410,14 @@ impl OpenShard {
             .get_ref()
             .try_clone()
             .with_context(|| format!("opening {}", self.path.display()))?;
+        let map = prefault
+            .then(|| Mapping::new(&file, most.unwrap_or(RESERVE_UNBOUNDED)))
+            .flatten();
         let shared = Arc::new(SharedShard {
             file,
             path: self.path.clone(),
+            map,
+            write_span: write_span(&self.path),
             inflight: AtomicUsize::new(0),
             error: Mutex::new(None),
         });
@@ -339,6 +496,8 @@ pub struct ShardWriter {
     flusher: Flusher,
     /// Rows the caller said it will write in all (see [`ShardWriter::expect_rows`]).
     expected_rows: Option<u64>,
+    /// Whether placements can be prefaulted ([`ShardWriter::prefault_placements`]).
+    prefault: bool,
 }
 
 impl ShardWriter {
@@ -361,6 +520,7 @@ impl ShardWriter {
             written: Vec::new(),
             flusher: Flusher::start(),
             expected_rows: None,
+            prefault: false,
         }
     }
 
@@ -417,6 +577,13 @@ impl ShardWriter {
     /// (ext4: about a third less time in `write`). A shard left shorter is cut back to size.
     pub fn expect_rows(&mut self, total: u64) {
         self.expected_rows = Some(total);
+    }
+
+    /// Lets the placements' writers call [`Placement::prefault`] before
+    /// [`Placement::write`]: the file is made long enough for every placement when it is
+    /// placed (in steps of [`EXTEND_STEP`]; closing cuts it back to size).
+    pub fn prefault_placements(&mut self, yes: bool) {
+        self.prefault = yes;
     }
 
     /// Reserves the space of the shard being opened, when the total is known.
@@ -527,6 +694,7 @@ impl ShardWriter {
                     data_crc: state.current_crc,
                     flushed_to,
                     shared: None,
+                    extended_to: 0,
                 })
             }
         };
@@ -543,6 +711,7 @@ impl ShardWriter {
             written: state.written.clone(),
             flusher: Flusher::start(),
             expected_rows: None,
+            prefault: false,
         })
     }
 
@@ -582,7 +751,14 @@ impl ShardWriter {
         }
         let name = file_name(&self.layout.prefix, self.shard_rows, self.next_index);
         let path = self.dir.join(&name);
-        let file = File::create(&path).with_context(|| format!("creating {}", path.display()))?;
+        // Readable too: a shared mapping of it (`Placement::prefault`) needs both.
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(&path)
+            .with_context(|| format!("creating {}", path.display()))?;
         self.reserve(&file, &path)?;
         let mut file = BufWriter::with_capacity(BUFFER_BYTES, file);
         file.write_all(&self.layout.header(0))?;
@@ -595,6 +771,7 @@ impl ShardWriter {
             data_crc: 0,
             flushed_to: 0,
             shared: None,
+            extended_to: 0,
         });
         self.next_index += 1;
         Ok(())
@@ -681,7 +858,11 @@ impl ShardWriter {
             let (now, rest) = bytes.split_at(rows as usize * row_bytes);
             match placed.as_deref_mut() {
                 Some(placed) => {
-                    let shared = shard.share()?;
+                    let most = limit.map(|l| shard.header_len + l * shard.row_bytes);
+                    let shared = shard.share(self.prefault, most)?;
+                    if shared.map.is_some() {
+                        shard.extend_for(shard.end_offset() + now.len() as u64, most)?;
+                    }
                     shared.inflight.fetch_add(1, Ordering::AcqRel);
                     let from = all_len - bytes.len();
                     placed.push(Placement {
@@ -993,10 +1174,26 @@ mod tests {
 
     #[test]
     fn placed_rows_with_pages_of_zeros_read_back_exactly() {
+        for shard_rows in [Some(3000), None] {
+            place_zeros_and_data(shard_rows, false);
+        }
+    }
+
+    #[test]
+    fn prefaulted_placements_give_the_same_files() {
+        for shard_rows in [Some(3000), None] {
+            place_zeros_and_data(shard_rows, true);
+        }
+    }
+
+    /// Runs of rows (data, zeros in whole pages, data, zeros at the very end), placed, then
+    /// written in reverse order as workers may (prefaulted first with `prefault`), split
+    /// across shards of `shard_rows`: the files hold exactly the rows, and their records the
+    /// right sizes and CRCs.
+    fn place_zeros_and_data(shard_rows: Option<u64>, prefault: bool) {
         let t = tempfile::tempdir().unwrap();
-        let mut w = ShardWriter::new(t.path(), Some(3000));
-        // Runs of rows: data, zeros (whole pages of them), data, and zeros at the very end,
-        // split across shards of 3000 rows.
+        let mut w = ShardWriter::new(t.path(), shard_rows);
+        w.prefault_placements(prefault);
         let run = |fill: u8, n: usize| vec![fill; n * ROW_BYTES];
         let runs = [
             run(3, 700),
@@ -1008,10 +1205,20 @@ mod tests {
         let mut placements = Vec::new();
         for r in &runs {
             placements.push(w.place_rows(r, crate::crc::crc32c(r)).unwrap());
+            // A prefaulted file is made long enough for its placements when they are placed
+            // (the mapping's page faults cannot go past its end).
+            let open = w.current.as_ref().unwrap();
+            let len = std::fs::metadata(&open.path).unwrap().len();
+            assert_eq!(
+                len >= open.end_offset(),
+                prefault,
+                "{len} {}",
+                open.end_offset()
+            );
         }
-        // Written in reverse order, as workers may.
         for (r, placed) in runs.iter().zip(placements).rev() {
             for p in placed {
+                p.prefault(r);
                 p.write(r);
             }
         }

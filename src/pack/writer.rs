@@ -108,6 +108,15 @@ impl StagedPack {
         }
     }
 
+    /// Lets the writers of placed rows fault their pages in before writing them, in every
+    /// file (see `Placement::prefault`): worth it when many threads write into the same file.
+    pub(crate) fn prefault_placements(&mut self, yes: bool) {
+        self.steps().prefault_placements(yes);
+        for (_, w) in &mut self.families {
+            w.prefault_placements(yes);
+        }
+    }
+
     /// The steps' writer (until [`StagedPack::finish_files`]).
     pub fn steps(&mut self) -> &mut ShardWriter {
         self.steps
