@@ -179,25 +179,46 @@ fn copy_waiting(copies: &Mutex<VecDeque<Copy>>) {
     }
 }
 
-/// From this many workers on, the copies fault their pages in before writing them
-/// (`Placement::prefault`). The kernel takes one write into a file at a time, and a write into
-/// fresh pages spends most of its time allocating them under that lock: on the 2-core
-/// benchmark VM the writes into the busiest file are 4-8% of the CPU time, so they would queue
-/// from about 12 workers on and saturate at 12-21. Faulted in first, the pages are allocated
-/// in parallel and the write under the lock only copies (1.0-1.7% of the CPU time), for about
-/// 16% more CPU time in all with `--search-stats` (the faults, zeroing and unmapping cost more
-/// than the write's own allocation). With fewer workers the lock is mostly free, and the plain
-/// write is cheaper.
-const PREFAULT_WORKERS: usize = 12;
+/// From this many workers on, the copies into files on tmpfs fault their pages in before
+/// writing them (`Placement::prefault`). The kernel takes one write into a file at a time,
+/// and a write into fresh pages spends most of its time allocating them under that lock: on
+/// the 2-core benchmark VM the writes into the busiest file are 4-8% of the CPU time on tmpfs,
+/// so they queue from about 12 workers on and saturate at 12-21. Faulted in first, the pages
+/// are allocated in parallel and the write under the lock only copies (1.0-2.2% of the CPU
+/// time), for 4-22% more CPU time in all (the faults, zeroing and unmapping cost more than the
+/// write's own allocation). With fewer workers the lock is mostly free, and the plain write is
+/// cheaper.
+const PREFAULT_WORKERS_TMPFS: usize = 12;
 
-/// Whether a pack on `workers` threads prefaults its copies: from [`PREFAULT_WORKERS`] on, or
-/// as `DATASET_PACKER_PREFAULT` (`1` or `0`) says.
-fn prefault_for(workers: usize) -> bool {
+/// The same on other filesystems. On ext4 the plain write is cheaper (the busiest file's
+/// writes about 5% of the CPU time with `--search-stats`, saturating at about 21 workers) and
+/// prefaulting dearer (about 30% more CPU time, and ext4's large folios allocate some pages of
+/// zeros the plain write leaves as holes), so it pays only once the lock saturates.
+const PREFAULT_WORKERS_OTHER: usize = 24;
+
+/// Whether a pack on `workers` threads writing into `dir` prefaults its copies: from
+/// [`PREFAULT_WORKERS_TMPFS`] or [`PREFAULT_WORKERS_OTHER`] workers on, or as
+/// `DATASET_PACKER_PREFAULT` (`1` or `0`) says.
+fn prefault_for(workers: usize, dir: &Path) -> bool {
     match std::env::var("DATASET_PACKER_PREFAULT").as_deref() {
         Ok("1") => true,
         Ok("0") => false,
-        _ => workers >= PREFAULT_WORKERS,
+        _ if on_tmpfs(dir) => workers >= PREFAULT_WORKERS_TMPFS,
+        _ => workers >= PREFAULT_WORKERS_OTHER,
     }
+}
+
+/// Whether `dir` is on tmpfs (false when that cannot be told).
+fn on_tmpfs(dir: &Path) -> bool {
+    use std::os::unix::ffi::OsStrExt;
+    let Ok(path) = std::ffi::CString::new(dir.as_os_str().as_bytes()) else {
+        return false;
+    };
+    let mut fs = std::mem::MaybeUninit::<libc::statfs>::uninit();
+    // SAFETY: a NUL-terminated path and a buffer of the right type, read only on success.
+    let ok = unsafe { libc::statfs(path.as_ptr(), fs.as_mut_ptr()) } == 0;
+    // SAFETY: statfs filled it.
+    ok && unsafe { fs.assume_init() }.f_type == libc::TMPFS_MAGIC
 }
 
 /// Parses `runs` on `workers` threads and hands them to `packer` in order.
@@ -216,7 +237,8 @@ pub(crate) fn parse_and_write(
     let keep_search = packer.search.is_some();
     let items: Vec<(u32, &RunSource)> = (first_id..).zip(runs.iter().copied()).collect();
     let rows_before = packer.staged.steps().total_rows();
-    packer.staged.prefault_placements(prefault_for(workers));
+    let prefault = prefault_for(workers, packer.staged.staging());
+    packer.staged.prefault_placements(prefault);
     let copies = Mutex::new(VecDeque::new());
     // Whichever worker completes the next run in order writes it (`commit`): no thread waits
     // to be handed each run.
@@ -865,17 +887,30 @@ mod tests {
     use super::*;
 
     #[test]
-    fn copies_are_prefaulted_from_twelve_workers_on() {
+    fn copies_are_prefaulted_from_twelve_workers_on_tmpfs_and_24_elsewhere() {
         // DATASET_PACKER_PREFAULT decides instead when it is set.
         if std::env::var_os("DATASET_PACKER_PREFAULT").is_some() {
             return;
         }
-        assert!(!prefault_for(1));
-        assert!(!prefault_for(PREFAULT_WORKERS - 1));
-        assert!(prefault_for(PREFAULT_WORKERS));
-        assert_eq!(
-            PREFAULT_WORKERS, 12,
-            "README.md and docs/architecture.md say 12"
-        );
+        let disk = tempfile::tempdir_in(env!("CARGO_MANIFEST_DIR")).unwrap();
+        let shm = Path::new("/dev/shm");
+        for (dir, from) in [
+            (shm, PREFAULT_WORKERS_TMPFS),
+            (disk.path(), PREFAULT_WORKERS_OTHER),
+        ] {
+            if dir == shm && !on_tmpfs(shm) {
+                continue;
+            }
+            let from = if on_tmpfs(dir) {
+                PREFAULT_WORKERS_TMPFS
+            } else {
+                from
+            };
+            assert!(!prefault_for(1, dir), "{}", dir.display());
+            assert!(!prefault_for(from - 1, dir), "{}", dir.display());
+            assert!(prefault_for(from, dir), "{}", dir.display());
+        }
+        // README.md and docs/architecture.md give these numbers.
+        assert_eq!((PREFAULT_WORKERS_TMPFS, PREFAULT_WORKERS_OTHER), (12, 24));
     }
 }
