@@ -8,7 +8,7 @@ use std::io::{BufWriter, Write};
 use std::ops::Range;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use crate::error::{Context, Result, ensure, err, fail};
@@ -116,6 +116,10 @@ struct SharedShard {
     map: Option<Mapping>,
     /// What the thread-CPU probe calls the writes into this file (see [`write_span`]).
     write_span: &'static str,
+    /// The end of the pages faulted in through `map` so far.
+    populated_to: AtomicU64,
+    /// Bytes written since the mapping's entries were last dropped.
+    unreleased: AtomicU64,
     /// Placements handed out and not yet dropped.
     inflight: AtomicUsize,
     /// The first failure of a placement (a write error, or rows never written).
@@ -123,6 +127,27 @@ struct SharedShard {
 }
 
 impl SharedShard {
+    /// Counts `bytes` written into pages faulted in through the mapping, and every
+    /// [`RELEASE_EVERY`] bytes drops the mapping's page-table entries (the pages stay in the
+    /// file's cache), so that it does not add the file's size to the process's resident
+    /// memory. Once per so many bytes rather than per write: each drop makes the kernel tell
+    /// every CPU running the process to forget the entries.
+    fn written_through_map(&self, bytes: u64) {
+        let Some(map) = &self.map else {
+            return;
+        };
+        let before = self.unreleased.fetch_add(bytes, Ordering::AcqRel);
+        if before + bytes < RELEASE_EVERY
+            || self.unreleased.swap(0, Ordering::AcqRel) < RELEASE_EVERY
+        {
+            return;
+        }
+        let _release = Span::start("copy: release");
+        // Entries of pages faulted in and not yet written go too: harmless, the write finds
+        // them in the file's cache all the same.
+        map.release(0, self.populated_to.load(Ordering::Acquire) as usize);
+    }
+
     fn fail(&self, message: String) {
         let mut error = self.error.lock().unwrap_or_else(|e| e.into_inner());
         error.get_or_insert(message);
@@ -159,9 +184,13 @@ impl Placement {
         };
         let bytes = &rows[self.range.clone()];
         for (start, end) in pieces_to_write(bytes, self.offset) {
-            if !map.populate(self.offset + start as u64, end - start) {
+            let at = self.offset + start as u64;
+            if !map.populate(at, end - start) {
                 return;
             }
+            self.shard
+                .populated_to
+                .fetch_max(at + (end - start) as u64, Ordering::AcqRel);
         }
     }
 
@@ -187,12 +216,7 @@ impl Placement {
             }
         }
         drop(under_lock);
-        if let Some(map) = &self.shard.map {
-            let _release = Span::start("copy: release");
-            for &(start, end) in &pieces {
-                map.release(self.offset + start as u64, end - start);
-            }
-        }
+        self.shard.written_through_map(bytes.len() as u64);
         start_writeback(&self.shard.file, self.offset, bytes.len() as u64);
         self.written = true;
     }
@@ -276,6 +300,10 @@ struct Mapping {
 unsafe impl Send for Mapping {}
 unsafe impl Sync for Mapping {}
 
+/// Bytes written through a shard's mapping between two drops of its page-table entries (at most
+/// this much of each file is resident for the mapping).
+const RELEASE_EVERY: u64 = 8 << 20;
+
 /// Address space reserved for a shard of no set size: 1 TiB.
 const RESERVE_UNBOUNDED: u64 = 1 << 40;
 
@@ -324,7 +352,7 @@ impl Mapping {
     }
 
     /// Drops this process's page-table entries for them again (the pages stay in the file's
-    /// cache), so the mapping does not add the file's size to the process's resident memory.
+    /// cache).
     fn release(&self, from: u64, len: usize) {
         self.advise(from, len, libc::MADV_DONTNEED);
     }
@@ -418,6 +446,8 @@ impl OpenShard {
             path: self.path.clone(),
             map,
             write_span: write_span(&self.path),
+            populated_to: AtomicU64::new(0),
+            unreleased: AtomicU64::new(0),
             inflight: AtomicUsize::new(0),
             error: Mutex::new(None),
         });
