@@ -184,8 +184,8 @@ fn copy_waiting(copies: &Mutex<VecDeque<Copy>>) {
 /// and a write into fresh pages spends most of its time allocating them under that lock: on
 /// the 2-core benchmark VM the writes into the busiest file are 4-8% of the CPU time on tmpfs,
 /// so they queue from about 12 workers on and saturate at 12-21. Faulted in first, the pages
-/// are allocated in parallel and the write under the lock only copies (1.0-2.2% of the CPU
-/// time), for 4-22% more CPU time in all (the faults, zeroing and unmapping cost more than the
+/// are allocated in parallel and the write under the lock only copies (1.2-2.0% of the CPU
+/// time), for 2-15% more CPU time in all (the faults, zeroing and unmapping cost more than the
 /// write's own allocation). With fewer workers the lock is mostly free, and the plain write is
 /// cheaper.
 const PREFAULT_WORKERS_TMPFS: usize = 12;
