@@ -1079,8 +1079,8 @@ fn a_long_plain_rows_file_streams_like_its_gzip() {
 
 /// DATASET_PACKER_THREAD_CPU=FILE (the scaling bench's probe): the report names the parser
 /// threads, the main thread and the pieces of work (the writer's commits, one per run, made on
-/// the workers), and the threads' CPU times fit in the process's; the pack is the same as
-/// without it.
+/// the workers; the writes into each file, which the kernel makes one at a time), and the
+/// threads' CPU times fit in the process's; the pack is the same as without it.
 #[test]
 fn the_thread_cpu_probe_reports_every_pack_thread() {
     let t = tempfile::tempdir().unwrap();
@@ -1109,7 +1109,9 @@ fn the_thread_cpu_probe_reports_every_pack_thread() {
         "thread worker-1",
         "thread main",
         "span parse",
-        "span copy",
+        "span copy: prefault",
+        "span write into one file: steps",
+        "span write into one file: search",
         "span commit",
     ] {
         assert!(cpu.contains_key(name), "no {name:?} in {r}");
