@@ -176,6 +176,7 @@ impl Placement {
     /// CPU in all (the pages are zeroed and mapped first), so it pays only when the writes
     /// would otherwise queue for the lock. A failure is ignored: the write then allocates the
     /// pages itself and reports any real error (a full disk).
+    ///
     /// `rows` is the buffer given to [`ShardWriter::place_rows`]: pages [`Placement::write`]
     /// leaves unwritten (zeros) are not faulted in either.
     pub fn prefault(&self, rows: &[u8]) {
