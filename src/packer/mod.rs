@@ -138,9 +138,8 @@ impl RowCrcs {
 /// there: the workers copy them between runs, outside the commit (the serial part only places
 /// and records each run).
 struct Copy {
-    rows: Vec<u8>,
-    rows_placed: Vec<Placement>,
-    search: Option<(Vec<u8>, Vec<Placement>)>,
+    /// Per file (the steps, then the `search` family when kept): the bytes and where they go.
+    files: Vec<(Vec<u8>, Vec<Placement>)>,
 }
 
 impl Copy {
@@ -148,21 +147,15 @@ impl Copy {
     /// [`prefault_for`]), which moves their allocation out of the file's lock.
     fn write(self) {
         let prefault = Span::start("copy: prefault");
-        for p in &self.rows_placed {
-            p.prefault(&self.rows);
-        }
-        if let Some((search, placed)) = &self.search {
+        for (bytes, placed) in &self.files {
             for p in placed {
-                p.prefault(search);
+                p.prefault(bytes);
             }
         }
         drop(prefault);
-        for p in self.rows_placed {
-            p.write(&self.rows);
-        }
-        if let Some((search, placed)) = self.search {
+        for (bytes, placed) in self.files {
             for p in placed {
-                p.write(&search);
+                p.write(&bytes);
             }
         }
     }
@@ -609,10 +602,9 @@ impl Packer {
                 )
             }
         };
+        let steps = (std::mem::take(&mut run.rows), rows_placed);
         self.copies.push(Copy {
-            rows: std::mem::take(&mut run.rows),
-            rows_placed,
-            search,
+            files: std::iter::once(steps).chain(search).collect(),
         });
         drop(place);
         let _db = Span::start("writer: metadata.db");
@@ -894,17 +886,13 @@ mod tests {
         }
         let disk = tempfile::tempdir_in(env!("CARGO_MANIFEST_DIR")).unwrap();
         let shm = Path::new("/dev/shm");
-        for (dir, from) in [
-            (shm, PREFAULT_WORKERS_TMPFS),
-            (disk.path(), PREFAULT_WORKERS_OTHER),
-        ] {
-            if dir == shm && !on_tmpfs(shm) {
-                continue;
-            }
+        // The repository itself may be on tmpfs: each folder's threshold follows its own.
+        let dirs = [shm, disk.path()];
+        for dir in dirs.into_iter().filter(|d| *d != shm || on_tmpfs(shm)) {
             let from = if on_tmpfs(dir) {
                 PREFAULT_WORKERS_TMPFS
             } else {
-                from
+                PREFAULT_WORKERS_OTHER
             };
             assert!(!prefault_for(1, dir), "{}", dir.display());
             assert!(!prefault_for(from - 1, dir), "{}", dir.display());
