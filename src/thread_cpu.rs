@@ -1,9 +1,9 @@
 //! Where a command's CPU time goes, thread by thread, for the pack scaling bench
 //! (bench/scaling.py). Off unless `DATASET_PACKER_THREAD_CPU=FILE` is set; then the threads
 //! that matter record their own CPU time as they end ([`thread_done`]), pieces of work are
-//! timed on whichever thread does them ([`Span`]: a span's total is summed over threads), and [`write_report`] writes it all, with the
-//! process's total and whatever other threads are still alive (from `/proc/self/task`), as
-//! one JSON object to FILE. Threads record themselves because the parser threads have ended,
+//! timed on whichever thread does them ([`Span`]: a span's total is summed over threads),
+//! and [`write_report`] writes it all, with the process's total and whatever other threads are
+//! still alive (from `/proc/self/task`), as one JSON object to FILE. Threads record themselves because the parser threads have ended,
 //! and left `/proc/self/task`, before the command can look.
 //!
 //! CPU time is `CLOCK_THREAD_CPUTIME_ID` (nanoseconds, user + system), which other jobs on the
