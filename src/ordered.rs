@@ -60,10 +60,42 @@ fn spawn_worker<'scope>(
         .expect("spawning a worker thread");
 }
 
-struct State<R> {
+/// What the workers of either map share: the claims, the results not yet taken in order, and
+/// whether a panic stopped the work.
+struct Work<R> {
     claims: Claims,
     ready: BTreeMap<usize, R>,
-    worker_panicked: bool,
+    panicked: bool,
+}
+
+impl<R> Work<R> {
+    fn new() -> Work<R> {
+        Work {
+            claims: Claims::default(),
+            ready: BTreeMap::new(),
+            panicked: false,
+        }
+    }
+
+    /// Keeps item `i`'s result; a panic in `map` instead stops the work (false).
+    fn keep(&mut self, i: usize, mapped: std::thread::Result<R>) -> bool {
+        match mapped {
+            Ok(r) => {
+                self.ready.insert(i, r);
+                true
+            }
+            Err(_) => {
+                self.stop_panicked();
+                false
+            }
+        }
+    }
+
+    /// Stops the work after a panic, which the caller raises again once the workers are done.
+    fn stop_panicked(&mut self) {
+        self.panicked = true;
+        self.claims.stop = true;
+    }
 }
 
 /// Maps `items` on `workers` threads (each with its own state from `init`) and hands results
@@ -83,11 +115,7 @@ where
 {
     let workers = workers.max(1);
     let window = window.max(workers);
-    let state = Mutex::new(State {
-        claims: Claims::default(),
-        ready: BTreeMap::new(),
-        worker_panicked: false,
-    });
+    let state = Mutex::new(Work::new());
     let changed = Condvar::new();
     let lock = || state.lock().unwrap_or_else(|e| e.into_inner());
 
@@ -100,17 +128,7 @@ where
                     let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
                         map(&mut local, &items[i])
                     }));
-                    let mut s = lock();
-                    match r {
-                        Ok(r) => {
-                            s.ready.insert(i, r);
-                        }
-                        Err(_) => {
-                            s.worker_panicked = true;
-                            s.claims.stop = true;
-                        }
-                    }
-                    drop(s);
+                    lock().keep(i, r);
                     changed.notify_all();
                 }
             });
@@ -131,7 +149,7 @@ where
                         s.claims.next_done = i + 1;
                         break r;
                     }
-                    assert!(!s.worker_panicked, "a worker thread panicked");
+                    assert!(!s.panicked, "a worker thread panicked");
                     s = changed.wait(s).unwrap_or_else(|e| e.into_inner());
                 }
             };
@@ -147,7 +165,7 @@ where
 
 /// Stops the workers of an [`ordered_map`] when dropped.
 struct StopOnDrop<'a, R> {
-    state: &'a Mutex<State<R>>,
+    state: &'a Mutex<Work<R>>,
     changed: &'a Condvar,
 }
 
@@ -163,13 +181,11 @@ impl<R> Drop for StopOnDrop<'_, R> {
 
 /// What the workers of an [`ordered_try_commit`] share.
 struct Commits<R> {
-    /// `next_done` is the next item to commit.
-    claims: Claims,
-    ready: BTreeMap<usize, R>,
-    /// A worker is committing (so the others leave their results in `ready`).
+    /// `claims.next_done` is the next item to commit.
+    work: Work<R>,
+    /// A worker is committing (so the others leave their results in `work.ready`).
     committing: bool,
     error: Option<crate::Error>,
-    panicked: bool,
 }
 
 /// [`ordered_try_map`] without a consumer thread: `map`s each item on one of `workers` threads,
@@ -197,11 +213,9 @@ where
     let workers = workers.max(1);
     let window = window.max(workers);
     let state = Mutex::new(Commits {
-        claims: Claims::default(),
-        ready: BTreeMap::new(),
+        work: Work::new(),
         committing: false,
         error: None,
-        panicked: false,
     });
     let room = Condvar::new();
     let commit = Mutex::new(commit);
@@ -210,22 +224,17 @@ where
         for w in 0..workers.min(items.len()) {
             spawn_worker(scope, w, || {
                 let mut local = init();
-                while let Some(i) = claim(lock(), &room, |s| &mut s.claims, items.len(), window) {
+                while let Some(i) =
+                    claim(lock(), &room, |s| &mut s.work.claims, items.len(), window)
+                {
                     let mapped = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
                         map(&mut local, &items[i])
                     }));
                     let mut s = lock();
-                    match mapped {
-                        Ok(r) => {
-                            s.ready.insert(i, r);
-                        }
-                        Err(_) => {
-                            s.panicked = true;
-                            s.claims.stop = true;
-                            drop(s);
-                            room.notify_all();
-                            return;
-                        }
+                    if !s.work.keep(i, mapped) {
+                        drop(s);
+                        room.notify_all();
+                        return;
                     }
                     if s.committing {
                         continue;
@@ -233,11 +242,11 @@ where
                     // Commit what is ready in order, this item's and any the others left.
                     s.committing = true;
                     loop {
-                        let next = s.claims.next_done;
-                        let r = if s.claims.stop {
+                        let next = s.work.claims.next_done;
+                        let r = if s.work.claims.stop {
                             None
                         } else {
-                            s.ready.remove(&next)
+                            s.work.ready.remove(&next)
                         };
                         let Some(r) = r else {
                             break;
@@ -248,21 +257,18 @@ where
                                 (commit.lock().unwrap_or_else(|e| e.into_inner()))(next, r)
                             }));
                         s = lock();
-                        s.claims.next_done = next + 1;
+                        s.work.claims.next_done = next + 1;
                         match outcome {
                             Ok(Ok(())) => {}
                             Ok(Err(e)) => {
                                 s.error = Some(e);
-                                s.claims.stop = true;
+                                s.work.claims.stop = true;
                             }
-                            Err(_) => {
-                                s.panicked = true;
-                                s.claims.stop = true;
-                            }
+                            Err(_) => s.work.stop_panicked(),
                         }
                         // One more item may be claimed (or, stopped, every worker leaves). A
                         // wake-up is a system call: made only when a worker waits.
-                        if s.claims.waiting > 0 {
+                        if s.work.claims.waiting > 0 {
                             room.notify_all();
                         }
                     }
@@ -272,11 +278,11 @@ where
         }
     });
     let s = state.into_inner().unwrap_or_else(|e| e.into_inner());
-    assert!(!s.panicked, "a worker thread panicked");
+    assert!(!s.work.panicked, "a worker thread panicked");
     match s.error {
         Some(e) => Err(e),
         None => {
-            debug_assert_eq!(s.claims.next_done, items.len(), "every item committed");
+            debug_assert_eq!(s.work.claims.next_done, items.len(), "every item committed");
             Ok(())
         }
     }
