@@ -135,15 +135,21 @@ def run_pack(drop, workers, search, probe=None, out_dir=None, packer=None):
     return wall, cpu, rss, data
 
 
-def run_floor(drop, threads):
+def floor_report(drop, threads):
+    """One run of the libdeflate floor: (its JSON report, its CPU s)."""
     before = os.times()
     p = subprocess.run(
         [os.path.join(EXAMPLES, "gunzip_floor"), drop, "--threads", str(threads), "--engine",
          "libdeflate"],
         capture_output=True, text=True, check=True,
     )
-    cpu = cpu_of_children(before)
-    return json.loads(p.stdout)["seconds"], cpu
+    return json.loads(p.stdout), cpu_of_children(before)
+
+
+def run_floor(drop, threads):
+    """One run of the libdeflate floor: (wall s of its decompression, CPU s)."""
+    report, cpu = floor_report(drop, threads)
+    return report["seconds"], cpu
 
 
 MAIN = "main thread (starts, discovers, publishes; before ordered_try_commit also the writer)"
@@ -304,15 +310,6 @@ def cmd_rss():
             print(f"| {name} | {'yes' if search else 'no'} | {r[0]} | {r[1]} |")
 
 
-def json_bytes(drop):
-    """The drop's decompressed size (what a parser has to read), as the floor reports it."""
-    p = subprocess.run(
-        [os.path.join(EXAMPLES, "gunzip_floor"), drop, "--threads", "2", "--engine", "libdeflate"],
-        capture_output=True, text=True, check=True,
-    )
-    return json.loads(p.stdout)["decompressed_bytes"]
-
-
 def written_bytes(pack):
     """Bytes each file of a finished pack holds on disk (holes left out: pack does not write
     them)."""
@@ -352,7 +349,6 @@ def cmd_bound():
     for name in DROPS:
         d = drop_dir(name)
         warm(d)
-        text = json_bytes(d)
         for search in (False, True):
             keep = tempfile.mkdtemp(prefix="scal-bound-", dir=OUT)
             run_pack(d, 2, search, out_dir=keep)
@@ -360,7 +356,10 @@ def cmd_bound():
             shutil.rmtree(keep)
             floors, writes, packs = [], [], []
             for _ in range(ROUNDS):
-                floors.append(run_floor(d, 2)[1])
+                report, cpu = floor_report(d, 2)
+                # What a parser has to read: the drop's decompressed size.
+                text = report["decompressed_bytes"]
+                floors.append(cpu)
                 writes.append(write_cpu(sizes))
                 packs.append(run_pack(d, 2, search)[1])
             f, w, p = (statistics.median(x) for x in (floors, writes, packs))
