@@ -20,7 +20,7 @@ use dataset_packer::ErrorKind;
 use dataset_packer::store::{Cache, Location, Store, Url, publish_dir};
 
 use common::moto::{crc32c, listed_files, moto, options, options_for, shard_records};
-use common::proxy::{Fault, Proxy};
+use common::proxy::{Fault, Proxy, first_matching};
 
 fn url(text: &str) -> Url {
     match Location::parse(text).unwrap() {
@@ -431,14 +431,7 @@ fn spoil(proxy: &Proxy, n: usize, drop_connection: bool) {
     } else {
         Fault::Status(503)
     };
-    let mut left = n;
-    proxy.set(move |_: &str, _: &str| {
-        if left == 0 {
-            return Fault::Pass;
-        }
-        left -= 1;
-        fault
-    });
+    proxy.set(first_matching(n, |_, _| true, fault));
 }
 
 /// The requests spoiled since the last [`spoil`].

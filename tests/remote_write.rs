@@ -21,7 +21,7 @@ use common::s;
 use dataset_packer::store::{Location, Store, StoreOptions, Url};
 
 use common::moto::{Moto, moto};
-use common::proxy::{Fault, Proxy};
+use common::proxy::{Fault, Proxy, every_matching};
 
 /// The environment the binary reads its credentials and endpoint from (the server at
 /// `port`: moto itself or a proxy in front of it), and the cache folder it stages in.
@@ -356,11 +356,7 @@ fn puts(proxy: &Proxy) -> Vec<(String, bool)> {
 
 /// Every PUT through `proxy` meets `fault` from now on; other requests pass.
 fn puts_meet(proxy: &Proxy, fault: Fault) {
-    proxy.set(
-        move |method: &str, _: &str| {
-            if method == "PUT" { fault } else { Fault::Pass }
-        },
-    );
+    proxy.set(every_matching(|method, _| method == "PUT", fault));
 }
 
 /// A pack of the raw fixture published to `remote` through a fault proxy, and a copy of it

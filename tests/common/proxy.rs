@@ -87,16 +87,15 @@ impl Proxy {
     }
 }
 
-/// `fault` for the first `n` requests `method path`, then passing everything.
-pub fn first(
+/// `fault` for the first `n` requests that `matches(method, path)`, then passing everything.
+pub fn first_matching(
     n: usize,
-    method: &'static str,
-    path: String,
+    matches: impl Fn(&str, &str) -> bool + Send,
     fault: Fault,
 ) -> impl FnMut(&str, &str) -> Fault + Send {
     let mut left = n;
     move |m, p| {
-        if m == method && p == path && left > 0 {
+        if left > 0 && matches(m, p) {
             left -= 1;
             fault
         } else {
@@ -105,19 +104,31 @@ pub fn first(
     }
 }
 
+/// `fault` for every request that `matches(method, path)`.
+pub fn every_matching(
+    matches: impl Fn(&str, &str) -> bool + Send,
+    fault: Fault,
+) -> impl FnMut(&str, &str) -> Fault + Send {
+    move |m, p| if matches(m, p) { fault } else { Fault::Pass }
+}
+
+/// `fault` for the first `n` requests `method path`, then passing everything.
+pub fn first(
+    n: usize,
+    method: &'static str,
+    path: String,
+    fault: Fault,
+) -> impl FnMut(&str, &str) -> Fault + Send {
+    first_matching(n, move |m, p| m == method && p == path, fault)
+}
+
 /// `fault` for every request `method path`.
 pub fn always(
     method: &'static str,
     path: String,
     fault: Fault,
 ) -> impl FnMut(&str, &str) -> Fault + Send {
-    move |m, p| {
-        if m == method && p == path {
-            fault
-        } else {
-            Fault::Pass
-        }
-    }
+    every_matching(move |m, p| m == method && p == path, fault)
 }
 
 fn serve(mut client: TcpStream, upstream: u16, rule: &Mutex<Rule>, seen: &Mutex<Vec<Seen>>) {
