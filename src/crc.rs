@@ -73,19 +73,27 @@ pub fn append(crc: u32, data: &[u8]) -> u32 {
 /// The CRC-32C of a whole file, read in 1 MiB pieces.
 pub fn file_crc(path: &std::path::Path) -> crate::Result<u32> {
     use crate::error::Context;
-    use std::io::Read;
-    let mut file =
-        std::fs::File::open(path).with_context(|| format!("opening {}", path.display()))?;
+    let file = std::fs::File::open(path).with_context(|| format!("opening {}", path.display()))?;
+    open_file_crc(&file, path)
+}
+
+/// The CRC-32C of the whole of `file`, an open file (`path` names it in messages), read in
+/// 1 MiB pieces from its start whatever its position.
+pub fn open_file_crc(file: &std::fs::File, path: &std::path::Path) -> crate::Result<u32> {
+    use crate::error::Context;
+    use std::os::unix::fs::FileExt;
     let mut buf = vec![0u8; 1 << 20];
     let mut crc = 0u32;
+    let mut offset = 0u64;
     loop {
         let n = file
-            .read(&mut buf)
+            .read_at(&mut buf, offset)
             .with_context(|| format!("reading {}", path.display()))?;
         if n == 0 {
             return Ok(crc);
         }
         crc = combine(crc, crc32c(&buf[..n]), n);
+        offset += n as u64;
     }
 }
 

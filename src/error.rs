@@ -41,6 +41,9 @@ pub enum ErrorKind {
     Refused,
     /// Stopped by a signal or a limit (Ctrl-C, a selection's time or memory limit).
     Interrupted,
+    /// The pack kept changing while it was opened: another process published into it again
+    /// and again. Nothing is wrong with it; opening it again later will do.
+    Busy,
 }
 
 impl fmt::Display for ErrorKind {
@@ -53,6 +56,7 @@ impl fmt::Display for ErrorKind {
             ErrorKind::Io => "i/o",
             ErrorKind::Refused => "refused",
             ErrorKind::Interrupted => "interrupted",
+            ErrorKind::Busy => "busy",
         })
     }
 }

@@ -35,9 +35,9 @@ pub fn read(dir: &Path, version: &VersionSpec, id: u64, window: Window) -> Resul
 fn read_in(dir: &Path, version: &VersionSpec, id: u64, window: Window) -> Result<Page> {
     let opened = crate::pack::open::open(dir, version, true)?;
     let run = find_run(&opened.conn, dir, id)?;
-    let search = search_family(dir, &opened)?;
+    let search = search_family(&opened)?;
+    let names = opened.valuations()?;
     let crate::pack::open::Opened { conn, shards, .. } = opened;
-    let names = shards::read_valuations(dir)?;
     let first_row = match run.first_row {
         Some(at) => at,
         None => run_index::locate_unindexed(&conn, &shards, run.run.id, run.run.steps as u64)?,
@@ -290,11 +290,8 @@ pub struct Page {
 
 /// The pack's `search` family when it holds the search statistics of `pack --search-stats`
 /// (a family of that name from another tool is not shown).
-fn search_family(
-    dir: &Path,
-    opened: &crate::pack::open::Opened,
-) -> Result<Option<families::Family>> {
-    let scan = opened.families(dir)?;
+fn search_family(opened: &crate::pack::open::Opened) -> Result<Option<families::Family>> {
+    let scan = opened.families();
     Ok(scan
         .family(search::FAMILY)
         .filter(|f| f.holds_search_stats())

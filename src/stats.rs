@@ -878,11 +878,15 @@ pub(crate) fn gather(
     let opened = crate::pack::open::open(dir, &options.version, true)?;
     let all: Vec<usize> = (0..opened.shards.len()).collect();
     shards::verify_shards(dir, &opened.conn, &opened.shards, &all, workers)?;
-    let scan = opened.families(dir)?;
+    let scan = opened.families();
+    let table = opened.valuations()?;
     let crate::pack::open::Opened {
-        conn, shards, view, ..
+        conn,
+        shards,
+        view,
+        metadata_bytes,
+        ..
     } = opened;
-    let table = shards::read_valuations(dir)?;
     let mut runs = metadata::read_runs(&conn)?;
     let details = metadata::read_run_details(&conn)?;
     let shuffled = metadata::session_value(&conn, "shuffled")?.as_deref() == Some("true");
@@ -950,7 +954,7 @@ pub(crate) fn gather(
         rows_in_runs: runs.iter().map(|r| r.steps).sum(),
         shard_names: shards.iter().map(|s| s.name.clone()).collect(),
         shard_bytes: shards.iter().map(|s| s.file_len).sum(),
-        metadata_bytes: std::fs::metadata(dir.join(metadata::FILE_NAME))?.len(),
+        metadata_bytes,
         shuffled,
         steps: Spread::of(runs.iter().map(|r| r.steps).collect()),
         score: Spread::of(runs.iter().map(|r| r.max_score).collect()),

@@ -14,7 +14,7 @@ use crate::format::board::{self, LineTables};
 use crate::format::fingerprint::Fingerprint;
 use crate::format::metadata::{self, RowLocation};
 use crate::format::row::{ROW_BYTES, StepRow, padding_is_zero};
-use crate::format::valuation;
+use crate::format::valuation::{self, ValuationTable};
 use crate::ordered::ordered_try_map;
 use crate::pack::checks::{Check, Tally, check_checksums, check_total_steps};
 use crate::pack::families;
@@ -424,13 +424,21 @@ fn check_dir(dir: &Path, options: &Options) -> Result<Report> {
         legacy_ok,
         scan_rows,
     } = *options;
-    let mut checks = Vec::new();
-    let (files, shards) = check_shard_files(dir, legacy_ok)?;
-    checks.push(files);
-    let (db_check, conn) = check_metadata_db(dir);
-    checks.push(db_check);
-    let (vt_check, names) = check_valuation_table(dir);
-    checks.push(vt_check);
+    // Every file this reads, opened at once from one version of the pack, even while
+    // another process publishes into the folder.
+    let Found {
+        files,
+        shards,
+        db_check,
+        conn,
+        vt_check,
+        valuations,
+        scan,
+    } = open::snapshot(dir, || find(dir, legacy_ok))?;
+    let names = valuations
+        .as_ref()
+        .map_or(valuation::MAX_NAMES, |t| t.len());
+    let mut checks = vec![files, db_check, vt_check];
 
     // What metadata.db says.
     let runs = match &conn {
@@ -482,7 +490,7 @@ fn check_dir(dir: &Path, options: &Options) -> Result<Report> {
         &shards,
         scan_rows.then_some(&pass.data_crcs[..]),
     )?);
-    checks.push(check_companions(dir, conn.as_ref(), &shards, scan_rows)?);
+    checks.push(check_companions(&scan, conn.as_ref(), scan_rows)?);
     checks.push(check_history(conn.as_ref(), &shards)?);
     checks.push(check_leftovers(dir));
     if !scan_rows {
@@ -519,8 +527,11 @@ fn check_dir(dir: &Path, options: &Options) -> Result<Report> {
         });
         // Recomputing reads every run where the runs table places it: only on a sound pack.
         let sound = checks.iter().all(|c| c.failures == 0);
-        let recompute = (deep && !shuffled && sound).then_some((&shards[..], workers));
-        checks.push(check_fingerprints(dir, conn, recompute, shuffled)?);
+        let recompute = (deep && !shuffled && sound)
+            .then_some(())
+            .and(valuations.as_ref())
+            .map(|table| (&shards[..], table, workers));
+        checks.push(check_fingerprints(conn, recompute, shuffled)?);
     }
 
     Ok(Report {
@@ -533,6 +544,34 @@ fn check_dir(dir: &Path, options: &Options) -> Result<Report> {
         shards: shards.len(),
         bytes: total_bytes,
         deep,
+    })
+}
+
+/// The files of the pack as [`check_dir`] found them, each with its check.
+struct Found {
+    files: Check,
+    shards: Vec<Shard>,
+    db_check: Check,
+    conn: Option<rusqlite::Connection>,
+    vt_check: Check,
+    valuations: Option<ValuationTable>,
+    scan: families::Scan,
+}
+
+/// Opens (and checks) every file of the pack in `dir` that validating it reads.
+fn find(dir: &Path, legacy_ok: bool) -> Result<Found> {
+    let (files, shards) = check_shard_files(dir, legacy_ok)?;
+    let (db_check, conn) = check_metadata_db(dir);
+    let (vt_check, valuations) = check_valuation_table(dir);
+    let scan = families::scan(dir, &shards)?;
+    Ok(Found {
+        files,
+        shards,
+        db_check,
+        conn,
+        vt_check,
+        valuations,
+        scan,
     })
 }
 
@@ -716,18 +755,17 @@ pub fn check_metadata_db(dir: &Path) -> (Check, Option<rusqlite::Connection>) {
     (db_check, conn)
 }
 
-/// `valuation_types.json` reads; how many valuation names it defines (the most a row may use
-/// when it does not read, so rows are not failed twice for one problem).
-pub fn check_valuation_table(dir: &Path) -> (Check, usize) {
+/// `valuation_types.json` reads; the table when it does.
+pub fn check_valuation_table(dir: &Path) -> (Check, Option<ValuationTable>) {
     let mut vt_check = Check::new("valuation_types.json");
-    let names = match open::valuations(dir) {
-        Ok(t) => t.len(),
+    let table = match open::valuations(dir) {
+        Ok(t) => Some(t),
         Err(e) => {
             vt_check.fail(|| format!("{e:#}"));
-            valuation::MAX_NAMES
+            None
         }
     };
-    (vt_check, names)
+    (vt_check, table)
 }
 
 /// Every `runs.id` fits the rows' u32 `run_id`; the ids as rows carry them (u32::MAX for one
@@ -888,13 +926,11 @@ fn row_checks(tallies: &[Tally; 8], deep: bool, have_db: bool) -> Vec<Check> {
 /// Companion arrays line up with the shards (names, row counts, one dtype per family), and
 /// (with `verify`, when `metadata.db` records them) match their recorded sizes and CRC-32C.
 fn check_companions(
-    dir: &Path,
+    scan: &families::Scan,
     conn: Option<&rusqlite::Connection>,
-    shards: &[Shard],
     verify: bool,
 ) -> Result<Check> {
     let mut check = Check::new("companion arrays");
-    let scan = families::scan(dir, shards)?;
     for (_, p) in &scan.problems {
         check.fail(|| format!("does not line up with the shards: {p}"));
     }
@@ -937,8 +973,8 @@ fn check_companions(
             if !verify {
                 continue;
             }
-            let crc = crate::crc::file_crc(&f.path)?;
-            let len = std::fs::metadata(&f.path)?.len();
+            let crc = crate::crc::open_file_crc(&f.file, &f.path)?;
+            let len = f.file.metadata()?.len();
             if crc != r.crc32c || len != r.bytes {
                 check.fail(|| {
                     format!(
@@ -979,9 +1015,8 @@ fn check_companions(
 /// runs that share an earlier run's fingerprint, and (with `recompute`: `--deep` on a pack in
 /// run order) each fingerprint equals the one computed from the run's rows.
 fn check_fingerprints(
-    dir: &Path,
     conn: &rusqlite::Connection,
-    recompute: Option<(&[Shard], usize)>,
+    recompute: Option<(&[Shard], &ValuationTable, usize)>,
     shuffled: bool,
 ) -> Result<Check> {
     const NAME: &str = "run fingerprints";
@@ -1029,9 +1064,8 @@ fn check_fingerprints(
                 Some("not recomputed: the rows of a shuffled pack are not in run order".into())
         }
         None => check.note = Some("well formed; --deep also recomputes them from the rows".into()),
-        Some((shards, workers)) => {
-            let valuations = open::valuations(dir)?;
-            let computed = match fingerprints::compute(shards, &runs, &valuations, workers) {
+        Some((shards, valuations, workers)) => {
+            let computed = match fingerprints::compute(shards, &runs, valuations, workers) {
                 Ok(c) => c,
                 Err(e) => {
                     check.fail(|| format!("cannot recompute: {e:#}"));

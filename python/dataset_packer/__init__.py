@@ -24,8 +24,8 @@ from ._cli import ExecutableNotFoundError, executable
 from ._codec import (CELL_SOURCE, MOVE_NAMES, MOVE_SOURCE, MOVE_TARGET, apply_symmetries,
                      board_eval, decode_exps, encode_board, legal_moves)
 from ._companions import Companion
-from ._errors import (CompanionError, EmptySelectionError, NotAPackError, PackError,
-                      RunIndexError, SelectionError, VersionError)
+from ._errors import (CompanionError, EmptySelectionError, NotAPackError, PackBusyError,
+                      PackError, RunIndexError, SelectionError, VersionError)
 from ._format import LEGACY_ROW_DTYPE, STEP_ROW_DTYPE
 from ._order import EpochPlan, Permutation
 from ._mixture import Mixture
@@ -35,7 +35,7 @@ from ._remote import RemoteError, UrlError
 
 __all__ = [
     "Pack", "Selection", "Mixture", "Companion", "STEP_ROW_DTYPE", "LEGACY_ROW_DTYPE", "MOVE_NAMES",
-    "PackError", "NotAPackError", "RunIndexError", "SelectionError", "EmptySelectionError",
+    "PackError", "NotAPackError", "PackBusyError", "RunIndexError", "SelectionError", "EmptySelectionError",
     "CompanionError", "VersionError", "executable", "ExecutableNotFoundError",
     "UrlError", "RemoteError", "CorruptError", "CacheLimitError",
     "decode_exps", "encode_board", "board_eval", "legal_moves", "apply_symmetries",

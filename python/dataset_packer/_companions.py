@@ -45,13 +45,16 @@ def parse_file_name(file: str) -> tuple[str, int | None] | None:
     return (m.group(1), None) if m else None
 
 
-def scan(folder: Path) -> dict[str, list[tuple[int | None, str]]]:
-    """Companion-named files in the folder, by family name (files sorted)."""
+def scan(folder: Path, names=None) -> dict[str, list[tuple[int | None, str]]]:
+    """Companion-named files in the folder (of its file `names`, by default those there
+    now), by family name (files sorted)."""
+    if names is None:
+        names = [p.name for p in folder.iterdir() if p.is_file()]
     found: dict[str, list[tuple[int | None, str]]] = {}
-    for path in folder.iterdir():
-        parsed = parse_file_name(path.name)
-        if parsed is not None and path.is_file():
-            found.setdefault(parsed[0], []).append((parsed[1], path.name))
+    for name in names:
+        parsed = parse_file_name(name)
+        if parsed is not None:
+            found.setdefault(parsed[0], []).append((parsed[1], name))
     return {name: sorted(files, key=lambda f: f[1]) for name, files in sorted(found.items())}
 
 
@@ -166,7 +169,7 @@ def open_family(pack, name: str) -> Companion:
         files = sorted((parsed[1], file) for file in data.remote_family(name)
                        if (parsed := parse_file_name(file)) is not None)
     else:
-        files = scan(folder).get(name, [])
+        files = scan(folder, data.file_names()).get(name, [])
     records = recorded(pack.db()).get(name, [])
     if not files and not records:
         known = pack.companions

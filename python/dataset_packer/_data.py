@@ -48,8 +48,12 @@ class PackData:
 
     def __init__(self, path: Path, db, shards: list[Shard], *, legacy_legal: str,
                  shuffled: bool, history, version: int, run_limit: int = -1,
-                 remote: "RemoteShards | None" = None):
+                 remote: "RemoteShards | None" = None, source=None, file_names=None):
         self.path = path
+        #: name → where a local pack's file is read from (the file as the pack was opened).
+        self._source = source or (lambda name: path / name)
+        #: The names of a local pack's files as it was opened.
+        self.file_names = file_names or (lambda: {p.name for p in path.iterdir()})
         self.db = db
         self.legacy_legal = legacy_legal
         self.shuffled = shuffled
@@ -117,7 +121,7 @@ class PackData:
         """A file of the pack (a companion's) on this machine: the pack's own, or for a
         remote pack the cache's copy, pinned until `close`."""
         if self._remote is None:
-            return self.path / name
+            return self._source(name)
         return self._remote.fetch_file(name)
 
     def release(self, shards) -> None:

@@ -11,6 +11,11 @@ class NotAPackError(PackError, FileNotFoundError):
     """The folder is not a pack (no shards, no metadata.db or no valuation_types.json)."""
 
 
+class PackBusyError(PackError):
+    """The pack kept changing while it was opened: another process published into it again
+    and again. Nothing is wrong with it; opening it again later will do."""
+
+
 class RunIndexError(PackError):
     """A feature needs runs as contiguous row ranges (`run_index`), which this pack lacks:
     a shuffled pack, or a legacy pack written before the run index existed."""

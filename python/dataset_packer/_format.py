@@ -54,17 +54,24 @@ class Shard:
     rows: int
     row_bytes: int
     data_offset: int
+    #: Where the rows are read from when not `path`: the file as the pack was opened
+    #: (`_snapshot.Held.source`).
+    source: Path | None = None
 
     @property
     def legacy(self) -> bool:
         return self.row_bytes == LEGACY_ROW_BYTES
 
 
-def find_shard_paths(folder: Path) -> list[Path]:
-    """The pack's shard files in shard order; refuses stray, missing or doubled shards."""
+def find_shard_paths(folder: Path, names=None) -> list[Path]:
+    """The pack's shard files in shard order (of the file `names` in `folder`, by default
+    those there now); refuses stray, missing or doubled shards."""
     single = folder / SINGLE_NAME
     numbered: dict[int, Path] = {}
-    for path in folder.glob("steps*.npy"):
+    if names is None:
+        names = [p.name for p in folder.glob("steps*.npy")]
+    has_single = SINGLE_NAME in names
+    for path in (folder / n for n in names if n.startswith("steps") and n.endswith(".npy")):
         if path.name == SINGLE_NAME:
             continue
         match = SHARD_NAME.fullmatch(path.name)
@@ -72,10 +79,10 @@ def find_shard_paths(folder: Path) -> list[Path]:
             raise PackError(f"{path} is named like a shard but is not one of the pack's "
                             "(shards are steps.npy or steps-00000.npy, steps-00001.npy, …)")
         numbered[int(match.group(1))] = path
-    if numbered and single.exists():
+    if numbered and has_single:
         raise PackError(f"{folder} holds both {SINGLE_NAME} and steps-NNNNN.npy shards")
     if not numbered:
-        if not single.exists():
+        if not has_single:
             raise NotAPackError(f"{folder} is not a pack: it has no {SINGLE_NAME} "
                                 "and no steps-NNNNN.npy shards")
         return [single]
@@ -88,11 +95,11 @@ def find_shard_paths(folder: Path) -> list[Path]:
     return [numbered[i] for i in expected]
 
 
-def read_shard_header(path: Path) -> Shard:
+def read_shard_header(path: Path, source: Path | None = None) -> Shard:
     """Checks a shard's `.npy` header (read as `read_npy_header` reads it: dtype, 1-d shape,
-    C order) and its file size."""
+    C order) and its file size; read from `source` when given (`path` names it)."""
     try:
-        header, size = read_npy_header(path)
+        header, size = read_npy_header(source or path)
     except HeaderError as e:
         raise PackError(f"{path}: bad .npy header: {e}") from None
     dtype = header.dtype
@@ -114,14 +121,16 @@ def read_shard_header(path: Path) -> Shard:
     if size != want:
         raise PackError(f"{path}: {size} bytes, but its header says {rows} rows "
                         f"({want} bytes): the file is truncated or has extra bytes")
-    return Shard(path=path, rows=rows, row_bytes=row_bytes, data_offset=header.data_offset)
+    return Shard(path=path, rows=rows, row_bytes=row_bytes, data_offset=header.data_offset,
+                 source=source)
 
 
 def map_shard(shard: Shard) -> np.ndarray:
     """The shard's rows as a read-only memory-mapped `(rows, row_bytes)` uint8 array."""
     if shard.rows == 0:
         return np.zeros((0, shard.row_bytes), dtype=np.uint8)
-    flat = np.memmap(shard.path, dtype=np.uint8, mode="r", offset=shard.data_offset,
+    flat = np.memmap(shard.source or shard.path, dtype=np.uint8, mode="r",
+                     offset=shard.data_offset,
                      shape=(shard.rows * shard.row_bytes,))
     # A plain ndarray over the map (it keeps the map alive): np.memmap's subclass hooks
     # would run on every slice and field access.

@@ -31,7 +31,7 @@ from ._format import (METADATA_NAME, ROW_BYTES, STEP_ROW_DTYPE, VALUATION_NAME,
 from ._order import EpochPlan, plan_epoch, start_position, symmetries_for, validation_side
 from ._remote import Url, parse_location
 from ._select import has_table, run_ids
-from . import _versions
+from . import _snapshot, _versions
 
 NAN = float("nan")
 #: What `Pack(legacy_legal=…)` takes: how a legacy pack's `ev_legal` is read.
@@ -82,6 +82,8 @@ class Pack:
             raise ValueError(f"legacy_legal must be one of {LEGACY_LEGAL}, not {legacy_legal!r}")
         location = parse_location(path)
         self._remote = None
+        self._held = None
+        self._released = []
         self._conn = None
         self._conn_pid = None
         self._restriction = None
@@ -96,11 +98,14 @@ class Pack:
             self.path = self._folder = location
             if not self.path.is_dir():
                 raise NotAPackError(f"{self.path} is not a pack: no such folder")
-            if not (self.path / METADATA_NAME).is_file():
-                raise NotAPackError(f"{self.path} is not a pack: it has no {METADATA_NAME}")
-            paths = find_shard_paths(self.path)
+            # One snapshot of one version, even while another process publishes into the
+            # folder (_snapshot).
+            _snapshot.consistently(self.path,
+                                   lambda: self._open_local(version, legacy_legal),
+                                   self._discard)
+            return
         try:
-            self._open(paths, version, legacy_legal)
+            self._open(None, version, legacy_legal)
         except BaseException as e:
             if self._remote is None:
                 raise
@@ -110,8 +115,43 @@ class Pack:
             # Name the URL, never the private folder the files were downloaded into.
             raise type(e)(str(e).replace(str(self._folder), str(self.path))) from None
 
+    def _open_local(self, version, legacy_legal: str) -> None:
+        """One try at opening a local pack: every file held first, then read through."""
+        if not (self.path / METADATA_NAME).is_file():
+            raise NotAPackError(f"{self.path} is not a pack: it has no {METADATA_NAME}"
+                                + _snapshot.publishing_note(self.path))
+        self._held = _snapshot.Held(self.path)
+        if not self._held.has(METADATA_NAME):
+            raise NotAPackError(f"{self.path} is not a pack: it has no {METADATA_NAME}")
+        paths = find_shard_paths(self.path, self._held.names())
+        self._open(paths, version, legacy_legal)
+        # The shards' maps hold their files now.
+        self._released = [s.path.name for s in self._data.shards]
+        self._held.release(self._released)
+
+    def _discard(self) -> None:
+        """Undoes a try at opening that is thrown away (the pack changed under it)."""
+        if self._conn is not None:
+            self._conn.close()
+        self._conn = self._conn_pid = self._restriction = None
+        if getattr(self, "_data", None) is not None:
+            self._data.close()
+        if self._held is not None:
+            self._held.close()
+            self._held = None
+
+    def _file_names(self) -> set[str]:
+        """The names of the local pack's files as it was opened."""
+        if self._held is not None:
+            return set(self._held.names()) | set(self._released)
+        return {p.name for p in self._folder.iterdir()}
+
+    def _source(self, name: str) -> Path:
+        """Where the file `name` of the pack is read from: as it was opened with the pack."""
+        return self._held.source(name) if self._held is not None else self._folder / name
+
     def _open(self, paths, version, legacy_legal: str) -> None:
-        self.valuation_names = read_valuation_names(self._folder / VALUATION_NAME)
+        self.valuation_names = read_valuation_names(self._source(VALUATION_NAME))
         self.session = self._read_session()
         history = _versions.History(self.db, self.path)
         version = history.resolve(version)
@@ -124,16 +164,18 @@ class Pack:
             from ._remote import RemoteShards
             remote = RemoteShards(self._remote, shards)
         elif past:
-            shards = _versions.version_shards(self, history, version)
+            shards = _versions.version_shards(self, history, version, self._file_names(),
+                                              self._source)
         else:
-            shards = [read_shard_header(p) for p in paths]
+            shards = [read_shard_header(p, self._source(p.name)) for p in paths]
         if past:
             # Every SQL read (selections too) sees the version's runs only.
             self._restriction = _versions.restriction(self.db(), run_limit)
             self.db().executescript(self._restriction)
         self._data = PackData(self.path, self.db, shards, legacy_legal=legacy_legal,
                               shuffled=self.shuffled, history=history, version=version,
-                              run_limit=run_limit, remote=remote)
+                              run_limit=run_limit, remote=remote, source=self._source,
+                              file_names=self._file_names)
         self.num_runs = self._data.count_runs()
         if past:
             # The session's totals as the version had them (as the command line shows them).
@@ -251,6 +293,9 @@ class Pack:
         self._companions = {}
         if self._remote is not None:
             self._remote.close()
+        if self._held is not None:
+            self._held.close()
+            self._held = None
 
     def __enter__(self) -> "Pack":
         return self
@@ -263,7 +308,7 @@ class Pack:
         # read there as it was here. A remote pack is opened again (its metadata.db
         # downloaded again) on the same cache, which the processes share.
         state = {"path": str(self.path), "version": self.version,
-                 "legacy_legal": self.legacy_legal}
+                 "legacy_legal": self.legacy_legal, "pack_id": self.pack_id}
         if self._remote is not None:
             state.update(cache=str(self._remote.cache.dir), cache_limit=self._remote.limit)
         return state
@@ -272,6 +317,12 @@ class Pack:
         self.__init__(state["path"], state.get("version"),
                       legacy_legal=state.get("legacy_legal", "recompute"),
                       cache=state.get("cache"), cache_limit=state.get("cache_limit"))
+        if "pack_id" in state and self.pack_id != state["pack_id"]:
+            was = state["pack_id"]
+            self.close()
+            raise PackError(f"{self.path} was replaced by another pack (pack_id {was} is now "
+                            f"{self.pack_id}) since this reader was opened in the process that "
+                            "sent it: its version cannot be read here")
 
     # ------------------------------------------------------------------ metadata.db
 
@@ -279,7 +330,8 @@ class Pack:
         """The read-only connection to metadata.db (re-opened in a forked process)."""
         if self._conn is None or self._conn_pid != os.getpid():
             try:
-                self._conn = _open_readonly(self._folder / METADATA_NAME)
+                self._conn = (self._held.connect(_open_readonly) if self._held is not None
+                              else _open_readonly(self._folder / METADATA_NAME))
                 self._conn.execute("SELECT 1 FROM sqlite_master").fetchall()
             except sqlite3.DatabaseError as e:
                 raise NotAPackError(f"{self.path / METADATA_NAME}: not an SQLite database "
@@ -360,7 +412,7 @@ class Pack:
         if self._remote is not None:
             return sorted(set(recorded(self.db())) |
                           {f for f in self._remote.families if f != "steps"})
-        return sorted(set(scan(self.path)) | set(recorded(self.db())))
+        return sorted(set(scan(self.path, self._file_names())) | set(recorded(self.db())))
 
     def companion(self, name: str) -> Companion:
         """The companion family `name`, checked against the shards (and metadata.db when it

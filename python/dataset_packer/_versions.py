@@ -300,20 +300,21 @@ def restriction(conn, runs: int) -> str:
     return "\n".join(sql)
 
 
-def version_shards(pack, history: History, version: int) -> list[Shard]:
+def version_shards(pack, history: History, version: int, names, source) -> list[Shard]:
     """The steps files of a past version, each cut to the rows it had then (a prefix of the
-    file now: in-place changes only append). A file that is gone, or holds fewer rows than
-    the version had, means the pack was rewritten: refused, naming the file."""
+    file now: in-place changes only append), of the pack's file `names`, each read from
+    `source(name)`. A file that is gone, or holds fewer rows than the version had, means the
+    pack was rewritten: refused, naming the file."""
     listed = history.files(version, "steps")
     if not listed:
         raise PackError(f"{pack.path}/metadata.db: version {version} lists no steps files")
     shards = []
     for _, name, rows in listed:
         path = pack.path / name
-        if not path.is_file():
+        if name not in names:
             raise VersionError(f"{path}: missing, but version {version} of {pack.path} has "
                                f"{rows} rows in it (was the pack rewritten?)")
-        found = read_shard_header(path)
+        found = read_shard_header(path, source(name))
         if found.rows < rows:
             raise VersionError(f"{path}: {found.rows} rows, but version {version} of "
                                f"{pack.path} has {rows} rows in it (was the pack rewritten?)")
@@ -347,13 +348,14 @@ def open_past_family(pack, name: str):
                            "read)")
     files = [(pack.path / file, shard.path.name, rows)
              for (_, file, rows), shard in zip(history.files(version, name), data.shards)]
-    if data.is_remote:
-        # Each file as the latest version records it (in-place changes only append), fetched
-        # through the cache and read up to the version's rows.
-        return open_prefix_family(pack, name, [(path, shard, rows, data.local_file(path.name))
-                                               for path, shard, rows in files])
-    missing = [path for path, _, _ in files if not path.is_file()]
-    if missing:
-        raise VersionError(f"{missing[0]}: missing, but version {version} of {pack.path} "
-                           f"lists it in companion {name!r}")
-    return open_prefix_family(pack, name, files)
+    if not data.is_remote:
+        held = data.file_names()
+        missing = [path for path, _, _ in files if path.name not in held]
+        if missing:
+            raise VersionError(f"{missing[0]}: missing, but version {version} of {pack.path} "
+                               f"lists it in companion {name!r}")
+    # Each file as the latest version records it (in-place changes only append): a remote
+    # one fetched through the cache, a local one as it was opened with the pack; read up to
+    # the version's rows.
+    return open_prefix_family(pack, name, [(path, shard, rows, data.local_file(path.name))
+                                           for path, shard, rows in files])

@@ -534,7 +534,8 @@ impl SourcePack {
     ) -> Result<SourcePack> {
         let dir = located.dir();
         let opened = crate::pack::open::open(dir, version, true)?;
-        let companions = opened.families(dir)?;
+        let companions = opened.families();
+        let valuations = opened.valuations()?;
         let crate::pack::open::Opened {
             conn, shards, view, ..
         } = opened;
@@ -557,7 +558,7 @@ impl SourcePack {
             shard_starts,
             run_first_row,
             details: metadata::read_run_details(&conn)?,
-            valuations: shards::read_valuations(dir)?,
+            valuations,
             shuffled: metadata::session_value(&conn, "shuffled")?.as_deref() == Some("true"),
             companions,
             identity: (view.history.pack_id.clone(), view.version().version),

@@ -12,7 +12,7 @@ use crate::format::valuation::ValuationTable;
 use crate::pack::families::{OpenCompanion, Scan};
 use crate::pack::fingerprints;
 use crate::pack::open::Located;
-use crate::pack::shards::{self, Shard};
+use crate::pack::shards::Shard;
 use crate::pack::versions::VersionSpec;
 use crate::verify;
 
@@ -77,12 +77,12 @@ impl Source {
             );
         }
         let opened = crate::pack::open::open(dir, &VersionSpec::Latest, true)?;
-        let companions = opened.families(dir)?;
+        let companions = opened.families();
+        let valuations = opened.valuations()?;
         let crate::pack::open::Opened { conn, shards, .. } = opened;
         let session = metadata::read_session(&conn)?;
         let runs = metadata::read_runs(&conn)?;
         let details = metadata::read_run_details(&conn)?;
-        let valuations = shards::read_valuations(dir)?;
         let (fingerprints, _) =
             fingerprints::of_pack(dir, &shards, &runs, &details, &valuations, options.workers)?;
         let companion_records = metadata::read_companions(&conn)?;

@@ -2,8 +2,6 @@
 //! ([`crate::pack::families`] decides what lines up), its files mapped, its rows addressed by the
 //! pack's global row index, and its values decoded when the dtype is plain numbers.
 
-use std::fs::File;
-
 use crate::error::{Context, Result, fail};
 use memmap2::{Mmap, MmapOptions};
 
@@ -44,15 +42,14 @@ impl<'a> Companion<'a> {
                 if bytes == 0 {
                     return Ok(None);
                 }
-                let file =
-                    File::open(&f.path).with_context(|| format!("opening {}", f.path.display()))?;
-                // SAFETY: as for the shards: files of a pack are replaced by rename, never
-                // rewritten in place.
+                // SAFETY: as for the shards: the file was opened with the pack, its size
+                // checked against its header then, and files of a pack are replaced by
+                // rename, never rewritten in place.
                 let map = unsafe {
                     MmapOptions::new()
                         .offset(f.header.data_offset as u64)
                         .len(bytes as usize)
-                        .map(&file)
+                        .map(&*f.file)
                 }
                 .with_context(|| format!("mapping {}", f.path.display()))?;
                 Ok(Some(map))

@@ -10,6 +10,7 @@
 use std::collections::BTreeMap;
 use std::fs::File;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use crate::error::{Context, Result, err};
 
@@ -18,13 +19,16 @@ use crate::format::npy::{self, ArrayHeader};
 use crate::format::search;
 use crate::pack::files::parse_file_name;
 use crate::pack::shard_writer::{FileLayout, file_name};
-use crate::pack::shards::Shard;
+use crate::pack::shards::{HeldFile, Shard};
 
 /// One file of a family.
 #[derive(Debug, Clone)]
 pub struct CompanionFile {
     pub file_name: String,
+    /// Names the file in messages; it is read through `file`, opened with the pack (as
+    /// [`Shard::file`]).
     pub path: PathBuf,
+    pub file: Arc<File>,
     pub header: ArrayHeader,
 }
 
@@ -83,11 +87,10 @@ impl Family {
     /// Opens file `shard` for reading rows with [`OpenCompanion::read_rows`].
     pub fn open(&self, shard: usize) -> Result<OpenCompanion<'_>> {
         let f = &self.files[shard];
-        let file = File::open(&f.path).with_context(|| format!("opening {}", f.path.display()))?;
         Ok(OpenCompanion {
             file: f,
             row_bytes: self.row_bytes as u64,
-            handle: file,
+            handle: &f.file,
         })
     }
 }
@@ -111,7 +114,7 @@ pub fn describe(descr: &str, trailing: &[u64]) -> String {
 pub struct OpenCompanion<'a> {
     pub file: &'a CompanionFile,
     row_bytes: u64,
-    handle: File,
+    handle: &'a File,
 }
 
 impl OpenCompanion<'_> {
@@ -142,7 +145,7 @@ impl OpenCompanion<'_> {
 }
 
 /// What a pack folder holds besides its shards.
-#[derive(Debug, Default)]
+#[derive(Debug, Clone, Default)]
 pub struct Scan {
     /// Families that line up with the shards, by name.
     pub families: Vec<Family>,
@@ -236,8 +239,9 @@ fn line_up(
     let mut out: Vec<CompanionFile> = Vec::with_capacity(files.len());
     for ((_, f), shard) in files.iter().zip(shards) {
         let path = dir.join(f);
-        let header = read_header(&path).map_err(|e| format!("{f}: {e:#}"))?;
-        check_file(f, &path, &header, shard)?;
+        let file = crate::pack::snapshot::hold(&path).map_err(|e| format!("{f}: {e}"))?;
+        let header = read_open_header(&file).map_err(|e| format!("{f}: {e:#}"))?;
+        check_file(f, &file, &header, shard)?;
         if let Some(first) = out.first()
             && (first.header.descr != header.descr || first.header.trailing() != header.trailing())
         {
@@ -251,6 +255,7 @@ fn line_up(
         out.push(CompanionFile {
             file_name: f.clone(),
             path,
+            file: Arc::new(file),
             header,
         });
     }
@@ -265,7 +270,7 @@ fn line_up(
 }
 
 /// One file's header against its shard: readable rows, the shard's row count, its size.
-fn check_file(f: &str, path: &Path, header: &ArrayHeader, shard: &Shard) -> Result<(), String> {
+fn check_file(f: &str, file: &File, header: &ArrayHeader, shard: &Shard) -> Result<(), String> {
     if header.shape.is_empty() {
         return Err(format!("{f}: a 0-dimensional array has no rows"));
     }
@@ -296,9 +301,7 @@ fn check_file(f: &str, path: &Path, header: &ArrayHeader, shard: &Shard) -> Resu
         .rows()
         .checked_mul(row_bytes)
         .and_then(|d| d.checked_add(header.data_offset as u64));
-    let len = std::fs::metadata(path)
-        .map_err(|e| format!("{f}: {e}"))?
-        .len();
+    let len = file.metadata().map_err(|e| format!("{f}: {e}"))?.len();
     if want != Some(len) {
         return Err(format!(
             "{f}: {len} bytes, but its header promises {} ({} rows of {row_bytes} bytes after a {}-byte header)",
@@ -310,9 +313,14 @@ fn check_file(f: &str, path: &Path, header: &ArrayHeader, shard: &Shard) -> Resu
     Ok(())
 }
 
-/// Reads and parses the header of a `.npy` file.
+/// Reads and parses the header of the `.npy` file at `path`.
 pub fn read_header(path: &Path) -> Result<ArrayHeader> {
-    let (head, _) = crate::pack::shards::read_head(path)?;
+    read_open_header(&File::open(path).context("cannot open")?)
+}
+
+/// Reads and parses the header of `file`, a `.npy` file just opened.
+fn read_open_header(file: &File) -> Result<ArrayHeader> {
+    let (head, _) = crate::pack::shards::read_head(file)?;
     npy::parse_array_header(&head).context("bad .npy header")
 }
 
@@ -362,13 +370,19 @@ pub fn verify_family(
     if records.is_empty() {
         return Ok(());
     }
-    let files: Vec<(&Path, &str, u64, u32)> = which
+    let files: Vec<HeldFile> = which
         .iter()
         .map(|&i| {
             let f = &family.files[i];
             let r = records.iter().find(|r| r.file_name == f.file_name);
             let (bytes, crc) = r.map_or((u64::MAX, 0), |r| (r.bytes, r.crc32c));
-            (f.path.as_path(), f.file_name.as_str(), bytes, crc)
+            HeldFile {
+                file: &f.file,
+                path: &f.path,
+                name: &f.file_name,
+                bytes,
+                crc,
+            }
         })
         .collect();
     crate::pack::shards::verify_files(dir, &files, workers)

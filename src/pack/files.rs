@@ -9,6 +9,14 @@ use crate::error::{Context, Result};
 
 use crate::format::{metadata, valuation};
 
+/// The folder inside a pack's folder where a writer builds what it publishes
+/// ([`crate::pack::publish`]).
+pub const STAGING: &str = ".dataset-packer-staging";
+
+/// The manifest in [`STAGING`] that makes a staged pack complete: from the moment it is
+/// written, the publish swaps the files in (and a killed one is finished by the next writer).
+pub const COMPLETE: &str = ".complete";
+
 /// Fails, of kind `Unsupported`, when `path` is written as a URL (`s3://bucket/pack`,
 /// `gs://…`, `https://…`: a scheme of letters, digits, `+`, `-` or `.` before `://`), where a
 /// local folder is all that can be taken (a shuffle's input, a pack changed in place, a

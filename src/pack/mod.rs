@@ -58,6 +58,7 @@ pub(crate) mod remote_output;
 pub(crate) mod run_index;
 pub(crate) mod shard_writer;
 pub(crate) mod shards;
+pub(crate) mod snapshot;
 pub mod versions;
 mod writer;
 
@@ -167,8 +168,13 @@ impl Pack {
         located.name_errors(Pack::open_located(&located, spec))
     }
 
-    /// [`Pack::open_version`] of a pack already located (its files in `located.dir()`).
+    /// [`Pack::open_version`] of a pack already located (its files in `located.dir()`): one
+    /// snapshot of the folder, even while another process publishes into it.
     fn open_located(located: &open::Located, spec: &VersionSpec) -> Result<Pack> {
+        snapshot::consistently(located.dir(), || Pack::open_once(located, spec))
+    }
+
+    fn open_once(located: &open::Located, spec: &VersionSpec) -> Result<Pack> {
         let dir = located.dir().to_path_buf();
         let conn = shards::open_metadata(&dir)?;
         let invalid = |what: String| {
@@ -184,8 +190,9 @@ impl Pack {
         if let Some(p) = problems.first() {
             return Err(invalid(format!("{}: {p}", metadata::FILE_NAME)));
         }
-        let opened = open::open(&dir, spec, true)?;
-        let companions = opened.families(&dir)?;
+        let opened = open::open_once(&dir, spec, true)?;
+        let companions = opened.families();
+        let valuation_names = opened.valuations()?.names().to_vec();
         let open::Opened {
             conn, shards, view, ..
         } = opened;
@@ -205,7 +212,6 @@ impl Pack {
                 failed.examples.first().map_or("", String::as_str)
             )));
         }
-        let valuation_names = shards::read_valuations(&dir)?.names().to_vec();
         let shuffled = metadata::session_value(&conn, "shuffled")?.as_deref() == Some("true");
         let maps = shards
             .iter()

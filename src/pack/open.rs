@@ -17,11 +17,12 @@ use std::sync::Arc;
 
 use rusqlite::Connection;
 
-use crate::error::{Error, Result};
+use crate::error::{Context, Error, Result};
 use crate::format::valuation::ValuationTable;
 use crate::pack::families::{self, Scan};
 use crate::pack::remote::{self, RemoteView, Wanted};
 use crate::pack::shards::{self, Shard, ShardListing};
+use crate::pack::snapshot;
 use crate::pack::versions::{History, VersionSpec, View};
 use crate::store::Location;
 
@@ -152,49 +153,93 @@ pub(crate) fn with_located<T>(path: &Path, read: impl FnOnce(&Located) -> Result
     located.name_errors(read(&located))
 }
 
-/// A pack's `metadata.db` and shards as one version of it was: what the commands that read a
-/// pack (stats, show, export, validate) open.
+/// A pack's `metadata.db` and files as one version of it was, all opened together as one
+/// snapshot ([`crate::pack::snapshot`]): what the commands that read a pack (stats, show,
+/// export, validate) open. Whatever is published into the folder afterwards, these are the
+/// files read.
 pub(crate) struct Opened {
     /// Read-only, restricted to the version ([`View::restrict`]).
     pub conn: Connection,
     /// Cut to the version ([`View::cut`]).
     pub shards: Vec<Shard>,
     pub view: View,
-    /// The shards as they are (the companion families line up with these).
-    uncut: Vec<Shard>,
+    /// The size of `metadata.db`.
+    pub metadata_bytes: u64,
+    /// The companion families of the version (see [`Opened::families`]).
+    families: Scan,
+    /// `valuation_types.json` as it was read with the rest.
+    valuations: std::io::Result<String>,
+    dir: PathBuf,
 }
 
 /// Opens the pack at `dir` as version `spec` of it (legacy 46-byte shards accepted when
-/// `legacy_ok`); fails on structural problems, as [`shards::open_shards`] does.
+/// `legacy_ok`), every file of it at once from one version, even while another process
+/// publishes into the folder; fails on structural problems, as [`shards::open_shards`] does.
 pub(crate) fn open(dir: &Path, spec: &VersionSpec, legacy_ok: bool) -> Result<Opened> {
+    snapshot::consistently(dir, || open_once(dir, spec, legacy_ok))
+}
+
+/// [`open`] without the snapshot's retries: for an opener that wraps more in one snapshot.
+pub(crate) fn open_once(dir: &Path, spec: &VersionSpec, legacy_ok: bool) -> Result<Opened> {
     let conn = shards::open_metadata(dir)?;
+    let db = dir.join(crate::format::metadata::FILE_NAME);
+    let metadata_bytes = std::fs::metadata(&db)
+        .with_context(|| format!("reading {}", db.display()))?
+        .len();
     let view = View::resolve(&conn, dir, spec)?;
     view.restrict(&conn)?;
     let uncut = shards::open_shards(dir, legacy_ok)?;
     let shards = view.cut(dir, uncut.clone())?;
+    let families = version_families(families::scan(dir, &uncut)?, &view, &shards);
+    let valuations = std::fs::read_to_string(dir.join(crate::format::valuation::FILE_NAME));
     Ok(Opened {
         conn,
         shards,
         view,
-        uncut,
+        metadata_bytes,
+        families,
+        valuations,
+        dir: dir.to_path_buf(),
     })
 }
 
-impl Opened {
-    /// The companion families of the version: those of the pack as it is (see
-    /// [`families::scan`]) that the version has, their files cut like the shards.
-    pub fn families(&self, dir: &Path) -> Result<Scan> {
-        let mut scan = families::scan(dir, &self.uncut)?;
-        scan.families.retain(|f| self.view.has_family(&f.name));
-        scan.problems.retain(|(name, _)| self.view.has_family(name));
-        for family in &mut scan.families {
-            family.files.truncate(self.shards.len());
-            for (file, shard) in family.files.iter_mut().zip(&self.shards) {
-                file.header.shape[0] = shard.header.rows;
-            }
+/// The families of `scan` (the pack's as it is) that the version has, their files cut like
+/// the version's `shards`.
+fn version_families(mut scan: Scan, view: &View, shards: &[Shard]) -> Scan {
+    scan.families.retain(|f| view.has_family(&f.name));
+    scan.problems.retain(|(name, _)| view.has_family(name));
+    for family in &mut scan.families {
+        family.files.truncate(shards.len());
+        for (file, shard) in family.files.iter_mut().zip(shards) {
+            file.header.shape[0] = shard.header.rows;
         }
-        Ok(scan)
     }
+    scan
+}
+
+impl Opened {
+    /// The companion families of the version: those of the pack as it was opened (see
+    /// [`families::scan`]) that the version has, their files cut like the shards.
+    pub fn families(&self) -> Scan {
+        self.families.clone()
+    }
+
+    /// The pack's `valuation_types.json`, as it was when the pack was opened.
+    pub fn valuations(&self) -> Result<ValuationTable> {
+        let path = self.dir.join(crate::format::valuation::FILE_NAME);
+        let text = self
+            .valuations
+            .as_ref()
+            .map_err(|e| std::io::Error::new(e.kind(), e.to_string()))
+            .with_context(|| format!("reading {}", path.display()))?;
+        ValuationTable::from_json(text).with_context(|| format!("{}", path.display()))
+    }
+}
+
+/// Runs `open`, which opens files of the pack at `dir` through the lenient functions below,
+/// as one snapshot of one version (see [`snapshot::consistently`]): for `validate`.
+pub(crate) fn snapshot<T>(dir: &Path, open: impl FnMut() -> Result<T>) -> Result<T> {
+    snapshot::consistently(dir, open)
 }
 
 /// The `metadata.db` of the pack at `dir` alone, read-only, when it opens (its shards not

@@ -17,12 +17,10 @@ use crate::error::{Context, Result, ensure, err, fail};
 
 use crate::format::{metadata, valuation};
 use crate::interrupt::{self, OnInterrupt};
-use crate::pack::files::{is_pack_file, is_shard_name};
+use crate::pack::files::{COMPLETE, STAGING, is_pack_file, is_shard_name};
 
-const STAGING: &str = ".dataset-packer-staging";
 /// The work folder of a shuffle writing into this folder (bucket files, progress).
 pub const SHUFFLE_WORK: &str = ".dataset-packer-shuffle";
-const COMPLETE: &str = ".complete";
 const OLD: &str = ".old";
 /// Manifest lines naming a file the publish removes start with this.
 const RETIRED: &str = "-";
@@ -74,7 +72,7 @@ pub fn leftovers(dir: &Path) -> Vec<String> {
     for (name, what) in [
         (
             STAGING,
-            "an unfinished write (killed before it published); the next pack, merge, shuffle or export into this folder removes it, or finishes its publish if it was complete",
+            "an unfinished write (one under way now, or one killed before it published); the next pack, merge, shuffle or export into this folder removes it, or finishes its publish if it was complete",
         ),
         (
             SHUFFLE_WORK,

@@ -5,6 +5,7 @@
 use std::collections::HashMap;
 use std::fs::File;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use crate::error::{Context, Result, fail};
 use memmap2::{Mmap, MmapOptions};
@@ -13,12 +14,15 @@ use crate::format::npy::{self, Header, RowLayout};
 use crate::format::valuation::{self, ValuationTable};
 use crate::pack::files::is_shard_name;
 
-/// One shard file and what its header says.
+/// One shard file and what its header says. `path` names it in messages; every read goes
+/// through `file`, the file as it was opened with the pack (see [`crate::pack::snapshot`]):
+/// a publish that renames another file over the path changes nothing this reader sees.
 #[derive(Debug, Clone)]
 pub struct Shard {
     pub index: u32,
     pub name: String,
     pub path: PathBuf,
+    pub file: Arc<File>,
     pub header: Header,
     pub file_len: u64,
 }
@@ -43,7 +47,7 @@ impl Shard {
     pub fn file_crc(&self, data_crc: u32, data_len: usize) -> std::io::Result<u32> {
         use std::os::unix::fs::FileExt;
         let mut header = vec![0u8; self.header.data_offset];
-        File::open(&self.path)?.read_exact_at(&mut header, 0)?;
+        self.file.read_exact_at(&mut header, 0)?;
         Ok(crate::crc::combine(
             crate::crc::crc32c(&header),
             data_crc,
@@ -80,26 +84,26 @@ impl Shard {
         Ok((rows, changed))
     }
 
-    /// Opens the shard for reading its rows with [`ShardFile`].
+    /// The shard, for reading its rows with [`ShardFile`].
     pub fn open(&self) -> Result<ShardFile<'_>> {
-        let file =
-            File::open(&self.path).with_context(|| format!("opening {}", self.path.display()))?;
-        Ok(ShardFile { shard: self, file })
+        Ok(ShardFile {
+            shard: self,
+            file: &self.file,
+        })
     }
 
     /// Maps rows `start..start + count` (count > 0) of this shard read-only.
     pub fn map_rows(&self, start: u64, count: u64) -> Result<Mmap> {
         debug_assert!(count > 0, "an empty range cannot be mapped");
         let rb = self.row_bytes() as u64;
-        let file =
-            File::open(&self.path).with_context(|| format!("opening {}", self.path.display()))?;
-        // SAFETY: the pack is not modified while we read it (the tool's own writers only ever
-        // publish new files by rename, never rewrite a published shard in place).
+        // SAFETY: the file was opened with the pack and is never rewritten in place (the
+        // tool's writers publish new files by rename), and its size was checked against the
+        // header when it was opened, so the range lies inside it.
         let map = unsafe {
             MmapOptions::new()
                 .offset(self.header.data_offset as u64 + start * rb)
                 .len((count * rb) as usize)
-                .map(&file)
+                .map(&*self.file)
         }
         .with_context(|| format!("mapping {}", self.path.display()))?;
         Ok(map)
@@ -110,7 +114,7 @@ impl Shard {
 /// faults, no mappings to tear down).
 pub struct ShardFile<'a> {
     shard: &'a Shard,
-    file: File,
+    file: &'a File,
 }
 
 impl ShardFile<'_> {
@@ -248,11 +252,12 @@ pub fn list_shards(dir: &Path) -> Result<ShardListing> {
     for (index, name) in names {
         let path = dir.join(&name);
         match inspect(&path) {
-            Ok((header, file_len)) => {
+            Ok((file, header, file_len)) => {
                 let shard = Shard {
                     index,
                     name: name.clone(),
                     path,
+                    file: Arc::new(file),
                     header,
                     file_len,
                 };
@@ -295,18 +300,22 @@ pub fn list_shards(dir: &Path) -> Result<ShardListing> {
     Ok(out)
 }
 
-fn inspect(path: &Path) -> Result<(Header, u64)> {
-    let (head, len) = read_head(path)?;
+/// The shard file at `path`, opened to be held ([`crate::pack::snapshot::hold`]), with its
+/// header and length.
+fn inspect(path: &Path) -> Result<(File, Header, u64)> {
+    let file = crate::pack::snapshot::hold(path).context("cannot open")?;
+    let (head, len) = read_head(&file)?;
     let header = npy::parse_header(&head).context("bad .npy header")?;
-    Ok((header, len))
+    Ok((file, header, len))
 }
 
-/// The header bytes of the `.npy` file at `path` (all of them, whatever their length, and
+/// The header bytes of the `.npy` file `file` (all of them, whatever their length, and
 /// never more than NumPy reads: see [`npy::header_size`]) and the file's length.
-pub fn read_head(path: &Path) -> Result<(Vec<u8>, u64)> {
+pub fn read_head(file: &File) -> Result<(Vec<u8>, u64)> {
     use std::io::Read;
-    let mut file = File::open(path).context("cannot open")?;
     let len = file.metadata().context("cannot open")?.len();
+    // Read from the start; only a file just opened is passed here.
+    let mut file: &File = file;
     let mut prefix = Vec::with_capacity(12);
     file.by_ref()
         .take(12)
@@ -476,26 +485,49 @@ pub fn verify_shards(
         );
         return Ok(());
     };
-    let files: Vec<(&Path, &str, u64, u32)> = which
+    let files: Vec<HeldFile> = which
         .iter()
         .map(|&i| {
             let shard = &shards[i];
             let record = records.iter().find(|r| r.file_name == shard.name);
             let (bytes, crc) = record.map_or((u64::MAX, 0), |r| (r.bytes, r.crc32c));
-            (shard.path.as_path(), shard.name.as_str(), bytes, crc)
+            HeldFile {
+                file: &shard.file,
+                path: &shard.path,
+                name: &shard.name,
+                bytes,
+                crc,
+            }
         })
         .collect();
     verify_files(dir, &files, workers)
 }
 
-/// Checks whole files `(path, name, recorded bytes, recorded CRC-32C)` in parallel.
-pub fn verify_files(dir: &Path, files: &[(&Path, &str, u64, u32)], workers: usize) -> Result<()> {
+/// A file of an opened pack to check against what `metadata.db` records of it (`bytes` is
+/// `u64::MAX` when it records nothing).
+pub struct HeldFile<'a> {
+    pub file: &'a File,
+    pub path: &'a Path,
+    pub name: &'a str,
+    pub bytes: u64,
+    pub crc: u32,
+}
+
+/// Checks whole files against their records in parallel.
+pub fn verify_files(dir: &Path, files: &[HeldFile], workers: usize) -> Result<()> {
     crate::ordered::ordered_try_map(
         files,
         workers,
         workers * 2,
         || (),
-        |_, &(path, name, bytes, crc)| -> Result<()> {
+        |_, held| -> Result<()> {
+            let HeldFile {
+                file,
+                path,
+                name,
+                bytes,
+                crc,
+            } = *held;
             if bytes == u64::MAX {
                 fail!(
                     Corrupt,
@@ -504,10 +536,11 @@ pub fn verify_files(dir: &Path, files: &[(&Path, &str, u64, u32)], workers: usiz
                     dir.display()
                 );
             }
-            let len = std::fs::metadata(path)
+            let len = file
+                .metadata()
                 .with_context(|| format!("reading {}", path.display()))?
                 .len();
-            let computed = crate::crc::file_crc(path)?;
+            let computed = crate::crc::open_file_crc(file, path)?;
             if len != bytes || computed != crc {
                 fail!(
                     Corrupt,
@@ -530,8 +563,13 @@ pub fn open_metadata(dir: &Path) -> Result<rusqlite::Connection> {
 }
 
 /// Fails, saying what `dir` is instead, unless it is a folder holding a `metadata.db`: does not
-/// exist, is a file, or is not a pack (with a hint when it holds raw self-play logs).
+/// exist, is a file, or is not a pack (with a hint when it holds raw self-play logs). A
+/// publish under way (no `metadata.db` for a moment) is waited for.
 pub fn check_is_pack(dir: &Path) -> Result<()> {
+    crate::pack::snapshot::consistently(dir, || check_is_pack_now(dir))
+}
+
+fn check_is_pack_now(dir: &Path) -> Result<()> {
     crate::pack::files::refuse_url(dir)?;
     if !dir.exists() {
         fail!(NotAPack, "{} does not exist", dir.display());
@@ -546,6 +584,14 @@ pub fn check_is_pack(dir: &Path) -> Result<()> {
     if dir.join(crate::format::metadata::FILE_NAME).is_file() {
         return Ok(());
     }
+    if crate::pack::snapshot::publish_under_way(dir) {
+        fail!(
+            NotAPack,
+            "{} has a pack's files but no {}: a publish into it is under way, or was interrupted (the next write into the folder finishes it); try again",
+            dir.display(),
+            crate::format::metadata::FILE_NAME
+        );
+    }
     let raw = std::fs::read_dir(dir)
         .map(|entries| {
             entries.filter_map(|e| e.ok()).any(|e| {
@@ -554,7 +600,7 @@ pub fn check_is_pack(dir: &Path) -> Result<()> {
                     || name.ends_with(".meta.json.gz")
                     || name.ends_with(".jsonl.gz")
                     || name.ends_with(".jsonl")
-                    || e.path().is_dir()
+                    || (e.path().is_dir() && !name.starts_with('.'))
             })
         })
         .unwrap_or(false);

@@ -78,7 +78,7 @@ pub(super) fn search_writer(
     rewritten: Option<usize>,
 ) -> Result<ShardWriter> {
     let dir = existing.dir.display();
-    let scan = existing.opened.families(&existing.dir)?;
+    let scan = existing.opened.families();
     if let Some((_, problem)) = scan.problems.iter().find(|(n, _)| n == search::FAMILY) {
         fail!(
             Corrupt,

@@ -14,7 +14,7 @@ use crate::format::search;
 use crate::format::valuation::ValuationTable;
 use crate::pack::files;
 use crate::pack::open::Opened;
-use crate::pack::shards::{self, Shard};
+use crate::pack::shards::Shard;
 use crate::pack::versions::VersionSpec;
 use crate::progress::thousands;
 
@@ -111,7 +111,7 @@ impl Existing {
             shard_rows,
             runs: metadata::read_runs(conn)?,
             details: metadata::read_run_details(conn)?,
-            valuations: shards::read_valuations(dir)?,
+            valuations: opened.valuations()?,
             finding_counts: metadata::read_finding_counts(conn)?
                 .into_iter()
                 .map(|(k, n)| (k, n.max(0) as u64))

@@ -4,14 +4,13 @@
 
 use std::path::PathBuf;
 
-use std::path::Path;
-
 use super::ShuffleOptions;
 use super::buckets::Gathered;
 use super::plan::Plan;
 use super::quality::{Quality, WINDOW};
 use crate::error::{Context, Result};
 use crate::format::metadata::{self, MetadataWriter, PackFacts, RunRecord};
+use crate::format::valuation::ValuationTable;
 use crate::pack::StagedPack;
 use crate::pack::families::Family;
 use crate::pack::fingerprints;
@@ -52,7 +51,7 @@ pub(super) fn write_metadata(
     records: &[metadata::ShardRecord],
     input: &rusqlite::Connection,
     input_shards: &[Shard],
-    input_dir: &Path,
+    valuations: &ValuationTable,
     options: &ShuffleOptions,
     plan: &Plan,
     quality: &Quality,
@@ -62,8 +61,7 @@ pub(super) fn write_metadata(
     let mut details = metadata::read_run_details(input)?;
     let input_shuffled = metadata::session_value(input, "shuffled")?.as_deref() == Some("true");
     if fingerprints::recorded(&runs, &details).is_none() && !input_shuffled {
-        let valuations = shards::read_valuations(input_dir)?;
-        let computed = fingerprints::compute(input_shards, &runs, &valuations, options.workers)?;
+        let computed = fingerprints::compute(input_shards, &runs, valuations, options.workers)?;
         for (run, fp) in runs.iter().zip(computed) {
             details.entry(run.id).or_default().fingerprint = Some(fp.to_string());
         }

@@ -19,11 +19,12 @@ use std::sync::Arc;
 pub use quality::{Quality, WINDOW};
 
 use crate::error::{Context, Result, err, fail};
+use crate::format::valuation::ValuationTable;
 use crate::interrupt::{self, OnInterrupt};
 use crate::pack::families::Family;
 use crate::pack::publish::{OutputDir, SHUFFLE_WORK};
 use crate::pack::remote_output::{Target, Uploaded};
-use crate::pack::shards::{self, Shard};
+use crate::pack::shards::Shard;
 use crate::pack::versions::{self, VersionSpec};
 use crate::progress::Observer;
 use crate::verify;
@@ -218,6 +219,8 @@ struct Input {
     shards: Vec<Shard>,
     families: Vec<Family>,
     conn: rusqlite::Connection,
+    /// `valuation_types.json` as it was opened with the rest.
+    valuations: ValuationTable,
 }
 
 /// Shuffles the pack `input` into a new pack at `output` (a folder, or a URL in object storage:
@@ -336,13 +339,13 @@ pub fn shuffle(
         &records,
         &input.conn,
         &input.shards,
-        input_dir,
+        &input.valuations,
         options,
         &plan,
         &quality,
         rows,
     )?;
-    staged.publish(&shards::read_valuations(input_dir)?)?;
+    staged.publish(&input.valuations)?;
     std::fs::remove_dir_all(&work).with_context(|| format!("removing {}", work.display()))?;
     Ok(ShuffleSummary {
         rows,
@@ -394,12 +397,14 @@ fn open_input(dir: &Path, options: &ShuffleOptions) -> Result<Input> {
         );
     }
     let opened = crate::pack::open::open(dir, &VersionSpec::Latest, true)?;
-    let families = opened.families(dir)?.families;
+    let families = opened.families().families;
+    let valuations = opened.valuations()?;
     let crate::pack::open::Opened { conn, shards, .. } = opened;
     Ok(Input {
         shards,
         families,
         conn,
+        valuations,
     })
 }
 
