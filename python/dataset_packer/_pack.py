@@ -1,7 +1,9 @@
 """`Pack`: a read-only view of one pack folder (`Selection`, some of its runs, is in `_data`).
 
 Opening a pack checks every shard header and memory-maps the shards once; `metadata.db` is
-opened read-only (`file:…?mode=ro`). Nothing else is loaded until used: the run table (ids,
+opened read-only (`file:…?mode=ro`). A local pack's open is a snapshot of one version
+(`_snapshot`): every file is opened at once and read through afterwards, and the open is done
+again when a publish overlapped it. Nothing else is loaded until used: the run table (ids,
 row counts, first rows) is read on the first call that needs it, so memory stays
 proportional to shards and runs, never to rows.
 
