@@ -107,29 +107,10 @@ pub fn parse_rows(text: &str) -> Result<u64, String> {
     Ok(rows)
 }
 
-/// `512MiB`, `4GiB`, `64M`, `1000000` → bytes (binary units: K/KiB, M/MiB, G/GiB, T/TiB;
-/// decimal: KB, MB, GB); at least 4 KiB.
+/// `512MiB`, `4GiB`, `64M`, `1000000` → bytes (as [`crate::store::parse_size`] reads sizes);
+/// at least 4 KiB.
 pub fn parse_size(text: &str) -> Result<u64, String> {
-    let t = text.trim();
-    let split = t
-        .find(|c: char| !c.is_ascii_digit() && c != '.')
-        .unwrap_or(t.len());
-    let (num, unit) = t.split_at(split);
-    let value: f64 = num
-        .parse()
-        .map_err(|_| format!("{text:?} is not a size like 512MiB"))?;
-    let scale: u64 = match unit.trim().to_ascii_lowercase().as_str() {
-        "" | "b" => 1,
-        "k" | "kib" => 1 << 10,
-        "m" | "mib" => 1 << 20,
-        "g" | "gib" => 1 << 30,
-        "t" | "tib" => 1 << 40,
-        "kb" => 1_000,
-        "mb" => 1_000_000,
-        "gb" => 1_000_000_000,
-        _ => return Err(format!("unknown unit in {text:?} (use KiB, MiB, GiB)")),
-    };
-    let bytes = (value * scale as f64) as u64;
+    let bytes = crate::store::parse_size(text).map_err(|e| e.to_string())?;
     if bytes < 4096 {
         return Err(format!("{text:?} is too little memory (at least 4KiB)"));
     }

@@ -94,7 +94,7 @@ pub use merge::{DeletedInput, MergeOptions, MergeSummary, MergedInput, merge};
 pub use pack::remote_output::Uploaded;
 pub use pack::{
     Companion, CompanionValue, History, NewRun, NewStep, Pack, PackWriter, Param, Published, Run,
-    Runs, SqlLimits, Step, Steps, Version, VersionSpec, WriterOptions, tag, untag,
+    Runs, SqlLimits, Step, Steps, Version, VersionSpec, WriterOptions, move_tag, tag, untag,
 };
 pub use packer::{RawPackOptions, RawPackSummary, pack_raw};
 pub use shuffle::{

@@ -22,8 +22,8 @@ struct Cli {
     cache: Option<std::path::PathBuf>,
     /// Most bytes the cache may hold, like 50GiB [env: DATASET_PACKER_CACHE_LIMIT; default:
     /// 50GiB].
-    #[arg(long = "cache-limit", global = true, value_name = "SIZE")]
-    cache_limit: Option<String>,
+    #[arg(long = "cache-limit", global = true, value_name = "SIZE", value_parser = cache_size)]
+    cache_limit: Option<u64>,
 }
 
 #[derive(Subcommand)]
@@ -112,12 +112,16 @@ fn configure_cache(cli: &Cli) -> anyhow::Result<()> {
     if let Some(dir) = &cli.cache {
         config = config.dir(dir);
     }
-    if let Some(limit) = &cli.cache_limit {
-        let bytes = store::parse_size(limit).map_err(|e| e.with_option("cache_limit"))?;
+    if let Some(bytes) = cli.cache_limit {
         config = config.limit(bytes);
     }
     store::set_cache_config(config);
     Ok(())
+}
+
+/// `--cache-limit`'s value: a malformed size is a usage error (exit 2), as clap's own are.
+fn cache_size(text: &str) -> Result<u64, String> {
+    dataset_packer::store::parse_size(text).map_err(|e| e.to_string())
 }
 
 /// A hint for `pack RAW PACK`, which every other command's habit of taking plain paths

@@ -11,17 +11,18 @@ use crate::pack::versions::{self, VersionSpec};
 #[derive(Args, Debug)]
 #[command(after_help = "Examples:
   dataset-packer tag packs/d6 paper-baseline             # names the latest version
-  dataset-packer tag packs/d6 paper-baseline --version 3 # moves the name to version 3
+  dataset-packer tag packs/d6 nightly --version 3 --move # moves the name to version 3
   dataset-packer tag packs/d6 --delete paper-baseline
   dataset-packer stats packs/d6 --version paper-baseline
 
-A tag is 1 to 200 letters, digits, '.', '_' or '-', not all digits and not `latest`.")]
+A tag is 1 to 200 letters, digits, '.', '_' or '-', not all digits and not `latest`. A name
+already on another version is moved only with --move (exit 2 without it).")]
 pub struct TagArgs {
     /// The pack.
     #[arg(value_name = "PACK")]
     pub pack: PathBuf,
     /// The name to give (or, with --delete, to remove).
-    #[arg(value_name = "NAME")]
+    #[arg(value_name = "NAME", value_parser = tag_name)]
     pub name: String,
     /// The version to name: a number, another tag, or `latest` (the default).
     #[arg(
@@ -31,6 +32,10 @@ pub struct TagArgs {
         conflicts_with = "delete"
     )]
     pub version: VersionSpec,
+    /// Move the name when it is already on another version (without it, that is refused:
+    /// a paper or a checkpoint may cite the name).
+    #[arg(long = "move", conflicts_with = "delete")]
+    pub move_tag: bool,
     /// Remove the tag NAME instead.
     #[arg(long)]
     pub delete: bool,
@@ -39,10 +44,19 @@ pub struct TagArgs {
     pub json: bool,
 }
 
+/// A well-formed tag name, checked as clap checks the other arguments (a malformed one is a
+/// usage error, exit 2).
+fn tag_name(text: &str) -> Result<String, String> {
+    versions::check_tag_name(text).map_err(|e| e.to_string())?;
+    Ok(text.to_string())
+}
+
 pub fn run(args: &TagArgs) -> Result<()> {
     crate::pack::open::refuse_remote(&args.pack, "tag")?;
     let version = if args.delete {
         versions::untag(&args.pack, &args.name)?
+    } else if args.move_tag {
+        versions::move_tag(&args.pack, &args.name, &args.version)?
     } else {
         versions::tag(&args.pack, &args.name, &args.version)?
     };

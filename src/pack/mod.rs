@@ -71,7 +71,7 @@ use memmap2::Mmap;
 pub use companion::{Companion, CompanionValue};
 pub use run::{Run, Runs};
 pub use step::{Step, Steps};
-pub use versions::{History, Version, VersionSpec, tag, untag};
+pub use versions::{History, Version, VersionSpec, move_tag, tag, untag};
 pub(crate) use writer::StagedPack;
 pub use writer::{NewRun, NewStep, PackWriter, Published, WriterOptions};
 

@@ -118,9 +118,10 @@ pub(crate) fn refuse_remote(path: &Path, change: &str) -> Result<()> {
     if let Some(Ok(Location::Remote(url))) = path.to_str().map(Location::parse) {
         crate::error::fail!(
             Refused,
-            "{url}: {change} changes a pack in place, and a pack in object storage is read-only \
-             here; {change} a local copy (`dataset-packer export --format pack {url} DIR`), \
-             then publish that"
+            "{url}: {change} changes a pack in place, which a pack in object storage does not \
+             support yet (its versions are not committed there); run {change} on the pack's \
+             folder where it is kept locally. Copying it out and back would give it a new \
+             pack_id and no history"
         );
     }
     Ok(())

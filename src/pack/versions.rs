@@ -16,7 +16,7 @@ use std::fmt;
 use std::path::Path;
 use std::str::FromStr;
 
-use crate::error::{Context, Result, fail};
+use crate::error::{Context, Result, err, fail};
 use rusqlite::{Connection, OptionalExtension};
 use serde::Serialize;
 
@@ -642,25 +642,63 @@ fn cut_rows(shards: Vec<Shard>, rows: u64) -> Vec<Shard> {
     out
 }
 
-/// Names the version `spec` names of the pack at `dir` `name` (moving the name if another
-/// version had it), in place with the publish protocol; returns the version named. The pack
-/// gets no new version: a tag is a name, not a change of data.
+/// Names the version `spec` names of the pack at `dir` `name`, in place with the publish
+/// protocol; returns the version named. The pack gets no new version: a tag is a name, not a
+/// change of data. A name that is already on another version is refused, of kind `Refused`
+/// naming that version (a paper or a checkpoint may cite it): [`move_tag`] moves it. Naming
+/// the version the name is already on changes nothing.
 ///
 /// ```
 /// # fn main() -> dataset_packer::Result<()> {
 /// # let fixture = dataset_packer::pack::doc_support::fixture_pack()?;
-/// use dataset_packer::{Pack, VersionSpec};
+/// use dataset_packer::{ErrorKind, Pack, VersionSpec};
 /// let named = dataset_packer::tag(fixture.path(), "baseline", &VersionSpec::Latest)?;
 /// let pack = Pack::open_version(fixture.path(), &"baseline".parse()?)?;
 /// assert_eq!(pack.version(), named);
+/// assert_eq!(dataset_packer::tag(fixture.path(), "baseline", &VersionSpec::Number(1))?, 1);
 /// # Ok(()) }
 /// ```
 pub fn tag(dir: &Path, name: &str, spec: &VersionSpec) -> Result<u32> {
+    name_version(dir, name, spec, false)
+}
+
+/// [`tag`], moving the name from the version it is on, if any, to the version `spec` names.
+///
+/// ```
+/// # fn main() -> dataset_packer::Result<()> {
+/// # let fixture = dataset_packer::pack::doc_support::fixture_pack()?;
+/// use dataset_packer::VersionSpec;
+/// dataset_packer::tag(fixture.path(), "best", &VersionSpec::Latest)?;
+/// assert_eq!(dataset_packer::move_tag(fixture.path(), "best", &VersionSpec::Number(1))?, 1);
+/// # Ok(()) }
+/// ```
+pub fn move_tag(dir: &Path, name: &str, spec: &VersionSpec) -> Result<u32> {
+    name_version(dir, name, spec, true)
+}
+
+fn name_version(dir: &Path, name: &str, spec: &VersionSpec, moving: bool) -> Result<u32> {
     check_tag_name(name)?;
     let out = OutputDir::open_existing(dir)?;
-    let version = History::read(&shards::open_metadata(dir)?)?
-        .find(dir, spec)?
-        .version;
+    let history = History::read(&shards::open_metadata(dir)?)?;
+    let version = history.find(dir, spec)?.version;
+    if let Some(on) = history
+        .versions
+        .iter()
+        .find(|v| v.tags.iter().any(|t| t == name))
+    {
+        if on.version == version {
+            return Ok(version);
+        }
+        if !moving {
+            return Err(err!(
+                Refused,
+                "{}: the tag {name} is on version {} already; moving a name that may be cited is asked for explicitly",
+                dir.display(),
+                on.version
+            )
+            .with_option("move"));
+        }
+    }
     let staging = out.begin_staging()?;
     let db = MetadataWriter::annotate_copy(dir, &staging)?;
     db.set_tag(name, version)?;
