@@ -204,6 +204,9 @@ pub struct DeletedInput {
 /// // The same pack twice is refused before anything is written.
 /// assert_eq!(summary.unwrap_err().kind(), ErrorKind::Refused);
 ///
+/// // Any list of paths will do: `&[&str]`, `Vec<String>`, `&[PathBuf]`.
+/// let names: Vec<String> = vec![a.display().to_string()];
+/// assert_eq!(merge(&names, dir.join("one"), &MergeOptions::default())?.rows, Pack::open(&a)?.len());
 /// # let b = dir.join("copy");
 /// # std::fs::create_dir_all(&b)?;
 /// # for e in std::fs::read_dir(&a)? { let e = e?; std::fs::copy(e.path(), b.join(e.file_name()))?; }
@@ -215,10 +218,12 @@ pub struct DeletedInput {
 /// # Ok(()) }
 /// ```
 pub fn merge(
-    inputs: &[PathBuf],
+    inputs: &[impl AsRef<Path>],
     output: impl AsRef<Path>,
     options: &MergeOptions,
 ) -> Result<MergeSummary> {
+    let inputs: Vec<PathBuf> = inputs.iter().map(|p| p.as_ref().to_path_buf()).collect();
+    let inputs = &inputs[..];
     let output = output.as_ref();
     let started = Instant::now();
     if inputs.is_empty() {

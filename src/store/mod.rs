@@ -1,4 +1,4 @@
-//! Packs in object storage (the foundation; commands do not use it yet): where a pack is
+//! Packs in object storage, which every command reads and writes through: where a pack is
 //! ([`Location`]: a folder or an `s3://`, `gs://`, `az://`, `http(s)://` URL), a blocking
 //! client configured from the environment as the AWS tools read it ([`Store`]), a bounded
 //! local cache that the processes of a node share ([`Cache`]), and publishing a finished
