@@ -189,6 +189,13 @@ fn pip_install_of_the_root_gives_the_package_and_the_command() {
     );
     let cli_version = version(&installed);
     assert_eq!(cli_version, version(&reference_bin));
+    // Shipped stripped (maturin's `strip`): no line tables, a fifth of the size.
+    let shipped = std::fs::read(&installed).unwrap();
+    assert!(
+        !shipped.windows(11).any(|w| w == b".debug_line"),
+        "the installed command keeps its line tables ({} bytes)",
+        shipped.len()
+    );
     let (mine, reference) = (tmp.path().join("mine"), tmp.path().join("reference"));
     for (bin, out) in [(&installed, &mine), (&reference_bin, &reference)] {
         let packed = Command::new(bin)

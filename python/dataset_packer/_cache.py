@@ -33,7 +33,8 @@ _TAG = "CACHEDIR.TAG"
 _TAG_TEXT = ("Signature: 8a477f597d28d172789f06886806bc55\n"
              "# This folder is a cache made by dataset-packer: its entries/ can be deleted at "
              "any time.\n")
-_INSTALL = 'pip install "dataset-packer[s3]"'
+#: What the `s3` extra installs, for machines where the package's own source is not at hand.
+_PLAIN_INSTALL = "pip install obstore google-crc32c xxhash"
 
 
 class CorruptError(PackError):
@@ -46,13 +47,35 @@ class CacheLimitError(PackError):
     or the rest of the cache is in use."""
 
 
+def install_hint() -> str:
+    """The command that adds the `s3` extra where this package was installed from (a folder
+    or a wheel file, as pip recorded it: PEP 610's direct_url.json), else the plain install
+    of the extra's packages (the package is not on PyPI, so `dataset-packer[s3]` alone finds
+    nothing)."""
+    import json
+    from urllib.parse import unquote, urlparse
+    try:
+        from importlib.metadata import distribution
+        info = json.loads(distribution("dataset-packer").read_text("direct_url.json") or "{}")
+    except Exception:  # not installed by pip (a PYTHONPATH checkout), or no record
+        info = {}
+    url = urlparse(info.get("url", ""))
+    if url.scheme != "file":
+        return _PLAIN_INSTALL
+    path = unquote(url.path)
+    if "dir_info" in info:
+        editable = "-e " if info["dir_info"].get("editable") else ""
+        return f'pip install {editable}"{path}[s3]" (or: {_PLAIN_INSTALL})'
+    return f'pip install "dataset-packer[s3] @ file://{path}" (or: {_PLAIN_INSTALL})'
+
+
 def _require(module: str):
     import importlib
     try:
         return importlib.import_module(module)
     except ImportError:
         raise PackError(f"reading a pack in object storage needs the package {module!r}: "
-                        f"{_INSTALL}") from None
+                        f"{install_hint()}") from None
 
 
 def entry_name(url, length: int, crc32c: int) -> str:

@@ -69,7 +69,9 @@ class Pack:
     `legacy_legal="stored"` asks for the bits as stored.
 
     A pack in object storage is opened by its URL, `Pack("s3://bucket/prefix")` (also
-    `gs://`, `az://`, `http(s)://`; needs `pip install "dataset-packer[s3]"`): its
+    `gs://`, `az://`, `http(s)://`; needs the `s3` extra, `pip install "PATH[s3]"` where PATH
+    is the checkout the package was installed from, or `pip install obstore google-crc32c
+    xxhash`): its
     metadata.db is downloaded, and each shard is fetched into the node's cache when first
     read, checked against its recorded CRC-32C, and memory-mapped from there. `cache=` (a
     folder) and `cache_limit=` (bytes, or "50GiB") default to `DATASET_PACKER_CACHE` /
