@@ -547,6 +547,137 @@ fn check_dir(dir: &Path, options: &Options) -> Result<Report> {
     })
 }
 
+/// What the history's own records must be, whatever the files hold: versions numbered 1, 2,
+/// … without a gap, each listing its steps files, made at times that read as UTC and never go
+/// back, by a command recorded as a list of words; each version's runs (the smallest ids)
+/// holding its rows; every tag naming a version the pack has; and a file a version shares
+/// whole with the pack now recorded with the same size and CRC-32C.
+fn check_history_records(
+    conn: &rusqlite::Connection,
+    history: &History,
+    c: &mut Check,
+) -> Result<()> {
+    let mut raw =
+        conn.prepare("SELECT version, created_utc, command FROM versions ORDER BY version")?;
+    let raw: Vec<(i64, String, String)> = raw
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?
+        .collect::<rusqlite::Result<_>>()?;
+    let mut last_time: Option<&str> = None;
+    for (i, (version, created, command)) in raw.iter().enumerate() {
+        if *version != i as i64 + 1 {
+            c.fail(|| {
+                format!(
+                    "versions are not numbered 1, 2, … without a gap: version {} is missing (the next recorded is {version})",
+                    i + 1
+                )
+            });
+            break;
+        }
+        if !is_utc_time(created) {
+            c.fail(|| format!("version {version}: created_utc {created:?} is not a UTC time like 2026-11-28T10:58:11Z"));
+        } else if last_time.is_some_and(|t| created.as_str() < t) {
+            c.fail(|| {
+                format!(
+                    "version {version} was made at {created}, before version {}",
+                    version - 1
+                )
+            });
+        }
+        last_time = Some(created);
+        if serde_json::from_str::<Vec<String>>(command).is_err() {
+            c.fail(|| {
+                format!(
+                    "version {version}: its command {:?} is not a JSON list of strings",
+                    &command[..command.len().min(60)]
+                )
+            });
+        }
+    }
+    for v in &history.versions {
+        if !v.files.iter().any(|f| f.family == metadata::STEPS_FAMILY) {
+            c.fail(|| format!("version {} lists no steps files", v.version));
+        }
+    }
+    let steps = metadata::read_run_steps(conn)?;
+    let mut ids: Vec<(i64, i64)> = steps;
+    ids.sort();
+    for v in &history.versions {
+        let held: i64 = ids.iter().take(v.runs as usize).map(|(_, s)| *s).sum();
+        if v.runs as usize > ids.len() || held as u64 != v.rows {
+            c.fail(|| {
+                format!(
+                    "version {} records {} runs and {} rows, but its runs (the {} smallest ids) hold {held} rows",
+                    v.version, v.runs, v.rows, v.runs
+                )
+            });
+        }
+    }
+    let mut tags = conn.prepare("SELECT name, version FROM version_tags ORDER BY name")?;
+    let tags: Vec<(String, i64)> = tags
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?
+        .collect::<rusqlite::Result<_>>()?;
+    for (name, version) in tags {
+        if !history
+            .versions
+            .iter()
+            .any(|v| i64::from(v.version) == version)
+        {
+            c.fail(|| {
+                format!("the tag {name} names version {version}, which the pack does not have")
+            });
+        }
+    }
+    // A file a version shares whole with the pack now (same rows) is the same bytes.
+    let now: Vec<(String, u64, u64, u32)> = metadata::read_shard_records(conn)?
+        .unwrap_or_default()
+        .into_iter()
+        .map(|r| (r.file_name, r.rows, r.bytes, r.crc32c))
+        .chain(
+            metadata::read_companions(conn)?
+                .into_iter()
+                .map(|r| (r.file_name, r.rows, r.bytes, r.crc32c)),
+        )
+        .collect();
+    for v in &history.versions {
+        for f in &v.files {
+            let Some((_, _, bytes, crc)) = now
+                .iter()
+                .find(|(n, rows, ..)| *n == f.file_name && *rows == f.rows)
+            else {
+                continue;
+            };
+            if f.bytes != *bytes || f.crc32c != format!("{crc:08x}") {
+                c.fail(|| {
+                    format!(
+                        "version {}: {} is recorded with {} bytes, crc32c {}, but the same {} rows are {bytes} bytes, crc32c {crc:08x}",
+                        v.version, f.file_name, f.bytes, f.crc32c, f.rows
+                    )
+                });
+            }
+        }
+    }
+    Ok(())
+}
+
+/// `YYYY-MM-DDTHH:MM:SSZ`, as the history records times.
+fn is_utc_time(text: &str) -> bool {
+    let b = text.as_bytes();
+    let digits = |range: std::ops::Range<usize>| b[range].iter().all(u8::is_ascii_digit);
+    b.len() == 20
+        && digits(0..4)
+        && b[4] == b'-'
+        && digits(5..7)
+        && b[7] == b'-'
+        && digits(8..10)
+        && b[10] == b'T'
+        && digits(11..13)
+        && b[13] == b':'
+        && digits(14..16)
+        && b[16] == b':'
+        && digits(17..19)
+        && b[19] == b'Z'
+}
+
 /// The files of the pack as [`check_dir`] found them, each with its check.
 struct Found {
     files: Check,
@@ -601,6 +732,7 @@ pub fn check_history(conn: Option<&rusqlite::Connection>, shards: &[Shard]) -> R
             .find(|f| f.file_name == name)
             .map(|f| f.rows)
     };
+    check_history_records(conn, &history, &mut c)?;
     let mut before: Option<&Version> = None;
     for v in &history.versions {
         let steps: u64 = v

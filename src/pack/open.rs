@@ -191,6 +191,7 @@ pub(crate) fn open_once(dir: &Path, spec: &VersionSpec, legacy_ok: bool) -> Resu
     view.restrict(&conn)?;
     let uncut = shards::open_shards(dir, legacy_ok)?;
     let shards = view.cut(dir, uncut.clone())?;
+    check_version_totals(dir, &conn, &view, &shards)?;
     let families = version_families(families::scan(dir, &uncut)?, &view, &shards);
     let valuations = std::fs::read_to_string(dir.join(crate::format::valuation::FILE_NAME));
     Ok(Opened {
@@ -202,6 +203,46 @@ pub(crate) fn open_once(dir: &Path, spec: &VersionSpec, legacy_ok: bool) -> Resu
         valuations,
         dir: dir.to_path_buf(),
     })
+}
+
+/// Refuses a version whose recorded rows and runs are not what the pack holds of it (the
+/// files cut to it, its runs in `conn`, restricted to it): a pack changed by a tool that
+/// records no versions, or whose history was edited. Read as recorded, it would hand out
+/// other rows than the version had.
+fn check_version_totals(
+    dir: &Path,
+    conn: &Connection,
+    view: &View,
+    shards: &[Shard],
+) -> Result<()> {
+    if !view.history.recorded {
+        return Ok(());
+    }
+    let v = view.version();
+    let (runs, steps): (i64, Option<i64>) = conn
+        .query_row("SELECT COUNT(*), SUM(steps) FROM runs", [], |r| {
+            Ok((r.get(0)?, r.get(1)?))
+        })
+        .with_context(|| {
+            format!(
+                "reading {}",
+                dir.join(crate::format::metadata::FILE_NAME).display()
+            )
+        })?;
+    let rows: u64 = shards.iter().map(|s| s.header.rows).sum();
+    let steps = steps.unwrap_or(0);
+    if runs as u64 != v.runs || rows != v.rows || steps as u64 != v.rows {
+        crate::error::fail!(
+            Corrupt,
+            "{}: metadata.db records {} rows and {} runs for version {}, but the pack holds {rows} rows in its files and {runs} runs of {steps} rows for it: it was changed without recording a version, or its history was edited; run `dataset-packer validate {}`",
+            dir.display(),
+            v.rows,
+            v.runs,
+            v.version,
+            dir.display()
+        );
+    }
+    Ok(())
 }
 
 /// The families of `scan` (the pack's as it is) that the version has, their files cut like
