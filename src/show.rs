@@ -15,7 +15,7 @@ use crate::format::valuation::ValuationTable;
 use crate::pack::families;
 use crate::pack::run_index;
 use crate::pack::shards::{self, Shard};
-use crate::pack::versions::VersionSpec;
+use crate::pack::versions::{VersionSpec, View};
 use crate::progress::thousands;
 
 /// Which rows of the run a page holds.
@@ -34,7 +34,7 @@ pub fn read(dir: &Path, version: &VersionSpec, id: u64, window: Window) -> Resul
 
 fn read_in(dir: &Path, version: &VersionSpec, id: u64, window: Window) -> Result<Page> {
     let opened = crate::pack::open::open(dir, version, true)?;
-    let run = find_run(&opened.conn, dir, id)?;
+    let run = find_run(&opened.conn, &opened.view, dir, id)?;
     let search = search_family(&opened)?;
     let names = opened.valuations()?;
     let crate::pack::open::Opened { conn, shards, .. } = opened;
@@ -81,7 +81,7 @@ fn read_in(dir: &Path, version: &VersionSpec, id: u64, window: Window) -> Result
 }
 
 /// The run, checked to be showable: it exists and the pack has an index of where it starts.
-fn find_run(conn: &rusqlite::Connection, dir: &Path, id: u64) -> Result<RunLookup> {
+fn find_run(conn: &rusqlite::Connection, view: &View, dir: &Path, id: u64) -> Result<RunLookup> {
     if metadata::session_value(conn, "shuffled")?.as_deref() == Some("true") {
         fail!(
             Unsupported,
@@ -96,17 +96,7 @@ fn find_run(conn: &rusqlite::Connection, dir: &Path, id: u64) -> Result<RunLooku
         Err(_) => None,
     };
     let Some(run) = found else {
-        let (count, min, max) = metadata::run_id_range(conn)?;
-        let ids = match (min, max) {
-            (Some(a), Some(b)) => format!("ids {a}–{b}"),
-            _ => "no ids".into(),
-        };
-        fail!(
-            InvalidInput,
-            "run {id} is not in {} (its runs table has {} runs, {ids})",
-            dir.display(),
-            thousands(count as u64)
-        );
+        return Err(view.missing_run(conn, dir, id));
     };
     // A pack without the table (the reference packer's) has its index rebuilt by the caller.
     if run.first_row.is_none() && metadata::has_table(conn, "run_index")? {

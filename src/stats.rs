@@ -32,7 +32,7 @@ use crate::format::board::MOVE_NAMES;
 use crate::format::metadata::{self, RunDetails, RunRow};
 use crate::format::row::{ROW_BYTES, offset};
 use crate::format::search;
-use crate::format::valuation::ValuationTable;
+use crate::format::valuation::{self, ValuationTable};
 use crate::ordered::ordered_try_map;
 use crate::pack::families;
 use crate::pack::open::Located;
@@ -933,7 +933,16 @@ pub(crate) fn gather(
         Some(family) => Some(search_effort(family, &shards, &runs, &details, workers)?),
         None => None,
     };
-    let types = type_rows(&counts, &table);
+    let mut types = type_rows(&counts, &table);
+    if !view.is_latest() {
+        // The names a later version appended are not the version's: valuation_types.json
+        // only grows, and a version's rows use a prefix of it.
+        let used = types.iter().filter(|t| t.rows > 0).map(|t| t.id).max();
+        let keep = used
+            .map_or(0, |id| id + 1)
+            .max(valuation::STANDARD_NAMES.len());
+        types.retain(|t| t.id < keep);
+    }
     let rows = if only.is_some() {
         counts.moves.iter().sum()
     } else {
@@ -985,7 +994,11 @@ pub(crate) fn gather(
             None
         },
         skipped_examples: skipped.into_iter().take(SKIPPED_EXAMPLES).collect(),
-        search_rows_not_kept: inherited_count(&session, "", search::ROWS_NOT_KEPT),
+        // Counted by the pack's writers as a whole, not kept per version.
+        search_rows_not_kept: view
+            .is_latest()
+            .then(|| inherited_count(&session, "", search::ROWS_NOT_KEPT))
+            .flatten(),
         session,
         search,
         companions: scan

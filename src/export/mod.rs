@@ -516,6 +516,8 @@ pub struct SourcePack {
     pub companions: Scan,
     /// Its `pack_id` (None: made before versions) and the version read.
     pub identity: (Option<String>, u32),
+    /// Whether the version read is the pack's latest.
+    pub latest: bool,
     /// Its `metadata.db` as the version read sees it (locked: the worker threads that read
     /// the pack share the source, and a connection serves one thread at a time).
     conn: Mutex<Connection>,
@@ -562,6 +564,7 @@ impl SourcePack {
             shuffled: metadata::session_value(&conn, "shuffled")?.as_deref() == Some("true"),
             companions,
             identity: (view.history.pack_id.clone(), view.version().version),
+            latest: view.is_latest(),
             shards,
             runs,
             conn: Mutex::new(conn),
@@ -577,6 +580,16 @@ impl SourcePack {
     /// The companion families an export carries: every one that lines up, except `dropped`;
     /// one that does not line up is an error naming it, unless dropped.
     pub fn carried_companions(&self, dropped: &[String]) -> Result<Vec<&Family>> {
+        for (name, detached) in &self.companions.gone {
+            if !dropped.contains(name) {
+                return Err(crate::error::err!(
+                    InvalidInput,
+                    "{}: the version read has the companion {name}, which version {detached} detached: its rows of that version are gone (leave it out to export the version without it)",
+                    self.dir.display()
+                )
+                .with_option("drop_companion"));
+            }
+        }
         for (name, problem) in &self.companions.problems {
             if !dropped.contains(name) {
                 return Err(crate::error::err!(

@@ -36,6 +36,8 @@ pub struct Written {
     /// For a source in the legacy 46-byte layout: rows whose `ev_legal` was recomputed to
     /// another value.
     pub upgraded: Option<u64>,
+    /// The highest valuation id a written row has.
+    valuation_ids: usize,
 }
 
 /// Options of a pack export.
@@ -67,7 +69,14 @@ pub fn write(
         &source.dir.display().to_string(),
     )?;
     let written = build(source, selection, &mut staged, opts)?;
-    staged.publish(&source.valuations)?;
+    // An earlier version's table: the names its rows use (a prefix of the table now), not
+    // those later versions appended.
+    let valuations = if source.latest {
+        source.valuations.clone()
+    } else {
+        source.valuations.prefix(written.valuation_ids)
+    };
+    staged.publish(&valuations)?;
     Ok(written)
 }
 
@@ -93,6 +102,7 @@ fn build(
     let mut keep = Vec::new();
     let mut companion_rows = Vec::new();
     let mut ev_legal_changed = 0u64;
+    let mut valuation_ids = 0usize;
     for piece in &plan {
         let (src, changed) = source.shards[piece.shard].read_upgraded(piece.start, piece.count)?;
         rows.clear();
@@ -107,6 +117,7 @@ fn build(
             keep.push(true);
             tally(&mut piece_tally, pos);
             findings.observe(pos, &StepRow::from_bytes(row));
+            valuation_ids = valuation_ids.max(usize::from(row[offset::VALUATION_TYPE]) + 1);
             let at = rows.len();
             rows.extend_from_slice(row);
             rows[at..at + 4].copy_from_slice(&pos.to_le_bytes());
@@ -224,6 +235,7 @@ fn build(
         rows: rows_written,
         shards: shards.len(),
         upgraded: source.legacy().then_some(ev_legal_changed),
+        valuation_ids,
     })
 }
 

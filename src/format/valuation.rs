@@ -48,6 +48,25 @@ impl ValuationTable {
         &self.names
     }
 
+    /// The table as it was when it had `len` names (never fewer than the standard ones):
+    /// names are only ever appended, so an earlier version of a pack had a prefix of its
+    /// table now.
+    ///
+    /// ```
+    /// use dataset_packer::format::valuation::{STANDARD_NAMES, ValuationTable};
+    /// let table = ValuationTable::from_json(r#"["search", "tuple11", "tuple10", "probe"]"#)?;
+    /// assert_eq!(table.prefix(4).len(), 4);
+    /// assert_eq!(table.prefix(0).names(), STANDARD_NAMES);
+    /// # Ok::<(), dataset_packer::Error>(())
+    /// ```
+    pub fn prefix(&self, len: usize) -> ValuationTable {
+        let mut out = ValuationTable::new();
+        for name in self.names.iter().take(len).skip(out.len()) {
+            out.push(name.clone());
+        }
+        out
+    }
+
     pub fn len(&self) -> usize {
         self.names.len()
     }

@@ -153,6 +153,10 @@ pub struct Scan {
     pub problems: Vec<(String, String)>,
     /// `*.npy` files that are neither shards nor named like companions.
     pub unaccounted: Vec<String>,
+    /// Families an earlier version of the pack had and a later one detached (name, the
+    /// version that did): their rows of that version are gone, whatever files of that name
+    /// (another attachment's) the folder holds now.
+    pub gone: Vec<(String, u32)>,
 }
 
 impl Scan {

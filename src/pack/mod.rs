@@ -446,16 +446,7 @@ impl Pack {
         self.refuse_shuffled()?;
         let conn = self.conn();
         let Some(found) = metadata::read_run(&conn, i64::from(id))? else {
-            let (count, min, max) = metadata::run_id_range(&conn)?;
-            let ids = match (min, max) {
-                (Some(a), Some(b)) => format!("ids {a}–{b}"),
-                _ => "no ids".into(),
-            };
-            fail!(
-                InvalidInput,
-                "run {id} is not in {} (its runs table has {count} runs, {ids})",
-                self.dir.display()
-            );
+            return Err(self.view.missing_run(&conn, &self.dir, id));
         };
         let steps = found.run.steps as u64;
         let at = match found.first_row {

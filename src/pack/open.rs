@@ -248,8 +248,17 @@ fn check_version_totals(
 /// The families of `scan` (the pack's as it is) that the version has, their files cut like
 /// the version's `shards`.
 fn version_families(mut scan: Scan, view: &View, shards: &[Shard]) -> Scan {
-    scan.families.retain(|f| view.has_family(&f.name));
-    scan.problems.retain(|(name, _)| view.has_family(name));
+    let v = view.version();
+    scan.gone = v
+        .families
+        .iter()
+        .filter_map(|f| Some((f.clone(), view.history.removed_in(v.version, f)?)))
+        .collect();
+    let gone = |name: &str| scan.gone.iter().any(|(g, _)| g == name);
+    scan.families
+        .retain(|f| view.has_family(&f.name) && !gone(&f.name));
+    scan.problems
+        .retain(|(name, _)| view.has_family(name) && !gone(name));
     for family in &mut scan.families {
         family.files.truncate(shards.len());
         for (file, shard) in family.files.iter_mut().zip(shards) {

@@ -16,7 +16,7 @@ use std::fmt;
 use std::path::Path;
 use std::str::FromStr;
 
-use crate::error::{Context, Result, err, fail};
+use crate::error::{Context, Error, Result, err, fail};
 use rusqlite::{Connection, OptionalExtension};
 use serde::Serialize;
 
@@ -598,6 +598,39 @@ impl View {
                 v.version
             ),
         }
+    }
+
+    /// The error for a run id the version does not have: its runs and their ids (those of
+    /// `conn`, restricted to the version), and for an earlier version how many runs the latest
+    /// has.
+    pub fn missing_run(&self, conn: &Connection, dir: &Path, id: impl fmt::Display) -> Error {
+        let described = metadata::run_id_range(conn).map(|(count, min, max)| {
+            let ids = match (min, max) {
+                (Some(a), Some(b)) => format!("ids {a}–{b}"),
+                _ => "no ids".into(),
+            };
+            (count, ids)
+        });
+        let (count, ids) = match described {
+            Ok(found) => found,
+            Err(e) => return e,
+        };
+        let v = self.version();
+        if self.is_latest() {
+            return err!(
+                InvalidInput,
+                "run {id} is not in {} (its runs table has {count} runs, {ids})",
+                dir.display()
+            );
+        }
+        err!(
+            InvalidInput,
+            "run {id} is not in version {} of {} (it has {count} runs, {ids}; the latest version, {}, has {})",
+            v.version,
+            dir.display(),
+            self.history.latest().version,
+            self.history.latest().runs
+        )
     }
 
     /// Whether the version has `family` (families no version records, placed by other tools,
