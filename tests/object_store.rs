@@ -377,17 +377,18 @@ fn a_missing_key_a_missing_bucket_and_a_wrong_credential_each_say_so() {
     let key = url("s3://packs/nothing/here/metadata.db");
     let err = store.get(&key).unwrap_err();
     assert_eq!(err.kind(), ErrorKind::NotAPack);
+    // The sentence and the status, never the server's XML after them.
     assert_eq!(
-        err.to_string(),
-        "s3://packs/nothing/here/metadata.db does not exist"
+        format!("{err:#}"),
+        "s3://packs/nothing/here/metadata.db does not exist (HTTP 404)"
     );
     assert_eq!(store.size(&key).unwrap(), None);
 
     let bucket = url("s3://no-such-bucket/p/metadata.db");
     let err = store.get(&bucket).unwrap_err();
     assert_eq!(
-        err.to_string(),
-        "s3://no-such-bucket/p/metadata.db: the bucket \"no-such-bucket\" does not exist"
+        format!("{err:#}"),
+        "s3://no-such-bucket/p/metadata.db: the bucket \"no-such-bucket\" does not exist (HTTP 404)"
     );
     let err = store.size(&bucket).unwrap_err();
     assert!(

@@ -25,7 +25,8 @@ from ._codec import (CELL_SOURCE, MOVE_NAMES, MOVE_SOURCE, MOVE_TARGET, apply_sy
                      board_eval, decode_exps, encode_board, legal_moves)
 from ._companions import Companion
 from ._errors import (CompanionError, EmptySelectionError, NotAPackError, PackBusyError,
-                      PackError, RunIndexError, SelectionError, VersionError)
+                      PackChangedError, PackError, RunIndexError, SelectionError,
+                      VersionError)
 from ._format import LEGACY_ROW_DTYPE, STEP_ROW_DTYPE
 from ._order import EpochPlan, Permutation
 from ._mixture import Mixture
@@ -35,7 +36,7 @@ from ._remote import RemoteError, UrlError
 
 __all__ = [
     "Pack", "Selection", "Mixture", "Companion", "STEP_ROW_DTYPE", "LEGACY_ROW_DTYPE", "MOVE_NAMES",
-    "PackError", "NotAPackError", "PackBusyError", "RunIndexError", "SelectionError", "EmptySelectionError",
+    "PackError", "NotAPackError", "PackBusyError", "PackChangedError", "RunIndexError", "SelectionError", "EmptySelectionError",
     "CompanionError", "VersionError", "executable", "ExecutableNotFoundError",
     "UrlError", "RemoteError", "CorruptError", "CacheLimitError",
     "decode_exps", "encode_board", "board_eval", "legal_moves", "apply_symmetries",

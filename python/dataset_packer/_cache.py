@@ -163,7 +163,13 @@ class Cache:
             fd = _lock_entry(lock_path, fcntl.LOCK_EX)
             try:
                 if not _is_complete(path, length):
-                    self._download(url, path, length, crc32c)
+                    try:
+                        self._download(url, path, length, crc32c)
+                    except BaseException:
+                        # Nothing was kept: neither is the entry's lock file (removed while
+                        # locked, as an eviction removes it).
+                        _remove(lock_path)
+                        raise
                 _stamp(fd)
                 # Downgrading is not atomic: an evictor may take the entry in between, so
                 # look again under the shared lock.

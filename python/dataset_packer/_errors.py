@@ -16,6 +16,12 @@ class PackBusyError(PackError):
     and again. Nothing is wrong with it; opening it again later will do."""
 
 
+class PackChangedError(PackError):
+    """A pack in object storage changed while this reader had it open (a writer published
+    a new version, rewriting files in place): the file it needed now holds other bytes than
+    the version it opened records. Opening the pack again reads the new version."""
+
+
 class RunIndexError(PackError):
     """A feature needs runs as contiguous row ranges (`run_index`), which this pack lacks:
     a shuffled pack, or a legacy pack written before the run index existed."""

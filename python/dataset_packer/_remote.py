@@ -30,7 +30,7 @@ from pathlib import Path
 
 from ._cache import (Cache, CacheLimitError, CorruptError, Entry, _close, _handed_over,
                      _lock_entry, _require, _try_lock_entry)
-from ._errors import NotAPackError, PackError
+from ._errors import NotAPackError, PackChangedError, PackError
 
 #: The cache's limit when none is given (as the binary's): 50 GiB.
 DEFAULT_LIMIT = 50 << 30
@@ -235,6 +235,7 @@ class Client:
                    **_client_options_from_env(url.scheme)}
         if url.scheme == "s3":
             _check_credentials(url)
+            _check_plain_http(url)
             return stores.S3Store(url.bucket, client_options=options, retry_config=retry)
         if url.scheme == "gs":
             return stores.GCSStore(url.bucket, client_options=options, retry_config=retry)
@@ -394,6 +395,20 @@ def _check_credentials(url: Url) -> None:
                       "(and AWS_REGION, AWS_ENDPOINT_URL for an S3-compatible server), or "
                       "AWS_SKIP_SIGNATURE=true for a public bucket, or AWS_METADATA_ENDPOINT "
                       "to take them from the cloud instance")
+
+
+def _check_plain_http(url: Url) -> None:
+    """An `http://` endpoint without `AWS_ALLOW_HTTP=true`: the client refuses every
+    request to it with "URL scheme is not allowed"; say what to set instead (as the binary
+    does)."""
+    env = os.environ
+    endpoint = (env.get("AWS_ENDPOINT_URL") or env.get("AWS_ENDPOINT") or "").strip()
+    if (endpoint.lower().startswith("http://")
+            and env.get("AWS_ALLOW_HTTP", "").strip().lower() != "true"):
+        raise RemoteError(f"{url}: the endpoint {endpoint} is plain http://, which is used "
+                          "only with AWS_ALLOW_HTTP=true set (for a server on a trusted "
+                          "network, such as a local test server); set it, or give an https:// "
+                          "endpoint")
 
 
 def remote_error(url: Url, e: BaseException) -> PackError:
@@ -597,9 +612,31 @@ class RemotePack:
         return found
 
     def fetch(self, name: str) -> Entry:
-        """The file `name` of the pack, pinned in the cache (downloaded if needed)."""
+        """The file `name` of the pack, pinned in the cache (downloaded if needed).
+        `PackChangedError` when it no longer matches because the pack changed since it was
+        opened."""
         size, crc = self.record(name)
-        return self.cache.fetch(self.url / name, size, crc)
+        try:
+            return self.cache.fetch(self.url / name, size, crc)
+        except CorruptError as e:
+            if not self._changed_since_opened():
+                raise
+            raise PackChangedError(
+                f"{self.url} changed while this reader had it open: a new version was "
+                f"published since its metadata.db was downloaded, and {name} now holds other "
+                "bytes than the version read records (packs in object storage are rewritten "
+                f"in place); open the pack again to read the new version ({e})") from None
+
+    def _changed_since_opened(self) -> bool:
+        """Whether the store's metadata.db is no longer the one downloaded at open."""
+        fresh = self.view / "metadata.db.now"
+        try:
+            self.client.download_file(self.url / "metadata.db", fresh)
+            return fresh.read_bytes() != (self.view / "metadata.db").read_bytes()
+        except Exception:
+            return False
+        finally:
+            fresh.unlink(missing_ok=True)
 
     def prefetch(self, names: list[str]):
         """Starts fetching these files in the background (a small thread pool); a future

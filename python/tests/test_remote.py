@@ -380,6 +380,25 @@ def test_a_cache_limit_smaller_than_a_shard_says_so(url, tmp_path):
                                               "cache_limit"):
         pack.rows(0)
     assert entries(tmp_path / "cache") == {}
+    left = sorted(p.name for p in (tmp_path / "cache" / "entries").iterdir())
+    assert left == [], f"the refused fetch left {left}"
+
+
+def test_a_pack_updated_under_its_reader_says_it_changed(s3, local, tmp_path):
+    from dataset_packer import PackChangedError
+
+    url = "s3://packs/updated-under-reader"
+    publish(local, url)
+    pack = open_remote(url, tmp_path / "cache")
+    # A writer publishes another pack there (today's remote layout rewrites keys in place).
+    other = tmp_path / "other"
+    cli("pack", "--input", FIXTURES / "raw/d7_10g_v1", "--output", other, "--shard-rows",
+        300, "--quiet")
+    publish(other, url)
+    with pytest.raises(PackChangedError, match="changed while this reader had it open.*open "
+                                               "the pack again"):
+        pack.rows(slice(None))
+    pack.close()
 
 
 def test_missing_things_and_wrong_credentials_each_say_so(s3, url, tmp_path, monkeypatch):
@@ -403,6 +422,12 @@ def test_missing_things_and_wrong_credentials_each_say_so(s3, url, tmp_path, mon
     for var in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
         monkeypatch.delenv(var)
     with pytest.raises(RemoteError, match="no credentials: set AWS_ACCESS_KEY_ID"):
+        open_remote(url, cache)
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "k")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "s")
+    monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:1")
+    monkeypatch.delenv("AWS_ALLOW_HTTP", raising=False)
+    with pytest.raises(RemoteError, match="is plain http://.*AWS_ALLOW_HTTP=true"):
         open_remote(url, cache)
     assert list((cache / "views").iterdir()) == [], "a failed open leaves no view behind"
 

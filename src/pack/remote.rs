@@ -96,8 +96,9 @@ pub(crate) fn open_view(url: &Url, wanted: Wanted) -> Result<RemoteView> {
         )
         .with_option("cache_limit"));
     }
-    raise_open_files_limit(files.len());
-    for (file, entry) in files.iter().zip(fetch_all(&cache, url, &files)?) {
+    // Each pinned entry holds a lock file open.
+    crate::pack::snapshot::raise_open_files_limit(files.len() as u64 + 256);
+    for (file, entry) in files.iter().zip(fetch_all(&cache, url, &files, &view.dir)?) {
         let link = view.dir.join(&file.file_name);
         std::os::unix::fs::symlink(entry.path(), &link)
             .with_context(|| format!("linking {} into {}", file.file_name, view.dir.display()))?;
@@ -180,7 +181,7 @@ const PARALLEL_FETCHES: usize = 8;
 
 /// Every file of `files`, in order, from the cache (downloaded by up to
 /// [`PARALLEL_FETCHES`] threads); the first error (in file order) if any fails.
-fn fetch_all(cache: &Cache, url: &Url, files: &[VersionFile]) -> Result<Vec<Entry>> {
+fn fetch_all(cache: &Cache, url: &Url, files: &[VersionFile], dir: &Path) -> Result<Vec<Entry>> {
     let next = AtomicU64::new(0);
     let mut fetched: Vec<Option<Result<Entry>>> = Vec::new();
     fetched.resize_with(files.len(), || None);
@@ -191,7 +192,7 @@ fn fetch_all(cache: &Cache, url: &Url, files: &[VersionFile]) -> Result<Vec<Entr
                 loop {
                     let i = next.fetch_add(1, Ordering::Relaxed) as usize;
                     let Some(file) = files.get(i) else { break };
-                    let result = fetch(cache, url, file);
+                    let result = fetch(cache, url, file, dir);
                     let failed = result.is_err();
                     slots.lock().unwrap_or_else(|e| e.into_inner())[i] = Some(result);
                     if failed {
@@ -213,7 +214,7 @@ fn fetch_all(cache: &Cache, url: &Url, files: &[VersionFile]) -> Result<Vec<Entr
 }
 
 /// The file `file` of the pack at `url`, from the cache (downloaded and checked if needed).
-fn fetch(cache: &Cache, url: &Url, file: &VersionFile) -> Result<Entry> {
+fn fetch(cache: &Cache, url: &Url, file: &VersionFile, view: &Path) -> Result<Entry> {
     let file_url = url.join(&file.file_name)?;
     let crc = u32::from_str_radix(&file.crc32c, 16).map_err(|_| {
         Error::new(
@@ -234,10 +235,33 @@ fn fetch(cache: &Cache, url: &Url, file: &VersionFile) -> Result<Entry> {
                 file.file_name
             );
             e.within(message).with_kind(ErrorKind::Corrupt)
+        } else if e.kind() == ErrorKind::Corrupt && changed_since_opened(cache, url, view) {
+            Error::new(
+                ErrorKind::Busy,
+                format!(
+                    "{url} changed while this command read it: a new version was published \
+                     since its metadata.db was downloaded, and {} now holds other bytes than \
+                     the version read records (packs in object storage are rewritten in \
+                     place); run the command again",
+                    file.file_name
+                ),
+            )
         } else {
             e
         }
     })
+}
+
+/// Whether the pack's `metadata.db` in the store is no longer the one downloaded into the
+/// view folder `view` (a writer published since).
+fn changed_since_opened(cache: &Cache, url: &Url, view: &Path) -> bool {
+    let Ok(now) = url
+        .join(metadata::FILE_NAME)
+        .and_then(|db| cache.store().get(&db))
+    else {
+        return false;
+    };
+    fs::read(view.join(metadata::FILE_NAME)).is_ok_and(|opened| opened != now)
 }
 
 /// A new view folder `<pid>-<n>` and its `.lock`, held shared while the view lives. It is
@@ -313,22 +337,4 @@ fn process_runs(pid: u32) -> bool {
         return true;
     }
     std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM)
-}
-
-/// Each pinned entry holds a lock file open: a pack of thousands of shards needs more open
-/// files than the usual soft limit of 1024, so it is raised toward the hard one.
-fn raise_open_files_limit(files: usize) {
-    let want = files as u64 + 256;
-    let mut limit = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
-    // SAFETY: getrlimit/setrlimit on a struct this function owns.
-    unsafe {
-        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) != 0 || limit.rlim_cur >= want {
-            return;
-        }
-        limit.rlim_cur = want.min(limit.rlim_max);
-        libc::setrlimit(libc::RLIMIT_NOFILE, &limit);
-    }
 }

@@ -111,32 +111,37 @@ pub(crate) fn consistently<T>(dir: &Path, mut open: impl FnMut() -> Result<T>) -
 /// companion file, and a large pack has thousands.
 pub(crate) fn hold(path: &Path) -> std::io::Result<File> {
     match File::open(path) {
-        Err(e) if e.raw_os_error() == Some(libc::EMFILE) && raise_open_files_limit() => {
+        Err(e) if e.raw_os_error() == Some(libc::EMFILE) && raise_open_files_limit(u64::MAX) => {
             File::open(path)
         }
         other => other,
     }
 }
 
-/// Raises the soft limit on open files to the hard limit; whether it rose.
-fn raise_open_files_limit() -> bool {
+/// Raises the process's soft limit on open files to at least `want`, as far as the hard
+/// limit allows; whether it rose. Readers hold a file per shard and per companion file (and a
+/// remote pack's view a lock per cache entry), and a large pack has thousands, more than the
+/// usual soft limit of 1024.
+pub(crate) fn raise_open_files_limit(want: u64) -> bool {
     let mut limit = libc::rlimit {
         rlim_cur: 0,
         rlim_max: 0,
     };
-    // SAFETY: plain calls on a local struct.
+    // SAFETY: getrlimit/setrlimit on a struct this function owns.
     unsafe {
-        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) != 0 || limit.rlim_cur >= limit.rlim_max
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) != 0
+            || limit.rlim_cur >= want
+            || limit.rlim_cur >= limit.rlim_max
         {
             return false;
         }
         let soft = limit.rlim_cur;
-        limit.rlim_cur = limit.rlim_max;
+        limit.rlim_cur = want.min(limit.rlim_max);
         let raised = libc::setrlimit(libc::RLIMIT_NOFILE, &limit) == 0;
         if raised {
             log::debug!(
                 "raised the limit on open files from {soft} to {}",
-                limit.rlim_max
+                limit.rlim_cur
             );
         }
         raised

@@ -474,6 +474,7 @@ impl Store {
         let store: Arc<dyn ObjectStore> = match url.scheme() {
             Scheme::S3 => {
                 refuse_no_credentials(url, &o.vars)?;
+                refuse_plain_http(url, &o.vars)?;
                 let b = configured!(object_store::aws::AmazonS3Builder::new());
                 Arc::new(
                     b.with_bucket_name(url.bucket())
@@ -541,6 +542,48 @@ fn refuse_no_credentials(url: &Url, vars: &[(String, String)]) -> Result<()> {
     )
 }
 
+/// Fails at once for an S3 endpoint given as plain `http://` without `AWS_ALLOW_HTTP=true`:
+/// the client refuses every request to it, and says only "URL scheme is not allowed".
+fn refuse_plain_http(url: &Url, vars: &[(String, String)]) -> Result<()> {
+    let var = |name: &str| {
+        vars.iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.trim())
+    };
+    let Some(endpoint) = ["AWS_ENDPOINT_URL", "AWS_ENDPOINT"]
+        .iter()
+        .find_map(|name| var(name).filter(|v| !v.is_empty()))
+    else {
+        return Ok(());
+    };
+    let allowed = var("AWS_ALLOW_HTTP").is_some_and(|v| v.eq_ignore_ascii_case("true"));
+    if endpoint.to_ascii_lowercase().starts_with("http://") && !allowed {
+        fail!(
+            Refused,
+            "{url}: the endpoint {endpoint} is plain http://, which is used only with \
+             AWS_ALLOW_HTTP=true set (for a server on a trusted network, such as a local test \
+             server); set it, or give an https:// endpoint"
+        );
+    }
+    Ok(())
+}
+
+/// The HTTP status a failed request's text reports (`… status 404 Not Found …`), if any.
+fn http_status(detail: &str) -> Option<u16> {
+    detail.match_indices("status").find_map(|(at, _)| {
+        let rest = detail[at + "status".len()..].trim_start_matches([' ', ':']);
+        let rest = rest
+            .strip_prefix("code")
+            .unwrap_or(rest)
+            .trim_start_matches([' ', ':']);
+        let code = rest.get(..3)?;
+        let after = rest[3..].chars().next();
+        (code.bytes().all(|b| b.is_ascii_digit()) && !after.is_some_and(|c| c.is_ascii_digit()))
+            .then(|| code.parse().ok())
+            .flatten()
+    })
+}
+
 /// The error for a failed request on `url`, in words a user can act on. `doing` is
 /// `reading`, `writing`, `listing` or `deleting`.
 fn remote_error(url: &Url, doing: &str, e: object_store::Error) -> Error {
@@ -578,14 +621,17 @@ fn remote_error(url: &Url, doing: &str, e: object_store::Error) -> Error {
             format!("{url}: access denied {doing} it (the credentials are not allowed to)"),
         )
     } else if detail.contains("after") && detail.contains("retries") {
-        (
-            ErrorKind::Io,
-            format!("{url}: {doing} failed, retries exhausted"),
-        )
+        return Error::wrap(ErrorKind::Io, e)
+            .within(format!("{url}: {doing} failed, retries exhausted"));
     } else {
-        (ErrorKind::Io, format!("{url}: {doing} failed"))
+        return Error::wrap(ErrorKind::Io, e).within(format!("{url}: {doing} failed"));
     };
-    Error::wrap(kind, e).within(message)
+    // A case recognised is said in full above: the server's own answer (an XML document)
+    // would only repeat it. Its status stays, for whoever reads the server's logs.
+    match http_status(&detail) {
+        Some(status) => Error::new(kind, format!("{message} (HTTP {status})")),
+        None => Error::new(kind, message),
+    }
 }
 
 /// An error and its causes as one line, to look for the server's error code in.
@@ -598,4 +644,56 @@ fn chain_text(e: &dyn std::error::Error) -> String {
         cause = c.source();
     }
     text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_status_is_read_from_the_request_error() {
+        assert_eq!(
+            http_status("Client error with status 404 Not Found: <?xml …"),
+            Some(404)
+        );
+        assert_eq!(http_status("status: 503 Service Unavailable"), Some(503));
+        assert_eq!(
+            http_status("Server returned non-2xx status code: 404 Not Found: <?xml"),
+            Some(404)
+        );
+        assert_eq!(http_status("error sending request"), None);
+        assert_eq!(http_status("status 40401"), None);
+    }
+
+    #[test]
+    fn a_plain_http_endpoint_needs_aws_allow_http() {
+        let Ok(crate::store::Location::Remote(url)) =
+            crate::store::Location::parse("s3://bucket/pack")
+        else {
+            panic!("an s3 URL");
+        };
+        let vars = |pairs: &[(&str, &str)]| -> Vec<(String, String)> {
+            pairs
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect()
+        };
+        let e = refuse_plain_http(
+            &url,
+            &vars(&[("AWS_ENDPOINT_URL", "http://127.0.0.1:9000")]),
+        )
+        .unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::Refused);
+        assert!(e.to_string().contains("AWS_ALLOW_HTTP=true"), "{e}");
+        for ok in [
+            vars(&[
+                ("AWS_ENDPOINT_URL", "http://h:9000"),
+                ("AWS_ALLOW_HTTP", "true"),
+            ]),
+            vars(&[("AWS_ENDPOINT_URL", "https://h")]),
+            vars(&[]),
+        ] {
+            refuse_plain_http(&url, &ok).unwrap();
+        }
+    }
 }
