@@ -227,13 +227,11 @@ impl Writer {
         let mut runs = Vec::new();
         for drop in ["raw/d6_10g_v1", "raw/d7_10g_v1"] {
             let dir = fixture(drop);
-            let mut bases: Vec<String> = std::fs::read_dir(&dir)
-                .unwrap()
-                .map(|e| e.unwrap().file_name().into_string().unwrap())
-                .filter_map(|n| n.strip_suffix(".jsonl.gz").map(str::to_string))
-                .collect();
-            bases.sort();
-            runs.extend(bases.into_iter().map(|b| (dir.clone(), b)));
+            runs.extend(
+                common::run_bases(&dir)
+                    .into_iter()
+                    .map(|b| (dir.clone(), b)),
+            );
         }
         for (name, drop) in [("q6", "raw/d6_10g_v1"), ("q7", "raw/d7_10g_v1")] {
             let (status, _, err) = command(&[
@@ -270,12 +268,7 @@ impl Writer {
             self.grown = 0;
         }
         for (dir, base) in &self.runs[self.grown..n] {
-            for entry in std::fs::read_dir(dir).unwrap() {
-                let name = entry.unwrap().file_name().into_string().unwrap();
-                if name.starts_with(&format!("{base}.")) {
-                    std::fs::copy(dir.join(&name), drop.join(&name)).unwrap();
-                }
-            }
+            common::copy_runs(dir, std::slice::from_ref(base), &drop);
         }
         self.grown = n;
     }

@@ -480,7 +480,9 @@ fn commands_that_change_a_pack_in_place_refuse_a_url() {
         let err = common::stderr(&out);
         assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
         assert!(
-            err.contains(&p.url) && err.contains(what) && err.contains("read-only"),
+            err.contains(&p.url)
+                && err.contains(what)
+                && err.contains("object storage does not support yet"),
             "{args:?}: {err}"
         );
     }

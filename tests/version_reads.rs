@@ -17,13 +17,8 @@ fn every_command_reads_an_earlier_version_as_it_was() {
     // Version 2 adds d7's runs, and with them the valuation type tuple12.
     copy_tree(&fixture("raw/d7_10g_v1"), &raw);
     common::pack(&raw, &pack, &["--update"]);
-    let rows = dataset_packer::Pack::open(&pack).unwrap().len() as usize;
-    let emb = root.join("emb.npy");
-    let mut bytes = common::npy_header("'<f4'", rows);
-    bytes.resize(bytes.len() + rows * 4, 0);
-    std::fs::write(&emb, bytes).unwrap();
+    common::attach_zeros(&pack, "emb", root); // version 3
     let p = s(&pack);
-    run_ok(&["attach", p, "--name", "emb", "--from", s(&emb), "--quiet"]); // version 3
     run_ok(&["detach", p, "--name", "emb"]); // version 4
 
     let stats: serde_json::Value =

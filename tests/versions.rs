@@ -243,7 +243,7 @@ fn tags_name_versions_and_a_detached_family_names_its_removal() {
     assert_eq!(before, 2, "a tag makes no version");
     let st = json(&["stats", s(&p), "--version", "paper", "--json"]);
     assert_eq!(st["rows"].as_u64(), Some(1220));
-    run_ok(&["tag", s(&p), "paper"]);
+    run_ok(&["tag", s(&p), "paper", "--move"]);
     assert_eq!(
         json(&["stats", s(&p), "--version", "paper", "--json"])["rows"].as_u64(),
         Some(2240)

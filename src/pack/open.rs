@@ -231,10 +231,22 @@ fn check_version_totals(
         })?;
     let rows: u64 = shards.iter().map(|s| s.header.rows).sum();
     let steps = steps.unwrap_or(0);
-    if runs as u64 != v.runs || rows != v.rows || steps as u64 != v.rows {
+    if steps as u64 != rows {
+        // The runs table against the files, as every open of the latest version checks.
+        let check = crate::pack::checks::check_total_steps(&[(0, steps)], rows);
         crate::error::fail!(
             Corrupt,
-            "{}: metadata.db records {} rows and {} runs for version {}, but the pack holds {rows} rows in its files and {runs} runs of {steps} rows for it: it was changed without recording a version, or its history was edited; run `dataset-packer validate {}`",
+            "{} is not a valid pack: {}: {}; `dataset-packer validate {}` says more",
+            dir.display(),
+            check.name,
+            check.examples.first().map_or("", String::as_str),
+            dir.display()
+        );
+    }
+    if runs as u64 != v.runs || rows != v.rows {
+        crate::error::fail!(
+            Corrupt,
+            "{}: metadata.db records {} rows and {} runs for version {}, but the pack holds {rows} rows and {runs} runs for it: it was changed without recording a version, or its history was edited; run `dataset-packer validate {}`",
             dir.display(),
             v.rows,
             v.runs,

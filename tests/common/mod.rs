@@ -162,6 +162,48 @@ pub fn copy_tree(from: &Path, to: &Path) {
     }
 }
 
+/// The base names of the runs in the raw drop `drop` (`BASE.jsonl.gz`), sorted.
+pub fn run_bases(drop: &Path) -> Vec<String> {
+    let mut bases: Vec<String> = std::fs::read_dir(drop)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .filter_map(|n| n.strip_suffix(".jsonl.gz").map(str::to_string))
+        .collect();
+    bases.sort();
+    bases
+}
+
+/// Copies the files of the runs `bases` (sidecar and rows) from the drop `from` into `to`.
+pub fn copy_runs(from: &Path, bases: &[String], to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap() {
+        let name = entry.unwrap().file_name().into_string().unwrap();
+        if bases.iter().any(|b| name.starts_with(&format!("{b}."))) {
+            std::fs::copy(from.join(&name), to.join(&name)).unwrap();
+        }
+    }
+}
+
+/// Attaches to `pack` a family `name` of one `<f4` zero per row, from a file written in
+/// `scratch`; returns the pack's rows.
+pub fn attach_zeros(pack: &Path, name: &str, scratch: &Path) -> usize {
+    let rows = dataset_packer::Pack::open(pack).unwrap().len() as usize;
+    let array = scratch.join(format!("{name}.npy"));
+    let mut bytes = npy_header("'<f4'", rows);
+    bytes.resize(bytes.len() + rows * 4, 0);
+    std::fs::write(&array, bytes).unwrap();
+    run_ok(&[
+        "attach",
+        s(pack),
+        "--name",
+        name,
+        "--from",
+        s(&array),
+        "--quiet",
+    ]);
+    rows
+}
+
 /// Writes a gzip file with the given content.
 pub fn write_gz(path: &Path, content: &[u8]) {
     use std::io::Write;
