@@ -32,7 +32,7 @@ use crate::format::board::MOVE_NAMES;
 use crate::format::metadata::{self, RunDetails, RunRow};
 use crate::format::row::{ROW_BYTES, offset};
 use crate::format::search;
-use crate::format::valuation::{self, ValuationTable};
+use crate::format::valuation::ValuationTable;
 use crate::ordered::ordered_try_map;
 use crate::pack::families;
 use crate::pack::open::Located;
@@ -936,12 +936,9 @@ pub(crate) fn gather(
     let mut types = type_rows(&counts, &table);
     if !view.is_latest() {
         // The names a later version appended are not the version's: valuation_types.json
-        // only grows, and a version's rows use a prefix of it.
-        let used = types.iter().filter(|t| t.rows > 0).map(|t| t.id).max();
-        let keep = used
-            .map_or(0, |id| id + 1)
-            .max(valuation::STANDARD_NAMES.len());
-        types.retain(|t| t.id < keep);
+        // only grows, and a version's rows use a prefix of it (as export writes it).
+        let used = types.iter().filter(|t| t.rows > 0).map(|t| t.id + 1).max();
+        types = type_rows(&counts, &table.prefix(used.unwrap_or(0)));
     }
     let rows = if only.is_some() {
         counts.moves.iter().sum()

@@ -36,7 +36,8 @@ pub struct Written {
     /// For a source in the legacy 46-byte layout: rows whose `ev_legal` was recomputed to
     /// another value.
     pub upgraded: Option<u64>,
-    /// The highest valuation id a written row has.
+    /// How many valuation names the written rows need: one more than the highest id a row
+    /// has.
     valuation_ids: usize,
 }
 

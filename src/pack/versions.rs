@@ -604,16 +604,13 @@ impl View {
     /// `conn`, restricted to the version), and for an earlier version how many runs the latest
     /// has.
     pub fn missing_run(&self, conn: &Connection, dir: &Path, id: impl fmt::Display) -> Error {
-        let described = metadata::run_id_range(conn).map(|(count, min, max)| {
-            let ids = match (min, max) {
-                (Some(a), Some(b)) => format!("ids {a}–{b}"),
-                _ => "no ids".into(),
-            };
-            (count, ids)
-        });
-        let (count, ids) = match described {
-            Ok(found) => found,
+        let (count, min, max) = match metadata::run_id_range(conn) {
+            Ok(range) => range,
             Err(e) => return e,
+        };
+        let ids = match (min, max) {
+            (Some(a), Some(b)) => format!("ids {a}–{b}"),
+            _ => "no ids".into(),
         };
         let v = self.version();
         if self.is_latest() {
