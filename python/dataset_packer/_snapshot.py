@@ -62,8 +62,9 @@ def publishing_note(folder: Path) -> str:
 
 def consistently(folder: Path, open_once, discard=lambda: None):
     """`open_once()` (which opens every file of the pack it will read) run until `metadata.db`
-    is the same before and after it; `discard()` undoes a try that is thrown away. An error
-    raised with `metadata.db` unchanged is the pack's own, and raised as it is."""
+    is the same before and after it; `discard()` undoes a try that is not returned (thrown
+    away, or failed: its files are closed either way). An error raised with `metadata.db`
+    unchanged is the pack's own, and raised as it is."""
     started = time.monotonic()
     pause = 0.001
     tries = 0
@@ -71,25 +72,24 @@ def consistently(folder: Path, open_once, discard=lambda: None):
         tries += 1
         before = identity(folder)
         waited_enough = time.monotonic() - started >= PATIENCE
-        if before is None and publish_under_way(folder) and not waited_enough:
-            time.sleep(pause)
-            pause = min(pause * 2, 0.1)
-            continue
-        try:
-            opened = open_once()
-        except Exception:
-            if identity(folder) == before:
-                raise
-            discard()
-        else:
-            if identity(folder) == before:
-                return opened
-            discard()
-        if waited_enough:
-            raise PackBusyError(
-                f"{folder} kept changing while it was opened ({tries} tries in "
-                f"{time.monotonic() - started:.1f} s): another process publishes into it "
-                "again and again; try again")
+        # A publish under way is waited out without trying; after PATIENCE, the open says
+        # what the folder is.
+        if before is not None or not publish_under_way(folder) or waited_enough:
+            try:
+                opened = open_once()
+            except BaseException as e:
+                discard()
+                if identity(folder) == before or not isinstance(e, Exception):
+                    raise
+            else:
+                if identity(folder) == before:
+                    return opened
+                discard()
+            if waited_enough:
+                raise PackBusyError(
+                    f"{folder} kept changing while it was opened ({tries} tries in "
+                    f"{time.monotonic() - started:.1f} s): another process publishes into it "
+                    "again and again; try again")
         time.sleep(pause)
         pause = min(pause * 2, 0.1)
 

@@ -90,6 +90,17 @@ def test_opening_waits_for_a_publish_under_way(packs, tmp_path):
     assert len(pack) == rows
 
 
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="needs /proc/self/fd")
+def test_a_failed_open_keeps_no_file_open(packs):
+    from dataset_packer import VersionError
+
+    before = len(os.listdir("/proc/self/fd"))
+    for _ in range(3):
+        with pytest.raises(VersionError):
+            Pack(packs["sharded"], version=99)
+    assert len(os.listdir("/proc/self/fd")) == before
+
+
 def test_a_companion_opened_late_is_the_opened_versions(packs, tmp_path):
     path = copy_pack(packs, "sharded", tmp_path)
     rows = len(Pack(path))

@@ -79,28 +79,26 @@ pub(crate) fn consistently<T>(dir: &Path, mut open: impl FnMut() -> Result<T>) -
         tries += 1;
         let before = identity(dir);
         let waited_enough = started.elapsed() >= PATIENCE;
-        if before.is_none() && publish_under_way(dir) && !waited_enough {
-            std::thread::sleep(pause);
-            pause = (pause * 2).min(Duration::from_millis(100));
-            continue;
-        }
-        let opened = open();
-        let after = identity(dir);
-        if before == after {
-            return opened;
-        }
-        if waited_enough {
-            fail!(
-                Busy,
-                "{} kept changing while it was opened ({tries} tries in {:.1} s): another process publishes into it again and again; try again",
-                dir.display(),
-                started.elapsed().as_secs_f64()
+        // A publish under way is waited out without trying; after PATIENCE, the open says
+        // what the folder is.
+        if before.is_some() || !publish_under_way(dir) || waited_enough {
+            let opened = open();
+            if identity(dir) == before {
+                return opened;
+            }
+            if waited_enough {
+                fail!(
+                    Busy,
+                    "{} kept changing while it was opened ({tries} tries in {:.1} s): another process publishes into it again and again; try again",
+                    dir.display(),
+                    started.elapsed().as_secs_f64()
+                );
+            }
+            log::debug!(
+                "{}: metadata.db changed while the pack was opened (a publish); opening again",
+                dir.display()
             );
         }
-        log::debug!(
-            "{}: metadata.db changed while the pack was opened (a publish); opening again",
-            dir.display()
-        );
         std::thread::sleep(pause);
         pause = (pause * 2).min(Duration::from_millis(100));
     }
