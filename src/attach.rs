@@ -119,9 +119,19 @@ pub fn attach(
     sources: &[PathBuf],
     options: &AttachOptions,
 ) -> Result<AttachSummary> {
-    let pack = pack.as_ref();
-    crate::pack::open::refuse_remote(pack, "attach")?;
     check_name(name)?;
+    crate::pack::remote_output::change_at(pack.as_ref(), |pack| {
+        attach_here(pack, name, sources, options)
+    })
+}
+
+/// [`attach`] on a pack in a local folder.
+fn attach_here(
+    pack: &Path,
+    name: &str,
+    sources: &[PathBuf],
+    options: &AttachOptions,
+) -> Result<AttachSummary> {
     let out = OutputDir::open_existing(pack)?;
     let opened = crate::pack::open::open(pack, &VersionSpec::Latest, false)?;
     let shards = opened.shards;
@@ -189,9 +199,12 @@ impl DetachSummary {
 /// does. Errors: [`ErrorKind::Refused`] for a bad name, [`ErrorKind::InvalidInput`] when the
 /// pack has no such family. See [`attach`] for an example.
 pub fn detach(pack: impl AsRef<Path>, name: &str) -> Result<DetachSummary> {
-    let pack = pack.as_ref();
-    crate::pack::open::refuse_remote(pack, "detach")?;
     check_name(name)?;
+    crate::pack::remote_output::change_at(pack.as_ref(), |pack| detach_here(pack, name))
+}
+
+/// [`detach`] on a pack in a local folder.
+fn detach_here(pack: &Path, name: &str) -> Result<DetachSummary> {
     let out = OutputDir::open_existing(pack)?;
     let files = files::family_files(pack, name)?;
     // Detaching touches no shard: a legacy pack's are fine.

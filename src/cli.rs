@@ -137,12 +137,17 @@ impl std::fmt::Display for UsageError {
 impl std::error::Error for UsageError {}
 
 /// The exit code for a failed command: 2 for a usage error (the command line or a state the
-/// library refuses to act on: `ErrorKind::Refused`), 1 for everything else (bad data, I/O).
+/// library refuses to act on: `ErrorKind::Refused`, or a change another writer's commit made
+/// moot: `ErrorKind::Conflict`), 1 for everything else (bad data, I/O).
 pub fn exit_code(e: &anyhow::Error) -> u8 {
     let refused = e.chain().any(|c| {
         c.is::<UsageError>()
-            || c.downcast_ref::<crate::Error>()
-                .is_some_and(|e| e.kind() == crate::ErrorKind::Refused)
+            || c.downcast_ref::<crate::Error>().is_some_and(|e| {
+                matches!(
+                    e.kind(),
+                    crate::ErrorKind::Refused | crate::ErrorKind::Conflict
+                )
+            })
     });
     if refused { 2 } else { 1 }
 }

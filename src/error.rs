@@ -44,6 +44,9 @@ pub enum ErrorKind {
     /// The pack kept changing while it was opened: another process published into it again
     /// and again. Nothing is wrong with it; opening it again later will do.
     Busy,
+    /// Another writer committed a version of the pack first, and this change depends on the
+    /// version it replaced: nothing of it was published. Run it again on the new version.
+    Conflict,
 }
 
 impl fmt::Display for ErrorKind {
@@ -57,6 +60,7 @@ impl fmt::Display for ErrorKind {
             ErrorKind::Refused => "refused",
             ErrorKind::Interrupted => "interrupted",
             ErrorKind::Busy => "busy",
+            ErrorKind::Conflict => "conflict",
         })
     }
 }
@@ -169,6 +173,20 @@ impl Error {
                 message,
                 source: Some(Box::new(self)),
             }),
+        }
+    }
+
+    /// The kind of the I/O error at the root of this one, if it is one.
+    pub(crate) fn io_kind(&self) -> Option<std::io::ErrorKind> {
+        match &*self.inner {
+            Inner::Foreign(e) => e.downcast_ref::<std::io::Error>().map(|io| io.kind()),
+            Inner::Message {
+                source: Some(s), ..
+            } => match s.downcast_ref::<Error>() {
+                Some(e) => e.io_kind(),
+                None => s.downcast_ref::<std::io::Error>().map(|io| io.kind()),
+            },
+            Inner::Message { source: None, .. } => None,
         }
     }
 

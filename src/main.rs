@@ -24,6 +24,11 @@ struct Cli {
     /// 50GiB].
     #[arg(long = "cache-limit", global = true, value_name = "SIZE", value_parser = cache_size)]
     cache_limit: Option<u64>,
+    /// Commit to object storage even where the store ignores create-only writes: you say no
+    /// other process writes the packs this command writes (without it, such a store is
+    /// refused, since two writers there could lose each other's work silently).
+    #[arg(long = "single-writer", global = true)]
+    single_writer: bool,
 }
 
 #[derive(Subcommand)]
@@ -52,6 +57,8 @@ enum Command {
     Versions(cmd::versions::VersionsArgs),
     /// Name a version of a pack (or remove a name) to read it later with --version NAME.
     Tag(cmd::tag::TagArgs),
+    /// Delete the objects of a pack in object storage that no kept version names.
+    Gc(cmd::gc::GcArgs),
 }
 
 fn main() -> ExitCode {
@@ -90,6 +97,7 @@ fn main() -> ExitCode {
         Command::Detach(args) => cmd::detach::run(args).map(|()| true),
         Command::Versions(args) => cmd::versions::run(args).map(|()| true),
         Command::Tag(args) => cmd::tag::run(args).map(|()| true),
+        Command::Gc(args) => cmd::gc::run(args).map(|()| true),
     };
     match result {
         Ok(true) => ExitCode::SUCCESS,
@@ -105,6 +113,7 @@ fn main() -> ExitCode {
 /// environment says.
 fn configure_cache(cli: &Cli) -> anyhow::Result<()> {
     use dataset_packer::store;
+    store::set_single_writer(cli.single_writer);
     if cli.cache.is_none() && cli.cache_limit.is_none() {
         return Ok(());
     }

@@ -1,9 +1,9 @@
 //! The object-store foundation against a real S3-compatible server on localhost: moto's
 //! server, started once for this test binary from the test venv (IAM authentication on, so
 //! that a wrong credential is refused as S3 refuses it), and the fault proxy of tests/common
-//! in front of it. Publishing a pack made from fixtures/raw, fetching its files through
-//! the cache, CRC refusal, one download per node, eviction and pins, the three "not there /
-//! not allowed" messages, and retries.
+//! in front of it. Publishing a pack made from fixtures/raw as a commit (and over it, as the
+//! next), fetching its files through the cache, CRC refusal, one download per node, eviction
+//! and pins, the three "not there / not allowed" messages, and retries.
 //!
 //! Skipped, with the reason printed, only where the venv has no moto (outside CI; in CI a
 //! missing moto fails, as `.ci/run` installs it through tests/python/requirements.txt).
@@ -17,9 +17,12 @@ use std::sync::{Arc, Barrier};
 use std::time::Duration;
 
 use dataset_packer::ErrorKind;
-use dataset_packer::store::{Cache, Location, Store, Url, publish_dir};
+use dataset_packer::store::{
+    Cache, CommitOptions, Head, Location, Store, Url, commit_numbers, head, latest_commit,
+    publish_commit, read_commit, read_small_file,
+};
 
-use common::moto::{crc32c, listed_files, moto, options, options_for, shard_records};
+use common::moto::{crc32c, moto, options, options_for, publish_table, shard_records};
 use common::proxy::{Fault, Proxy, first_matching};
 
 fn url(text: &str) -> Url {
@@ -36,6 +39,16 @@ fn fixture_pack(dir: &Path) -> PathBuf {
     out
 }
 
+/// The keys under `prefix` (relative to it), sorted.
+fn keys(store: &Store, prefix: &Url) -> Vec<String> {
+    store
+        .list_all(prefix)
+        .unwrap()
+        .into_iter()
+        .map(|o| o.key)
+        .collect()
+}
+
 #[test]
 fn a_published_pack_comes_back_byte_for_byte_through_the_cache() {
     let Some(moto) = moto() else { return };
@@ -44,103 +57,172 @@ fn a_published_pack_comes_back_byte_for_byte_through_the_cache() {
     let store = Arc::new(Store::new(options(moto, moto.port)).unwrap());
     let remote = url("s3://packs/roundtrip/clean");
 
-    let summary = publish_dir(&store, &pack, &remote, false, listed_files).unwrap();
+    let summary = publish_table(&store, &pack, &remote).unwrap();
     let local: Vec<String> = common::names(&pack);
+    assert_eq!(summary.commit, 1);
     assert_eq!(
-        summary.uploaded.last().unwrap(),
-        "metadata.db",
-        "the commit point is last"
+        summary.uploaded, local,
+        "every file of the pack, in name order"
     );
-    let mut uploaded = summary.uploaded.clone();
-    uploaded.sort();
-    assert_eq!(uploaded, local, "every file of the pack, and nothing else");
-    let listed: Vec<String> = store
-        .list(&remote)
-        .unwrap()
-        .into_iter()
-        .map(|l| l.name)
-        .collect();
-    assert_eq!(listed, local);
+    assert!(summary.unchanged.is_empty() && summary.skipped.is_empty());
+    let local_bytes: u64 = local
+        .iter()
+        .map(|n| std::fs::metadata(pack.join(n)).unwrap().len())
+        .sum();
+    assert_eq!(summary.bytes, local_bytes);
+
+    // The record lists every file with its size and CRC-32C, each under the writer's folder;
+    // nothing else is under the URL.
+    let commit = latest_commit(&store, &remote).unwrap().unwrap();
+    assert_eq!((commit.commit, commit.parent), (1, None));
+    assert_eq!(commit.files.keys().cloned().collect::<Vec<_>>(), local);
+    assert_eq!(
+        Some(commit.pack_id.clone()),
+        common::session_value(&pack, "pack_id")
+    );
+    let mut expected = vec!["_versions/00000000000000000001.json".to_string()];
+    for (name, file) in &commit.files {
+        let bytes = std::fs::read(pack.join(name)).unwrap();
+        assert_eq!(file.key, format!("_objects/{}/{name}", commit.writer));
+        assert_eq!(
+            (file.bytes, file.crc32c),
+            (bytes.len() as u64, crc32c(&bytes)),
+            "{name}"
+        );
+        expected.push(file.key.clone());
+    }
+    expected.sort();
+    assert_eq!(keys(&store, &remote), expected);
+    assert_eq!(
+        head(&store, &remote).unwrap(),
+        Head::Commit(Box::new(commit.clone()))
+    );
 
     let cache = Cache::open(dir.path().join("cache"), 1 << 30, store.clone()).unwrap();
     let records = shard_records(&pack);
     assert!(records.len() >= 3, "{records:?}");
+    let object = |name: &str| commit.file_url(&remote, name).unwrap().unwrap();
     for (name, bytes, crc) in &records {
-        let entry = cache
-            .fetch(&remote.join(name).unwrap(), *bytes, *crc)
-            .unwrap();
+        assert_eq!(
+            (commit.files[name].bytes, commit.files[name].crc32c),
+            (*bytes, *crc)
+        );
+        let entry = cache.fetch(&object(name), *bytes, *crc).unwrap();
         assert!(entry.path().starts_with(dir.path().join("cache")));
         assert_eq!(
             std::fs::read(entry.path()).unwrap(),
             std::fs::read(pack.join(name)).unwrap()
         );
     }
-    let db = store.get(&remote.join("metadata.db").unwrap()).unwrap();
+    let db = read_small_file(&store, &remote, &commit, "metadata.db")
+        .unwrap()
+        .unwrap();
     assert_eq!(db, std::fs::read(pack.join("metadata.db")).unwrap());
     let (name, _, _) = &records[0];
-    let range = cache
-        .fetch_range(&remote.join(name).unwrap(), 10, 100)
-        .unwrap();
+    let range = cache.fetch_range(&object(name), 10, 100).unwrap();
     assert_eq!(range, std::fs::read(pack.join(name)).unwrap()[10..110]);
 
     // A second fetch is served by the cache: no download.
     let before = store.transfers().downloads;
     let (name, bytes, crc) = &records[1];
-    cache
-        .fetch(&remote.join(name).unwrap(), *bytes, *crc)
-        .unwrap();
+    cache.fetch(&object(name), *bytes, *crc).unwrap();
     assert_eq!(store.transfers().downloads, before);
 }
 
 #[test]
-fn publishing_over_a_pack_needs_overwrite_and_deletes_only_that_packs_files() {
+fn publishing_over_a_pack_commits_after_its_latest_and_deletes_nothing() {
     let Some(moto) = moto() else { return };
     let dir = tempfile::tempdir().unwrap();
     let pack = fixture_pack(dir.path());
     let store = Store::new(options(moto, moto.port)).unwrap();
     let remote = url("s3://packs/overwrite/clean");
-    publish_dir(&store, &pack, &remote, false, listed_files).unwrap();
+    publish_table(&store, &pack, &remote).unwrap();
+    let first = read_commit(&store, &remote, 1).unwrap();
     // A file of someone else beside the pack.
     store
         .put(&remote.join("NOTES.txt").unwrap(), b"mine".to_vec())
         .unwrap();
+    let before: BTreeMap<String, Vec<u8>> = keys(&store, &remote)
+        .into_iter()
+        .map(|k| {
+            let bytes = store.get(&remote.join(&k).unwrap()).unwrap();
+            (k, bytes)
+        })
+        .collect();
 
-    let err = publish_dir(&store, &pack, &remote, false, listed_files).unwrap_err();
-    assert_eq!(
-        (err.kind(), err.option()),
-        (ErrorKind::Refused, Some("overwrite")),
-        "{err}"
-    );
+    // A writer that did not start from the latest commit (it saw no pack) loses to it: a
+    // conflict naming commit 1, and no record of its own.
+    let options = CommitOptions {
+        command: "test".into(),
+        pack_id: String::new(),
+        single_writer: false,
+    };
+    let err = publish_commit(&store, &pack, &remote, None, &options).unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Conflict, "{err}");
     assert!(
-        err.to_string()
-            .contains("s3://packs/overwrite/clean already holds a pack"),
+        err.to_string().starts_with(
+            "s3://packs/overwrite/clean changed while this command worked on it: commit 1"
+        ),
         "{err}"
     );
+    assert_eq!(commit_numbers(&store, &remote).unwrap(), [1]);
+    assert_eq!(read_commit(&store, &remote, 1).unwrap(), first);
 
-    // The new pack has one shard: the old pack's other shards go, the notes stay.
+    // The new pack has one shard: commit 2 names it, and the old pack's objects, the notes
+    // and commit 1's record all stay as they were.
     let small = dir.path().join("small");
     common::pack(&common::fixture("raw"), &small, &[]);
-    let summary = publish_dir(&store, &small, &remote, true, listed_files).unwrap();
-    let mut names: Vec<String> = store
-        .list(&remote)
-        .unwrap()
-        .into_iter()
-        .map(|l| l.name)
-        .collect();
-    names.retain(|n| n != "NOTES.txt");
-    assert_eq!(names, common::names(&small));
-    assert!(
-        summary.deleted.iter().all(|d| d.starts_with("steps-")),
-        "{:?}",
-        summary.deleted
+    let summary = publish_table(&store, &small, &remote).unwrap();
+    assert_eq!(summary.commit, 2);
+    let commit = latest_commit(&store, &remote).unwrap().unwrap();
+    assert_eq!((commit.commit, commit.parent), (2, Some(1)));
+    assert_eq!(
+        commit.files.keys().cloned().collect::<Vec<_>>(),
+        common::names(&small)
     );
-    assert_eq!(summary.deleted.len(), shard_records(&pack).len());
+    // What commit 1 holds with the same bytes is named by its key, not uploaded again.
+    let same = |name: &str| {
+        std::fs::read(pack.join(name)).ok() == Some(std::fs::read(small.join(name)).unwrap())
+    };
+    for (name, file) in &commit.files {
+        if same(name) {
+            assert_eq!(file.key, first.files[name].key, "{name}");
+            assert!(summary.unchanged.contains(name), "{name}");
+        } else {
+            assert_eq!(file.key, format!("_objects/{}/{name}", commit.writer));
+            assert!(summary.uploaded.contains(name), "{name}");
+        }
+        let bytes = store.get(&remote.join(&file.key).unwrap()).unwrap();
+        assert!(bytes == std::fs::read(small.join(name)).unwrap(), "{name}");
+    }
+    assert_eq!(
+        summary.uploaded.len() + summary.unchanged.len(),
+        commit.files.len()
+    );
+    for (key, bytes) in &before {
+        let now = store.get(&remote.join(key).unwrap()).unwrap();
+        assert!(now == *bytes, "{key} changed");
+    }
     assert_eq!(
         store.get(&remote.join("NOTES.txt").unwrap()).unwrap(),
         b"mine"
     );
+    // Commit 1 still reads whole: every shard it names, checked against its record.
+    let cache = Cache::open(dir.path().join("cache"), 1 << 30, Arc::new(store)).unwrap();
+    for (name, bytes, crc) in shard_records(&pack) {
+        let entry = cache
+            .fetch(
+                &first.file_url(&remote, &name).unwrap().unwrap(),
+                bytes,
+                crc,
+            )
+            .unwrap();
+        assert!(std::fs::read(entry.path()).unwrap() == std::fs::read(pack.join(&name)).unwrap());
+    }
+    let store = cache.store();
 
-    // An object named like a file of the new pack that no pack there lists is not replaced.
+    // An object named like a file of the new pack, at a prefix that holds no pack, is not
+    // replaced: the pack's files go under its writer's folder.
     let fresh = url("s3://packs/overwrite/leftover");
     store
         .put(
@@ -148,13 +230,18 @@ fn publishing_over_a_pack_needs_overwrite_and_deletes_only_that_packs_files() {
             b"half an upload".to_vec(),
         )
         .unwrap();
-    let err = publish_dir(&store, &small, &fresh, true, listed_files).unwrap_err();
-    assert_eq!(err.kind(), ErrorKind::Refused);
-    assert!(err.to_string().contains("steps.npy"), "{err}");
+    assert_eq!(head(store, &fresh).unwrap(), Head::Empty);
+    publish_table(store, &small, &fresh).unwrap();
     assert_eq!(
         store.get(&fresh.join("steps.npy").unwrap()).unwrap(),
         b"half an upload"
     );
+    let commit = latest_commit(store, &fresh).unwrap().unwrap();
+    assert_eq!(commit.commit, 1);
+    let shard = store
+        .get(&commit.file_url(&fresh, "steps.npy").unwrap().unwrap())
+        .unwrap();
+    assert!(shard == std::fs::read(small.join("steps.npy")).unwrap());
 }
 
 #[test]

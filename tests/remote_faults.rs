@@ -2,7 +2,8 @@
 //! HTTP-aware fault proxy in front of it: a download killed by SIGKILL mid-way (a real
 //! process, the test binary run again), a server too slow to answer, 500 and 503 answers,
 //! a connection cut mid-body, and publishes that fail mid-upload or are refused, which must
-//! delete nothing. The server and the proxy are in tests/common (`moto`, `proxy`).
+//! delete nothing and commit nothing. The server and the proxy are in tests/common (`moto`,
+//! `proxy`).
 //!
 //! Skipped, with the reason printed, only where the venv has no moto; under CI a missing moto
 //! fails instead, as in tests/object_store.rs.
@@ -20,9 +21,12 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
 use dataset_packer::ErrorKind;
-use dataset_packer::store::{Cache, Location, Store, StoreOptions, Url, publish_dir};
+use dataset_packer::store::{
+    Cache, CommitOptions, GcOptions, Head, Location, Store, StoreOptions, Url, commit_numbers, gc,
+    head, latest_commit, publish_commit,
+};
 
-use common::moto::{Moto, crc32c, listed_files, moto, shard_records};
+use common::moto::{Moto, crc32c, moto, publish_table};
 use common::proxy::{Fault, Proxy, Seen, always, first};
 
 /// Store options for the server (or the proxy) at `port` with the tester's key: fast
@@ -610,23 +614,23 @@ fn a_connection_cut_mid_body_is_resumed_and_the_bytes_checked() {
 }
 
 // ---------------------------------------------------------------------------------------
-// Publishing: nothing deleted unless overwriting that pack's own files
+// Publishing: nothing deleted, nothing committed unless the whole commit is there
 // ---------------------------------------------------------------------------------------
 
-/// Every object directly under `prefix`, with its bytes.
+/// Every object under `prefix`, at any depth (keys relative to it), with its bytes.
 fn snapshot(store: &Store, prefix: &Url) -> BTreeMap<String, Vec<u8>> {
     store
-        .list(prefix)
+        .list_all(prefix)
         .unwrap()
         .into_iter()
-        .map(|l| {
-            let bytes = store.get(&prefix.join(&l.name).unwrap()).unwrap();
-            (l.name, bytes)
+        .map(|o| {
+            let bytes = store.get(&prefix.join(&o.key).unwrap()).unwrap();
+            (o.key, bytes)
         })
         .collect()
 }
 
-/// The object names the proxy let a PUT through for, under `prefix`.
+/// The keys below `prefix` the proxy let a PUT through for.
 fn uploaded(proxy: &Proxy, prefix: &Url) -> BTreeSet<String> {
     let under = format!("{}/", request_path(prefix));
     proxy
@@ -661,6 +665,27 @@ fn puts_fail_after(ok: usize) -> impl FnMut(&str, &str) -> Fault + Send {
     }
 }
 
+/// Each file the latest commit of the pack at `remote` names, fetched through a fresh cache
+/// in `dir` (checked against the record) and compared with the same file of the local pack
+/// `local`: a reader of the pack gets exactly it.
+fn assert_reads_as(store: &Arc<Store>, remote: &Url, local: &Path, dir: &Path) {
+    let commit = latest_commit(store, remote).unwrap().unwrap();
+    assert_eq!(
+        commit.files.keys().cloned().collect::<Vec<_>>(),
+        common::names(local)
+    );
+    let cache = Cache::open(dir, 1 << 30, store.clone()).unwrap();
+    for (name, file) in &commit.files {
+        let entry = cache
+            .fetch(&remote.join(&file.key).unwrap(), file.bytes, file.crc32c)
+            .unwrap();
+        assert!(
+            std::fs::read(entry.path()).unwrap() == std::fs::read(local.join(name)).unwrap(),
+            "{name}"
+        );
+    }
+}
+
 #[test]
 fn a_publish_failing_mid_upload_deletes_nothing_and_commits_nothing() {
     let Some(moto) = moto() else { return };
@@ -673,92 +698,93 @@ fn a_publish_failing_mid_upload_deletes_nothing_and_commits_nothing() {
     common::pack(&common::fixture("raw"), &new, &["--shard-rows", "100"]);
     let failing = || Store::new(options(moto, proxy.port).retries(1)).unwrap();
 
-    // Over an old pack, with overwrite: the upload fails at its third file.
+    // Over an old pack: the upload fails at its third file. (The bucket's create-only check
+    // was made by the first publish: this process makes it once.)
     let remote = url("s3://packs/midway/clean");
-    publish_dir(&direct, &old, &remote, false, listed_files).unwrap();
+    publish_table(&direct, &old, &remote).unwrap();
     direct
         .put(&remote.join("NOTES.txt").unwrap(), b"mine".to_vec())
         .unwrap();
     let before = snapshot(&direct, &remote);
     proxy.set(puts_fail_after(2));
-    let err = publish_dir(&failing(), &new, &remote, true, listed_files).unwrap_err();
+    let err = publish_table(&failing(), &new, &remote).unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Io, "{err:?}");
     let text = format!("{err:#}");
     assert!(text.contains("writing failed, retries exhausted"), "{text}");
-    assert!(text.contains("s3://packs/midway/clean/"), "{text}");
-    let replaced = uploaded(&proxy, &remote);
-    assert_eq!(replaced.len(), 2, "{replaced:?}");
     assert!(
-        !replaced.contains("metadata.db"),
-        "the commit point is never reached"
+        text.contains("publishing to s3://packs/midway/clean stopped before the commit"),
+        "{text}"
+    );
+    assert!(text.contains("s3://packs/midway/clean/_objects/"), "{text}");
+    let sent = uploaded(&proxy, &remote);
+    assert_eq!(sent.len(), 2, "{sent:?}");
+    assert!(
+        sent.iter().all(|k| k.starts_with("_objects/")),
+        "the commit point is never reached: {sent:?}"
     );
     assert!(deletes(&proxy).is_empty(), "{:?}", deletes(&proxy));
+    // Nothing deleted or rewritten: every object there before is there with its bytes, the
+    // only new ones are the two files the failed publish uploaded (under its own writer's
+    // folder), and commit 1 is still the latest and only commit.
     let after = snapshot(&direct, &remote);
-    // Nothing deleted; the old metadata.db and the notes unchanged; the only changed
-    // objects are the two files the failed publish uploaded.
     let names = |m: &BTreeMap<String, Vec<u8>>| m.keys().cloned().collect::<BTreeSet<_>>();
-    assert_eq!(names(&after), &names(&before) | &replaced);
-    assert!(after["metadata.db"] == before["metadata.db"]);
+    assert_eq!(names(&after), &names(&before) | &sent);
+    for (key, bytes) in &before {
+        assert!(after[key] == *bytes, "{key} changed");
+    }
     assert_eq!(after["NOTES.txt"], b"mine");
-    for (name, bytes) in &before {
-        if replaced.contains(name) {
-            assert!(
-                after[name] == std::fs::read(new.join(name)).unwrap(),
-                "{name}"
-            );
-        } else {
-            assert!(after[name] == *bytes, "{name} changed");
-        }
+    for key in &sent {
+        let name = key.rsplit('/').next().unwrap();
+        assert!(
+            after[key] == std::fs::read(new.join(name)).unwrap(),
+            "{key}"
+        );
     }
-    // A reader of the old pack never gets wrong bytes: each shard its metadata.db lists is
-    // either the old file or refused as Corrupt (same names are replaced in place: the
-    // known limit of overwriting, docs/object-storage.md).
-    let cache = Cache::open(dir.path().join("cache"), 1 << 30, direct.clone()).unwrap();
-    for (name, bytes, crc) in shard_records(&old) {
-        match cache.fetch(&remote.join(&name).unwrap(), bytes, crc) {
-            Ok(entry) => {
-                assert!(!replaced.contains(&name), "{name}");
-                assert!(
-                    std::fs::read(entry.path()).unwrap() == std::fs::read(old.join(&name)).unwrap()
-                );
-            }
-            Err(e) => {
-                assert!(replaced.contains(&name), "{name}: {e}");
-                assert_eq!(e.kind(), ErrorKind::Corrupt, "{e}");
-            }
-        }
-    }
+    assert_eq!(commit_numbers(&direct, &remote).unwrap(), [1]);
+    // A reader gets the old pack whole: every file commit 1 names, as it was.
+    assert_reads_as(&direct, &remote, &old, &dir.path().join("cache-old"));
 
-    // To a fresh prefix: the failed publish leaves its first files and no metadata.db (so
-    // no pack); publishing again is refused naming them (with or without overwrite: no
-    // pack there lists them), and nothing is deleted.
+    // To a fresh prefix: the failed publish leaves its first files and no record, so no
+    // pack; publishing again makes commit 1 beside them, which neither names nor replaces
+    // them, and gc then removes them and nothing else.
     let fresh = url("s3://packs/midway/fresh");
     proxy.set(puts_fail_after(2));
-    publish_dir(&failing(), &new, &fresh, false, listed_files).unwrap_err();
+    publish_table(&failing(), &new, &fresh).unwrap_err();
     let left = uploaded(&proxy, &fresh);
     assert_eq!(left.len(), 2, "{left:?}");
-    assert_eq!(
-        direct.size(&fresh.join("metadata.db").unwrap()).unwrap(),
-        None
-    );
-    let before = snapshot(&direct, &fresh);
-    assert_eq!(before.keys().cloned().collect::<BTreeSet<_>>(), left);
+    assert!(left.iter().all(|k| k.starts_with("_objects/")), "{left:?}");
+    assert_eq!(head(&direct, &fresh).unwrap(), Head::Empty);
+    let orphans = snapshot(&direct, &fresh);
+    assert_eq!(orphans.keys().cloned().collect::<BTreeSet<_>>(), left);
     proxy.set(|_: &str, _: &str| Fault::Pass);
     let passing = Store::new(options(moto, proxy.port)).unwrap();
-    for overwrite in [false, true] {
-        let err = publish_dir(&passing, &new, &fresh, overwrite, listed_files).unwrap_err();
-        assert_eq!(err.kind(), ErrorKind::Refused, "{err}");
-        for name in &left {
-            assert!(err.to_string().contains(name.as_str()), "{err}");
-        }
+    let summary = publish_table(&passing, &new, &fresh).unwrap();
+    assert_eq!(summary.commit, 1);
+    assert_eq!(summary.uploaded, common::names(&new));
+    assert!(deletes(&proxy).is_empty(), "{:?}", deletes(&proxy));
+    let now = snapshot(&direct, &fresh);
+    for (key, bytes) in &orphans {
+        assert!(now.get(key) == Some(bytes), "{key} changed");
     }
-    let writes: Vec<Seen> = proxy
-        .seen()
-        .into_iter()
-        .filter(|s| s.method != "GET" && s.method != "HEAD")
-        .collect();
-    assert!(writes.is_empty(), "refusals write nothing: {writes:?}");
-    assert!(snapshot(&direct, &fresh) == before);
+    let commit = latest_commit(&direct, &fresh).unwrap().unwrap();
+    assert!(commit.files.values().all(|f| !left.contains(&f.key)));
+    assert_reads_as(&direct, &fresh, &new, &dir.path().join("cache-fresh"));
+    let done = gc(
+        &direct,
+        &fresh,
+        &GcOptions::default().older_than(Duration::ZERO),
+    )
+    .unwrap();
+    assert_eq!(done.deleted.iter().cloned().collect::<BTreeSet<_>>(), left);
+    assert_eq!(done.kept_commits, [1]);
+    let rest = snapshot(&direct, &fresh);
+    assert!(left.iter().all(|k| !rest.contains_key(k)));
+    assert_eq!(
+        rest.len(),
+        commit.files.len() + 1,
+        "the files and the record"
+    );
+    assert_reads_as(&direct, &fresh, &new, &dir.path().join("cache-gc"));
 }
 
 #[test]
@@ -771,15 +797,16 @@ fn every_refused_publish_leaves_the_bucket_as_it_was() {
     let pack = dir.path().join("pack");
     common::pack(&common::fixture("raw"), &pack, &[]);
     let remote = url("s3://packs/refused/clean");
-    publish_dir(&direct, &pack, &remote, false, listed_files).unwrap();
+    publish_table(&direct, &pack, &remote).unwrap();
     direct
         .put(&remote.join("NOTES.txt").unwrap(), b"mine".to_vec())
         .unwrap();
+    // A record that is not one, and someone's object beside it.
     let broken = url("s3://packs/refused/broken");
     direct
         .put(
-            &broken.join("metadata.db").unwrap(),
-            b"not a database".to_vec(),
+            &broken.join("_versions/00000000000000000001.json").unwrap(),
+            b"not a record".to_vec(),
         )
         .unwrap();
     direct
@@ -793,40 +820,30 @@ fn every_refused_publish_leaves_the_bucket_as_it_was() {
     std::fs::write(not_a_pack.join("steps.npy"), b"x").unwrap();
     let before = (snapshot(&direct, &remote), snapshot(&direct, &broken));
 
-    type Case<'a> = (&'a str, &'a Path, &'a Url, bool, ErrorKind);
-    let cases: [Case; 4] = [
+    type Case<'a> = (&'a str, &'a Path, &'a Url, ErrorKind);
+    let cases: [Case; 3] = [
         (
-            "a pack is there, no overwrite",
-            &pack,
-            &remote,
-            false,
-            ErrorKind::Refused,
-        ),
-        (
-            "the old metadata.db cannot be read, overwrite",
+            "the latest record cannot be read",
             &pack,
             &broken,
-            true,
             ErrorKind::Corrupt,
         ),
         (
             "a local pack still being written",
             &unfinished,
             &remote,
-            true,
             ErrorKind::Refused,
         ),
         (
             "a local folder that is not a pack",
             &not_a_pack,
             &remote,
-            true,
             ErrorKind::NotAPack,
         ),
     ];
-    for (what, local, to, overwrite, kind) in cases {
+    for (what, local, to, kind) in cases {
         proxy.set(|_: &str, _: &str| Fault::Pass);
-        let err = publish_dir(&store, local, to, overwrite, listed_files).unwrap_err();
+        let err = publish_table(&store, local, to).unwrap_err();
         assert_eq!(err.kind(), kind, "{what}: {err:?}");
         let writes: Vec<Seen> = proxy
             .seen()
@@ -836,4 +853,39 @@ fn every_refused_publish_leaves_the_bucket_as_it_was() {
         assert!(writes.is_empty(), "{what}: {writes:?}");
     }
     assert!((snapshot(&direct, &remote), snapshot(&direct, &broken)) == before);
+
+    // A writer that did not start from the latest commit (it saw no pack there): its files
+    // go up under its own folder, its record is refused by the store, and the pack is
+    // commit 1 as it was, nothing of it deleted or rewritten.
+    proxy.set(|_: &str, _: &str| Fault::Pass);
+    let options = CommitOptions {
+        command: "test".into(),
+        pack_id: String::new(),
+        single_writer: false,
+    };
+    let err = publish_commit(&store, &pack, &remote, None, &options).unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Conflict, "{err:?}");
+    assert!(err.to_string().contains("commit 1"), "{err}");
+    assert!(deletes(&proxy).is_empty(), "{:?}", deletes(&proxy));
+    let records: Vec<Seen> = proxy
+        .seen()
+        .into_iter()
+        .filter(|s| s.method == "PUT" && s.path.contains("/_versions/"))
+        .collect();
+    assert_eq!(records.len(), 1, "one create-only try: {records:?}");
+    assert!(
+        records[0]
+            .path
+            .ends_with("/_versions/00000000000000000001.json")
+    );
+    let now = snapshot(&direct, &remote);
+    for (key, bytes) in &before.0 {
+        assert!(now.get(key) == Some(bytes), "{key} changed");
+    }
+    for key in now.keys().filter(|k| !before.0.contains_key(*k)) {
+        assert!(key.starts_with("_objects/"), "{key}");
+    }
+    assert_eq!(commit_numbers(&direct, &remote).unwrap(), [1]);
+    let direct = Arc::new(direct);
+    assert_reads_as(&direct, &remote, &pack, &dir.path().join("cache"));
 }

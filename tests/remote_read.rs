@@ -2,7 +2,9 @@
 //! server (moto, tests/common/moto.rs), then read by the binary by its URL. Every reading
 //! command prints what it prints for the same pack on disk (the path replaced by the URL);
 //! the cache is reused, bounded, and keeps nothing corrupt; commands that change a pack in
-//! place refuse a URL; no credentials fail at once.
+//! place (attach, detach, tag) commit a new version of it; a pack an older tool left in a
+//! bucket (its files under their own names, no commit record) reads as before; no
+//! credentials fail at once.
 //!
 //! Skipped, with the reason printed, only where the venv has no moto (never under CI).
 
@@ -11,9 +13,9 @@ mod common;
 use std::path::{Path, PathBuf};
 use std::process::Output;
 
-use dataset_packer::store::{Location, Store, Url, publish_dir};
+use dataset_packer::store::{Commit, Location, Store, Url, commit_numbers, latest_commit};
 
-use common::moto::{Moto, listed_files, moto, options};
+use common::moto::{Moto, moto, options, publish_plain, publish_table};
 use common::{fixture, s};
 
 /// A local pack and the same pack published at `url`, with a cache folder for the binary.
@@ -26,18 +28,26 @@ struct Published {
 
 impl Published {
     /// Packs `raw` (4 shards with `--shard-rows 150` for fixtures/raw) and publishes it at
-    /// `s3://packs/<name>`.
+    /// `s3://packs/<name>` as its first commit.
     fn new(moto: &'static Moto, name: &str) -> Published {
+        Published::with(moto, name, Layout::Table)
+    }
+
+    /// The same pack, published at `s3://packs/<name>` in `layout`.
+    fn with(moto: &'static Moto, name: &str, layout: Layout) -> Published {
         let t = tempfile::tempdir().unwrap();
         let local = t.path().join("local").join(name);
         common::pack(&fixture("raw"), &local, &["--shard-rows", "150"]);
-        let url = format!("s3://packs/{name}");
-        publish(moto, &local, &url);
+        let remote = format!("s3://packs/{name}");
+        match layout {
+            Layout::Table => publish(moto, &local, &remote),
+            Layout::Plain => publish_plain(&store(moto), &local, &url(&remote)),
+        }
         Published {
             moto,
             t,
             local,
-            url,
+            url: remote,
         }
     }
 
@@ -107,6 +117,15 @@ impl Published {
     }
 }
 
+/// How a test's pack is stored in the bucket.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Layout {
+    /// A table of commits: `_objects/<writer>/…` and `_versions/…` records.
+    Table,
+    /// As an older tool left it: every file under its own name, no record.
+    Plain,
+}
+
 fn url(text: &str) -> Url {
     match Location::parse(text).unwrap() {
         Location::Remote(u) => u,
@@ -118,8 +137,31 @@ fn store(moto: &Moto) -> Store {
     Store::new(options(moto, moto.port)).unwrap()
 }
 
+/// Publishes `local` at `to` as the commit after the latest there.
 fn publish(moto: &Moto, local: &Path, to: &str) {
-    publish_dir(&store(moto), local, &url(to), false, listed_files).unwrap();
+    publish_table(&store(moto), local, &url(to)).unwrap();
+}
+
+/// The latest commit of the pack at `pack`, which must have one.
+fn latest(moto: &Moto, pack: &str) -> Commit {
+    latest_commit(&store(moto), &url(pack))
+        .unwrap()
+        .unwrap_or_else(|| panic!("{pack} has no commit"))
+}
+
+/// Every object under `pack` (keys below it) with its bytes.
+fn objects(moto: &Moto, pack: &str) -> Vec<(String, Vec<u8>)> {
+    let store = store(moto);
+    let prefix = url(pack);
+    store
+        .list_all(&prefix)
+        .unwrap()
+        .into_iter()
+        .map(|o| {
+            let bytes = store.get(&prefix.join(&o.key).unwrap()).unwrap();
+            (o.key, bytes)
+        })
+        .collect()
 }
 
 /// A human report without its timing (the only part that differs run to run): validate's
@@ -281,7 +323,9 @@ fn a_remote_pack_merges_as_its_local_copy_does() {
     };
     assert_eq!(sources[0], p.url, "{sources:?}");
 
-    // Deleting a remote input is never done.
+    // Deleting a remote input is never done: every object of the pack is still there, as
+    // it was, and its latest commit is still its first.
+    let before = objects(moto, &p.url);
     let out = p.run(&[
         "merge",
         &p.url,
@@ -293,11 +337,10 @@ fn a_remote_pack_merges_as_its_local_copy_does() {
     assert_eq!(out.status.code(), Some(2), "{}", common::stderr(&out));
     assert!(common::stderr(&out).contains(&p.url));
     assert!(
-        store(moto)
-            .size(&url(&format!("{}/metadata.db", p.url)))
-            .unwrap()
-            .is_some()
+        objects(moto, &p.url) == before,
+        "the remote input was touched"
     );
+    assert_eq!(latest(moto, &p.url).commit, 1);
 }
 
 #[test]
@@ -354,9 +397,10 @@ fn a_second_read_takes_every_shard_from_the_cache() {
     );
     assert!(out.status.success(), "{}", common::stderr(&out));
     let log = common::stderr(&out);
-    // metadata.db and valuation_types.json are read fresh; no shard is downloaded again.
+    // The commit's record, metadata.db and valuation_types.json are read fresh; no shard is
+    // downloaded again.
     assert!(
-        log.contains(&format!("{}: {shards} files", p.url)) && log.contains("downloaded 2 files"),
+        log.contains(&format!("{}: {shards} files", p.url)) && log.contains("downloaded 3 files"),
         "{log}"
     );
     assert_eq!(p.entries(), first, "the entries were not rewritten");
@@ -412,81 +456,204 @@ fn a_pack_larger_than_the_cache_limit_is_refused_before_any_download() {
     assert!(p.entries().is_empty(), "{:?}", p.entries());
 }
 
-#[test]
-fn a_corrupted_remote_shard_is_named_by_url_and_left_out_of_the_cache() {
-    let Some(moto) = moto() else { return };
-    let p = Published::new(moto, "corrupt/pack");
-    let shard = format!("{}/steps-00001.npy", p.url);
-    let size = std::fs::metadata(p.local.join("steps-00001.npy"))
-        .unwrap()
-        .len();
-    store(moto)
-        .put(&url(&shard), vec![0x5a; size as usize])
-        .unwrap();
-    for args in [
-        &["validate", &p.url, "--quiet"][..],
-        &["stats", &p.url],
-        &["show", &p.url, "--run", "3"],
-    ] {
-        let out = p.run(args);
-        let err = common::stderr(&out);
-        assert_eq!(out.status.code(), Some(1), "{args:?}: {err}");
-        assert!(err.contains(&shard), "{args:?}: {err}");
-        assert!(!err.contains("views"), "{args:?} names the view: {err}");
+/// The object that holds the pack file `name` of the pack at `pack` in `layout`: the key its
+/// latest commit names, or for a pack without commits its own name.
+fn object_of(moto: &Moto, pack: &str, layout: Layout, name: &str) -> String {
+    match layout {
+        Layout::Table => format!("{pack}/{}", latest(moto, pack).files[name].key),
+        Layout::Plain => format!("{pack}/{name}"),
     }
-    let kept: Vec<String> = p.entries().into_iter().map(|(n, _)| n).collect();
-    assert!(kept.iter().all(|n| !n.contains("steps-00001")), "{kept:?}");
-    // The failed reads' view folders went with them.
-    let views = std::fs::read_dir(p.cache().join("views")).unwrap().count();
-    assert_eq!(views, 0);
-
-    // A file the pack lists that the bucket lacks: a damaged pack, named.
-    let good = std::fs::read(p.local.join("steps-00001.npy")).unwrap();
-    store(moto).put(&url(&shard), good).unwrap();
-    store(moto)
-        .delete(&url(&format!("{}/steps-00002.npy", p.url)))
-        .unwrap();
-    // (A cache that holds it from the reads above would serve it: a fresh one.)
-    let fresh = p.t.path().join("fresh-cache");
-    let out = p.run_with(&["stats", &p.url], &[("DATASET_PACKER_CACHE", s(&fresh))]);
-    let err = common::stderr(&out);
-    assert_eq!(out.status.code(), Some(1), "{err}");
-    assert!(
-        err.contains(&format!(
-            "{} lists steps-00002.npy but the store has no such object",
-            p.url
-        )),
-        "{err}"
-    );
 }
 
 #[test]
-fn commands_that_change_a_pack_in_place_refuse_a_url() {
+fn a_corrupted_remote_shard_is_named_by_url_and_left_out_of_the_cache() {
     let Some(moto) = moto() else { return };
-    let p = Published::new(moto, "readonly/pack");
-    let before = store(moto).list(&url(&p.url)).unwrap();
-    let scores = p.t.path().join("score.npy");
-    std::fs::write(&scores, common::npy_header("'<f4'", 0)).unwrap();
-    for (args, what) in [
-        (
-            &["attach", &p.url, "--name", "score", "--from", s(&scores)][..],
-            "attach",
-        ),
-        (&["detach", &p.url, "--name", "score"], "detach"),
-        (&["tag", &p.url, "v1"], "tag"),
-        (&["tag", &p.url, "v1", "--delete"], "tag"),
-    ] {
-        let out = p.run(args);
-        let err = common::stderr(&out);
-        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+    for layout in [Layout::Table, Layout::Plain] {
+        let p = Published::with(moto, &format!("corrupt/{layout:?}"), layout);
+        // The object the pack reads steps-00001.npy from, spoiled in the bucket (same size).
+        let shard = object_of(moto, &p.url, layout, "steps-00001.npy");
+        if layout == Layout::Table {
+            assert!(shard.contains("/_objects/"), "{shard}");
+        }
+        let size = std::fs::metadata(p.local.join("steps-00001.npy"))
+            .unwrap()
+            .len();
+        store(moto)
+            .put(&url(&shard), vec![0x5a; size as usize])
+            .unwrap();
+        for args in [
+            &["validate", &p.url, "--quiet"][..],
+            &["stats", &p.url],
+            &["show", &p.url, "--run", "3"],
+        ] {
+            let out = p.run(args);
+            let err = common::stderr(&out);
+            assert_eq!(out.status.code(), Some(1), "{layout:?} {args:?}: {err}");
+            assert!(err.contains(&shard), "{layout:?} {args:?}: {err}");
+            assert!(
+                !err.contains("views"),
+                "{layout:?} {args:?} names the view: {err}"
+            );
+        }
+        let kept: Vec<String> = p.entries().into_iter().map(|(n, _)| n).collect();
         assert!(
-            err.contains(&p.url)
-                && err.contains(what)
-                && err.contains("object storage does not support yet"),
-            "{args:?}: {err}"
+            kept.iter().all(|n| !n.contains("steps-00001")),
+            "{layout:?}: {kept:?}"
+        );
+        // The failed reads' view folders went with them.
+        let views = std::fs::read_dir(p.cache().join("views")).unwrap().count();
+        assert_eq!(views, 0, "{layout:?}");
+
+        // A file the pack lists that the bucket lacks: a damaged pack, named.
+        let good = std::fs::read(p.local.join("steps-00001.npy")).unwrap();
+        store(moto).put(&url(&shard), good).unwrap();
+        let gone = object_of(moto, &p.url, layout, "steps-00002.npy");
+        store(moto).delete(&url(&gone)).unwrap();
+        // (A cache that holds it from the reads above would serve it: a fresh one.)
+        let fresh = p.t.path().join("fresh-cache");
+        let out = p.run_with(&["stats", &p.url], &[("DATASET_PACKER_CACHE", s(&fresh))]);
+        let err = common::stderr(&out);
+        assert_eq!(out.status.code(), Some(1), "{layout:?}: {err}");
+        assert!(
+            err.contains(&format!(
+                "{} lists steps-00002.npy but the store has no such object",
+                p.url
+            )),
+            "{layout:?}: {err}"
+        );
+        // Put back, the pack reads again: the shard the reads refused was not cached.
+        let bytes = std::fs::read(p.local.join("steps-00002.npy")).unwrap();
+        store(moto).put(&url(&gone), bytes).unwrap();
+        let (local, remote) = p.both(&["show", "PACK", "--run", "3", "--json"]);
+        assert_eq!(local, remote, "{layout:?}");
+    }
+}
+
+/// A pack an older dataset-packer left in a bucket (every file under its own name, no commit
+/// record) reads as its local copy does, every version of it.
+#[test]
+fn a_pack_in_the_layout_before_commits_reads_as_before() {
+    let Some(moto) = moto() else { return };
+    let p = Published::with(moto, "plain/clean", Layout::Plain);
+    assert!(
+        commit_numbers(&store(moto), &url(&p.url))
+            .unwrap()
+            .is_empty()
+    );
+    let (local, remote) = p.both(&["validate", "PACK", "--quiet", "--json"]);
+    assert_eq!(untimed_json(&local), untimed_json(&remote));
+    let (local, remote) = p.both(&["stats", "PACK", "--json"]);
+    assert_eq!(untimed_json(&local), untimed_json(&remote));
+    let (local, remote) = p.both(&["show", "PACK", "--run", "7", "--last", "4", "--json"]);
+    assert!(!remote.is_empty());
+    assert_eq!(local, remote);
+    let versions = |pack: &str| p.run_ok(&["versions", pack]).replacen(pack, "PACK", 1);
+    assert_eq!(versions(s(&p.local)), versions(&p.url));
+    // Reading writes nothing: still no record, the objects as they were.
+    assert_eq!(
+        objects(moto, &p.url)
+            .into_iter()
+            .map(|(k, _)| k)
+            .collect::<Vec<_>>(),
+        common::names(&p.local)
+    );
+}
+
+/// `attach`, `detach` and `tag` on a URL change a local copy of its latest commit and
+/// publish it as the next commit, as they change a local pack in place: each leaves the pack
+/// what the same command leaves of the local copy, and every earlier commit's objects where
+/// they were. A change that fails commits nothing.
+#[test]
+fn commands_that_change_a_pack_in_place_commit_a_new_version_of_a_url() {
+    let Some(moto) = moto() else { return };
+    let p = Published::new(moto, "changes/pack");
+    let rows = common::read_rows(&p.local).len();
+    let scores = p.t.path().join("score.npy");
+    let mut bytes = common::npy_header("'<f4'", rows);
+    bytes.extend((0..rows).flat_map(|i| (i as f32 * 0.25).to_le_bytes()));
+    std::fs::write(&scores, bytes).unwrap();
+    let wrong = p.t.path().join("wrong.npy");
+    std::fs::write(&wrong, common::npy_header("'<f4'", 0)).unwrap();
+    let first = objects(moto, &p.url);
+
+    // Refused changes: nothing committed, nothing written.
+    for args in [
+        &["attach", "PACK", "--name", "score", "--from", s(&wrong)][..],
+        &["detach", "PACK", "--name", "score"],
+        &["tag", "PACK", "v1", "--delete"],
+    ] {
+        let with = |pack: &str| {
+            args.iter()
+                .map(|a| a.replace("PACK", pack))
+                .collect::<Vec<_>>()
+        };
+        let (local_args, remote_args) = (with(s(&p.local)), with(&p.url));
+        let local = common::run(&local_args.iter().map(String::as_str).collect::<Vec<_>>());
+        let remote = p.run(&remote_args.iter().map(String::as_str).collect::<Vec<_>>());
+        let err = common::stderr(&remote);
+        assert!(!remote.status.success(), "{args:?}: {err}");
+        assert_eq!(remote.status.code(), local.status.code(), "{args:?}: {err}");
+        assert!(
+            objects(moto, &p.url) == first,
+            "{args:?} wrote to the bucket"
         );
     }
-    assert_eq!(store(moto).list(&url(&p.url)).unwrap(), before);
+
+    // Each change, on the local pack and on the URL: the same history and the same rows.
+    let changes: [&[&str]; 3] = [
+        &["attach", "PACK", "--name", "score", "--from", s(&scores)],
+        &["tag", "PACK", "scored"],
+        &["detach", "PACK", "--name", "score"],
+    ];
+    let mut histories = Vec::new();
+    for (i, args) in changes.iter().enumerate() {
+        p.both(args);
+        let commit = latest(moto, &p.url);
+        assert_eq!(
+            (commit.commit, commit.parent),
+            (i as u64 + 2, Some(i as u64 + 1)),
+            "{args:?}"
+        );
+        // The history, but for when each version was made and the pack each command named.
+        let versions = |pack: &str| {
+            let text = p.run_ok(&["versions", pack, "--json"]);
+            text.replace(s(&p.local), "PACK")
+                .replace(&p.url, "PACK")
+                .lines()
+                .filter(|l| !l.contains("created_utc"))
+                .collect::<Vec<_>>()
+                .join("\n")
+        };
+        let (local, remote) = (versions(s(&p.local)), versions(&p.url));
+        assert_eq!(local, remote, "{args:?}");
+        assert!(
+            !histories.contains(&remote),
+            "{args:?} changed nothing: {remote}"
+        );
+        histories.push(remote);
+        let (local, remote) = p.both(&["stats", "PACK", "--json"]);
+        assert_eq!(untimed_json(&local), untimed_json(&remote), "{args:?}");
+    }
+    let (local, remote) = p.both(&[
+        "show",
+        "PACK",
+        "--version",
+        "scored",
+        "--run",
+        "2",
+        "--json",
+    ]);
+    assert_eq!(local, remote);
+    // Nothing of the first commit was deleted or rewritten.
+    let now: std::collections::BTreeMap<String, Vec<u8>> =
+        objects(moto, &p.url).into_iter().collect();
+    for (key, bytes) in &first {
+        assert!(now.get(key) == Some(bytes), "{key} changed");
+    }
+    assert_eq!(
+        commit_numbers(&store(moto), &url(&p.url)).unwrap(),
+        [1, 2, 3, 4]
+    );
 }
 
 #[test]
@@ -637,8 +804,9 @@ fn an_unreachable_server_is_named_with_each_cause_once() {
     let out = common::run_env(&["stats", "s3://packs/team/clean"], &env);
     let err = common::stderr(&out);
     assert_eq!(out.status.code(), Some(1), "{err}");
+    // The first request a reader makes: the listing of the pack's commit records.
     assert!(
-        err.starts_with("error: s3://packs/team/clean/metadata.db: reading failed"),
+        err.starts_with("error: s3://packs/team/clean/_versions: listing failed"),
         "{err}"
     );
     assert_eq!(err.matches("Connection refused").count(), 1, "{err}");

@@ -1,10 +1,11 @@
 //! Writing packs to object storage, driven through the binary against a real S3-compatible
 //! server on localhost (moto, and the fault proxy in front of it where a test needs one,
-//! both from tests/common). Each of `pack`,
-//! `merge`, `shuffle` and `export --format pack` publishes the same bytes it writes to a local
-//! folder, `metadata.db` last; an existing pack needs `--overwrite`, which deletes only that
-//! pack's files; a failing upload leaves the old pack as it was and no staging folder behind;
-//! what cannot go to a URL is refused before anything is written.
+//! both from tests/common). Each of `pack`, `merge`, `shuffle` and `export --format pack`
+//! publishes the same bytes it writes to a local folder, as one commit: its files under its
+//! writer's `_objects/` folder, then the commit's record; an existing pack needs
+//! `--overwrite`, which makes a new commit and deletes nothing; a failing upload leaves the
+//! old commit the latest, no new record and no staging folder behind; what cannot go to a URL
+//! is refused before anything is written.
 //!
 //! Skipped, with the reason printed, only where the venv has no moto (outside CI; in CI a
 //! missing moto fails).
@@ -18,9 +19,11 @@ use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
 use common::s;
-use dataset_packer::store::{Location, Store, StoreOptions, Url};
+use dataset_packer::store::{
+    Commit, Location, Store, StoreOptions, Url, commit_numbers, latest_commit,
+};
 
-use common::moto::{Moto, moto};
+use common::moto::{Moto, crc32c, moto, publish_plain};
 use common::proxy::{Fault, Proxy, every_matching};
 
 /// The environment the binary reads its credentials and endpoint from (the server at
@@ -85,18 +88,57 @@ fn url(text: &str) -> Url {
     }
 }
 
-/// Every object under `prefix`, downloaded into `dir` (created); their names, sorted.
+/// The latest commit of the pack at `prefix`, which must have one.
+fn latest(store: &Store, prefix: &str) -> Commit {
+    latest_commit(store, &url(prefix))
+        .unwrap()
+        .unwrap_or_else(|| panic!("{prefix} has no commit"))
+}
+
+/// The files of the latest commit of the pack at `prefix`, downloaded into `dir` (created)
+/// under their pack names, each checked against the size and CRC-32C its record gives;
+/// their names, sorted.
 fn download(store: &Store, prefix: &str, dir: &Path) -> Vec<String> {
     std::fs::create_dir_all(dir).unwrap();
-    let prefix = url(prefix);
-    let mut names = Vec::new();
-    for listed in store.list(&prefix).unwrap() {
-        let bytes = store.get(&prefix.join(&listed.name).unwrap()).unwrap();
-        std::fs::write(dir.join(&listed.name), bytes).unwrap();
-        names.push(listed.name);
+    let pack = url(prefix);
+    let commit = latest(store, prefix);
+    for (name, file) in &commit.files {
+        let bytes = store.get(&pack.join(&file.key).unwrap()).unwrap();
+        assert_eq!(
+            (bytes.len() as u64, crc32c(&bytes)),
+            (file.bytes, file.crc32c),
+            "{prefix}/{}: not what commit {} records for {name}",
+            file.key,
+            commit.commit
+        );
+        std::fs::write(dir.join(name), bytes).unwrap();
     }
-    names.sort();
-    names
+    commit.files.keys().cloned().collect()
+}
+
+/// Every object under `prefix` (keys below it) with its bytes.
+fn objects(store: &Store, prefix: &str) -> BTreeMap<String, Vec<u8>> {
+    let pack = url(prefix);
+    store
+        .list_all(&pack)
+        .unwrap()
+        .into_iter()
+        .map(|o| {
+            let bytes = store.get(&pack.join(&o.key).unwrap()).unwrap();
+            (o.key, bytes)
+        })
+        .collect()
+}
+
+/// The commit numbers recorded under `prefix`.
+fn commits(store: &Store, prefix: &str) -> Vec<u64> {
+    commit_numbers(store, &url(prefix)).unwrap()
+}
+
+/// The standard output of `show PACK --run 3 --json` for `pack` (a folder or, with `env`, a
+/// URL): what a reader of the pack gets.
+fn show(pack: &str, env: &[(String, String)]) -> String {
+    run_ok(&["show", pack, "--run", "3", "--json"], env)
 }
 
 /// What a `metadata.db` holds, table by table, as text rows in rowid order, leaving out what
@@ -261,32 +303,54 @@ fn pack_merge_shuffle_and_export_publish_what_they_write_locally() {
         assert_same_pack(&local, &got);
         assert_eq!(staging_left(&cache), Vec::<String>::new(), "{name}");
 
-        // The summary names the URL and what was uploaded, metadata.db last.
+        // One commit: its record, and every file of the pack once, under the folder of the
+        // writer the record names; nothing else under the URL.
+        let commit = latest(&store, &remote);
+        assert_eq!((commit.commit, commit.parent), (1, None), "{name}");
+        let mut keys: Vec<String> = commit
+            .files
+            .iter()
+            .map(|(file, f)| {
+                assert_eq!(
+                    f.key,
+                    format!("_objects/{}/{file}", commit.writer),
+                    "{name}"
+                );
+                f.key.clone()
+            })
+            .collect();
+        keys.push("_versions/00000000000000000001.json".into());
+        keys.sort();
+        let listed: Vec<String> = objects(&store, &remote).into_keys().collect();
+        assert_eq!(listed, keys, "{name}");
+
+        // The summary names the URL, the commit and what was uploaded: every file.
         let local_bytes: u64 = common::names(&local)
             .iter()
             .map(|n| std::fs::metadata(local.join(n)).unwrap().len())
             .sum();
         if name == "export" {
+            let files = common::names(&local).len();
             assert!(
-                stdout.contains(&format!("published to {remote} (")),
+                stdout.contains(&format!(
+                    "published to {remote} (commit 1: {files} files, {local_bytes} bytes uploaded)"
+                )),
                 "{stdout}"
             );
-            assert!(stdout.contains(&format!("{local_bytes} bytes uploaded")));
         } else {
             let doc: serde_json::Value = serde_json::from_str(stdout.trim()).unwrap();
             let published = &doc["published"];
             assert_eq!(published["url"], remote.as_str(), "{name}");
+            assert_eq!(published["commit"], 1, "{name}");
             assert_eq!(published["bytes"], local_bytes, "{name}");
-            let files: Vec<&str> = published["files"]
+            assert_eq!(published["unchanged"], serde_json::json!([]), "{name}");
+            let files: Vec<String> = published["files"]
                 .as_array()
                 .unwrap()
                 .iter()
-                .map(|f| f.as_str().unwrap())
+                .map(|f| f.as_str().unwrap().to_string())
                 .collect();
-            assert_eq!(files.last(), Some(&"metadata.db"), "{name}");
-            let mut sorted: Vec<String> = files.iter().map(|f| f.to_string()).collect();
-            sorted.sort();
-            assert_eq!(sorted, common::names(&local), "{name}");
+            assert_eq!(files, common::names(&local), "{name}: in name order");
         }
     }
 
@@ -297,7 +361,7 @@ fn pack_merge_shuffle_and_export_publish_what_they_write_locally() {
 }
 
 #[test]
-fn an_existing_remote_pack_needs_overwrite_which_deletes_only_its_own_files() {
+fn an_existing_remote_pack_needs_overwrite_which_commits_a_new_version_and_deletes_nothing() {
     let Some(moto) = moto() else { return };
     let t = tempfile::tempdir().unwrap();
     let cache = t.path().join("cache");
@@ -314,6 +378,7 @@ fn an_existing_remote_pack_needs_overwrite_which_deletes_only_its_own_files() {
     run_ok(&argv(&pack_to(remote, &["--shard-rows", "600"])), &env);
     let first = t.path().join("first");
     download(&store, remote, &first);
+    let first_commit = latest(&store, remote);
 
     // Without --overwrite: refused, exit 2, before any work (no staging folder was made).
     let out = run(&argv(&pack_to(remote, &[])), &env);
@@ -324,26 +389,85 @@ fn an_existing_remote_pack_needs_overwrite_which_deletes_only_its_own_files() {
     let again = t.path().join("again");
     download(&store, remote, &again);
     assert_same_pack(&first, &again);
+    assert_eq!(commits(&store, remote), [1]);
     store
         .put(&url(remote).join("NOTES.txt").unwrap(), b"ours".to_vec())
         .unwrap();
+    let before = objects(&store, remote);
 
-    // With it: a single-file pack replaces the 4 shards (2,240 rows in 600s); the old shards are deleted, the
-    // foreign object stays.
+    // With it: a single-shard pack (2,240 rows in one) replaces the 4 shards of 600 as
+    // commit 2. Nothing is deleted: commit 1's objects and the foreign object stay as they
+    // were, and a reader gets the new pack.
     let stdout = run_ok(&argv(&pack_to(remote, &["--overwrite"])), &env);
-    assert!(stdout.contains("4 old files deleted"), "{stdout}");
     let local = t.path().join("local");
     common::pack(&raw, &local, &[]);
-    let after = t.path().join("after");
-    let names = download(&store, remote, &after);
-    assert!(names.contains(&"NOTES.txt".to_string()), "{names:?}");
-    assert_eq!(std::fs::read(after.join("NOTES.txt")).unwrap(), b"ours");
-    std::fs::remove_file(after.join("NOTES.txt")).unwrap();
-    assert_same_pack(&local, &after);
+    let names = common::names(&local);
+    let new_bytes: u64 = names
+        .iter()
+        .map(|n| std::fs::metadata(local.join(n)).unwrap().len())
+        .sum();
+    let commit = latest(&store, remote);
+    assert_eq!((commit.commit, commit.parent), (2, Some(1)));
+    // Files whose bytes commit 1 already holds are not uploaded again.
+    let unchanged: Vec<&String> = names
+        .iter()
+        .filter(|n| {
+            std::fs::read(local.join(n.as_str())).ok() == std::fs::read(first.join(n.as_str())).ok()
+        })
+        .collect();
+    let unchanged_bytes: u64 = unchanged
+        .iter()
+        .map(|n| std::fs::metadata(local.join(n.as_str())).unwrap().len())
+        .sum();
+    let summary = if unchanged.is_empty() {
+        format!(
+            "published to {remote} (commit 2: {} files, {} bytes uploaded)",
+            names.len(),
+            new_bytes
+        )
+    } else {
+        format!(
+            "published to {remote} (commit 2: {} files, {} bytes uploaded, {} unchanged)",
+            names.len() - unchanged.len(),
+            new_bytes - unchanged_bytes,
+            unchanged.len()
+        )
+    };
+    assert!(stdout.contains(&summary), "{stdout}");
+    assert!(!stdout.contains("deleted"), "{stdout}");
+    for (name, file) in &commit.files {
+        if unchanged.contains(&name) {
+            assert_eq!(file.key, first_commit.files[name].key, "{name}");
+        } else {
+            assert_eq!(file.key, format!("_objects/{}/{name}", commit.writer));
+        }
+    }
+    let after = objects(&store, remote);
+    for (key, bytes) in &before {
+        assert!(
+            after.get(key) == Some(bytes),
+            "{key} was deleted or changed"
+        );
+    }
+    assert_eq!(after["NOTES.txt"], b"ours");
+    let got = t.path().join("after");
+    assert_eq!(download(&store, remote, &got), names);
+    assert_same_pack(&local, &got);
+    assert_eq!(
+        show(remote, &env),
+        show(s(&local), &[]).replace(s(&local), remote)
+    );
+    // Commit 1 is still whole: its record and every object it names, as they were.
+    let old = t.path().join("old");
+    std::fs::create_dir(&old).unwrap();
+    for (name, file) in &first_commit.files {
+        let bytes = &after[&file.key];
+        std::fs::write(old.join(name), bytes).unwrap();
+    }
+    assert_same_pack(&first, &old);
     assert_eq!(staging_left(&cache), Vec::<String>::new());
 }
 
-/// What the proxy does with a PUT.
 /// The PUTs `proxy` has seen since its rule was last set: (request path, let through).
 fn puts(proxy: &Proxy) -> Vec<(String, bool)> {
     proxy
@@ -354,9 +478,42 @@ fn puts(proxy: &Proxy) -> Vec<(String, bool)> {
         .collect()
 }
 
-/// Every PUT through `proxy` meets `fault` from now on; other requests pass.
-fn puts_meet(proxy: &Proxy, fault: Fault) {
-    proxy.set(every_matching(|method, _| method == "PUT", fault));
+/// Every upload of a pack file through `proxy` (a PUT under `_objects/`) meets `fault` from
+/// now on; other requests pass (the check that the store honours create-only writes among
+/// them, so that the publish gets as far as its files).
+fn uploads_meet(proxy: &Proxy, fault: Fault) {
+    proxy.set(every_matching(
+        |method, path| method == "PUT" && path.contains("/_objects/"),
+        fault,
+    ));
+}
+
+/// Asserts that the only deletes through `proxy` are those of the probes the check that the
+/// store honours create-only writes makes under `_probes/` (one each): a delete may be a
+/// bulk request, which names its keys in its body, so they are counted.
+fn assert_deleted_only_probes(proxy: &Proxy) {
+    let seen = proxy.seen();
+    let deletes: Vec<&str> = seen
+        .iter()
+        .filter(|s| s.method == "DELETE" || s.path.contains("?delete"))
+        .map(|s| s.path.as_str())
+        .collect();
+    let probes: std::collections::BTreeSet<&str> = seen
+        .iter()
+        .filter(|s| s.method == "PUT" && s.path.contains("/_probes/"))
+        .map(|s| s.path.as_str())
+        .collect();
+    assert_eq!(
+        deletes.len(),
+        probes.len(),
+        "{deletes:?}, probes {probes:?}"
+    );
+    assert!(
+        deletes
+            .iter()
+            .all(|d| d.contains("?delete") || d.contains("/_probes/")),
+        "{deletes:?}"
+    );
 }
 
 /// A pack of the raw fixture published to `remote` through a fault proxy, and a copy of it
@@ -370,6 +527,8 @@ struct Published {
     raw: PathBuf,
     remote: &'static str,
     before: PathBuf,
+    /// Every object under `remote` after the first publish, with its bytes.
+    objects: BTreeMap<String, Vec<u8>>,
 }
 
 impl Published {
@@ -386,6 +545,7 @@ impl Published {
         );
         let before = t.path().join("before");
         download(&store, remote, &before);
+        let objects = objects(&store, remote);
         Published {
             t,
             cache,
@@ -395,18 +555,34 @@ impl Published {
             raw,
             remote,
             before,
+            objects,
         }
     }
 
-    /// The pack at `remote` is still the one first published, and nothing is left staged.
+    /// The pack at `remote` is still the one first published: commit 1 is the latest and
+    /// only record, every object there before is there with the same bytes (nothing deleted
+    /// or rewritten), a reader gets the first pack, and nothing is left staged.
     fn assert_kept(&self) {
         assert_eq!(staging_left(&self.cache), Vec::<String>::new());
+        assert_eq!(commits(&self.store, self.remote), [1]);
+        let now = objects(&self.store, self.remote);
+        for (key, bytes) in &self.objects {
+            assert!(now.get(key) == Some(bytes), "{key} was deleted or changed");
+        }
+        // Whatever else is there is an object of the failed publish, which no record names.
+        for key in now.keys().filter(|k| !self.objects.contains_key(*k)) {
+            assert!(key.starts_with("_objects/"), "{key}");
+        }
         let after = self.t.path().join("after");
         download(&self.store, self.remote, &after);
         assert_same_pack(&self.before, &after);
         assert_eq!(
             std::fs::read(after.join("metadata.db")).unwrap(),
             std::fs::read(self.before.join("metadata.db")).unwrap()
+        );
+        assert_eq!(
+            show(self.remote, &self.env),
+            show(s(&self.before), &[]).replace(s(&self.before), self.remote)
         );
     }
 }
@@ -416,15 +592,26 @@ fn a_failing_upload_leaves_the_old_pack_and_nothing_staged() {
     let Some(moto) = moto() else { return };
     let p = Published::new(moto, "s3://packs/rw/faults");
     let (proxy, env, raw, remote) = (&p.proxy, &p.env, &p.raw, p.remote);
-    // The server saw metadata.db last.
+    // The server saw the commit's record last, after every file it names.
     let published = puts(proxy);
-    assert_eq!(published.len(), 3, "{published:?}");
+    let record = "/packs/rw/faults/_versions/00000000000000000001.json";
     assert_eq!(
-        published[2].0, "/packs/rw/faults/metadata.db",
+        published.last().map(|p| p.0.as_str()),
+        Some(record),
+        "{published:?}"
+    );
+    let files: Vec<&str> = published
+        .iter()
+        .filter_map(|p| p.0.strip_prefix("/packs/rw/faults/_objects/"))
+        .filter_map(|key| key.split_once('/').map(|(_, name)| name))
+        .collect();
+    assert_eq!(
+        files,
+        ["metadata.db", "steps.npy", "valuation_types.json"],
         "{published:?}"
     );
 
-    puts_meet(proxy, Fault::Status(503));
+    uploads_meet(proxy, Fault::Status(503));
     let out = run(
         &[
             "pack",
@@ -439,7 +626,8 @@ fn a_failing_upload_leaves_the_old_pack_and_nothing_staged() {
         ],
         env,
     );
-    let refused: Vec<String> = puts(proxy).into_iter().map(|p| p.0).collect();
+    let sent = puts(proxy);
+    let refused: Vec<&str> = sent.iter().filter(|p| !p.1).map(|p| p.0.as_str()).collect();
     let err = common::stderr(&out);
     assert_eq!(out.status.code(), Some(1), "{err}");
     assert!(
@@ -447,19 +635,26 @@ fn a_failing_upload_leaves_the_old_pack_and_nothing_staged() {
         "{err}"
     );
     assert!(
-        err.contains(&format!("{remote}/steps-00000.npy: writing failed")),
+        err.contains(&format!("{remote}/_objects/"))
+            && err.contains("/metadata.db: writing failed"),
         "{err}"
     );
+    // The first file (in name order) was retried, and nothing after it was tried.
     assert!(
-        refused.len() > 1 && refused.iter().all(|r| r.ends_with("/steps-00000.npy")),
-        "the first upload was retried, and nothing after it was tried: {refused:?}"
+        refused.len() > 1 && refused.iter().all(|r| r.ends_with("/metadata.db")),
+        "{sent:?}"
     );
     assert!(
-        refused.iter().all(|r| !r.contains("metadata.db")),
-        "metadata.db was never sent: {refused:?}"
+        refused.iter().all(|r| *r == refused[0]),
+        "one object, under one writer's folder: {sent:?}"
     );
-    // The old pack is what it was (its metadata.db unchanged, every file it lists there),
-    // and nothing is left in the staging folder.
+    assert!(
+        sent.iter().all(|p| !p.0.contains("/_versions/")),
+        "no record was sent: {sent:?}"
+    );
+    assert_deleted_only_probes(proxy);
+    // The old commit is the latest and reads as it did, nothing of it deleted, and nothing
+    // is left in the staging folder.
     p.assert_kept();
 }
 
@@ -512,7 +707,7 @@ fn what_cannot_go_to_object_storage_is_refused_before_anything_is_written() {
         assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
         assert!(err.contains(says), "{args:?}: {err}");
         assert!(err.contains("://"), "names the URL: {err}");
-        assert!(store.list(&url(prefix)).unwrap().is_empty(), "{args:?}");
+        assert!(store.list_all(&url(prefix)).unwrap().is_empty(), "{args:?}");
         assert_eq!(staging_left(&cache), Vec::<String>::new(), "{args:?}");
         assert!(!t.path().join("s3:").exists() && !Path::new("s3:").exists());
     }
@@ -531,6 +726,8 @@ fn what_cannot_go_to_object_storage_is_refused_before_anything_is_written() {
     assert!(a.join("metadata.db").exists() && b.join("metadata.db").exists());
 }
 
+/// An update of a remote pack, in the layout before commits (a pack an older tool left there:
+/// `publish_plain`) or with commits (`pack` to the URL).
 #[test]
 fn an_update_of_a_remote_pack_publishes_what_a_local_update_writes_with_its_history() {
     let Some(moto) = moto() else { return };
@@ -542,8 +739,6 @@ fn an_update_of_a_remote_pack_publishes_what_a_local_update_writes_with_its_hist
     // The first drop: the depth-6 half of fixtures/raw; the second: all of it.
     let first = t.path().join("raw-first");
     common::copy_tree(&raw.join("d6_10g_v1"), &first.join("d6_10g_v1"));
-    let remote = "s3://packs/rw/update";
-    let local = t.path().join("local");
     let pack = |input: &Path, output: &str, update: bool| {
         let mut args = vec!["pack", "--input", s(input), "--output", output, "--quiet"];
         args.extend(if update {
@@ -553,64 +748,121 @@ fn an_update_of_a_remote_pack_publishes_what_a_local_update_writes_with_its_hist
         });
         args.iter().map(|a| a.to_string()).collect::<Vec<_>>()
     };
-    run_ok(&argv(&pack(&first, s(&local), false)), &[]);
-    run_ok(&argv(&pack(&first, remote, false)), &env);
-    run_ok(&argv(&pack(&raw, s(&local), true)), &[]);
-    let stdout = run_ok(&argv(&pack(&raw, remote, true)), &env);
+    for plain in [false, true] {
+        let remote = if plain {
+            "s3://packs/rw/update-plain"
+        } else {
+            "s3://packs/rw/update"
+        };
+        let local = t.path().join(format!("local-{plain}"));
+        run_ok(&argv(&pack(&first, s(&local), false)), &[]);
+        if plain {
+            publish_plain(&store, &local, &url(remote));
+        } else {
+            run_ok(&argv(&pack(&first, remote, false)), &env);
+        }
+        let base = latest_commit(&store, &url(remote)).unwrap();
+        assert_eq!(base.is_none(), plain);
+        let old_objects = objects(&store, remote);
+        let version_1 = t.path().join(format!("version-1-{plain}"));
+        common::copy_tree(&local, &version_1);
+        run_ok(&argv(&pack(&raw, s(&local), true)), &[]);
+        let stdout = run_ok(&argv(&pack(&raw, remote, true)), &env);
 
-    let doc: serde_json::Value = serde_json::from_str(stdout.trim()).unwrap();
-    assert_eq!(
-        (doc["new_runs"].as_u64(), doc["total_runs"].as_u64()),
-        (Some(5), Some(10))
-    );
-    // The full shards of the first version are there already: only the rewritten last shard,
-    // the new one and the pack's small files go up, metadata.db last.
-    assert_eq!(doc["published"]["url"], remote);
-    assert_eq!(
-        doc["published"]["files"],
-        serde_json::json!([
-            "steps-00002.npy",
-            "steps-00003.npy",
-            "valuation_types.json",
-            "metadata.db"
-        ])
-    );
-    assert_eq!(
-        doc["published"]["unchanged"],
-        serde_json::json!(["steps-00000.npy", "steps-00001.npy"])
-    );
-    let got = t.path().join("got");
-    download(&store, remote, &got);
-    assert_same_pack(&local, &got);
-    let versions: i64 = common::db(&got)
-        .query_row("SELECT COUNT(*) FROM versions", [], |r| r.get(0))
-        .unwrap();
-    assert_eq!(versions, 2, "the first version is still there");
-    assert_eq!(staging_left(&cache), Vec::<String>::new());
+        let doc: serde_json::Value = serde_json::from_str(stdout.trim()).unwrap();
+        assert_eq!(
+            (doc["new_runs"].as_u64(), doc["total_runs"].as_u64()),
+            (Some(5), Some(10))
+        );
+        // The full shards of the first version are there already: only the rewritten last
+        // shard, the new one and the small files that changed go up (in name order), and
+        // the new commit names the objects the full shards already are.
+        let names = common::names(&local);
+        let (kept, sent): (Vec<String>, Vec<String>) = names.iter().cloned().partition(|n| {
+            std::fs::read(version_1.join(n)).ok() == Some(std::fs::read(local.join(n)).unwrap())
+        });
+        assert!(sent.contains(&"metadata.db".to_string()), "{sent:?}");
+        for shard in ["steps-00002.npy", "steps-00003.npy"] {
+            assert!(sent.contains(&shard.to_string()), "{sent:?}");
+        }
+        for shard in ["steps-00000.npy", "steps-00001.npy"] {
+            assert!(kept.contains(&shard.to_string()), "{kept:?}");
+        }
+        let published = &doc["published"];
+        assert_eq!(published["url"], remote);
+        assert_eq!(published["commit"], if plain { 1 } else { 2 });
+        assert_eq!(
+            published["files"],
+            serde_json::json!(sent),
+            "plain: {plain}"
+        );
+        assert_eq!(
+            published["unchanged"],
+            serde_json::json!(kept),
+            "plain: {plain}"
+        );
+        let commit = latest(&store, remote);
+        assert_eq!(commit.commit, if plain { 1 } else { 2 });
+        assert_eq!(commit.parent, if plain { None } else { Some(1) });
+        for name in &kept {
+            // A pack in the old layout keeps its objects under their own names.
+            let was = match &base {
+                Some(base) => base.files[name].key.clone(),
+                None => name.clone(),
+            };
+            assert_eq!(commit.files[name].key, was, "{name}");
+        }
+        for name in &sent {
+            assert_eq!(
+                commit.files[name].key,
+                format!("_objects/{}/{name}", commit.writer)
+            );
+        }
+        // Nothing of the first version was deleted or rewritten.
+        let now = objects(&store, remote);
+        for (key, bytes) in &old_objects {
+            assert!(now.get(key) == Some(bytes), "{key} was deleted or changed");
+        }
+        let got = t.path().join(format!("got-{plain}"));
+        download(&store, remote, &got);
+        assert_same_pack(&local, &got);
+        let versions: i64 = common::db(&got)
+            .query_row("SELECT COUNT(*) FROM versions", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(versions, 2, "the first version is still there");
+        assert_eq!(
+            show(remote, &env),
+            show(s(&local), &[]).replace(s(&local), remote)
+        );
+        assert_eq!(staging_left(&cache), Vec::<String>::new());
 
-    // Nothing new: nothing is uploaded, and the pack there is unchanged.
-    let stdout = run_ok(
-        &[
-            "pack",
-            "--input",
-            s(&raw),
-            "--output",
-            remote,
-            "--update",
-            "--quiet",
-        ],
-        &env,
-    );
-    assert!(
-        stdout.contains(&format!("nothing new to publish: {remote} is unchanged")),
-        "{stdout}"
-    );
-    let again = t.path().join("again");
-    download(&store, remote, &again);
-    assert_eq!(
-        std::fs::read(again.join("metadata.db")).unwrap(),
-        std::fs::read(got.join("metadata.db")).unwrap()
-    );
+        // Nothing new: nothing is uploaded, no commit is made, and the pack there is
+        // unchanged.
+        let before = objects(&store, remote);
+        let stdout = run_ok(
+            &[
+                "pack",
+                "--input",
+                s(&raw),
+                "--output",
+                remote,
+                "--update",
+                "--quiet",
+            ],
+            &env,
+        );
+        assert!(
+            stdout.contains(&format!("nothing new to publish: {remote} is unchanged")),
+            "{stdout}"
+        );
+        assert!(objects(&store, remote) == before);
+        let again = t.path().join(format!("again-{plain}"));
+        download(&store, remote, &again);
+        assert_eq!(
+            std::fs::read(again.join("metadata.db")).unwrap(),
+            std::fs::read(got.join("metadata.db")).unwrap()
+        );
+    }
 }
 
 #[test]
@@ -620,7 +872,7 @@ fn ctrl_c_during_the_upload_leaves_the_old_pack_and_nothing_staged() {
     let (proxy, env, raw, remote, cache) = (&p.proxy, &p.env, &p.raw, p.remote, &p.cache);
 
     // The uploads hang; Ctrl-C once the first one is under way.
-    puts_meet(proxy, Fault::Hang);
+    uploads_meet(proxy, Fault::Hang);
     let mut child = Command::new(env!("CARGO_BIN_EXE_dataset-packer"))
         .args(["pack", "--input", s(raw), "--output", remote])
         .args(["--shard-rows", "600", "--overwrite", "--quiet"])
@@ -631,7 +883,7 @@ fn ctrl_c_during_the_upload_leaves_the_old_pack_and_nothing_staged() {
         .spawn()
         .unwrap();
     let started = std::time::Instant::now();
-    while puts(proxy).is_empty() {
+    while !puts(proxy).iter().any(|p| p.0.contains("/_objects/")) {
         assert!(
             started.elapsed() < Duration::from_secs(60),
             "no upload started"
@@ -663,7 +915,8 @@ fn ctrl_c_during_the_upload_leaves_the_old_pack_and_nothing_staged() {
     p.assert_kept();
     let sent: Vec<String> = puts(proxy).into_iter().map(|p| p.0).collect();
     assert!(
-        sent.iter().all(|p| !p.ends_with("/metadata.db")),
-        "the interrupted publish never sent metadata.db: {sent:?}"
+        sent.iter().all(|p| !p.contains("/_versions/")),
+        "the interrupted publish never sent its record: {sent:?}"
     );
+    assert_deleted_only_probes(proxy);
 }

@@ -16,14 +16,16 @@ use crate::{AttachOptions, attach};
   dataset-packer attach packs/d6 --name embeddings --from emb-00000.npy emb-00001.npy emb-00002.npy
   dataset-packer attach packs/d6 --name embeddings --from all-embeddings.npy
   dataset-packer attach packs/d6 --name labels --from labels.npy --json
+  dataset-packer attach s3://training/team/d6 --name labels --from labels.npy  # a new commit
 
 A companion is an array aligned row by row with the pack: row i of its file k belongs to row i
 of steps-0000k.npy. Give one array per shard, in shard order, each with that shard's row
 count; or one array with a row for every row of the pack, which is split at the shard
 boundaries. Any dtype and trailing shape (C order, no Python objects). merge, shuffle and
-export carry companions with their rows; validate checks them.")]
+export carry companions with their rows; validate checks them. On a URL the pack's latest
+commit is downloaded, changed and committed; exit 2 if another writer committed first.")]
 pub struct AttachArgs {
-    /// The pack to add the companion to.
+    /// The pack to add the companion to (a folder, or an s3://, gs://, az:// URL).
     #[arg(value_name = "PACK")]
     pub pack: PathBuf,
     // The help is an attribute, not a doc comment: rustdoc would read its brackets as links.

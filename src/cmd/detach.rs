@@ -14,11 +14,12 @@ use crate::pack::publish::list_names;
 #[command(after_help = "Examples:
   dataset-packer detach packs/d6 --name embeddings
   dataset-packer detach packs/d6 --name embeddings --json
+  dataset-packer detach s3://training/team/d6 --name embeddings   # a new commit
 
 Removes the files NAME-NNNNN.npy (or NAME.npy) and their records in metadata.db in one
 atomic step. The shards are not touched.")]
 pub struct DetachArgs {
-    /// The pack to remove the companion from.
+    /// The pack to remove the companion from (a folder, or an s3://, gs://, az:// URL).
     #[arg(value_name = "PACK")]
     pub pack: PathBuf,
     /// Name of the family to remove.

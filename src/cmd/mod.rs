@@ -3,6 +3,7 @@
 pub mod attach;
 pub mod detach;
 pub mod export;
+pub mod gc;
 pub mod merge;
 pub mod pack;
 pub mod pack_update;

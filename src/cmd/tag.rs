@@ -14,11 +14,13 @@ use crate::pack::versions::{self, VersionSpec};
   dataset-packer tag packs/d6 nightly --version 3 --move # moves the name to version 3
   dataset-packer tag packs/d6 --delete paper-baseline
   dataset-packer stats packs/d6 --version paper-baseline
+  dataset-packer tag s3://training/team/d6 nightly       # a new commit of the remote pack
 
 A tag is 1 to 200 letters, digits, '.', '_' or '-', not all digits and not `latest`. A name
-already on another version is moved only with --move (exit 2 without it).")]
+already on another version is moved only with --move (exit 2 without it). On a URL the tag
+is a commit of its own; exit 2 if another writer committed first.")]
 pub struct TagArgs {
-    /// The pack.
+    /// The pack (a folder, or an s3://, gs://, az:// URL).
     #[arg(value_name = "PACK")]
     pub pack: PathBuf,
     /// The name to give (or, with --delete, to remove).
@@ -52,13 +54,12 @@ fn tag_name(text: &str) -> Result<String, String> {
 }
 
 pub fn run(args: &TagArgs) -> Result<()> {
-    crate::pack::open::refuse_remote(&args.pack, "tag")?;
     let version = if args.delete {
-        versions::untag(&args.pack, &args.name)?
+        crate::untag(&args.pack, &args.name)?
     } else if args.move_tag {
-        versions::move_tag(&args.pack, &args.name, &args.version)?
+        crate::move_tag(&args.pack, &args.name, &args.version)?
     } else {
-        versions::tag(&args.pack, &args.name, &args.version)?
+        crate::tag(&args.pack, &args.name, &args.version)?
     };
     if args.json {
         let doc = serde_json::json!({

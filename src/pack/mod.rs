@@ -38,6 +38,7 @@
 //! run, companions, fingerprints, as `validate` does. Rows read through the API are not
 //! checksummed on the way; call `verify` once when the pack's provenance is in doubt.
 
+mod change;
 mod companion;
 #[doc(hidden)]
 pub mod doc_support;
@@ -68,10 +69,11 @@ use std::sync::Mutex;
 use crate::error::{Context, Result, err, fail};
 use memmap2::Mmap;
 
+pub use change::{move_tag, tag, untag};
 pub use companion::{Companion, CompanionValue};
 pub use run::{Run, Runs};
 pub use step::{Step, Steps};
-pub use versions::{History, Version, VersionSpec, move_tag, tag, untag};
+pub use versions::{History, Version, VersionSpec};
 pub(crate) use writer::StagedPack;
 pub use writer::{NewRun, NewStep, PackWriter, Published, WriterOptions};
 

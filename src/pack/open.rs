@@ -111,22 +111,6 @@ fn locate_wanting(path: &Path, wanted: Wanted) -> Result<Located> {
     Ok(Located { given, remote })
 }
 
-/// Refuses, of kind `Refused`, a pack named by URL for `change`, a command that changes a
-/// pack in place (attach, detach, tag): an object store has no folder to lock, stage and
-/// swap in, so a remote pack is changed as a local copy that is then published.
-pub(crate) fn refuse_remote(path: &Path, change: &str) -> Result<()> {
-    if let Some(Ok(Location::Remote(url))) = path.to_str().map(Location::parse) {
-        crate::error::fail!(
-            Refused,
-            "{url}: {change} changes a pack in place, which a pack in object storage does not \
-             support yet (its versions are not committed there); run {change} on the pack's \
-             folder where it is kept locally. Copying it out and back would give it a new \
-             pack_id and no history"
-        );
-    }
-    Ok(())
-}
-
 // Here rather than beside the rest of `History`: reading a pack's history starts at the
 // door, which decides where the pack is read from (a remote pack's records alone).
 impl History {

@@ -1,9 +1,12 @@
-//! A pack in object storage, read as a local one: its `metadata.db` and
-//! `valuation_types.json` downloaded into a private view folder inside the cache folder
-//! (`<cache>/views/<pid>-<n>/`), and each file the latest version lists fetched through the
-//! node's shared [`Cache`] (checked against its recorded size and CRC-32C) and linked into the
-//! view under its pack name. The local opener then opens the view unchanged, any version of
-//! it included (an earlier version is a prefix of the latest one's files).
+//! A pack in object storage, read as a local one: the latest commit's record read
+//! ([`store::head`]), its `metadata.db` and `valuation_types.json` downloaded (checked against
+//! the record) into a private view folder inside the cache folder (`<cache>/views/<pid>-<n>/`),
+//! and each file the latest version lists fetched through the node's shared [`Cache`] (checked
+//! against its recorded size and CRC-32C) and linked into the view under its pack name. The
+//! local opener then opens the view unchanged, any version of it included (an earlier version
+//! is a prefix of the latest one's files). The objects a commit names never change, so the
+//! view is the pack as that commit left it, whatever is committed meanwhile. A pack in the
+//! layout before commits (its files under their own names) is read the same way, by name.
 //!
 //! The view pins its cache entries while it lives, so that no process evicts a file a reader
 //! has mapped, and removes itself when dropped; views left by a process that died are swept
@@ -18,7 +21,7 @@ use std::sync::{Arc, OnceLock};
 use crate::error::{Context, Error, ErrorKind, Result, fail};
 use crate::format::{metadata, valuation};
 use crate::pack::versions::{VersionFile, VersionSpec, View};
-use crate::store::{Cache, Entry, Store, Url, cache_config};
+use crate::store::{self, Cache, Commit, Entry, Head, Store, Url, cache_config};
 
 /// A remote pack's local view: a folder holding its `metadata.db`, `valuation_types.json` and
 /// links to its files in the cache, which stay pinned until the view is dropped.
@@ -77,7 +80,17 @@ pub(crate) fn open_view(url: &Url, wanted: Wanted) -> Result<RemoteView> {
         _lock: lock,
     };
     let before = cache.store().transfers();
-    download_records(&cache, url, &view.dir)?;
+    let commit = match store::head(cache.store(), url)? {
+        Head::Empty => fail!(
+            NotAPack,
+            "{url} is not a pack (no commit record in {url}/{} and no {} there)",
+            store::VERSIONS,
+            metadata::FILE_NAME
+        ),
+        Head::Plain => None,
+        Head::Commit(commit) => Some(*commit),
+    };
+    download_records(&cache, url, commit.as_ref(), &view.dir)?;
     let files = match wanted {
         Wanted::Records => Vec::new(),
         Wanted::All => latest_files(url, &view.dir)?,
@@ -98,12 +111,7 @@ pub(crate) fn open_view(url: &Url, wanted: Wanted) -> Result<RemoteView> {
     }
     // Each pinned entry holds a lock file open.
     crate::pack::snapshot::raise_open_files_limit(files.len() as u64 + 256);
-    for (file, entry) in files.iter().zip(fetch_all(&cache, url, &files, &view.dir)?) {
-        let link = view.dir.join(&file.file_name);
-        std::os::unix::fs::symlink(entry.path(), &link)
-            .with_context(|| format!("linking {} into {}", file.file_name, view.dir.display()))?;
-        view._entries.push(entry);
-    }
+    view._entries = fetch_all(&cache, url, commit.as_ref(), &files, &view.dir)?;
     let after = cache.store().transfers();
     log::debug!(
         "{url}: {} files ({total} bytes) in the view {}; downloaded {} files ({} bytes), \
@@ -126,27 +134,39 @@ fn shared_store() -> Result<Arc<Store>> {
     Ok(STORE.get_or_init(|| store).clone())
 }
 
-/// Downloads `metadata.db` and `valuation_types.json` (no checksum is recorded for them, and
-/// they are small: fresh on every open, never from the cache) into the view.
-fn download_records(cache: &Cache, url: &Url, dir: &Path) -> Result<()> {
+/// Downloads `metadata.db` and `valuation_types.json` into the view: those `commit` names,
+/// checked against it, or for a pack in the layout before commits those under their own names
+/// (no checksum is recorded for them there: fresh on every open, never from the cache).
+fn download_records(cache: &Cache, url: &Url, commit: Option<&Commit>, dir: &Path) -> Result<()> {
     let store = cache.store();
-    let db_url = url.join(metadata::FILE_NAME)?;
-    let db = match store.get(&db_url) {
-        Ok(bytes) => bytes,
-        Err(e) if e.kind() == ErrorKind::NotAPack => {
-            return Err(e.within(format!(
-                "{url} is not a pack (no {} there)",
-                metadata::FILE_NAME
-            )));
+    for name in [metadata::FILE_NAME, valuation::FILE_NAME] {
+        let bytes = match commit {
+            Some(commit) => store::read_small_file(store, url, commit, name)?,
+            // A pack without one is reported by the local opener, as for a local pack.
+            None => match store.get(&url.join(name)?) {
+                Ok(bytes) => Some(bytes),
+                Err(e) if e.kind() == ErrorKind::NotAPack && name == valuation::FILE_NAME => None,
+                Err(e) => return Err(e),
+            },
+        };
+        if let Some(bytes) = bytes {
+            write_file(&dir.join(name), &bytes)?;
         }
-        Err(e) => return Err(e),
-    };
-    write_file(&dir.join(metadata::FILE_NAME), &db)?;
-    // A pack without one is reported by the local opener, as for a local pack.
-    match store.get(&url.join(valuation::FILE_NAME)?) {
-        Ok(bytes) => write_file(&dir.join(valuation::FILE_NAME), &bytes),
-        Err(e) if e.kind() == ErrorKind::NotAPack => Ok(()),
-        Err(e) => Err(e),
+    }
+    Ok(())
+}
+
+/// Puts the cached file `entry` into the view as `link`: a hard link where the filesystem
+/// allows one, so that the view keeps the bytes even if the cache's `entries/` is deleted
+/// before the pack is opened, else a symbolic link. False when the entry's file is gone
+/// (deleted since it was fetched): fetch it again.
+fn link_into_view(entry: &Path, link: &Path) -> Result<bool> {
+    match fs::hard_link(entry, link) {
+        Ok(()) => Ok(true),
+        Err(e) if e.kind() == IoKind::NotFound => Ok(false),
+        Err(_) => std::os::unix::fs::symlink(entry, link)
+            .map(|()| true)
+            .with_context(|| format!("linking {} as {}", entry.display(), link.display())),
     }
 }
 
@@ -181,7 +201,13 @@ const PARALLEL_FETCHES: usize = 8;
 
 /// Every file of `files`, in order, from the cache (downloaded by up to
 /// [`PARALLEL_FETCHES`] threads); the first error (in file order) if any fails.
-fn fetch_all(cache: &Cache, url: &Url, files: &[VersionFile], dir: &Path) -> Result<Vec<Entry>> {
+fn fetch_all(
+    cache: &Cache,
+    url: &Url,
+    commit: Option<&Commit>,
+    files: &[VersionFile],
+    dir: &Path,
+) -> Result<Vec<Entry>> {
     let next = AtomicU64::new(0);
     let mut fetched: Vec<Option<Result<Entry>>> = Vec::new();
     fetched.resize_with(files.len(), || None);
@@ -192,7 +218,7 @@ fn fetch_all(cache: &Cache, url: &Url, files: &[VersionFile], dir: &Path) -> Res
                 loop {
                     let i = next.fetch_add(1, Ordering::Relaxed) as usize;
                     let Some(file) = files.get(i) else { break };
-                    let result = fetch(cache, url, file, dir);
+                    let result = fetch_into_view(cache, url, commit, file, dir);
                     let failed = result.is_err();
                     slots.lock().unwrap_or_else(|e| e.into_inner())[i] = Some(result);
                     if failed {
@@ -213,9 +239,32 @@ fn fetch_all(cache: &Cache, url: &Url, files: &[VersionFile], dir: &Path) -> Res
     Ok(entries)
 }
 
-/// The file `file` of the pack at `url`, from the cache (downloaded and checked if needed).
-fn fetch(cache: &Cache, url: &Url, file: &VersionFile, view: &Path) -> Result<Entry> {
-    let file_url = url.join(&file.file_name)?;
+/// [`fetch`], linked into the view under its pack name.
+fn fetch_into_view(
+    cache: &Cache,
+    url: &Url,
+    commit: Option<&Commit>,
+    file: &VersionFile,
+    view: &Path,
+) -> Result<Entry> {
+    let link = view.join(&file.file_name);
+    loop {
+        let entry = fetch(cache, url, commit, file, view)?;
+        if link_into_view(entry.path(), &link)? {
+            return Ok(entry);
+        }
+    }
+}
+
+/// The file `file` of the pack at `url` (at `commit`, else in the layout before commits),
+/// from the cache (downloaded and checked if needed).
+fn fetch(
+    cache: &Cache,
+    url: &Url,
+    commit: Option<&Commit>,
+    file: &VersionFile,
+    view: &Path,
+) -> Result<Entry> {
     let crc = u32::from_str_radix(&file.crc32c, 16).map_err(|_| {
         Error::new(
             ErrorKind::Corrupt,
@@ -227,6 +276,10 @@ fn fetch(cache: &Cache, url: &Url, file: &VersionFile, view: &Path) -> Result<En
             ),
         )
     })?;
+    let file_url = match commit {
+        None => url.join(&file.file_name)?,
+        Some(commit) => commit_file_url(url, commit, file, crc)?,
+    };
     cache.fetch(&file_url, file.bytes, crc).map_err(|e| {
         if e.kind() == ErrorKind::NotAPack {
             // The pack lists it, the bucket lacks it: a damaged pack, not a missing one.
@@ -235,7 +288,10 @@ fn fetch(cache: &Cache, url: &Url, file: &VersionFile, view: &Path) -> Result<En
                 file.file_name
             );
             e.within(message).with_kind(ErrorKind::Corrupt)
-        } else if e.kind() == ErrorKind::Corrupt && changed_since_opened(cache, url, view) {
+        } else if commit.is_none()
+            && e.kind() == ErrorKind::Corrupt
+            && changed_since_opened(cache, url, view)
+        {
             Error::new(
                 ErrorKind::Busy,
                 format!(
@@ -250,6 +306,32 @@ fn fetch(cache: &Cache, url: &Url, file: &VersionFile, view: &Path) -> Result<En
             e
         }
     })
+}
+
+/// The URL of the object that holds `file` at `commit`, whose record must agree with the
+/// pack's `metadata.db` on its size and CRC-32C.
+fn commit_file_url(url: &Url, commit: &Commit, file: &VersionFile, crc: u32) -> Result<Url> {
+    match commit.files.get(&file.file_name) {
+        Some(f) if f.bytes == file.bytes && f.crc32c == crc => url.join(&f.key),
+        Some(f) => fail!(
+            Corrupt,
+            "{url}: commit {} records {} as {} bytes with CRC-32C {:08x}, its {} as {} bytes \
+             with {crc:08x}",
+            commit.commit,
+            file.file_name,
+            f.bytes,
+            f.crc32c,
+            metadata::FILE_NAME,
+            file.bytes
+        ),
+        None => fail!(
+            Corrupt,
+            "{url}: commit {} does not list {}, which its {} lists",
+            commit.commit,
+            file.file_name,
+            metadata::FILE_NAME
+        ),
+    }
 }
 
 /// Whether the pack's `metadata.db` in the store is no longer the one downloaded into the

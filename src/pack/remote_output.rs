@@ -1,8 +1,10 @@
 //! Where a command writes its pack: a local folder, or a URL in object storage. For a URL the
 //! pack is built in a local staging folder exactly as it would be built in a local output (the
 //! command's `--temp` folder when it has one, else `staging/` in the cache folder), then
-//! published with [`store::publish_dir`]: every shard and companion file first, `metadata.db`
-//! last, the commit point. A reader sees the old pack or the complete new one, never a mix.
+//! published with [`store::publish_commit`] as the commit after the one the command started
+//! from: new objects first, then the commit's record, created only if no other writer made
+//! that commit meanwhile. A reader sees the old pack or the complete new one, never a mix, and
+//! keeps reading the one it opened.
 //!
 //! [`Target`] is the one place that tells the two apart, so `pack`, `merge`, `shuffle` and
 //! `export` only ask it for a folder to write into and publish through it. An existing pack at
@@ -19,7 +21,8 @@ use crate::format::metadata;
 use crate::format::valuation;
 use crate::interrupt::{self, OnInterrupt};
 use crate::pack::versions::History;
-use crate::store::{self, Cache, Location, Store, Url};
+use crate::pack::versions::VersionFile;
+use crate::store::{self, Cache, Commit, FileRef, Head, Location, Store, Url};
 
 /// The prefix of the staging folders this module makes (`dataset-packer-publish-PID-N`).
 const STAGING_PREFIX: &str = "dataset-packer-publish-";
@@ -31,23 +34,27 @@ const STAGING_PREFIX: &str = "dataset-packer-publish-";
 ///
 /// let up = Uploaded {
 ///     url: "s3://packs/clean".into(),
-///     files: vec!["steps-00003.npy".into(), "metadata.db".into()],
+///     commit: 3,
+///     files: vec!["metadata.db".into(), "steps-00003.npy".into()],
 ///     bytes: 8192,
-///     deleted: vec![],
 ///     unchanged: vec!["steps-00000.npy".into()],
 /// };
-/// assert_eq!(up.to_string(), "s3://packs/clean (2 files, 8192 bytes uploaded, 1 unchanged)");
+/// assert_eq!(
+///     up.to_string(),
+///     "s3://packs/clean (commit 3: 2 files, 8192 bytes uploaded, 1 unchanged)"
+/// );
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct Uploaded {
     /// Where the pack was published.
     pub url: String,
-    /// The files uploaded, in upload order (`metadata.db`, the commit point, last).
+    /// The commit made; when nothing changed, the commit already there (0 for a pack in the
+    /// layout before commits, left as it was).
+    pub commit: u64,
+    /// The files uploaded, in name order.
     pub files: Vec<String>,
     /// Bytes uploaded.
     pub bytes: u64,
-    /// Files of the pack that was replaced that the new one has not, deleted after the commit.
-    pub deleted: Vec<String>,
     /// Files already there with the same bytes, not uploaded again (an update's full shards).
     pub unchanged: Vec<String>,
 }
@@ -57,16 +64,14 @@ impl std::fmt::Display for Uploaded {
         let n = self.files.len();
         write!(
             f,
-            "{} ({n} file{}, {} bytes uploaded",
+            "{} (commit {}: {n} file{}, {} bytes uploaded",
             self.url,
+            self.commit,
             if n == 1 { "" } else { "s" },
             self.bytes
         )?;
         if !self.unchanged.is_empty() {
             write!(f, ", {} unchanged", self.unchanged.len())?;
-        }
-        if !self.deleted.is_empty() {
-            write!(f, ", {} old files deleted", self.deleted.len())?;
         }
         f.write_str(")")
     }
@@ -78,7 +83,7 @@ pub enum Target {
     /// A local folder, written in place (through [`crate::pack::publish::OutputDir`]).
     Local(PathBuf),
     /// A URL, staged locally first.
-    Remote(Remote),
+    Remote(Box<Remote>),
 }
 
 /// A pack on its way to object storage: its URL and the local staging folder it is built in
@@ -86,12 +91,13 @@ pub enum Target {
 pub struct Remote {
     url: Url,
     store: Arc<Store>,
-    overwrite: bool,
     staging: PathBuf,
+    /// The commit the command started from, which its own commit follows: the latest when it
+    /// started, commit 0 for a pack in the layout before commits (its files under their own
+    /// names), None for no pack.
+    base: Option<Commit>,
     /// For an update: the `metadata.db` downloaded, to tell whether the update changed it.
     downloaded_db: Option<Vec<u8>>,
-    /// For an update: the files downloaded, with their size and CRC-32C.
-    downloaded: Vec<(String, u64, u32)>,
     _on_interrupt: interrupt::Registered,
 }
 
@@ -109,7 +115,9 @@ impl Target {
     pub fn of(output: &Path, overwrite: bool, temp: Option<&Path>) -> Result<Target> {
         match output_url(output)? {
             None => Ok(Target::Local(local_path(output)?)),
-            Some(url) => Ok(Target::Remote(Remote::prepare(url, overwrite, temp)?)),
+            Some(url) => Ok(Target::Remote(Box::new(Remote::prepare(
+                url, overwrite, temp,
+            )?))),
         }
     }
 
@@ -125,7 +133,7 @@ impl Target {
         };
         let mut remote = Remote::prepare(url, true, temp)?;
         remote.download_pack()?;
-        Ok(Target::Remote(remote))
+        Ok(Target::Remote(Box::new(remote)))
     }
 
     /// The folder to write the pack into.
@@ -169,6 +177,32 @@ impl Target {
     }
 }
 
+/// Runs `change` on the pack at `pack`: on the folder itself, or, for a URL, on a local copy
+/// of its latest commit that is then published as the next commit (what `attach`, `detach`
+/// and `tag` do on a URL). Another writer's commit meanwhile makes it an
+/// [`ErrorKind::Conflict`] error, with nothing of it published: the change was made to a
+/// version that is no longer the latest.
+pub(crate) fn change_at<T>(pack: &Path, change: impl FnOnce(&Path) -> Result<T>) -> Result<T> {
+    let Some(url) = output_url(pack)? else {
+        return change(pack);
+    };
+    let mut remote = Remote::prepare(url, true, None)?;
+    if remote.base.is_none() {
+        fail!(
+            NotAPack,
+            "{} is not a pack (no commit record in {}/{} and no {} there)",
+            remote.url,
+            remote.url,
+            store::VERSIONS,
+            metadata::FILE_NAME
+        );
+    }
+    remote.download_pack()?;
+    let value = change(&remote.staging)?;
+    remote.publish()?;
+    Ok(value)
+}
+
 /// The URL `output` names, or None for a local path. An unknown scheme (`ftp://…`) or a
 /// known one written wrong (`s3:bucket`) is an error, never a folder.
 pub fn output_url(output: &Path) -> Result<Option<Url>> {
@@ -189,8 +223,8 @@ fn local_path(output: &Path) -> Result<PathBuf> {
 }
 
 impl Remote {
-    /// Checks the URL (writable, no pack there unless `overwrite`), then makes the staging
-    /// folder.
+    /// Checks the URL (writable, no pack there unless `overwrite`), reads the commit there,
+    /// then makes the staging folder.
     fn prepare(url: Url, overwrite: bool, temp: Option<&Path>) -> Result<Remote> {
         if url.scheme().is_read_only() {
             return Err(Error::new(
@@ -200,160 +234,205 @@ impl Remote {
             .with_option("output"));
         }
         let store = Arc::new(Store::from_env()?);
-        if store.size(&url.join(metadata::FILE_NAME)?)?.is_some() {
+        let base = match store::head(&store, &url)? {
+            Head::Empty => None,
+            Head::Plain => Some(Commit::new(0, None, "", "", "")),
+            Head::Commit(commit) => Some(*commit),
+        };
+        if base.is_some() {
             if !overwrite {
                 return Err(Error::new(
                     ErrorKind::Refused,
                     format!(
-                        "{url} already holds a pack (its {}); it is replaced only when \
-                         overwriting is asked for",
-                        metadata::FILE_NAME
+                        "{url} already holds a pack; it is replaced only when overwriting is \
+                         asked for"
                     ),
                 )
                 .with_option("overwrite"));
             }
             interrupt::replacing();
         }
-        let base = match temp {
+        let staging_base = match temp {
             Some(dir) => dir.to_path_buf(),
             None => store::cache_config()?.dir.join("staging"),
         };
-        fs::create_dir_all(&base).with_context(|| format!("creating {}", base.display()))?;
-        sweep_stale(&base);
-        let staging = fresh_folder(&base)?;
+        fs::create_dir_all(&staging_base)
+            .with_context(|| format!("creating {}", staging_base.display()))?;
+        sweep_stale(&staging_base);
+        let staging = fresh_folder(&staging_base)?;
         Ok(Remote {
             _on_interrupt: interrupt::register(&staging, OnInterrupt::Remove),
             url,
             store,
-            overwrite,
             staging,
+            base,
             downloaded_db: None,
-            downloaded: Vec::new(),
         })
     }
 
-    /// Downloads the pack at the URL, if there is one, into the (empty) staging folder.
+    /// Downloads the pack at the URL, if there is one, into the (empty) staging folder: the
+    /// files of the commit read in [`Remote::prepare`] (or of a pack in the layout before
+    /// commits), each checked against its recorded size and CRC-32C. For a pack in the old
+    /// layout the base commit (0) then names its files by their own keys, so the first commit
+    /// keeps them.
     fn download_pack(&mut self) -> Result<()> {
-        let db_url = self.url.join(metadata::FILE_NAME)?;
-        if self.store.size(&db_url)?.is_none() {
+        let Some(base) = &self.base else {
             return Ok(());
-        }
+        };
+        let plain = base.commit == 0;
         let db = self.staging.join(metadata::FILE_NAME);
-        let bytes = self.store.get(&db_url)?;
-        fs::write(&db, &bytes).with_context(|| format!("writing {}", db.display()))?;
-        self.downloaded_db = Some(bytes);
-        let valuations = self.staging.join(valuation::FILE_NAME);
-        let mut out = fs::File::create(&valuations)
-            .with_context(|| format!("creating {}", valuations.display()))?;
-        self.store
-            .download_to(&self.url.join(valuation::FILE_NAME)?, &mut out)?;
+        let (db_bytes, valuations) = if plain {
+            let db_url = self.url.join(metadata::FILE_NAME)?;
+            let valuations_url = self.url.join(valuation::FILE_NAME)?;
+            (self.store.get(&db_url)?, self.store.get(&valuations_url)?)
+        } else {
+            let read = |name: &str| -> Result<Vec<u8>> {
+                store::read_small_file(&self.store, &self.url, base, name)?.ok_or_else(|| {
+                    Error::new(
+                        ErrorKind::Corrupt,
+                        format!("commit {} of {} has no {name}", base.commit, self.url),
+                    )
+                })
+            };
+            (read(metadata::FILE_NAME)?, read(valuation::FILE_NAME)?)
+        };
+        fs::write(&db, &db_bytes).with_context(|| format!("writing {}", db.display()))?;
+        let valuations_path = self.staging.join(valuation::FILE_NAME);
+        fs::write(&valuations_path, &valuations)
+            .with_context(|| format!("writing {}", valuations_path.display()))?;
         let files = {
             let conn = metadata::open_read_only(&db)?;
             History::read(&conn)
-                .with_context(|| format!("reading the history of {db_url}"))?
+                .with_context(|| format!("reading the history of {}", self.url))?
                 .latest()
                 .files
                 .clone()
         };
         let config = store::cache_config()?;
         let cache = Cache::open(&config.dir, config.limit, self.store.clone())?;
-        for file in files {
-            let crc = u32::from_str_radix(&file.crc32c, 16).map_err(|_| {
-                Error::new(
-                    ErrorKind::Corrupt,
-                    format!(
-                        "{db_url}: {} has the CRC-32C {:?}, not 8 hex digits",
-                        file.file_name, file.crc32c
-                    ),
-                )
-            })?;
-            let entry = cache.fetch(&self.url.join(&file.file_name)?, file.bytes, crc)?;
+        let mut plain_files = Vec::new();
+        for file in &files {
+            let (key, crc) = file_key(&self.url, base, file)?;
+            let entry = cache.fetch(&self.url.join(&key)?, file.bytes, crc)?;
             let to = self.staging.join(&file.file_name);
             fs::copy(entry.path(), &to).with_context(|| {
                 format!("copying {} to {}", entry.path().display(), to.display())
             })?;
-            self.downloaded.push((file.file_name, file.bytes, crc));
+            plain_files.push((file.file_name.clone(), key, file.bytes, crc));
         }
+        if plain {
+            let base = self.base.as_mut().expect("checked above");
+            for (name, key, bytes, crc32c) in plain_files {
+                base.files.insert(name, FileRef { key, bytes, crc32c });
+            }
+            for (name, bytes) in [
+                (metadata::FILE_NAME, &db_bytes),
+                (valuation::FILE_NAME, &valuations),
+            ] {
+                let file = FileRef {
+                    key: name.to_string(),
+                    bytes: bytes.len() as u64,
+                    crc32c: crate::crc::crc32c(bytes),
+                };
+                base.files.insert(name.to_string(), file);
+            }
+        }
+        self.downloaded_db = Some(db_bytes);
         Ok(())
     }
 
     fn publish(self) -> Result<Uploaded> {
         // The command published its pack into the staging folder; the output is the URL, and
-        // nothing is published there until metadata.db is uploaded.
+        // nothing is published there until the commit's record is created.
         interrupt::not_published();
         let db = self.staging.join(metadata::FILE_NAME);
-        if let Some(downloaded) = &self.downloaded_db
+        if let (Some(downloaded), Some(base)) = (&self.downloaded_db, &self.base)
             && fs::read(&db).with_context(|| format!("reading {}", db.display()))? == *downloaded
         {
             // An update that found nothing new: the pack there is already this one.
             return Ok(Uploaded {
                 url: self.url.to_string(),
+                commit: base.commit,
                 files: Vec::new(),
                 bytes: 0,
-                deleted: Vec::new(),
-                unchanged: self.downloaded.iter().map(|f| f.0.clone()).collect(),
+                unchanged: base.files.keys().cloned().collect(),
             });
         }
-        let unchanged = self.unchanged_files()?;
-        let summary = store::publish_dir_except(
+        let options = store::CommitOptions {
+            command: commit_command(),
+            pack_id: pack_id(&db)?,
+            single_writer: store::single_writer(),
+        };
+        let summary = store::publish_commit(
             &self.store,
             &self.staging,
             &self.url,
-            self.overwrite,
-            listed_files,
-            &unchanged,
+            self.base.as_ref(),
+            &options,
         )?;
         interrupt::published();
         Ok(Uploaded {
             url: self.url.to_string(),
+            commit: summary.commit,
             files: summary.uploaded,
             bytes: summary.bytes,
-            deleted: summary.deleted,
             unchanged: summary.unchanged,
         })
     }
+}
 
-    /// The downloaded files the new pack records with the same size and CRC-32C (an update
-    /// leaves its full shards as they were): no need to upload them again.
-    fn unchanged_files(&self) -> Result<Vec<String>> {
-        if self.downloaded.is_empty() {
-            return Ok(Vec::new());
-        }
-        let conn = metadata::open_read_only(&self.staging.join(metadata::FILE_NAME))?;
-        let now = History::read(&conn)?.latest().files.clone();
-        Ok(self
-            .downloaded
-            .iter()
-            .filter(|(name, bytes, crc)| {
-                now.iter().any(|f| {
-                    f.file_name == *name
-                        && f.bytes == *bytes
-                        && u32::from_str_radix(&f.crc32c, 16) == Ok(*crc)
-                }) && fs::metadata(self.staging.join(name)).is_ok_and(|m| m.len() == *bytes)
-            })
-            .map(|(name, _, _)| name.clone())
-            .collect())
+/// The key below the pack's URL and the CRC-32C of `file` of the pack at commit `base` (its
+/// own name for a pack in the layout before commits). The commit's record and the pack's
+/// `metadata.db` must agree on it.
+fn file_key(url: &Url, base: &Commit, file: &VersionFile) -> Result<(String, u32)> {
+    let crc = u32::from_str_radix(&file.crc32c, 16).map_err(|_| {
+        Error::new(
+            ErrorKind::Corrupt,
+            format!(
+                "{url}/{}: {} has the CRC-32C {:?}, not 8 hex digits",
+                metadata::FILE_NAME,
+                file.file_name,
+                file.crc32c
+            ),
+        )
+    })?;
+    if base.commit == 0 {
+        return Ok((file.file_name.clone(), crc));
+    }
+    match base.files.get(&file.file_name) {
+        Some(f) if f.bytes == file.bytes && f.crc32c == crc => Ok((f.key.clone(), crc)),
+        Some(f) => fail!(
+            Corrupt,
+            "{url}: commit {} records {} as {} bytes with CRC-32C {:08x}, its metadata.db as \
+             {} bytes with {crc:08x}",
+            base.commit,
+            file.file_name,
+            f.bytes,
+            f.crc32c,
+            file.bytes
+        ),
+        None => fail!(
+            Corrupt,
+            "{url}: commit {} does not list {}, which its metadata.db lists",
+            base.commit,
+            file.file_name
+        ),
     }
 }
 
-/// Every file the pack whose `metadata.db` is `db` lists, in any of its versions: the files
-/// an overwrite of it may replace or delete.
-fn listed_files(db: &Path) -> Result<Vec<String>> {
+/// The `pack_id` the pack's `metadata.db` at `db` records (empty for a pack made before pack
+/// ids), for its commit record.
+fn pack_id(db: &Path) -> Result<String> {
     let conn = metadata::open_read_only(db)?;
-    let history = History::read(&conn)?;
-    let mut names: Vec<String> = history
-        .versions
-        .iter()
-        .flat_map(|v| v.files.iter().map(|f| f.file_name.clone()))
-        .chain(
-            metadata::read_companions(&conn)?
-                .into_iter()
-                .map(|c| c.file_name),
-        )
-        .collect();
-    names.sort();
-    names.dedup();
-    Ok(names)
+    Ok(metadata::session_value(&conn, metadata::PACK_ID)?.unwrap_or_default())
+}
+
+/// What a commit record says made it: the command line, cut to 200 characters.
+fn commit_command() -> String {
+    crate::pack::query::process_command_line()
+        .chars()
+        .take(200)
+        .collect()
 }
 
 /// A new, empty folder `dataset-packer-publish-PID-N` in `base`.

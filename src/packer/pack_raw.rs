@@ -325,15 +325,33 @@ pub fn pack_raw(
             uploaded: target.publish()?,
         });
     }
-    let target = Target::for_update(&job.output, None)?;
-    job.output = target.dir().to_path_buf();
-    let (summary, update) = match update::update(&job)? {
-        Updated::Created(summary) => (summary, None),
-        Updated::Extended(summary, report) => (summary, Some(report)),
-    };
-    Ok(RawPackSummary {
-        summary,
-        update,
-        uploaded: target.publish()?,
-    })
+    let output = job.output.clone();
+    // Another writer's commit between this one's download and its commit: build again on top
+    // of it (the runs it added are then already in the pack), a bounded number of times.
+    let mut tries = 0;
+    loop {
+        let target = Target::for_update(&output, None)?;
+        job.output = target.dir().to_path_buf();
+        let (summary, update) = match update::update(&job)? {
+            Updated::Created(summary) => (summary, None),
+            Updated::Extended(summary, report) => (summary, Some(report)),
+        };
+        match target.publish() {
+            Err(e) if e.kind() == ErrorKind::Conflict && tries < UPDATE_TRIES => {
+                tries += 1;
+                log::warn!("{e}; updating again on top of it (try {})", tries + 1);
+            }
+            uploaded => {
+                return Ok(RawPackSummary {
+                    summary,
+                    update,
+                    uploaded: uploaded?,
+                });
+            }
+        }
+    }
 }
+
+/// How many times an update of a remote pack is built again on top of another writer's
+/// commit before it gives up with the conflict.
+const UPDATE_TRIES: u32 = 5;

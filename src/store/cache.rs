@@ -9,10 +9,16 @@
 //! - A download goes to `NAME.part`, is checked against the expected size and CRC-32C, and
 //!   only then renamed to `NAME`: a process killed mid-download leaves a `.part`, which no
 //!   reader takes for data (the next downloader overwrites it, eviction removes it).
+//! - Each time a process pins an entry, its bytes are checked against the CRC-32C in its
+//!   name: a damaged entry (a flipped byte on the node's disk) is removed, with a warning that
+//!   names the cache file, and fetched again.
 //! - `NAME.lock` carries `flock` locks: exclusive while downloading or evicting, shared while
-//!   an [`Entry`] is alive. Processes that want the same file wait for the one downloading it,
-//!   so a node downloads each file once; eviction takes the lock without waiting and skips an
-//!   entry it cannot get, so it never removes a file in use.
+//!   an [`Entry`] is alive. Processes that want the same file wait (for the shared lock) for
+//!   the one downloading it, so a node downloads each file once. The exclusive lock is only
+//!   ever tried, never waited for, so no two processes can wait for each other's entries;
+//!   eviction skips an entry it cannot lock, so it never removes a file in use.
+//! - `entries/`, or any file in it, may be deleted under running processes: a fetch makes the
+//!   folder again and downloads what is missing.
 //! - `<dir>/.evict.lock` serializes making room: the downloader reserves its file's size (the
 //!   `.part` is created at full length) before the next process counts the total.
 //! - Eviction removes the least recently used entries (their lock file's modification time,
@@ -138,20 +144,59 @@ impl Cache {
         let name = entry_name(url, len, crc32c);
         let path = self.entries.join(&name);
         let lock_path = self.entries.join(format!("{name}.lock"));
+        let (mut stale, mut restarts) = (0, 0);
         loop {
+            // Deleted under a running process (the tag says it may be): made again.
+            fs::create_dir_all(&self.entries)
+                .with_context(|| format!("creating {}", self.entries.display()))?;
+            // Blocking for a shared lock waits only for a downloader or an evictor, neither
+            // of which ever waits for an entry's lock: no process waits in a cycle.
             let lock = lock_entry(&lock_path, libc::LOCK_SH)?;
-            if is_complete(&path, len) {
-                stamp(&lock);
-                return Ok(Entry { path, _lock: lock });
+            if same_file(&lock, &lock_path) && is_complete(&path, len) {
+                if entry_crc(&path)? == Some(crc32c) {
+                    stamp(&lock);
+                    return Ok(Entry { path, _lock: lock });
+                }
+                log::warn!(
+                    "the cache file {} is damaged (its bytes do not have the CRC-32C \
+                     {crc32c:08x} of {url}); fetching it again",
+                    path.display()
+                );
+                let _ = fs::remove_file(&path);
+                continue;
             }
             drop(lock);
-            let lock = lock_entry(&lock_path, libc::LOCK_EX)?;
+            let Some(lock) = try_lock_entry(&lock_path)? else {
+                stale += 1;
+                if stale > STALE_TRIES {
+                    // A process holds the entry pinned while its file is gone (deleted under
+                    // it), so the exclusive lock never comes: a new lock file starts over.
+                    let _ = fs::remove_file(&lock_path);
+                    stale = 0;
+                }
+                std::thread::sleep(std::time::Duration::from_millis(20));
+                continue;
+            };
+            if !same_file(&lock, &lock_path) {
+                continue;
+            }
             if !is_complete(&path, len) {
-                self.download(url, &path, len, crc32c)?;
+                match self.download(url, &path, len, crc32c) {
+                    Ok(()) => {}
+                    // `entries/` deleted under the download: start over in a new one.
+                    Err(e)
+                        if e.io_kind() == Some(std::io::ErrorKind::NotFound)
+                            && restarts < STALE_TRIES =>
+                    {
+                        restarts += 1;
+                        continue;
+                    }
+                    Err(e) => return Err(e),
+                }
             }
             stamp(&lock);
             // Downgrading is not atomic: an evictor may take the entry in between, so the
-            // loop looks again under the shared lock.
+            // entry is looked at again under the shared lock.
             flock(&lock, libc::LOCK_SH)
                 .with_context(|| format!("locking {}", lock_path.display()))?;
             if is_complete(&path, len) && same_file(&lock, &lock_path) {
@@ -319,6 +364,19 @@ impl Cache {
             .with_context(|| format!("opening {}", path.display()))?;
         flock(&file, libc::LOCK_EX).with_context(|| format!("locking {}", path.display()))?;
         Ok(file)
+    }
+}
+
+/// Tries (20 ms apart) at the exclusive lock of an entry whose file is missing before its
+/// lock file is replaced: about 2 s.
+const STALE_TRIES: u32 = 100;
+
+/// The CRC-32C of a cached file, or None when it is gone meanwhile.
+fn entry_crc(path: &Path) -> Result<Option<u32>> {
+    match File::open(path) {
+        Ok(file) => crate::crc::open_file_crc(&file, path).map(Some),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(Error::from(e).within(format!("opening {}", path.display()))),
     }
 }
 

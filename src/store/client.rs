@@ -15,8 +15,8 @@ use std::time::Duration;
 use futures_util::StreamExt;
 use object_store::path::Path as Key;
 use object_store::{
-    BackoffConfig, ClientOptions, GetOptions, GetRange, ObjectStore, ObjectStoreExt, PutPayload,
-    RetryConfig, WriteMultipart,
+    BackoffConfig, ClientOptions, GetOptions, GetRange, ObjectStore, ObjectStoreExt, PutMode,
+    PutOptions, PutPayload, RetryConfig, WriteMultipart,
 };
 
 use super::location::{Scheme, Url};
@@ -135,6 +135,16 @@ pub struct Listed {
     pub size: u64,
 }
 
+/// An object found by [`Store::list_all`]: its key below the listed prefix, size and age.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Object {
+    /// The key below the listed prefix (`_objects/1764338400000-9f3c…/steps-00000.npy`).
+    pub key: String,
+    pub size: u64,
+    /// When the store last wrote it.
+    pub modified: std::time::SystemTime,
+}
+
 /// A blocking client for object stores: one per process is enough (it keeps one connection
 /// pool per bucket). It owns a small tokio runtime; call it from ordinary threads, not from
 /// inside an async runtime.
@@ -194,6 +204,8 @@ impl Store {
         let (client, key) = self.client(url)?;
         match self.runtime.block_on(client.head(&key)) {
             Ok(meta) => Ok(Some(meta.size)),
+            // A web server has no buckets (and cannot list).
+            Err(object_store::Error::NotFound { .. }) if url.scheme().is_read_only() => Ok(None),
             Err(object_store::Error::NotFound { .. }) => {
                 // HEAD answers a bare 404 for a missing bucket too: a listing tells them apart.
                 self.list_raw(&client, url, None)
@@ -347,6 +359,71 @@ impl Store {
             .bytes_uploaded
             .fetch_add(len, Ordering::Relaxed);
         Ok(())
+    }
+
+    /// Creates the object at `url` with `data` only if there is none: a create-only write
+    /// (`If-None-Match: *`), the one atomic step a commit needs. Whether it was created
+    /// (false: an object was already there, and it is left as it was).
+    pub fn create(&self, url: &Url, data: Vec<u8>) -> Result<bool> {
+        self.check_writable(url)?;
+        let (client, key) = self.client(url)?;
+        let len = data.len() as u64;
+        let options = PutOptions {
+            mode: PutMode::Create,
+            ..PutOptions::default()
+        };
+        match self
+            .runtime
+            .block_on(client.put_opts(&key, PutPayload::from(data), options))
+        {
+            Ok(_) => {}
+            Err(object_store::Error::AlreadyExists { .. }) => return Ok(false),
+            Err(object_store::Error::NotImplemented { .. }) => fail!(
+                Unsupported,
+                "{url}: this store does not take create-only writes, which a commit needs"
+            ),
+            Err(e) => return Err(remote_error(url, "writing", e)),
+        }
+        self.counters.uploads.fetch_add(1, Ordering::Relaxed);
+        self.counters
+            .bytes_uploaded
+            .fetch_add(len, Ordering::Relaxed);
+        Ok(true)
+    }
+
+    /// Every object under `url`'s prefix, at any depth (a listing, one request per 1,000
+    /// objects), sorted by key.
+    pub fn list_all(&self, url: &Url) -> Result<Vec<Object>> {
+        let (client, _) = self.client(url)?;
+        let prefix = (!url.prefix().is_empty()).then(|| Key::from(url.prefix()));
+        let depth = prefix.as_ref().map_or(0, |p| p.parts().count());
+        let metas: Vec<object_store::ObjectMeta> = self
+            .runtime
+            .block_on(async {
+                let mut listing = client.list(prefix.as_ref());
+                let mut out = Vec::new();
+                while let Some(meta) = listing.next().await {
+                    out.push(meta?);
+                }
+                Ok::<_, object_store::Error>(out)
+            })
+            .map_err(|e| remote_error(url, "listing", e))?;
+        let mut objects: Vec<Object> = metas
+            .into_iter()
+            .map(|meta| Object {
+                key: meta
+                    .location
+                    .parts()
+                    .skip(depth)
+                    .map(|p| p.as_ref().to_string())
+                    .collect::<Vec<_>>()
+                    .join("/"),
+                size: meta.size,
+                modified: meta.last_modified.into(),
+            })
+            .collect();
+        objects.sort_by(|a, b| a.key.cmp(&b.key));
+        Ok(objects)
     }
 
     /// Deletes the object at `url` (nothing there is not an error).

@@ -4,6 +4,7 @@
 
 use std::path::PathBuf;
 use std::sync::OnceLock;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use super::cache::Cache;
 use super::parse_size;
@@ -81,4 +82,24 @@ pub fn cache_config() -> Result<CacheConfig> {
         Some(config) => Ok(config.clone()),
         None => CacheConfig::from_env(),
     }
+}
+
+static SINGLE_WRITER: AtomicBool = AtomicBool::new(false);
+
+/// Says that no other process writes the packs this process writes to object storage (the
+/// command line's `--single-writer`), so that a commit to a store that ignores create-only
+/// writes is made anyway instead of refused ([`crate::store::check_conditional_writes`]).
+///
+/// ```
+/// use dataset_packer::store::{set_single_writer, single_writer};
+/// set_single_writer(true);
+/// assert!(single_writer());
+/// ```
+pub fn set_single_writer(yes: bool) {
+    SINGLE_WRITER.store(yes, Ordering::Relaxed);
+}
+
+/// Whether [`set_single_writer`] said so.
+pub fn single_writer() -> bool {
+    SINGLE_WRITER.load(Ordering::Relaxed)
 }

@@ -1,8 +1,9 @@
 //! Packs in object storage, which every command reads and writes through: where a pack is
 //! ([`Location`]: a folder or an `s3://`, `gs://`, `az://`, `http(s)://` URL), a blocking
 //! client configured from the environment as the AWS tools read it ([`Store`]), a bounded
-//! local cache that the processes of a node share ([`Cache`]), and publishing a finished
-//! local pack ([`publish_dir`]).
+//! local cache that the processes of a node share ([`Cache`]), and a pack's table of commits:
+//! objects written once, versions committed with a create-only write ([`Commit`],
+//! [`publish_commit`]).
 //!
 //! The store knows objects, not packs: it imports the format's file names and nothing of
 //! the pack reader, so that the reader can be built on it.
@@ -10,14 +11,25 @@
 mod cache;
 mod client;
 mod config;
+mod gc;
 mod location;
 mod publish;
+mod table;
 
 pub use cache::{Cache, Entry};
-pub use client::{Listed, Store, StoreOptions, Transfers};
-pub use config::{CACHE_LIMIT_VAR, CACHE_VAR, CacheConfig, cache_config, set_cache_config};
+pub use client::{Listed, Object, Store, StoreOptions, Transfers};
+pub use config::{
+    CACHE_LIMIT_VAR, CACHE_VAR, CacheConfig, cache_config, set_cache_config, set_single_writer,
+    single_writer,
+};
+pub use gc::{GcOptions, GcSummary, gc, parse_age};
 pub use location::{Location, Scheme, Url};
-pub use publish::{ListedFiles, PublishSummary, publish_dir, publish_dir_except};
+pub use publish::{CommitOptions, PublishSummary, publish_commit};
+pub use table::{
+    Commit, Committed, FileRef, Head, OBJECTS, PROBES, VERSIONS, WriterId,
+    check_conditional_writes, commit_numbers, conflict, head, latest_commit, read_commit,
+    read_small_file, try_commit,
+};
 
 use crate::error::{Error, ErrorKind, Result};
 

@@ -1,145 +1,119 @@
-//! Publishing a finished local pack to object storage: every file but `metadata.db` first,
-//! then `metadata.db`, the commit point (a reader that finds it finds every file it lists).
-//! Nothing in the bucket is deleted or overwritten unless the caller says overwrite, and then
-//! only the files of the pack that was there (those its `metadata.db` lists).
+//! Publishing a finished local pack to object storage as one commit of its table
+//! ([`super::table`]): every file the base commit does not already hold with the same bytes is
+//! uploaded under this writer's own keys, then the commit's record is created with a
+//! create-only write, the commit point. Nothing is overwritten or deleted: objects no kept
+//! commit names are `gc`'s to remove.
 
-use std::collections::BTreeSet;
 use std::fs;
 use std::path::Path;
 
 use super::client::Store;
 use super::location::Url;
-use crate::error::{Context, Error, ErrorKind, Result, fail};
-use crate::format::{metadata, valuation};
+use super::table::{self, Commit, Committed, FileRef, WriterId};
+use crate::error::{Context, Result, fail};
+use crate::format::metadata;
 use crate::pack::files;
 
-/// Reads the names of the files a pack's `metadata.db` (the local file given) lists, in
-/// every version of it: the pack module's knowledge, passed in so that the store, which
-/// knows objects and not packs, stays below it.
-pub type ListedFiles = fn(&Path) -> Result<Vec<String>>;
-
-/// What [`publish_dir`] did.
+/// What [`publish_commit`] did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct PublishSummary {
-    /// The files uploaded, `metadata.db` last.
+    /// The commit made.
+    pub commit: u64,
+    /// The files uploaded, in name order.
     pub uploaded: Vec<String>,
     pub bytes: u64,
-    /// The old pack's files that the new one does not have, deleted after the commit.
-    pub deleted: Vec<String>,
     /// Entries of the local folder that are not files of a pack (left out).
     pub skipped: Vec<String>,
-    /// Files of the new pack already at the URL with the same bytes (not uploaded again).
+    /// Files the base commit holds with the same bytes (named in the new record, not
+    /// uploaded again).
     pub unchanged: Vec<String>,
 }
 
-/// Uploads the finished pack in `local` to `url`: shards, companions and
-/// `valuation_types.json` first, `metadata.db` last.
-///
-/// Where `url` already holds a pack (a `metadata.db`), this is refused unless `overwrite`;
-/// with it, the old pack's files (as `listed_files` reads them from its `metadata.db`) are
-/// replaced, and those the new pack does not have are deleted once the new `metadata.db` is
-/// in place. Any other object under `url` with a name the new pack uses is refused even with
-/// `overwrite`: it is not the old pack's to replace.
+/// How a publish commits.
+#[derive(Debug, Clone, Default)]
+pub struct CommitOptions {
+    /// What makes the commit (`pack --update`), recorded for people reading the bucket.
+    pub command: String,
+    /// The pack's `pack_id`, as its `metadata.db` records it.
+    pub pack_id: String,
+    /// Skip the check that the store refuses a second create-only write: the caller's word
+    /// that no other process writes this pack.
+    pub single_writer: bool,
+}
+
+/// Publishes the finished pack in `local` to `url` as the commit after `base` (the commit the
+/// caller read, None for a pack's first): files the base holds with the same size and
+/// CRC-32C are named by their old keys, the others uploaded under new ones, then the record is
+/// created. Another writer's commit of the same number makes this an
+/// [`ErrorKind::Conflict`](crate::ErrorKind::Conflict) error, with nothing published.
 ///
 /// ```no_run
-/// use dataset_packer::store::{publish_dir, Location, Store};
-/// # fn listed(db: &std::path::Path) -> dataset_packer::Result<Vec<String>> { Ok(vec![]) }
+/// use dataset_packer::store::{latest_commit, publish_commit, CommitOptions, Location, Store};
 ///
 /// let store = Store::from_env()?;
 /// let url: Location = "s3://training/team/clean".parse()?;
-/// let summary = publish_dir(&store, "packs/clean".as_ref(), url.url().unwrap(), false, listed)?;
-/// println!("{} files, {} bytes", summary.uploaded.len(), summary.bytes);
+/// let url = url.url().unwrap();
+/// let base = latest_commit(&store, url)?;
+/// let summary = publish_commit(&store, "packs/clean".as_ref(), url, base.as_ref(), &CommitOptions::default())?;
+/// println!("commit {}: {} files, {} bytes", summary.commit, summary.uploaded.len(), summary.bytes);
 /// # Ok::<(), dataset_packer::Error>(())
 /// ```
-pub fn publish_dir(
+pub fn publish_commit(
     store: &Store,
     local: &Path,
     url: &Url,
-    overwrite: bool,
-    listed_files: ListedFiles,
+    base: Option<&Commit>,
+    options: &CommitOptions,
 ) -> Result<PublishSummary> {
-    publish_dir_except(store, local, url, overwrite, listed_files, &[])
-}
-
-/// [`publish_dir`] over the pack at `url` (with `overwrite`), leaving out the files
-/// `unchanged`: files of the old pack the caller knows hold the same bytes as the local ones
-/// (an update of a downloaded pack, whose full shards stay as they were). Each must be a file
-/// the old pack lists; `metadata.db` is always uploaded.
-pub fn publish_dir_except(
-    store: &Store,
-    local: &Path,
-    url: &Url,
-    overwrite: bool,
-    listed_files: ListedFiles,
-    unchanged: &[String],
-) -> Result<PublishSummary> {
-    let (mut names, skipped) = local_pack_files(local)?;
-    let existing: BTreeSet<String> = store.list(url)?.into_iter().map(|l| l.name).collect();
-    let previous = if existing.contains(metadata::FILE_NAME) {
-        if !overwrite {
-            return Err(Error::new(
-                ErrorKind::Refused,
-                format!("{url} already holds a pack; replacing it deletes that pack's files"),
-            )
-            .with_option("overwrite"));
-        }
-        previous_pack_files(store, url, listed_files)?
-    } else {
-        BTreeSet::new()
-    };
-    let foreign: Vec<&String> = names
-        .iter()
-        .filter(|n| existing.contains(*n) && !previous.contains(*n))
-        .collect();
-    if !foreign.is_empty() {
-        fail!(
-            Refused,
-            "{url} holds objects named like files of the new pack that no pack there lists \
-             (left by an interrupted upload?): {}; remove them first",
-            join(&foreign)
-        );
-    }
-    // Only what the old pack there has as its own is left as it is.
-    let unchanged: Vec<&String> = unchanged
-        .iter()
-        .filter(|n| {
-            *n != metadata::FILE_NAME
-                && previous.contains(*n)
-                && existing.contains(*n)
-                && names.contains(n)
-        })
-        .collect();
-    // metadata.db last: the commit point.
-    names.sort_by_key(|n| n == metadata::FILE_NAME);
+    let (names, skipped) = local_pack_files(local)?;
+    table::check_conditional_writes(store, url, options.single_writer)?;
+    let writer = WriterId::new();
+    let number = base.map_or(1, |b| b.commit + 1);
+    let parent = base.map(|b| b.commit).filter(|&n| n > 0);
+    let mut commit = Commit::new(
+        number,
+        parent,
+        &options.pack_id,
+        &writer.to_string(),
+        &options.command,
+    );
     let mut summary = PublishSummary {
+        commit: number,
         skipped,
-        unchanged: unchanged.iter().map(|n| n.to_string()).collect(),
         ..PublishSummary::default()
     };
-    for name in names.iter().filter(|n| !unchanged.contains(n)) {
+    for name in &names {
         let path = local.join(name);
-        summary.bytes += store.put_file(&path, &url.join(name)?).with_context(|| {
-            format!(
-                "publishing to {url} stopped before the commit ({} is uploaded last): \
-                     what {url} held is unchanged",
-                metadata::FILE_NAME
-            )
-        })?;
-        summary.uploaded.push(name.clone());
+        let bytes = fs::metadata(&path)
+            .with_context(|| format!("reading {}", path.display()))?
+            .len();
+        let crc32c = crate::crc::file_crc(&path)?;
+        let kept = base
+            .and_then(|b| b.files.get(name))
+            .filter(|f| f.bytes == bytes && f.crc32c == crc32c);
+        let file = match kept {
+            Some(f) => {
+                summary.unchanged.push(name.clone());
+                f.clone()
+            }
+            None => {
+                let key = writer.object_key(name);
+                summary.bytes += store.put_file(&path, &url.join(&key)?).with_context(|| {
+                    format!(
+                        "publishing to {url} stopped before the commit: what {url} held is \
+                         unchanged"
+                    )
+                })?;
+                summary.uploaded.push(name.clone());
+                FileRef { key, bytes, crc32c }
+            }
+        };
+        commit.files.insert(name.clone(), file);
     }
-    let new: BTreeSet<&String> = names.iter().collect();
-    for name in previous.iter().filter(|n| !new.contains(n)) {
-        if existing.contains(name) {
-            store.delete(&url.join(name)?).with_context(|| {
-                format!(
-                    "the new pack is published at {url}, but deleting {name} of the pack it \
-                     replaced failed (delete it by hand)"
-                )
-            })?;
-            summary.deleted.push(name.clone());
-        }
+    match table::try_commit(store, url, &commit)? {
+        Committed::Done => Ok(summary),
+        Committed::Lost(winner) => Err(table::conflict(url, &winner)),
     }
-    Ok(summary)
 }
 
 /// The files of the finished pack in `local` (shards, companions, `valuation_types.json`,
@@ -179,64 +153,4 @@ fn local_pack_files(local: &Path) -> Result<(Vec<String>, Vec<String>)> {
     names.sort();
     skipped.sort();
     Ok((names, skipped))
-}
-
-/// The files of the pack now at `url`, as its `metadata.db` lists them (plus that file and
-/// `valuation_types.json`, which every pack has).
-fn previous_pack_files(store: &Store, url: &Url, listed: ListedFiles) -> Result<BTreeSet<String>> {
-    let temp = tempfile_dir()?;
-    let db = temp.path().join(metadata::FILE_NAME);
-    let mut out = fs::File::create(&db).with_context(|| format!("creating {}", db.display()))?;
-    store.download_to(&url.join(metadata::FILE_NAME)?, &mut out)?;
-    drop(out);
-    let mut names: BTreeSet<String> = listed(&db)
-        .with_context(|| format!("reading the files {url}/{} lists", metadata::FILE_NAME))?
-        .into_iter()
-        .collect();
-    names.insert(metadata::FILE_NAME.to_string());
-    names.insert(valuation::FILE_NAME.to_string());
-    Ok(names)
-}
-
-/// A private temporary folder, removed on drop.
-fn tempfile_dir() -> Result<TempDir> {
-    let base = std::env::temp_dir();
-    for attempt in 0..100u32 {
-        let path = base.join(format!(
-            "dataset-packer-publish-{}-{attempt}",
-            std::process::id()
-        ));
-        match fs::create_dir(&path) {
-            Ok(()) => return Ok(TempDir(path)),
-            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
-            Err(e) => return Err(Error::from(e).within(format!("creating {}", path.display()))),
-        }
-    }
-    fail!(
-        Io,
-        "could not make a temporary folder in {}",
-        base.display()
-    )
-}
-
-struct TempDir(std::path::PathBuf);
-
-impl TempDir {
-    fn path(&self) -> &Path {
-        &self.0
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = fs::remove_dir_all(&self.0);
-    }
-}
-
-fn join(names: &[&String]) -> String {
-    names
-        .iter()
-        .map(|n| n.as_str())
-        .collect::<Vec<_>>()
-        .join(", ")
 }

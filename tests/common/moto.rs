@@ -115,16 +115,52 @@ impl Moto {
     }
 }
 
-/// The files a metadata.db lists in any version (what `publish_dir` is given to know the
-/// files of a pack it replaces).
-pub fn listed_files(db: &std::path::Path) -> dataset_packer::Result<Vec<String>> {
-    let conn = rusqlite::Connection::open(db).unwrap();
-    let history = dataset_packer::History::read(&conn)?;
-    Ok(history
-        .versions
-        .iter()
-        .flat_map(|v| v.files.iter().map(|f| f.file_name.clone()))
-        .collect())
+/// Publishes the local pack `local` to `url` as the commit after the latest one there (the
+/// first commit where there is none), as every writing command does.
+pub fn publish_table(
+    store: &dataset_packer::store::Store,
+    local: &std::path::Path,
+    url: &dataset_packer::store::Url,
+) -> dataset_packer::Result<dataset_packer::store::PublishSummary> {
+    use dataset_packer::store::{CommitOptions, latest_commit, publish_commit};
+    let base = latest_commit(store, url)?;
+    // Read-only: closing a read-write connection would fold away a `-wal` file that a test
+    // leaves to say the pack is still being written.
+    let pack_id: String = rusqlite::Connection::open_with_flags(
+        local.join("metadata.db"),
+        rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY,
+    )
+    .and_then(|conn| {
+        conn.query_row(
+            "SELECT meta_value FROM session WHERE meta_key = 'pack_id'",
+            [],
+            |r| r.get(0),
+        )
+    })
+    .unwrap_or_default();
+    let options = CommitOptions {
+        command: "test".into(),
+        pack_id,
+        single_writer: false,
+    };
+    publish_commit(store, local, url, base.as_ref(), &options)
+}
+
+/// Publishes the local pack `local` to `url` as packs were published before commits: every
+/// file under its own name, `metadata.db` last (a pack an older dataset-packer left in a
+/// bucket).
+pub fn publish_plain(
+    store: &dataset_packer::store::Store,
+    local: &std::path::Path,
+    url: &dataset_packer::store::Url,
+) {
+    let mut names = super::names(local);
+    names.sort_by_key(|n| n == "metadata.db");
+    for name in names {
+        store
+            .put_file(&local.join(&name), &url.join(&name).unwrap())
+            .unwrap();
+    }
 }
 
 /// (file name, bytes, CRC-32C) of each shard, as the pack's metadata.db records them.

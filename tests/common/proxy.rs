@@ -28,6 +28,12 @@ pub enum Fault {
     Trickle(usize, Duration),
     /// As `Trickle`, but the connection closed after half the body.
     TrickleCut(usize, Duration),
+    /// Held until [`Proxy::release`], then forwarded: a request that reaches the server
+    /// after whatever the test does meanwhile.
+    Held,
+    /// Forwarded, and a refusal of its precondition (412) answered as a success: a store
+    /// that ignores conditional writes (without writing, which a test of the check needs not).
+    Unconditional,
 }
 
 /// A request the proxy saw, and what it did with it.
@@ -48,6 +54,7 @@ pub struct Proxy {
     pub port: u16,
     rule: Arc<Mutex<Rule>>,
     seen: Arc<Mutex<Vec<Seen>>>,
+    gate: Arc<(Mutex<bool>, std::sync::Condvar)>,
 }
 
 impl Proxy {
@@ -56,15 +63,50 @@ impl Proxy {
         let port = listener.local_addr().unwrap().port();
         let rule: Arc<Mutex<Rule>> = Arc::new(Mutex::new(Box::new(|_: &str, _: &str| Fault::Pass)));
         let seen = Arc::new(Mutex::new(Vec::new()));
-        let (r, s) = (rule.clone(), seen.clone());
+        let gate = Arc::new((Mutex::new(false), std::sync::Condvar::new()));
+        let (r, s, g) = (rule.clone(), seen.clone(), gate.clone());
         std::thread::spawn(move || {
             for conn in listener.incoming() {
                 let Ok(conn) = conn else { continue };
-                let (r, s) = (r.clone(), s.clone());
-                std::thread::spawn(move || serve(conn, upstream, &r, &s));
+                let (r, s, g) = (r.clone(), s.clone(), g.clone());
+                std::thread::spawn(move || serve(conn, upstream, &r, &s, &g));
             }
         });
-        Proxy { port, rule, seen }
+        Proxy {
+            port,
+            rule,
+            seen,
+            gate,
+        }
+    }
+
+    /// Holds [`Fault::Held`] requests again until the next [`Proxy::release`].
+    pub fn hold(&self) {
+        *self.gate.0.lock().unwrap() = false;
+    }
+
+    /// Lets every [`Fault::Held`] request through, now and until [`Proxy::hold`].
+    pub fn release(&self) {
+        let (open, wake) = &*self.gate;
+        *open.lock().unwrap() = true;
+        wake.notify_all();
+    }
+
+    /// Waits (up to `limit`) until the proxy has seen a request `method` whose path
+    /// `matches`; whether it did.
+    pub fn wait_for(&self, method: &str, matches: impl Fn(&str) -> bool, limit: Duration) -> bool {
+        let until = std::time::Instant::now() + limit;
+        while std::time::Instant::now() < until {
+            if self
+                .seen()
+                .iter()
+                .any(|s| s.method == method && matches(&s.path))
+            {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        false
     }
 
     /// From now on `rule` decides each request's fault; the log starts afresh.
@@ -131,7 +173,13 @@ pub fn always(
     every_matching(move |m, p| m == method && p == path, fault)
 }
 
-fn serve(mut client: TcpStream, upstream: u16, rule: &Mutex<Rule>, seen: &Mutex<Vec<Seen>>) {
+fn serve(
+    mut client: TcpStream,
+    upstream: u16,
+    rule: &Mutex<Rule>,
+    seen: &Mutex<Vec<Seen>>,
+    gate: &(Mutex<bool>, std::sync::Condvar),
+) {
     let Some((head, early)) = read_head(&mut client) else {
         return;
     };
@@ -166,7 +214,21 @@ fn serve(mut client: TcpStream, upstream: u16, rule: &Mutex<Rule>, seen: &Mutex<
         Fault::Drop => {
             let _ = client.shutdown(Shutdown::Both);
         }
-        Fault::Pass | Fault::Cut | Fault::Stall(_) | Fault::Trickle(..) | Fault::TrickleCut(..) => {
+        Fault::Held => {
+            let (open, wake) = gate;
+            let mut released = open.lock().unwrap();
+            while !*released {
+                released = wake.wait(released).unwrap();
+            }
+            drop(released);
+            let _ = forward(client, upstream, &head, &early, body_left, chunked, fault);
+        }
+        Fault::Pass
+        | Fault::Unconditional
+        | Fault::Cut
+        | Fault::Stall(_)
+        | Fault::Trickle(..)
+        | Fault::TrickleCut(..) => {
             let _ = forward(client, upstream, &head, &early, body_left, chunked, fault);
         }
     }
@@ -194,6 +256,12 @@ fn forward(
     let Some((answer, early_body)) = read_head(&mut up) else {
         return Ok(());
     };
+    if fault == Fault::Unconditional && answer.starts_with(b"HTTP/1.1 412") {
+        client.write_all(
+            b"HTTP/1.1 200 OK\r\nETag: \"accepted\"\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
+        )?;
+        return client.shutdown(Shutdown::Both);
+    }
     let length = header(&String::from_utf8_lossy(&answer), "content-length")
         .and_then(|v| v.parse::<u64>().ok());
     client.write_all(&closing(&answer))?;
