@@ -31,14 +31,14 @@ from ._format import LEGACY_ROW_DTYPE, STEP_ROW_DTYPE
 from ._order import EpochPlan, Permutation
 from ._mixture import Mixture
 from ._pack import Pack, Selection
-from ._cache import CacheLimitError, CorruptError
+from ._cache import CacheLimitError, CacheWarning, CorruptError
 from ._remote import RemoteError, UrlError
 
 __all__ = [
     "Pack", "Selection", "Mixture", "Companion", "STEP_ROW_DTYPE", "LEGACY_ROW_DTYPE", "MOVE_NAMES",
     "PackError", "NotAPackError", "PackBusyError", "PackChangedError", "RunIndexError", "SelectionError", "EmptySelectionError",
     "CompanionError", "VersionError", "executable", "ExecutableNotFoundError",
-    "UrlError", "RemoteError", "CorruptError", "CacheLimitError",
+    "UrlError", "RemoteError", "CorruptError", "CacheLimitError", "CacheWarning",
     "decode_exps", "encode_board", "board_eval", "legal_moves", "apply_symmetries",
     "CELL_SOURCE", "MOVE_TARGET", "MOVE_SOURCE", "EpochPlan", "Permutation",
 ]

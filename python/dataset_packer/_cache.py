@@ -6,12 +6,21 @@ share one folder and download each file once:
   `{xxh3_64(url):016x}-{crc32c:08x}-{bytes}-{file name, sanitised}`, the URL written as the
   Rust `Url` writes it (`_remote.Url.__str__`).
 - `flock(2)` on `NAME.lock` (Python's `fcntl.flock` is flock(2), as Rust's `libc::flock`):
-  exclusive while downloading or evicting, shared while an `Entry` lives.
+  exclusive while downloading or evicting, shared while an `Entry` lives. A shared lock is
+  waited for (only a downloader or an evictor holds it exclusively, and neither waits for
+  an entry's lock); an exclusive one is only ever tried, never waited for, so two processes
+  that each pin an entry the other wants cannot wait for each other.
+- An entry is never trusted blindly: each pin reads the whole file and checks its CRC-32C;
+  a damaged file is reported (a warning naming it), removed and fetched again.
 - A download reserves its full size (`NAME.part` made at full length) under
   `<dir>/.evict.lock`, is checked against the recorded size and CRC-32C, then renamed into
   place; a `.part` is never read as data.
 - Eviction: least recently used first (the lock file's modification time, stamped on each
   fetch), only names of the cache's own pattern, never an entry another process holds.
+- `entries/` may be deleted at any time (it is made again, and its lock files opened again
+  by path, at each step of a fetch). An entry whose file is gone while a process still pins
+  it (so its exclusive lock never comes) has its lock file replaced after about 2 s: the
+  holder keeps its open file, everyone else starts over on a new lock.
 
 A process forked while another thread of its parent held a lock of the cache gets a copy of
 that lock, which would hold it for as long as the child lives: the child closes those copies
@@ -25,6 +34,8 @@ import fcntl
 import os
 import stat
 import threading
+import time
+import warnings
 from pathlib import Path
 
 from ._errors import PackError
@@ -33,13 +44,23 @@ _TAG = "CACHEDIR.TAG"
 _TAG_TEXT = ("Signature: 8a477f597d28d172789f06886806bc55\n"
              "# This folder is a cache made by dataset-packer: its entries/ can be deleted at "
              "any time.\n")
+#: Tries of an entry's exclusive lock (`_RETRY_PAUSE` apart, about 2 s in all) before its
+#: lock file is taken for one whose file is gone under a process that pins it.
+_STALE_TRIES = 100
+_RETRY_PAUSE = 0.02
 #: What the `s3` extra installs, for machines where the package's own source is not at hand.
 _PLAIN_INSTALL = "pip install obstore google-crc32c xxhash"
 
 
 class CorruptError(PackError):
-    """A downloaded file whose size or CRC-32C is not the one metadata.db records (the
-    message names the URL; the cache keeps nothing of it)."""
+    """A downloaded file whose size or CRC-32C is not the one metadata.db (or the commit's
+    record) records, the cache keeping nothing of it; or a commit record that is not one,
+    or that disagrees with its metadata.db. The message names the URL."""
+
+
+class CacheWarning(UserWarning):
+    """A cache file found damaged (its CRC-32C is not the recorded one): it is removed and
+    fetched again; the warning names the file."""
 
 
 class CacheLimitError(PackError):
@@ -148,38 +169,98 @@ class Cache:
 
     def fetch(self, url, length: int, crc32c: int) -> Entry:
         """The file at `url` (`length` bytes, CRC-32C `crc32c`) as a local file pinned in the
-        cache: from the cache, else downloaded once for the whole node (a process that wants
-        it while another downloads it waits), checked and kept. `CorruptError` when the bytes
-        do not match, `CacheLimitError` when it cannot fit."""
+        cache: from the cache (its CRC checked again), else downloaded once for the whole
+        node (a process that wants it while another downloads it waits), checked and kept.
+        `CorruptError` when the downloaded bytes do not match, `CacheLimitError` when it
+        cannot fit."""
         name = entry_name(url, length, crc32c)
         path = self.entries / name
         lock_path = self.entries / f"{name}.lock"
+        stale = 0
         while True:
-            fd = _lock_entry(lock_path, fcntl.LOCK_SH)
-            if _is_complete(path, length):
-                _stamp(fd)
-                return Entry(path, _handed_over(fd))
-            _close(fd)
-            fd = _lock_entry(lock_path, fcntl.LOCK_EX)
+            # Made again at every step: `entries/` may be deleted under a running process.
+            self._make_entries()
+            fd = _open_entry_lock(lock_path)
+            if fd is None:
+                continue
             try:
-                if not _is_complete(path, length):
-                    try:
-                        self._download(url, path, length, crc32c)
-                    except BaseException:
-                        # Nothing was kept: neither is the entry's lock file (removed while
-                        # locked, as an eviction removes it).
-                        _remove(lock_path)
-                        raise
-                _stamp(fd)
-                # Downgrading is not atomic: an evictor may take the entry in between, so
-                # look again under the shared lock.
+                # Waited for: only a downloader or an evictor holds it exclusively, and they
+                # never wait for an entry's lock.
                 _flock(fd, fcntl.LOCK_SH)
+                if _same_file(fd, lock_path) and _is_complete(path, length):
+                    # Checked at every pin: a disk or a hand may have changed it since.
+                    found = _file_crc32c(path)
+                    if found == crc32c:
+                        _stamp(fd)
+                        return Entry(path, _handed_over(fd))
+                    if found is not None:  # (None: removed meanwhile)
+                        _warn_damaged(path, found, crc32c)
+                        _remove(path)
+                    _close(fd)
+                    continue
             except BaseException:
                 _close(fd)
                 raise
-            if _is_complete(path, length) and _same_file(fd, lock_path):
-                return Entry(path, _handed_over(fd))
             _close(fd)
+            fd = _open_entry_lock(lock_path)
+            if fd is None:
+                continue
+            if not _try_flock(fd, fcntl.LOCK_EX):
+                # Another process pins it, or is between its look and its close. When an
+                # entry's file is gone while a process pins it, the exclusive lock never
+                # comes: after about 2 s the lock file is replaced (the holder keeps its open
+                # file; every other process starts over on the new one).
+                _close(fd)
+                stale += 1
+                if stale > _STALE_TRIES:
+                    _remove(lock_path)
+                    stale = 0
+                time.sleep(_RETRY_PAUSE)
+                continue
+            entry = self._fill(fd, url, path, lock_path, length, crc32c)
+            if entry is not None:
+                return entry
+
+    def _fill(self, fd: int, url, path: Path, lock_path: Path, length: int,
+              crc32c: int) -> Entry | None:
+        """With the entry's exclusive lock (`fd`): downloads the file unless it is there
+        already, then pins it; None (and `fd` closed) when the fetch must start over."""
+        try:
+            if not _same_file(fd, lock_path):
+                _close(fd)
+                return None
+            if not _is_complete(path, length):
+                try:
+                    self._download(url, path, length, crc32c)
+                except BaseException as e:
+                    if not _same_file(fd, lock_path):
+                        if _local_file_missing(e):
+                            # `entries/` was deleted during the download: start over in
+                            # the new one.
+                            _close(fd)
+                            return None
+                    else:
+                        # Nothing was kept: neither is the entry's lock file (removed
+                        # while locked, as an eviction removes it).
+                        _remove(lock_path)
+                    raise
+            _stamp(fd)
+            # Downgrading is not atomic: an evictor may take the entry in between, so look
+            # again under the shared lock (no second CRC: the file was just checked).
+            _flock(fd, fcntl.LOCK_SH)
+        except BaseException:
+            _close(fd)
+            raise
+        if _is_complete(path, length) and _same_file(fd, lock_path):
+            return Entry(path, _handed_over(fd))
+        _close(fd)
+        return None
+
+    def _make_entries(self) -> None:
+        try:
+            self.entries.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise PackError(f"creating the cache folder {self.entries}: {e}") from None
 
     def _download(self, url, path: Path, length: int, crc32c: int) -> None:
         part = path.with_name(f"{path.name}.part")
@@ -288,6 +369,29 @@ def _is_complete(path: Path, length: int) -> bool:
     return stat.S_ISREG(st.st_mode) and st.st_size == length
 
 
+def _file_crc32c(path: Path) -> int | None:
+    """The CRC-32C of the whole file; None when it is gone (removed meanwhile)."""
+    crc32c = _require("google_crc32c")
+    crc = 0
+    try:
+        with open(path, "rb", buffering=0) as f:
+            while chunk := f.read(1 << 20):
+                crc = crc32c.extend(crc, chunk)
+    except FileNotFoundError:
+        return None
+    return crc
+
+
+def _local_file_missing(e: BaseException) -> bool:
+    """A local file or folder that is gone (not a missing object, a `NotAPackError`)."""
+    return isinstance(e, FileNotFoundError) and not isinstance(e, PackError)
+
+
+def _warn_damaged(path: Path, found: int, expected: int) -> None:
+    warnings.warn(f"cache file {path} is damaged (CRC-32C {found:08x}, expected "
+                  f"{expected:08x}); fetching it again", CacheWarning, stacklevel=4)
+
+
 def _stamp(fd: int) -> None:
     try:
         os.utime(fd)
@@ -359,17 +463,35 @@ def _lock_entry(path: Path, op: int) -> int:
         _close(fd)
 
 
+def _open_entry_lock(path: Path) -> int | None:
+    """The entry's lock file opened (created if needed); None when `entries/` was deleted
+    meanwhile (the fetch makes it again and starts over)."""
+    try:
+        return _open_lock(path)
+    except FileNotFoundError:
+        return None
+
+
+def _try_flock(fd: int, op: int) -> bool:
+    """Whether the lock `op` was taken without waiting (False: another process holds it)."""
+    try:
+        fcntl.flock(fd, op | fcntl.LOCK_NB)
+        return True
+    except OSError as e:
+        if e.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EINTR):
+            return False
+        raise
+
+
 def _try_lock_entry(path: Path) -> int | None:
     """The exclusive lock on `path` if no process holds any lock on it, else None."""
     fd = _open_lock(path)
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError as e:
+        taken = _try_flock(fd, fcntl.LOCK_EX)
+    except BaseException:
         _close(fd)
-        if e.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EINTR):
-            return None
         raise
-    if _same_file(fd, path):
+    if taken and _same_file(fd, path):
         return fd
     _close(fd)
     return None

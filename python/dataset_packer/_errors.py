@@ -17,9 +17,11 @@ class PackBusyError(PackError):
 
 
 class PackChangedError(PackError):
-    """A pack in object storage changed while this reader had it open (a writer published
-    a new version, rewriting files in place): the file it needed now holds other bytes than
-    the version it opened records. Opening the pack again reads the new version."""
+    """A pack in object storage in the layout before commit records changed while this
+    reader had it open (a writer published a new version, rewriting files in place): the
+    file it needed now holds other bytes than the version it opened records. Opening the
+    pack again reads the new version. (A pack with commit records never changes under a
+    reader: the objects of the commit it reads are never written again.)"""
 
 
 class RunIndexError(PackError):

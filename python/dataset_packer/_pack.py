@@ -71,9 +71,11 @@ class Pack:
     A pack in object storage is opened by its URL, `Pack("s3://bucket/prefix")` (also
     `gs://`, `az://`, `http(s)://`; needs the `s3` extra, `pip install "PATH[s3]"` where PATH
     is the checkout the package was installed from, or `pip install obstore google-crc32c
-    xxhash`): its
-    metadata.db is downloaded, and each shard is fetched into the node's cache when first
-    read, checked against its recorded CRC-32C, and memory-mapped from there. `cache=` (a
+    xxhash`): the metadata.db of its latest commit is downloaded (a copy of the reader in
+    another process, pickled or forked, reads the same commit, whatever was committed
+    since), and each shard is fetched into the node's cache when first read, checked
+    against its recorded CRC-32C (each time it is taken from the cache too), and
+    memory-mapped from there. `cache=` (a
     folder) and `cache_limit=` (bytes, or "50GiB") default to `DATASET_PACKER_CACHE` /
     `DATASET_PACKER_CACHE_LIMIT`, else `~/.cache/dataset-packer` and 50 GiB, as for the
     command line, which shares the same cache. `path` is then the URL (`pack.path / name`
@@ -82,6 +84,19 @@ class Pack:
 
     def __init__(self, path, version=None, *, legacy_legal: str = "recompute", cache=None,
                  cache_limit=None):
+        self._open_at(path, version, legacy_legal, cache, cache_limit, commit=None)
+
+    @classmethod
+    def _at_commit(cls, path, version, legacy_legal: str, cache, cache_limit,
+                   commit: int | None) -> "Pack":
+        """`Pack(path, version, …)` of a remote pack read at commit `commit` (the one
+        another reader read), not the latest."""
+        pack = cls.__new__(cls)
+        pack._open_at(path, version, legacy_legal, cache, cache_limit, commit)
+        return pack
+
+    def _open_at(self, path, version, legacy_legal: str, cache, cache_limit,
+                 commit: int | None) -> None:
         if legacy_legal not in LEGACY_LEGAL:
             raise ValueError(f"legacy_legal must be one of {LEGACY_LEGAL}, not {legacy_legal!r}")
         location = parse_location(path)
@@ -94,7 +109,7 @@ class Pack:
         if isinstance(location, Url):
             from ._remote import RemotePack
             self.path = location
-            self._remote = RemotePack(location, cache, cache_limit)
+            self._remote = RemotePack(location, cache, cache_limit, commit)
             # metadata.db and valuation_types.json, downloaded into a private folder.
             self._folder = self._remote.view
             paths = None
@@ -274,8 +289,9 @@ class Pack:
         if version == self.version:
             return self
         if self._remote is not None:
-            return Pack(self.path, version, legacy_legal=self.legacy_legal,
-                        cache=self._remote.cache.dir, cache_limit=self._remote.limit)
+            # The same commit: its metadata.db holds every version this reader knows of.
+            return Pack._at_commit(self.path, version, self.legacy_legal, self._remote.cache.dir,
+                                   self._remote.limit, self._remote.commit_number)
         return Pack(self.path, version, legacy_legal=self.legacy_legal)
 
     @property
@@ -310,17 +326,18 @@ class Pack:
     def __getstate__(self):
         # The version number, not "latest": a pack that grows before a worker opens it is
         # read there as it was here. A remote pack is opened again (its metadata.db
-        # downloaded again) on the same cache, which the processes share.
+        # downloaded again) on the same cache, which the processes share, and at the same
+        # commit: the worker reads the objects this reader reads, whatever came since.
         state = {"path": str(self.path), "version": self.version,
                  "legacy_legal": self.legacy_legal, "pack_id": self.pack_id}
         if self._remote is not None:
-            state.update(cache=str(self._remote.cache.dir), cache_limit=self._remote.limit)
+            state.update(cache=str(self._remote.cache.dir), cache_limit=self._remote.limit,
+                         commit=self._remote.commit_number)
         return state
 
     def __setstate__(self, state):
-        self.__init__(state["path"], state.get("version"),
-                      legacy_legal=state.get("legacy_legal", "recompute"),
-                      cache=state.get("cache"), cache_limit=state.get("cache_limit"))
+        self._open_at(state["path"], state.get("version"), state.get("legacy_legal", "recompute"),
+                      state.get("cache"), state.get("cache_limit"), state.get("commit"))
         if "pack_id" in state and self.pack_id != state["pack_id"]:
             was = state["pack_id"]
             self.close()

@@ -1,14 +1,23 @@
 """Packs in object storage: where a pack is (`parse_location`: a folder, or an `s3://`,
 `gs://`, `az://`, `http(s)://` URL), the client (`obstore`, installed by the `[s3]` extra),
-and a remote pack as a reader sees it (`RemotePack`: its metadata.db in a private view
-folder, its files fetched on demand through the node's cache, `_cache.Cache`).
+a pack's commit records (`Commit`), and a remote pack as a reader sees it (`RemotePack`: its
+metadata.db in a private view folder, its files fetched on demand through the node's cache,
+`_cache.Cache`).
+
+A pack in a bucket is a table of commits (docs/object-storage.md, "The layout in a bucket"):
+`P/_versions/{N:020}.json` records commit N's files, each an object written once (usually
+`P/_objects/<writer>/<file name>`); the highest N is the latest. A reader reads one commit
+(`RemotePack.commit`) for as long as it lives, and so do its copies in other processes
+(pickled, forked): no later commit changes an object it names. A pack published before this
+layout (no record; `P/metadata.db` and its files beside it) is read as it is, and a reader
+of it says when it changed under it (`PackChangedError`).
 
 A remote pack's `metadata.db` and `valuation_types.json` are downloaded fresh on each open
 into a private view folder, `<dir>/views/<pid>-<n>/`, whose `.lock` its process holds while
 it lives; an open removes the views nobody holds (and never looks at a view being made).
 
 A process forked after obstore was used (a DataLoader worker) cannot use it: its runtime's
-threads stayed in the parent. There downloads go through a helper process (`_Helper`, a
+threads stayed in the parent. There requests go through a helper process (`_Helper`, a
 fresh interpreter, one per forked process), and the copies of cache locks other threads
 held at the fork are closed.
 
@@ -20,6 +29,7 @@ from __future__ import annotations
 
 import fcntl
 import itertools
+import json
 import os
 import shutil
 import threading
@@ -27,6 +37,7 @@ import weakref
 from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 from pathlib import Path
+from typing import NamedTuple
 
 from ._cache import (Cache, CacheLimitError, CorruptError, Entry, _close, _handed_over,
                      _lock_entry, _require, _try_lock_entry)
@@ -285,6 +296,26 @@ class Client:
                 written += len(chunk)
         return written, crc
 
+    def list_names(self, url: Url) -> list[str]:
+        """The names of the objects directly under `url` (as in a folder), in name order
+        (one listing; the client reads every page of it). Through the helper process in a
+        forked one, as `download_file`."""
+        if _runtime_pid is not None and _runtime_pid != os.getpid():
+            return _helper().list_names(url)
+        return self._list_here(url)
+
+    def _list_here(self, url: Url) -> list[str]:
+        global _runtime_pid
+        _runtime_pid = os.getpid()
+        try:
+            listed = self._obstore.list_with_delimiter(self._store(url), url.prefix or None)
+        except Exception as e:
+            raise remote_error(url, e, "listing") from None
+        depth = len(url.prefix.split("/")) if url.prefix else 0
+        names = {str(meta["path"]).split("/")[depth] for meta in listed["objects"]
+                 if len(str(meta["path"]).split("/")) == depth + 1}
+        return sorted(names)
+
     def _count(self, size: int) -> None:
         with self._lock:
             self.downloads += 1
@@ -346,9 +377,15 @@ class _Helper:
         self._lock = threading.Lock()
 
     def download_file(self, url: Url, path: Path) -> tuple[int, int]:
-        import json
+        answer = self._ask({"op": "get", "url": str(url), "path": str(path)}, url)
+        return answer["written"], answer["crc"]
+
+    def list_names(self, url: Url) -> list[str]:
+        return self._ask({"op": "list", "url": str(url)}, url)["names"]
+
+    def _ask(self, request: dict, url: Url) -> dict:
         with self._lock:
-            self._process.stdin.write(json.dumps({"url": str(url), "path": str(path)}) + "\n")
+            self._process.stdin.write(json.dumps(request) + "\n")
             self._process.stdin.flush()
             line = self._process.stdout.readline()
         if not line:
@@ -360,20 +397,22 @@ class _Helper:
                     "CorruptError": CorruptError, "UrlError": UrlError}.get(answer["type"],
                                                                              PackError)
             raise kind(answer["error"])
-        return answer["written"], answer["crc"]
+        return answer
 
 
 def _serve() -> None:
     """The helper's loop (see `_Helper`)."""
-    import json
     import sys
     client = Client()
     for line in sys.stdin:
         request = json.loads(line)
         try:
-            written, crc = client._download_here(parse_location(request["url"]),
-                                                 Path(request["path"]))
-            answer = {"written": written, "crc": crc}
+            url = parse_location(request["url"])
+            if request.get("op") == "list":
+                answer = {"names": client._list_here(url)}
+            else:
+                written, crc = client._download_here(url, Path(request["path"]))
+                answer = {"written": written, "crc": crc}
         except Exception as e:
             answer = {"error": str(e), "type": type(e).__name__}
         print(json.dumps(answer), flush=True)
@@ -411,8 +450,9 @@ def _check_plain_http(url: Url) -> None:
                           "endpoint")
 
 
-def remote_error(url: Url, e: BaseException) -> PackError:
-    """A failed request on `url` in words a user can act on (the binary's messages)."""
+def remote_error(url: Url, e: BaseException, action: str = "reading") -> PackError:
+    """A failed request on `url` (`action`: reading or listing it) in words a user can act
+    on (the binary's messages)."""
     if isinstance(e, PackError):
         return e
     detail = f"{type(e).__name__}: {e}"
@@ -427,16 +467,149 @@ def remote_error(url: Url, e: BaseException) -> PackError:
         return NotAPackError(f"{url} does not exist")
     if has("AccessDenied") or type(e).__name__ in ("PermissionDeniedError",
                                                    "UnauthenticatedError"):
-        return RemoteError(f"{url}: access denied reading it (the credentials are not "
+        return RemoteError(f"{url}: access denied {action} it (the credentials are not "
                            "allowed to)")
     if "after" in detail and "retries" in detail:
-        return RemoteError(f"{url}: reading failed, retries exhausted ({_first_line(e)})")
-    return RemoteError(f"{url}: reading failed ({_first_line(e)})")
+        return RemoteError(f"{url}: {action} failed, retries exhausted ({_first_line(e)})")
+    return RemoteError(f"{url}: {action} failed ({_first_line(e)})")
 
 
 def _first_line(e: BaseException) -> str:
     text = str(e).strip().splitlines()
     return text[0][:300] if text else type(e).__name__
+
+
+# ---------------------------------------------------------------------------- commit records
+
+#: The folder of a pack's commit records below its URL.
+VERSIONS = "_versions"
+#: What a record's `format` says, and the record layout this package reads.
+RECORD_FORMAT = "dataset-packer commit"
+RECORD_FORMAT_VERSION = 1
+
+
+class FileRef(NamedTuple):
+    """One file of a pack at a commit: its object's key below the pack's URL, and what its
+    bytes must be."""
+    key: str
+    bytes: int
+    crc32c: int
+
+
+class Commit:
+    """Commit `number`'s record (`url`, `P/_versions/{number:020}.json`) of a pack in the
+    table layout: `files` maps each file name of the pack (`metadata.db` and
+    `valuation_types.json` included) to its object (`FileRef`), as the binary writes it
+    (src/store/table.rs)."""
+
+    __slots__ = ("number", "url", "files")
+
+    def __init__(self, number: int, url: Url, files: dict[str, FileRef]):
+        self.number, self.url, self.files = number, url, files
+
+    def file(self, name: str) -> FileRef:
+        found = self.files.get(name)
+        if found is None:
+            raise CorruptError(f"{self.url}: commit {self.number} lists no {name}, which "
+                               "every commit of a pack lists")
+        return found
+
+
+def record_key(number: int) -> str:
+    """The key of commit `number`'s record below the pack's URL."""
+    return f"{VERSIONS}/{number:020d}.json"
+
+
+def parse_record_name(name: str) -> int | None:
+    """The commit number of a record's name (`00000000000000000002.json`); None for any
+    other name under `_versions/`."""
+    digits = name[:-5] if name.endswith(".json") else ""
+    if len(digits) != 20 or not all(c in "0123456789" for c in digits):
+        return None
+    return int(digits)
+
+
+def commit_numbers(client: Client, pack: Url) -> list[int]:
+    """The numbers of the commits recorded under `pack`, in order (one listing)."""
+    numbers = (parse_record_name(name) for name in client.list_names(pack / VERSIONS))
+    return sorted(n for n in numbers if n is not None)
+
+
+def latest_by_probing(client: Client, pack: Url, scratch: Path) -> Commit | None:
+    """The latest commit of a pack on a web server, which cannot list: records 1, 2, 4, …
+    asked for until one is missing, then the gap halved (about 2·log2(N) requests for N
+    commits, numbered from 1 without gaps); None when there is no record 1."""
+    def record(n: int) -> Commit | None:
+        try:
+            return read_commit(client, pack, n, scratch)
+        except NotAPackError:
+            return None
+
+    found = record(1)
+    if found is None:
+        return None
+    low = 1
+    while (later := record(low * 2)) is not None:
+        low, found = low * 2, later
+    high = low * 2
+    while high - low > 1:
+        mid = (low + high) // 2
+        if (middle := record(mid)) is not None:
+            low, found = mid, middle
+        else:
+            high = mid
+    return found
+
+
+def read_commit(client: Client, pack: Url, number: int, scratch: Path) -> Commit:
+    """Commit `number`'s record, downloaded through the file `scratch` (removed after)."""
+    url = pack / record_key(number)
+    try:
+        client.download_file(url, scratch)
+        text = scratch.read_bytes()
+    finally:
+        scratch.unlink(missing_ok=True)
+    return parse_commit(text, pack, number, url)
+
+
+def parse_commit(text: bytes, pack: Url, number: int, url: Url) -> Commit:
+    """A record's JSON, checked: its format and layout (a layout this package does not know
+    is refused, saying to upgrade), its number, and each file's key, size and CRC-32C."""
+    try:
+        record = json.loads(text)
+    except ValueError as e:
+        raise CorruptError(f"{url}: not a commit record ({e})") from None
+    if not isinstance(record, dict) or record.get("format") != RECORD_FORMAT:
+        found = record.get("format") if isinstance(record, dict) else None
+        raise CorruptError(f"{url}: not a commit record (format {found!r})")
+    if record.get("format_version") != RECORD_FORMAT_VERSION:
+        raise PackError(f"{url}: a commit record of layout {record.get('format_version')!r}, "
+                        "which this version of dataset_packer does not read (it reads layout "
+                        f"{RECORD_FORMAT_VERSION}); upgrade dataset_packer")
+    if record.get("commit") != number:
+        raise CorruptError(f"{url}: not the record of commit {number} (it says commit "
+                           f"{record.get('commit')!r})")
+    files = record.get("files")
+    if not isinstance(files, dict):
+        raise CorruptError(f"{url}: a commit record without its files")
+    return Commit(number, url, {str(name): _file_ref(url, pack, name, ref)
+                                for name, ref in files.items()})
+
+
+def _file_ref(url: Url, pack: Url, name: str, ref) -> FileRef:
+    def whole(value, top: int) -> bool:
+        return isinstance(value, int) and not isinstance(value, bool) and 0 <= value < top
+
+    if not (isinstance(ref, dict) and isinstance(ref.get("key"), str)
+            and whole(ref.get("bytes"), 1 << 64) and whole(ref.get("crc32c"), 1 << 32)):
+        raise CorruptError(f"{url}: the record of {name} is not a key, a size and a CRC-32C "
+                           f"({ref!r})")
+    try:
+        pack / ref["key"]
+    except UrlError:
+        raise CorruptError(f"{url}: {name}'s key {ref['key']!r} is not an object key below "
+                           "the pack") from None
+    return FileRef(ref["key"], ref["bytes"], ref["crc32c"])
 
 
 # ---------------------------------------------------------------------------- a remote pack
@@ -519,9 +692,13 @@ class RemotePack:
     (`<cache>/views/<pid>-<n>/`, removed when this object goes, never touched by eviction)
     holding its `metadata.db` and `valuation_types.json`, downloaded fresh on each open; and
     its files (shards, companions), fetched through the cache by the size and CRC-32C that
-    the latest version records (`record`, `fetch`)."""
+    the latest version records (`record`, `fetch`).
 
-    def __init__(self, url: Url, cache=None, cache_limit=None):
+    `commit` is the commit read (`Commit`): the latest when the pack is opened, or the one
+    given (`commit=N`: a reader re-opened in another process reads what its original read);
+    None for a pack in the layout before commit records, whose files are its URL's own."""
+
+    def __init__(self, url: Url, cache=None, cache_limit=None, commit: int | None = None):
         self.url = url
         folder, limit = cache_config(cache, cache_limit)
         self.client = Client()
@@ -538,17 +715,59 @@ class RemotePack:
         self._pool = None
         self._pool_pid = None
         self._pool_lock = threading.Lock()
+        self.commit: Commit | None = None
         try:
+            self.commit = self._find_commit(commit)
             for name in ("metadata.db", "valuation_types.json"):
-                try:
-                    self.client.download_file(url / name, self.view / name)
-                except NotAPackError as e:
-                    if "bucket" in str(e):
-                        raise
-                    raise NotAPackError(f"{url} is not a pack: it has no {name} ({e})") from None
+                self._download_to_view(name)
         except BaseException:
             self._finalizer()
             raise
+
+    @property
+    def commit_number(self) -> int | None:
+        """The number of the commit read (None: a pack in the layout before commits)."""
+        return None if self.commit is None else self.commit.number
+
+    def _find_commit(self, number: int | None) -> Commit | None:
+        """Commit `number`'s record, else the latest's; None when the pack has no record
+        (the layout before commits)."""
+        scratch = self.view / ".record.json"
+        if number is None and self.url.read_only:
+            return latest_by_probing(self.client, self.url, scratch)
+        if number is None:
+            numbers = commit_numbers(self.client, self.url)
+            if not numbers:
+                return None
+            number = numbers[-1]
+        return read_commit(self.client, self.url, number, scratch)
+
+    def _download_to_view(self, name: str) -> None:
+        """`metadata.db` or `valuation_types.json` into the view: the object the commit
+        names, checked against its record; for a pack without records, the file of that
+        name at its URL (nothing records what it must be)."""
+        if self.commit is None:
+            try:
+                self.client.download_file(self.url / name, self.view / name)
+            except NotAPackError as e:
+                if "bucket" in str(e):
+                    raise
+                raise NotAPackError(f"{self.url} is not a pack: it has no {name} ({e})") from None
+            return
+        ref = self.commit.file(name)
+        source = self.url / ref.key
+        written, crc = self.client.download_file(source, self.view / name)
+        if (written, crc) != (ref.bytes, ref.crc32c):
+            raise CorruptError(f"{source}: downloaded {written} bytes with CRC-32C {crc:08x}, "
+                               f"expected {ref.bytes} bytes with {ref.crc32c:08x} (as "
+                               f"{self.commit.url} records it)")
+
+    def object_url(self, name: str) -> Url:
+        """Where the pack's file `name` is: the object its commit names, else (a pack without
+        records) the file of that name at its URL."""
+        if self.commit is None:
+            return self.url / name
+        return self.url / self.commit.file(name).key
 
     @property
     def limit(self) -> int:
@@ -595,8 +814,22 @@ class RemotePack:
                                 f"crc32c {crc!r}") from None
             file_rows[str(name)] = int(count)
             families.setdefault(str(family), []).append(str(name))
+        self._check_commit(records)
         self._records, self._rows, self.families = records, file_rows, families
         return records
+
+    def _check_commit(self, records: dict[str, tuple[int, int]]) -> None:
+        """metadata.db's sizes and CRC-32C of the files against the commit's record: one
+        writer wrote both, so a difference is a corrupt pack."""
+        if self.commit is None:
+            return
+        for name, (size, crc) in records.items():
+            ref = self.commit.file(name)
+            if (ref.bytes, ref.crc32c) != (size, crc):
+                raise CorruptError(
+                    f"{self.url / ref.key}: {self.commit.url} records {ref.bytes} bytes with "
+                    f"CRC-32C {ref.crc32c:08x}, the pack's metadata.db {size} bytes with "
+                    f"{crc:08x}: the pack is corrupt")
 
     def file_rows(self, db) -> dict[str, int]:
         """file name → rows of the latest version's files."""
@@ -613,13 +846,14 @@ class RemotePack:
 
     def fetch(self, name: str) -> Entry:
         """The file `name` of the pack, pinned in the cache (downloaded if needed).
-        `PackChangedError` when it no longer matches because the pack changed since it was
-        opened."""
+        `PackChangedError` when, in a pack without commit records, it no longer matches
+        because the pack changed since it was opened (the objects a commit names never
+        change)."""
         size, crc = self.record(name)
         try:
-            return self.cache.fetch(self.url / name, size, crc)
+            return self.cache.fetch(self.object_url(name), size, crc)
         except CorruptError as e:
-            if not self._changed_since_opened():
+            if self.commit is not None or not self._changed_since_opened():
                 raise
             raise PackChangedError(
                 f"{self.url} changed while this reader had it open: a new version was "

@@ -6,14 +6,22 @@ straddling them), `merged` (d6 and d7 packed apart, merged into 500-row shards),
 (runs of 0 rows, illegal played moves), `legacy` (the sharded pack rewritten in the 46-byte
 layout, as tests/common/mod.rs `make_legacy_pack` does), `shuffled` and `no_index` (the
 plain pack without its run_index table).
+
+`s3` starts a real S3 server for the session: moto's, on a free port (IAM auth on, a user and
+key made through boto3, bucket `packs`), as tests/object_store.rs starts it; `put` uploads an
+object there. Without moto, boto3 or the `[s3]` extra the tests that use it are skipped; with
+`CI` set they fail instead, so CI never skips them.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
+import socket
 import sqlite3
 import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -131,3 +139,62 @@ def all_rows(path: Path) -> np.ndarray:
     """Every row of a 48-byte pack as (n, 48) bytes, read plainly with np.load."""
     shards = sorted(path.glob("steps-*.npy")) or [path / "steps.npy"]
     return np.concatenate([np.load(s).view(np.uint8).reshape(-1, 48) for s in shards])
+
+
+# ---------------------------------------------------------------------------- an S3 server
+
+# The one script the Rust and the Python tests start the server with.
+MOTO_SERVER = REPO / "tests/python/moto_server.py"
+
+
+def _missing() -> str | None:
+    for module in ("moto.server", "boto3", "obstore", "google_crc32c", "xxhash"):
+        try:
+            __import__(module)
+        except ImportError:
+            return (f"no {module} in {sys.executable} (pip install -r "
+                    "tests/python/requirements.txt)")
+    return None
+
+
+@pytest.fixture(scope="session")
+def s3():
+    """The server's environment (AWS_* variables), set in this process for the session."""
+    reason = _missing()
+    if reason is not None:
+        if os.environ.get("CI"):
+            pytest.fail(reason)
+        pytest.skip(reason)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    server = subprocess.Popen([sys.executable, str(MOTO_SERVER), str(port)], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, text=True)
+    line = server.stdout.readline()
+    try:
+        keys = json.loads(line)
+    except ValueError:
+        server.kill()
+        pytest.fail(f"moto did not start: {line!r}")
+    env = {"AWS_ACCESS_KEY_ID": keys["key"], "AWS_SECRET_ACCESS_KEY": keys["secret"],
+           "AWS_REGION": "us-east-1", "AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}",
+           "AWS_ALLOW_HTTP": "true"}
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    yield env
+    for k, v in saved.items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v
+    server.stdin.close()
+    server.wait(30)
+
+
+def put(url: str, data: bytes) -> None:
+    """Uploads `data` to `url` (`s3://bucket/key`) on the `s3` server."""
+    import obstore
+    from obstore.store import S3Store
+
+    bucket, _, key = url[len("s3://"):].partition("/")
+    obstore.put(S3Store(bucket), key, data)

@@ -424,7 +424,7 @@ def test_a_saved_shard_window_epoch_resumes_in_its_own_order(many_shards):
 # ---------------------------------------------------------------------- from object storage
 
 try:  # the moto server and publishing of the remote reader's tests (issue 32)
-    from test_remote import publish, s3  # noqa: F401 (a fixture)
+    from test_remote import publish  # (the moto server is conftest's `s3`)
 except ImportError:
     publish = None
 needs_remote = pytest.mark.skipif(publish is None, reason="no Pack(url) on this branch yet")

@@ -1,10 +1,7 @@
-"""Packs in object storage, read with `Pack("s3://…")`, against a real S3 server: moto's, started
-once for the session on a free port (IAM auth on, a user and key made through boto3, bucket
-`packs`), as tests/object_store.rs starts it. A pack made by the binary is uploaded with
-obstore (metadata.db last) and read through a cache folder of the test's own.
-
-Without moto, boto3 or the `[s3]` extra the tests are skipped; with `CI` set they fail instead,
-so CI never skips them.
+"""Packs in object storage, read with `Pack("s3://…")`, against a real S3 server (conftest's
+`s3`: moto's). A pack made by the binary is uploaded with obstore in the layout before commit
+records (its files under their own names, metadata.db last) and read through a cache folder
+of the test's own; test_remote_commits.py reads the table layout.
 """
 
 from __future__ import annotations
@@ -12,7 +9,6 @@ from __future__ import annotations
 import json
 import os
 import pickle
-import socket
 import subprocess
 import sys
 import textwrap
@@ -22,63 +18,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import FIXTURES, REPO, cli
-
-# The one script the Rust and the Python tests start the server with.
-MOTO_SERVER = REPO / "tests/python/moto_server.py"
-
-
-def _missing() -> str | None:
-    for module in ("moto.server", "boto3", "obstore", "google_crc32c", "xxhash"):
-        try:
-            __import__(module)
-        except ImportError:
-            return (f"no {module} in {sys.executable} (pip install -r "
-                    "tests/python/requirements.txt)")
-    return None
-
-
-@pytest.fixture(scope="session")
-def s3():
-    """The server's environment (AWS_* variables), set in this process for the session."""
-    reason = _missing()
-    if reason is not None:
-        if os.environ.get("CI"):
-            pytest.fail(reason)
-        pytest.skip(reason)
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    server = subprocess.Popen([sys.executable, str(MOTO_SERVER), str(port)], stdin=subprocess.PIPE,
-                              stdout=subprocess.PIPE, text=True)
-    line = server.stdout.readline()
-    try:
-        keys = json.loads(line)
-    except ValueError:
-        server.kill()
-        pytest.fail(f"moto did not start: {line!r}")
-    env = {"AWS_ACCESS_KEY_ID": keys["key"], "AWS_SECRET_ACCESS_KEY": keys["secret"],
-           "AWS_REGION": "us-east-1", "AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}",
-           "AWS_ALLOW_HTTP": "true"}
-    saved = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)
-    yield env
-    for k, v in saved.items():
-        if v is None:
-            os.environ.pop(k, None)
-        else:
-            os.environ[k] = v
-    server.stdin.close()
-    server.wait(30)
-
-
-def put(url: str, data: bytes) -> None:
-    import obstore
-    from obstore.store import S3Store
-
-    bucket, _, key = url[len("s3://"):].partition("/")
-    obstore.put(S3Store(bucket), key, data)
-
+from conftest import FIXTURES, cli, put
 
 def publish(folder: Path, url: str) -> None:
     """Uploads a pack folder: every file, metadata.db last (the commit point)."""
@@ -416,7 +356,8 @@ def test_missing_things_and_wrong_credentials_each_say_so(s3, url, tmp_path, mon
         open_remote("ftp://host/pack", cache)
     assert isinstance(caught.value, ValueError) and isinstance(caught.value, PackError)
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "wrong")
-    with pytest.raises(RemoteError, match="s3://packs/team/clean/metadata.db: the server does "
+    # The first request lists the pack's commit records.
+    with pytest.raises(RemoteError, match="s3://packs/team/clean/_versions: the server does "
                                           "not accept these credentials"):
         open_remote(url, cache)
     for var in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
