@@ -993,3 +993,46 @@ fn a_pack_on_a_web_server_finds_its_latest_commit_without_listing() {
     let _ = server.kill();
     let _ = server.wait();
 }
+
+#[test]
+fn opening_reads_one_page_of_records_however_many_commits_there_are() {
+    let Some(moto) = moto() else { return };
+    let t = tempfile::tempdir().unwrap();
+    let d = drops(t.path(), &[&[0]]);
+    let proxy = Proxy::start(moto.port);
+    let env = env_for(moto, proxy.port, &t.path().join("cache"));
+    let (store, remote) = (store(moto), "s3://packs/table/many");
+    run_ok(&pack_args(&d[0], remote, false), &env);
+    // Commits 2..=1200 (more than a page of 1,000 records), fabricated from commit 1.
+    let first = read_commit(&store, &url(remote), 1).unwrap();
+    for n in 2..=1200u64 {
+        let mut c = first.clone();
+        (c.commit, c.parent) = (n, Some(n - 1));
+        let text = serde_json::to_vec(&c).unwrap();
+        store
+            .put(&url(remote).join(&c.record_key()).unwrap(), text)
+            .unwrap();
+    }
+    proxy.set(|_, _| Fault::Pass);
+    run_ok(&["versions", remote], &env);
+    let seen = proxy.seen();
+    let lists = seen
+        .iter()
+        .filter(|s| s.path.contains("list-type=2"))
+        .count();
+    let latest = latest_commit(&store, &url(remote)).unwrap().unwrap();
+    assert_eq!(latest.commit, 1200);
+    let record_gets: Vec<&String> = seen
+        .iter()
+        .filter(|s| {
+            s.method == "GET" && s.path.contains("/_versions/") && s.path.ends_with(".json")
+        })
+        .map(|s| &s.path)
+        .collect();
+    assert_eq!(lists, 1, "{seen:#?}");
+    assert_eq!(record_gets.len(), 1);
+    assert!(
+        record_gets[0].ends_with(&latest.record_key()),
+        "{record_gets:?}"
+    );
+}

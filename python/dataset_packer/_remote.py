@@ -5,7 +5,7 @@ metadata.db in a private view folder, its files fetched on demand through the no
 `_cache.Cache`).
 
 A pack in a bucket is a table of commits (docs/object-storage.md, "The layout in a bucket"):
-`P/_versions/{N:020}.json` records commit N's files, each an object written once (usually
+`P/_versions/{2**64-1-N:020}.json` records commit N's files, each an object written once (usually
 `P/_objects/<writer>/<file name>`); the highest N is the latest. A reader reads one commit
 (`RemotePack.commit`) for as long as it lives, and so do its copies in other processes
 (pickled, forked): no later commit changes an object it names. A pack published before this
@@ -304,6 +304,24 @@ class Client:
             return _helper().list_names(url)
         return self._list_here(url)
 
+    def first_names(self, url: Url, most: int) -> list[str]:
+        """The keys below `url` of the first `most` objects under it at any depth, in name
+        order: one request for up to 1,000 (the listing is not read further)."""
+        if _runtime_pid is not None and _runtime_pid != os.getpid():
+            return _helper().first_names(url, most)
+        return self._first_here(url, most)
+
+    def _first_here(self, url: Url, most: int) -> list[str]:
+        global _runtime_pid
+        _runtime_pid = os.getpid()
+        prefix = url.prefix + "/" if url.prefix else ""
+        try:
+            stream = self._obstore.list(self._store(url), url.prefix or None, chunk_size=most)
+            batch = next(iter(stream), [])
+        except Exception as e:
+            raise remote_error(url, e, "listing") from None
+        return [str(meta["path"])[len(prefix):] for meta in batch][:most]
+
     def _list_here(self, url: Url) -> list[str]:
         global _runtime_pid
         _runtime_pid = os.getpid()
@@ -383,6 +401,9 @@ class _Helper:
     def list_names(self, url: Url) -> list[str]:
         return self._ask({"op": "list", "url": str(url)}, url)["names"]
 
+    def first_names(self, url: Url, most: int) -> list[str]:
+        return self._ask({"op": "first", "url": str(url), "most": most}, url)["names"]
+
     def _ask(self, request: dict, url: Url) -> dict:
         with self._lock:
             self._process.stdin.write(json.dumps(request) + "\n")
@@ -410,6 +431,8 @@ def _serve() -> None:
             url = parse_location(request["url"])
             if request.get("op") == "list":
                 answer = {"names": client._list_here(url)}
+            elif request.get("op") == "first":
+                answer = {"names": client._first_here(url, request["most"])}
             else:
                 written, crc = client._download_here(url, Path(request["path"]))
                 answer = {"written": written, "crc": crc}
@@ -497,7 +520,7 @@ class FileRef(NamedTuple):
 
 
 class Commit:
-    """Commit `number`'s record (`url`, `P/_versions/{number:020}.json`) of a pack in the
+    """Commit `number`'s record (`url`, `P/_versions/{2**64-1-number:020}.json`) of a pack in the
     table layout: `files` maps each file name of the pack (`metadata.db` and
     `valuation_types.json` included) to its object (`FileRef`), as the binary writes it
     (src/store/table.rs)."""
@@ -515,24 +538,44 @@ class Commit:
         return found
 
 
+#: The largest record name: commit N's record is named `LAST - N`, so that later commits
+#: list first (as Lance names its manifests).
+_LAST = 2**64 - 1
+
+#: The objects an S3 listing returns a request.
+_PAGE = 1000
+
+
 def record_key(number: int) -> str:
     """The key of commit `number`'s record below the pack's URL."""
-    return f"{VERSIONS}/{number:020d}.json"
+    return f"{VERSIONS}/{_LAST - number:020d}.json"
 
 
 def parse_record_name(name: str) -> int | None:
-    """The commit number of a record's name (`00000000000000000002.json`); None for any
-    other name under `_versions/`."""
+    """The commit number of a record's name (`18446744073709551613.json` for commit 2); None
+    for any other name under `_versions/`."""
     digits = name[:-5] if name.endswith(".json") else ""
     if len(digits) != 20 or not all(c in "0123456789" for c in digits):
         return None
-    return int(digits)
+    number = _LAST - int(digits)
+    return number if number > 0 else None
 
 
 def commit_numbers(client: Client, pack: Url) -> list[int]:
-    """The numbers of the commits recorded under `pack`, in order (one listing)."""
+    """The numbers of the commits recorded under `pack`, in order (the whole listing)."""
     numbers = (parse_record_name(name) for name in client.list_names(pack / VERSIONS))
     return sorted(n for n in numbers if n is not None)
+
+
+def latest_number(client: Client, pack: Url) -> int | None:
+    """The latest commit's number: the first record name of the first page of a listing of
+    `_versions/` (one request, however many commits there are), or, when that page holds
+    other names only, of the whole listing."""
+    names = client.first_names(pack / VERSIONS, _PAGE)
+    numbers = [n for n in map(parse_record_name, names) if n is not None]
+    if numbers or len(names) < _PAGE:
+        return max(numbers, default=None)
+    return max(commit_numbers(client, pack), default=None)
 
 
 def latest_by_probing(client: Client, pack: Url, scratch: Path) -> Commit | None:
@@ -736,10 +779,9 @@ class RemotePack:
         if number is None and self.url.read_only:
             return latest_by_probing(self.client, self.url, scratch)
         if number is None:
-            numbers = commit_numbers(self.client, self.url)
-            if not numbers:
+            number = latest_number(self.client, self.url)
+            if number is None:
                 return None
-            number = numbers[-1]
         return read_commit(self.client, self.url, number, scratch)
 
     def _download_to_view(self, name: str) -> None:

@@ -1,5 +1,5 @@
 """Packs in object storage in the table layout (docs/object-storage.md, "The layout in a
-bucket"), against conftest's moto server: commit N's record at `P/_versions/{N:020}.json`
+bucket"), against conftest's moto server: commit N's record at `P/_versions/{2**64-1-N:020}.json`
 names each file's object, written once under `P/_objects/<writer>/`.
 
 The commits are published here by hand (`commit`) from copies of a local pack taken as the
@@ -22,6 +22,7 @@ import numpy as np
 import pytest
 
 from conftest import FIXTURES, cli, put
+from dataset_packer._remote import record_key
 from test_remote import publish
 
 RAW = FIXTURES / "raw"
@@ -68,7 +69,7 @@ def commit(folder: Path, url: str, number: int, command: str, parent: dict | Non
     record = {"format": "dataset-packer commit", "format_version": 1, "commit": number,
               "parent": number - 1 if number > 1 else None, "pack_id": pack_id,
               "writer": writer, "command": command, "files": files, **changes}
-    put(f"{url}/_versions/{number:020d}.json", json.dumps(record, indent=2).encode())
+    put(f"{url}/{record_key(number)}", json.dumps(record, indent=2).encode())
     return record
 
 
@@ -250,30 +251,30 @@ def test_a_record_that_disagrees_with_its_objects_is_refused(s3, states, tmp_pat
     url = "s3://packs/commits/bad-metadata"
     record = commit(states[0], url, 1, "pack")
     record["files"]["metadata.db"]["crc32c"] ^= 1
-    put(f"{url}/_versions/{1:020d}.json", json.dumps(record).encode())
+    put(f"{url}/{record_key(1)}", json.dumps(record).encode())
     key = record["files"]["metadata.db"]["key"]
     with pytest.raises(CorruptError, match=rf"^{url}/{key}: downloaded {size} "
                                            rf"bytes with CRC-32C [0-9a-f]{{8}}, expected .*"
-                                           rf"{url}/_versions/00000000000000000001.json"):
+                                           rf"{url}/{record_key(1)}"):
         open_remote(url, cache)
     # A shard's size and CRC in the record are not those its metadata.db records.
     url = "s3://packs/commits/bad-shard"
     record = commit(states[0], url, 1, "pack")
     record["files"]["steps-00002.npy"]["crc32c"] ^= 1
-    put(f"{url}/_versions/{1:020d}.json", json.dumps(record).encode())
+    put(f"{url}/{record_key(1)}", json.dumps(record).encode())
     key = record["files"]["steps-00002.npy"]["key"]
     with pytest.raises(CorruptError, match=rf"^{url}/{key}: .* the pack is corrupt"):
         open_remote(url, cache)
     # A record of a layout this package does not know.
     url = "s3://packs/commits/future"
     commit(states[0], url, 1, "pack", format_version=2)
-    with pytest.raises(PackError, match=rf"^{url}/_versions/00000000000000000001.json: a commit "
+    with pytest.raises(PackError, match=rf"^{url}/{record_key(1)}: a commit "
                                         r"record of layout 2, .* upgrade dataset_packer"):
         open_remote(url, cache)
     # Not a record at all.
     url = "s3://packs/commits/garbage"
-    put(f"{url}/_versions/{1:020d}.json", b"not json")
-    with pytest.raises(CorruptError, match=rf"^{url}/_versions/00000000000000000001.json: not a "
+    put(f"{url}/{record_key(1)}", b"not json")
+    with pytest.raises(CorruptError, match=rf"^{url}/{record_key(1)}: not a "
                                            "commit record"):
         open_remote(url, cache)
     assert list((cache / "views").iterdir()) == [], "a refused open leaves no view behind"
@@ -296,7 +297,7 @@ def test_a_pack_in_the_old_layout_reads_as_before_and_then_with_its_first_commit
     record = {"format": "dataset-packer commit", "format_version": 1, "commit": 1,
               "parent": None, "pack_id": Pack(states[0]).pack_id, "writer": writer_id(),
               "command": "tag", "files": files}
-    put(f"{url}/_versions/{1:020d}.json", json.dumps(record).encode())
+    put(f"{url}/{record_key(1)}", json.dumps(record).encode())
     new = open_remote(url, cache)
     assert new._remote.commit_number == 1
     np.testing.assert_array_equal(rows(new), local_rows(states[0]))

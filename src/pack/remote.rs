@@ -278,7 +278,7 @@ fn fetch(
     })?;
     let file_url = match commit {
         None => url.join(&file.file_name)?,
-        Some(commit) => commit_file_url(url, commit, file, crc)?,
+        Some(commit) => url.join(&commit.key_of(url, &file.file_name, file.bytes, crc)?)?,
     };
     cache.fetch(&file_url, file.bytes, crc).map_err(|e| {
         if e.kind() == ErrorKind::NotAPack {
@@ -306,32 +306,6 @@ fn fetch(
             e
         }
     })
-}
-
-/// The URL of the object that holds `file` at `commit`, whose record must agree with the
-/// pack's `metadata.db` on its size and CRC-32C.
-fn commit_file_url(url: &Url, commit: &Commit, file: &VersionFile, crc: u32) -> Result<Url> {
-    match commit.files.get(&file.file_name) {
-        Some(f) if f.bytes == file.bytes && f.crc32c == crc => url.join(&f.key),
-        Some(f) => fail!(
-            Corrupt,
-            "{url}: commit {} records {} as {} bytes with CRC-32C {:08x}, its {} as {} bytes \
-             with {crc:08x}",
-            commit.commit,
-            file.file_name,
-            f.bytes,
-            f.crc32c,
-            metadata::FILE_NAME,
-            file.bytes
-        ),
-        None => fail!(
-            Corrupt,
-            "{url}: commit {} does not list {}, which its {} lists",
-            commit.commit,
-            file.file_name,
-            metadata::FILE_NAME
-        ),
-    }
 }
 
 /// Whether the pack's `metadata.db` in the store is no longer the one downloaded into the

@@ -382,8 +382,7 @@ impl Remote {
 }
 
 /// The key below the pack's URL and the CRC-32C of `file` of the pack at commit `base` (its
-/// own name for a pack in the layout before commits). The commit's record and the pack's
-/// `metadata.db` must agree on it.
+/// own name for a pack in the layout before commits).
 fn file_key(url: &Url, base: &Commit, file: &VersionFile) -> Result<(String, u32)> {
     let crc = u32::from_str_radix(&file.crc32c, 16).map_err(|_| {
         Error::new(
@@ -399,25 +398,7 @@ fn file_key(url: &Url, base: &Commit, file: &VersionFile) -> Result<(String, u32
     if base.commit == 0 {
         return Ok((file.file_name.clone(), crc));
     }
-    match base.files.get(&file.file_name) {
-        Some(f) if f.bytes == file.bytes && f.crc32c == crc => Ok((f.key.clone(), crc)),
-        Some(f) => fail!(
-            Corrupt,
-            "{url}: commit {} records {} as {} bytes with CRC-32C {:08x}, its metadata.db as \
-             {} bytes with {crc:08x}",
-            base.commit,
-            file.file_name,
-            f.bytes,
-            f.crc32c,
-            file.bytes
-        ),
-        None => fail!(
-            Corrupt,
-            "{url}: commit {} does not list {}, which its metadata.db lists",
-            base.commit,
-            file.file_name
-        ),
-    }
+    Ok((base.key_of(url, &file.file_name, file.bytes, crc)?, crc))
 }
 
 /// The `pack_id` the pack's `metadata.db` at `db` records (empty for a pack made before pack

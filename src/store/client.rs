@@ -394,6 +394,16 @@ impl Store {
     /// Every object under `url`'s prefix, at any depth (a listing, one request per 1,000
     /// objects), sorted by key.
     pub fn list_all(&self, url: &Url) -> Result<Vec<Object>> {
+        self.list_up_to(url, usize::MAX)
+    }
+
+    /// The first `n` objects under `url`'s prefix in key order, at any depth: up to 1,000 in
+    /// one request (the listing is not read further).
+    pub fn list_first(&self, url: &Url, n: usize) -> Result<Vec<Object>> {
+        self.list_up_to(url, n)
+    }
+
+    fn list_up_to(&self, url: &Url, most: usize) -> Result<Vec<Object>> {
         let (client, _) = self.client(url)?;
         let prefix = (!url.prefix().is_empty()).then(|| Key::from(url.prefix()));
         let depth = prefix.as_ref().map_or(0, |p| p.parts().count());
@@ -402,7 +412,9 @@ impl Store {
             .block_on(async {
                 let mut listing = client.list(prefix.as_ref());
                 let mut out = Vec::new();
-                while let Some(meta) = listing.next().await {
+                while out.len() < most
+                    && let Some(meta) = listing.next().await
+                {
                     out.push(meta?);
                 }
                 Ok::<_, object_store::Error>(out)

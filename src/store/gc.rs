@@ -96,10 +96,11 @@ pub fn gc(store: &Store, url: &Url, options: &GcOptions) -> Result<GcSummary> {
         now.duration_since(o.modified)
             .map_or(true, |age| age < options.older_than)
     };
-    let commits: Vec<(u64, &Object)> = objects
+    let mut commits: Vec<(u64, &Object)> = objects
         .iter()
         .filter_map(|o| Some((record_number(&o.key)?, o)))
         .collect();
+    commits.sort_by_key(|(n, _)| *n);
     let Some(&(latest, _)) = commits.last() else {
         fail!(
             Refused,
@@ -155,7 +156,7 @@ pub fn gc(store: &Store, url: &Url, options: &GcOptions) -> Result<GcSummary> {
     Ok(summary)
 }
 
-/// The commit number of a record's key (`_versions/00000000000000000002.json`).
+/// The commit number of a record's key (`_versions/18446744073709551613.json` for commit 2).
 fn record_number(key: &str) -> Option<u64> {
     let name = key.strip_prefix(VERSIONS)?.strip_prefix('/')?;
     table::parse_record_name(name)
@@ -199,10 +200,10 @@ mod tests {
     #[test]
     fn only_records_have_record_numbers() {
         assert_eq!(
-            record_number("_versions/00000000000000000012.json"),
+            record_number("_versions/18446744073709551603.json"),
             Some(12)
         );
-        assert_eq!(record_number("_objects/00000000000000000012.json"), None);
+        assert_eq!(record_number("_objects/18446744073709551603.json"), None);
         assert_eq!(record_number("_versions/x.json"), None);
     }
 

@@ -4,14 +4,15 @@
 //! Under the pack's URL `P`:
 //! - `P/_objects/<writer>/<file name>`: the pack's files, each written once under a folder no
 //!   other write uses ([`WriterId`]);
-//! - `P/_versions/{N:020}.json`: commit N's [`Commit`] record, naming the key, size and
-//!   CRC-32C of every file of the pack at that commit. Creating it with a create-only write
+//! - `P/_versions/{2^64-1-N:020}.json`: commit N's [`Commit`] record, naming the key, size
+//!   and CRC-32C of every file of the pack at that commit. Later commits have smaller names,
+//!   so a listing, which comes in name order, starts with the latest. Creating it with a create-only write
 //!   ([`Store::create`]) is the commit point, so of two writers that start from commit N only
 //!   one makes N+1; the other learns it lost ([`try_commit`]).
 //! - `P/_probes/<writer>`: the objects [`check_conditional_writes`] makes and removes.
 //!
-//! A reader takes the record with the highest number ([`latest_commit`]: one listing of
-//! `_versions/`, then one GET) and reads the objects it names, which no later commit ever
+//! A reader takes the record with the highest number ([`latest_commit`]: the first page of a
+//! listing of `_versions/`, then one GET, however many commits there are) and reads the objects it names, which no later commit ever
 //! changes. A pack published before this layout (files under their own names, no record) has
 //! no commit: the pack module reads it as it is, and its first write commits record 1.
 
@@ -57,7 +58,7 @@ pub struct FileRef {
 /// ```
 /// use dataset_packer::store::{Commit, FileRef};
 /// let c = Commit::new(2, Some(1), "pack-1", "1764338400000-00ff", "pack --update");
-/// assert_eq!(c.record_key(), "_versions/00000000000000000002.json");
+/// assert_eq!(c.record_key(), "_versions/18446744073709551613.json"); // 2^64 - 1 - 2
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Commit {
@@ -107,11 +108,43 @@ impl Commit {
     pub fn file_url(&self, pack: &Url, name: &str) -> Result<Option<Url>> {
         self.files.get(name).map(|f| pack.join(&f.key)).transpose()
     }
+
+    /// The key of the object that holds the file `name`, which the pack's `metadata.db`
+    /// records as `bytes` bytes with CRC-32C `crc32c`: the record and the pack must agree.
+    ///
+    /// ```
+    /// use dataset_packer::store::{Commit, FileRef, Location};
+    /// let pack = Location::parse("s3://b/p")?.url().unwrap().clone();
+    /// let mut c = Commit::new(1, None, "id", "w", "pack");
+    /// c.files.insert("steps.npy".into(), FileRef { key: "_objects/w/steps.npy".into(), bytes: 9, crc32c: 3 });
+    /// assert_eq!(c.key_of(&pack, "steps.npy", 9, 3)?, "_objects/w/steps.npy");
+    /// assert!(c.key_of(&pack, "steps.npy", 9, 4).is_err());
+    /// # Ok::<(), dataset_packer::Error>(())
+    /// ```
+    pub fn key_of(&self, pack: &Url, name: &str, bytes: u64, crc32c: u32) -> Result<String> {
+        match self.files.get(name) {
+            Some(f) if f.bytes == bytes && f.crc32c == crc32c => Ok(f.key.clone()),
+            Some(f) => fail!(
+                Corrupt,
+                "{pack}: commit {} records {name} as {} bytes with CRC-32C {:08x}, its \
+                 metadata.db as {bytes} bytes with {crc32c:08x}",
+                self.commit,
+                f.bytes,
+                f.crc32c
+            ),
+            None => fail!(
+                Corrupt,
+                "{pack}: commit {} does not list {name}, which its metadata.db lists",
+                self.commit
+            ),
+        }
+    }
 }
 
-/// The key of commit `n`'s record.
+/// The key of commit `n`'s record: `2^64 - 1 - n` in 20 digits, so that the latest commit's
+/// name comes first in a listing (as Lance names its manifests).
 fn record_key(n: u64) -> String {
-    format!("{VERSIONS}/{n:020}.json")
+    format!("{VERSIONS}/{:020}.json", u64::MAX - n)
 }
 
 /// A name no other writer uses: `{milliseconds since 1970, 13 digits}-{16 random hex
@@ -177,7 +210,8 @@ fn random_u64() -> u64 {
 }
 
 /// The numbers of the commits recorded under `pack`, in order (one listing of `_versions/`,
-/// 1,000 records a request). Other names there are ignored.
+/// 1,000 records a request: for every commit, as `gc` needs; [`latest_commit`] reads one
+/// page). Other names there are ignored.
 pub fn commit_numbers(store: &Store, pack: &Url) -> Result<Vec<u64>> {
     let mut numbers: Vec<u64> = store
         .list(&pack.join(VERSIONS)?)?
@@ -188,12 +222,14 @@ pub fn commit_numbers(store: &Store, pack: &Url) -> Result<Vec<u64>> {
     Ok(numbers)
 }
 
-/// The commit number in a record's file name (`00000000000000000002.json`).
+/// The commit number in a record's file name (`18446744073709551613.json` for commit 2).
 pub(crate) fn parse_record_name(name: &str) -> Option<u64> {
     let digits = name.strip_suffix(".json")?;
-    (digits.len() == 20 && digits.bytes().all(|b| b.is_ascii_digit()))
-        .then(|| digits.parse().ok())
-        .flatten()
+    if digits.len() != 20 || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let inverted: u64 = digits.parse().ok()?;
+    Some(u64::MAX - inverted).filter(|&n| n > 0)
 }
 
 /// The latest commit of the pack at `pack`, or None when it has none (no pack, or one in the
@@ -203,10 +239,26 @@ pub fn latest_commit(store: &Store, pack: &Url) -> Result<Option<Commit>> {
     let latest = if pack.scheme().is_read_only() {
         latest_by_probing(store, pack)?
     } else {
-        commit_numbers(store, pack)?.last().copied()
+        latest_by_listing(store, pack)?
     };
     latest.map(|n| read_commit(store, pack, n)).transpose()
 }
+
+/// The highest commit number with a record: the first record name of the first page of a
+/// listing of `_versions/` (one request), or, when that page holds other names only, of
+/// the whole listing.
+fn latest_by_listing(store: &Store, pack: &Url) -> Result<Option<u64>> {
+    let versions = pack.join(VERSIONS)?;
+    let first = store.list_first(&versions, PAGE)?;
+    let found = first.iter().find_map(|o| parse_record_name(&o.key));
+    if found.is_some() || first.len() < PAGE {
+        return Ok(found);
+    }
+    Ok(commit_numbers(store, pack)?.last().copied())
+}
+
+/// The objects an S3 listing returns a request.
+const PAGE: usize = 1000;
 
 /// The highest commit number with a record, found by asking for records 1, 2, 4, … until one
 /// is missing, then halving the gap (commits are numbered without gaps from 1; `gc` removes
@@ -398,12 +450,17 @@ mod tests {
 
     #[test]
     fn record_names_are_twenty_digits_and_nothing_else() {
-        assert_eq!(parse_record_name("00000000000000000007.json"), Some(7));
-        assert_eq!(record_key(7), "_versions/00000000000000000007.json");
+        assert_eq!(parse_record_name("18446744073709551608.json"), Some(7));
+        assert_eq!(record_key(7), "_versions/18446744073709551608.json");
+        assert!(
+            record_key(8) < record_key(7),
+            "the later commit lists first"
+        );
         for other in [
             "7.json",
-            "0000000000000000000x.json",
-            "00000000000000000007.tmp",
+            "1844674407370955160x.json",
+            "18446744073709551608.tmp",
+            "18446744073709551615.json",
             "",
         ] {
             assert_eq!(parse_record_name(other), None, "{other}");
