@@ -60,7 +60,7 @@ pub struct ExportArgs {
     pub version: crate::cli::VersionArg,
     /// Where to write (a file or a folder, see --format). --format pack may also write to a
     /// URL in object storage (s3://bucket/prefix, gs://, az://): built in the cache folder's
-    /// staging/, then published there, metadata.db last.
+    /// staging/, then published there as a commit.
     #[arg(long, value_name = "PATH")]
     pub output: PathBuf,
     /// Output format [default: from the output's name: .parquet, .jsonl or .jsonl.gz; a

@@ -53,8 +53,8 @@ pub struct MergeArgs {
     #[arg(long = "input", value_name = "PACK")]
     pub inputs: Vec<PathBuf>,
     /// Folder to write the merged pack into, or a URL in object storage (s3://bucket/prefix,
-    /// gs://, az://): built in the cache folder's staging/, then published there,
-    /// metadata.db last.
+    /// gs://, az://): built in the cache folder's staging/, then published there as a
+    /// commit.
     #[arg(long, value_name = "PACK_DIR")]
     pub output: PathBuf,
     /// Rows per output shard, e.g. 10M (k, M, G = 10^3, 10^6, 10^9) [default: the inputs'

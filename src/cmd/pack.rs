@@ -100,7 +100,7 @@ pub struct PackArgs {
     pub input: PathBuf,
     /// Folder to write the pack into (created if missing), or a URL in object storage
     /// (s3://bucket/prefix, gs://, az://): the pack is built in the cache folder's staging/
-    /// and published there, metadata.db last.
+    /// and published there as a commit (see `gc` for what old commits leave).
     #[arg(long, value_name = "PACK_DIR")]
     pub output: PathBuf,
     /// Rows per shard (steps-00000.npy, …), e.g. 1000000 or 1M (k, M, G = 10^3, 10^6, 10^9);

@@ -35,8 +35,8 @@ pub struct ShuffleArgs {
     #[arg(long = "input", id = "input_flag", value_name = "PACK")]
     pub input_flag: Option<PathBuf>,
     /// Folder for the shuffled pack, or a URL in object storage (s3://bucket/prefix, gs://,
-    /// az://): built in --temp (else the cache folder's staging/), then published there,
-    /// metadata.db last (not with --resume).
+    /// az://): built in --temp (else the cache folder's staging/), then published there as a
+    /// commit (not with --resume).
     #[arg(long, value_name = "PACK_DIR")]
     pub output: PathBuf,
     /// Random seed: the same seed gives the same bytes.

@@ -293,8 +293,8 @@ pub struct ExportSummary {
 /// Exports the runs of the pack at `pack` that `options` select into `output`: a `.jsonl`,
 /// `.jsonl.gz` or `.parquet` file, or a folder (JSONL per run, Parquet parts, or a new pack),
 /// as `dataset-packer export` does; the output appears whole or not at all. A pack may also
-/// go to a URL in object storage (`s3://bucket/prefix`): staged locally, then uploaded,
-/// `metadata.db` last ([`ExportSummary::uploaded`]); JSONL and Parquet are written locally only. The shards read
+/// go to a URL in object storage (`s3://bucket/prefix`): staged locally, then committed
+/// there ([`ExportSummary::uploaded`]); JSONL and Parquet are written locally only. The shards read
 /// are checked against their recorded checksums first.
 ///
 /// Errors: `NotAPack` when `pack` is not one; `Refused` for an output that exists (without

@@ -282,8 +282,9 @@ impl RawPackSummary {
 /// `output` may be a URL in object storage (`s3://bucket/prefix`, `gs://…`, `az://…`; the
 /// credentials from the environment, as the AWS tools read them): the pack is built in a
 /// staging folder under the cache folder ([`store::cache_config`](crate::store::cache_config))
-/// and published there, `metadata.db` last, and [`RawPackSummary::uploaded`] says what was
-/// uploaded. An update downloads the pack there first and publishes the updated pack over it.
+/// and published there as the pack's next commit, and [`RawPackSummary::uploaded`] says what
+/// was uploaded. An update downloads the latest commit first and commits the updated pack
+/// after it (built again on top of another writer's commit that came first).
 ///
 /// Errors: [`ErrorKind::Refused`] for settings that do not go together or a state the options
 /// do not allow (an existing pack without [`overwrite`](RawPackOptions::overwrite): the error's

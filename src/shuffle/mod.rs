@@ -224,7 +224,7 @@ struct Input {
 }
 
 /// Shuffles the pack `input` into a new pack at `output` (a folder, or a URL in object storage:
-/// staged in [`ShuffleOptions::temp`] or the cache folder, then uploaded, `metadata.db` last;
+/// staged in [`ShuffleOptions::temp`] or the cache folder, then committed there;
 /// not resumable) whose rows are a uniformly random permutation of its rows (in bounded
 /// memory, resumable), and publishes it. Everything it
 /// refuses, it refuses before the first write.
