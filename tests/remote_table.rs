@@ -1036,3 +1036,45 @@ fn opening_reads_one_page_of_records_however_many_commits_there_are() {
         "{record_gets:?}"
     );
 }
+
+#[test]
+fn updates_racing_each_other_all_land() {
+    let Some(moto) = moto() else { return };
+    let t = tempfile::tempdir().unwrap();
+    let d = drops(t.path(), &[&[0], &[1, 2], &[3, 4], &[5, 6], &[7, 8, 9]]);
+    let env = env_for(moto, moto.port, &t.path().join("cache"));
+    let (store, remote) = (store(moto), "s3://packs/table/racing");
+    run_ok(&pack_args(&d[0], remote, false), &env);
+    // Four updaters at once, each with runs of its own: every one exits 0 with its runs in.
+    let children: Vec<_> = d[1..]
+        .iter()
+        .map(|drop| {
+            command(&pack_args(drop, remote, true), &env)
+                .stdout(Stdio::null())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    for child in children {
+        let out = child.wait_with_output().unwrap();
+        assert!(out.status.success(), "{}", common::stderr(&out));
+    }
+    assert_eq!(
+        commit_numbers(&store, &url(remote)).unwrap(),
+        [1, 2, 3, 4, 5]
+    );
+    let all = t.path().join("all");
+    for drop in &d {
+        common::copy_tree(drop, &all);
+    }
+    let local = t.path().join("local");
+    common::pack(&all, &local, &[]);
+    let (got, want) = (
+        stats(remote, "latest", &env),
+        stats(s(&local), "latest", &[]),
+    );
+    assert_eq!((&got["runs"], &got["rows"]), (&want["runs"], &want["rows"]));
+    assert_eq!(got["score"], want["score"]);
+    run_ok(&["validate", remote], &env);
+}
