@@ -71,8 +71,8 @@ pub(crate) fn open_view(url: &Url, wanted: Wanted) -> Result<RemoteView> {
     let cache = Cache::open(&config.dir, config.limit, shared_store()?)?;
     let views = config.dir.join("views");
     fs::create_dir_all(&views).with_context(|| format!("creating {}", views.display()))?;
-    sweep_stale_views(&views);
-    let (dir, lock) = new_view_dir(&views)?;
+    store::sweep_stale_views(&views);
+    let (dir, lock) = store::new_view_dir(&views)?;
     let mut view = RemoteView {
         url: url.clone(),
         dir,
@@ -318,79 +318,4 @@ fn changed_since_opened(cache: &Cache, url: &Url, view: &Path) -> bool {
         return false;
     };
     fs::read(view.join(metadata::FILE_NAME)).is_ok_and(|opened| opened != now)
-}
-
-/// A new view folder `<pid>-<n>` and its `.lock`, held shared while the view lives. It is
-/// made under a name no sweep looks at (`.<pid>-<n>.new`) and renamed once locked, so no
-/// sweep ever finds it unlocked; the Python package makes its views the same way.
-fn new_view_dir(views: &Path) -> Result<(PathBuf, fs::File)> {
-    static NEXT: AtomicU64 = AtomicU64::new(0);
-    loop {
-        let name = format!(
-            "{}-{}",
-            std::process::id(),
-            NEXT.fetch_add(1, Ordering::Relaxed)
-        );
-        let staging = views.join(format!(".{name}.new"));
-        match fs::create_dir(&staging) {
-            Ok(()) => {}
-            Err(e) if e.kind() == IoKind::AlreadyExists => continue,
-            Err(e) => {
-                return Err(Error::from(e).within(format!("creating {}", staging.display())));
-            }
-        }
-        let lock_path = staging.join(".lock");
-        let lock = fs::File::create(&lock_path)
-            .and_then(|lock| lock.lock_shared().map(|()| lock))
-            .with_context(|| format!("locking {}", lock_path.display()))?;
-        let dir = views.join(&name);
-        // A folder of that name was left by an earlier process with this pid: not ours.
-        if dir.exists() || fs::rename(&staging, &dir).is_err() {
-            let _ = fs::remove_dir_all(&staging);
-            continue;
-        }
-        return Ok((dir, lock));
-    }
-}
-
-/// Removes the views of processes that are gone (killed before they could clean up): a view
-/// whose `.lock` no process holds (this works across containers sharing the cache, where
-/// process ids mean nothing), or one without a `.lock` whose process does not run.
-fn sweep_stale_views(views: &Path) {
-    let Ok(listing) = fs::read_dir(views) else {
-        return;
-    };
-    let me = std::process::id();
-    for item in listing.flatten() {
-        let name = item.file_name().to_string_lossy().into_owned();
-        let Some(pid) = name
-            .split_once('-')
-            .and_then(|(pid, n)| n.parse::<u64>().ok().and(pid.parse::<u32>().ok()))
-        else {
-            continue;
-        };
-        match fs::File::open(item.path().join(".lock")) {
-            Ok(lock) => {
-                if lock.try_lock().is_ok() {
-                    let _ = fs::remove_dir_all(item.path());
-                }
-            }
-            Err(_) if pid != me && !process_runs(pid) => {
-                let _ = fs::remove_dir_all(item.path());
-            }
-            Err(_) => {}
-        }
-    }
-}
-
-/// Whether a process `pid` exists (signal 0 checks without sending anything).
-fn process_runs(pid: u32) -> bool {
-    let Ok(pid) = libc::pid_t::try_from(pid) else {
-        return false;
-    };
-    // SAFETY: kill with signal 0 sends nothing; it only reports whether the process exists.
-    if unsafe { libc::kill(pid, 0) } == 0 {
-        return true;
-    }
-    std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM)
 }

@@ -14,7 +14,6 @@
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU32, Ordering};
 
 use crate::error::{Context, Error, ErrorKind, Result, fail};
 use crate::format::metadata;
@@ -23,9 +22,6 @@ use crate::interrupt::{self, OnInterrupt};
 use crate::pack::versions::History;
 use crate::pack::versions::VersionFile;
 use crate::store::{self, Cache, Commit, FileRef, Head, Location, Store, Url};
-
-/// The prefix of the staging folders this module makes (`dataset-packer-publish-PID-N`).
-const STAGING_PREFIX: &str = "dataset-packer-publish-";
 
 /// What publishing a pack to object storage did: the summary a command prints.
 ///
@@ -258,8 +254,8 @@ impl Remote {
         };
         fs::create_dir_all(&staging_base)
             .with_context(|| format!("creating {}", staging_base.display()))?;
-        sweep_stale(&staging_base);
-        let staging = fresh_folder(&staging_base)?;
+        store::sweep_stale_staging(&staging_base);
+        let staging = store::fresh_staging(&staging_base)?;
         Ok(Remote {
             _on_interrupt: interrupt::register(&staging, OnInterrupt::Remove),
             url,
@@ -416,55 +412,6 @@ fn commit_command() -> String {
         .collect()
 }
 
-/// A new, empty folder `dataset-packer-publish-PID-N` in `base`.
-fn fresh_folder(base: &Path) -> Result<PathBuf> {
-    static NEXT: AtomicU32 = AtomicU32::new(0);
-    for _ in 0..1000 {
-        let n = NEXT.fetch_add(1, Ordering::Relaxed);
-        let path = base.join(format!("{STAGING_PREFIX}{}-{n}", std::process::id()));
-        match fs::create_dir(&path) {
-            Ok(()) => return Ok(path),
-            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
-            Err(e) => return Err(Error::from(e).within(format!("creating {}", path.display()))),
-        }
-    }
-    fail!(Io, "could not make a staging folder in {}", base.display())
-}
-
-/// Removes the staging folders in `base` of processes that are gone (killed before they could
-/// clean up). Only folders named as this module names them are touched.
-fn sweep_stale(base: &Path) {
-    let Ok(entries) = fs::read_dir(base) else {
-        return;
-    };
-    for entry in entries.filter_map(|e| e.ok()) {
-        let name = entry.file_name().to_string_lossy().into_owned();
-        let Some(pid) = staging_pid(&name) else {
-            continue;
-        };
-        if pid != std::process::id() && !process_alive(pid) {
-            log::info!("removing the staging folder of a gone process: {name}");
-            let _ = fs::remove_dir_all(entry.path());
-        }
-    }
-}
-
-/// The process id in a staging folder's name `dataset-packer-publish-PID-N`.
-fn staging_pid(name: &str) -> Option<u32> {
-    let (pid, n) = name.strip_prefix(STAGING_PREFIX)?.split_once('-')?;
-    n.parse::<u32>().ok()?;
-    pid.parse().ok()
-}
-
-fn process_alive(pid: u32) -> bool {
-    let Ok(pid) = libc::pid_t::try_from(pid) else {
-        return false;
-    };
-    // SAFETY: signal 0 only checks that the process exists.
-    let rc = unsafe { libc::kill(pid, 0) };
-    rc == 0 || std::io::Error::last_os_error().raw_os_error() != Some(libc::ESRCH)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -493,23 +440,5 @@ mod tests {
             .unwrap();
         assert_eq!(e.kind(), ErrorKind::Refused);
         assert!(e.to_string().starts_with("https://host/pack"), "{e}");
-    }
-
-    #[test]
-    fn stale_staging_folders_of_gone_processes_are_swept_and_nothing_else() {
-        let t = tempfile::tempdir().unwrap();
-        // pid_max is at most 2^22: this pid cannot be running.
-        let gone = t.path().join(format!("{STAGING_PREFIX}4194305-0"));
-        let mine = t
-            .path()
-            .join(format!("{STAGING_PREFIX}{}-0", std::process::id()));
-        let other = t.path().join("dataset-packer-publish-notes");
-        for dir in [&gone, &mine, &other] {
-            fs::create_dir(dir).unwrap();
-        }
-        sweep_stale(t.path());
-        assert!(!gone.exists() && mine.exists() && other.exists());
-        assert_eq!(staging_pid("dataset-packer-publish-12-3"), Some(12));
-        assert_eq!(staging_pid("dataset-packer-publish-12"), None);
     }
 }

@@ -15,6 +15,7 @@ mod gc;
 mod location;
 mod publish;
 mod table;
+mod workdirs;
 
 pub use cache::{Cache, Entry};
 pub use client::{Listed, Object, Store, StoreOptions, Transfers};
@@ -30,6 +31,7 @@ pub use table::{
     check_conditional_writes, commit_numbers, conflict, head, latest_commit, read_commit,
     read_small_file, try_commit,
 };
+pub(crate) use workdirs::{fresh_staging, new_view_dir, sweep_stale_staging, sweep_stale_views};
 
 use crate::error::{Error, ErrorKind, Result};
 
