@@ -223,27 +223,32 @@ class Cache:
 
     def _fill(self, fd: int, url, path: Path, lock_path: Path, length: int,
               crc32c: int) -> Entry | None:
-        """With the entry's exclusive lock (`fd`): downloads the file unless it is there
-        already, then pins it; None (and `fd` closed) when the fetch must start over."""
+        """With the entry's exclusive lock (`fd`): downloads the file, then pins it; None (and
+        `fd` closed) when the fetch must start over (also when another process downloaded it
+        meanwhile: it is then pinned the checked way)."""
         try:
             if not _same_file(fd, lock_path):
                 _close(fd)
                 return None
-            if not _is_complete(path, length):
-                try:
-                    self._download(url, path, length, crc32c)
-                except BaseException as e:
-                    if not _same_file(fd, lock_path):
-                        if _local_file_missing(e):
-                            # `entries/` was deleted during the download: start over in
-                            # the new one.
-                            _close(fd)
-                            return None
-                    else:
-                        # Nothing was kept: neither is the entry's lock file (removed
-                        # while locked, as an eviction removes it).
-                        _remove(lock_path)
-                    raise
+            if _is_complete(path, length):
+                # Another process downloaded it between the two looks: pin it the checked
+                # way, under the shared lock.
+                _close(fd)
+                return None
+            try:
+                self._download(url, path, length, crc32c)
+            except BaseException as e:
+                if not _same_file(fd, lock_path):
+                    if _local_file_missing(e):
+                        # `entries/` was deleted during the download: start over in
+                        # the new one.
+                        _close(fd)
+                        return None
+                else:
+                    # Nothing was kept: neither is the entry's lock file (removed
+                    # while locked, as an eviction removes it).
+                    _remove(lock_path)
+                raise
             _stamp(fd)
             # Downgrading is not atomic: an evictor may take the entry in between, so look
             # again under the shared lock (no second CRC: the file was just checked).

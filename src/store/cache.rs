@@ -142,67 +142,91 @@ impl Cache {
     /// match, [`ErrorKind::Refused`] when the file cannot fit in the limit.
     pub fn fetch(&self, url: &Url, len: u64, crc32c: u32) -> Result<Entry> {
         let name = entry_name(url, len, crc32c);
-        let path = self.entries.join(&name);
-        let lock_path = self.entries.join(format!("{name}.lock"));
+        let wanted = Wanted {
+            url,
+            len,
+            crc32c,
+            path: self.entries.join(&name),
+            lock_path: self.entries.join(format!("{name}.lock")),
+        };
         let (mut stale, mut restarts) = (0, 0);
         loop {
-            // Deleted under a running process (the tag says it may be): made again.
-            fs::create_dir_all(&self.entries)
-                .with_context(|| format!("creating {}", self.entries.display()))?;
-            // Blocking for a shared lock waits only for a downloader or an evictor, neither
-            // of which ever waits for an entry's lock: no process waits in a cycle.
-            let lock = lock_entry(&lock_path, libc::LOCK_SH)?;
-            if same_file(&lock, &lock_path) && is_complete(&path, len) {
-                if entry_crc(&path)? == Some(crc32c) {
-                    stamp(&lock);
-                    return Ok(Entry { path, _lock: lock });
+            match self.try_fetch(&wanted, &mut stale) {
+                Ok(Some(entry)) => return Ok(entry),
+                Ok(None) => {}
+                // `entries/` deleted under this fetch (the tag says it may be at any time):
+                // start over in a new one.
+                Err(e)
+                    if e.io_kind() == Some(std::io::ErrorKind::NotFound)
+                        && restarts < STALE_TRIES =>
+                {
+                    restarts += 1;
                 }
-                log::warn!(
-                    "the cache file {} is damaged (its bytes do not have the CRC-32C \
-                     {crc32c:08x} of {url}); fetching it again",
-                    path.display()
-                );
-                let _ = fs::remove_file(&path);
-                continue;
-            }
-            drop(lock);
-            let Some(lock) = try_lock_entry(&lock_path)? else {
-                stale += 1;
-                if stale > STALE_TRIES {
-                    // A process holds the entry pinned while its file is gone (deleted under
-                    // it), so the exclusive lock never comes: a new lock file starts over.
-                    let _ = fs::remove_file(&lock_path);
-                    stale = 0;
-                }
-                std::thread::sleep(std::time::Duration::from_millis(20));
-                continue;
-            };
-            if !same_file(&lock, &lock_path) {
-                continue;
-            }
-            if !is_complete(&path, len) {
-                match self.download(url, &path, len, crc32c) {
-                    Ok(()) => {}
-                    // `entries/` deleted under the download: start over in a new one.
-                    Err(e)
-                        if e.io_kind() == Some(std::io::ErrorKind::NotFound)
-                            && restarts < STALE_TRIES =>
-                    {
-                        restarts += 1;
-                        continue;
-                    }
-                    Err(e) => return Err(e),
-                }
-            }
-            stamp(&lock);
-            // Downgrading is not atomic: an evictor may take the entry in between, so the
-            // entry is looked at again under the shared lock.
-            flock(&lock, libc::LOCK_SH)
-                .with_context(|| format!("locking {}", lock_path.display()))?;
-            if is_complete(&path, len) && same_file(&lock, &lock_path) {
-                return Ok(Entry { path, _lock: lock });
+                Err(e) => return Err(e),
             }
         }
+    }
+
+    /// One round of [`Cache::fetch`]: the pinned entry, or None to go round again.
+    fn try_fetch(&self, w: &Wanted, stale: &mut u32) -> Result<Option<Entry>> {
+        fs::create_dir_all(&self.entries)
+            .with_context(|| format!("creating {}", self.entries.display()))?;
+        // Blocking for a shared lock waits only for a downloader or an evictor, neither of
+        // which ever waits for an entry's lock: no process waits in a cycle.
+        let lock = lock_entry(&w.lock_path, libc::LOCK_SH)?;
+        if same_file(&lock, &w.lock_path) && is_complete(&w.path, w.len) {
+            match entry_crc(&w.path)? {
+                Some(crc) if crc == w.crc32c => {
+                    stamp(&lock);
+                    return Ok(Some(Entry {
+                        path: w.path.clone(),
+                        _lock: lock,
+                    }));
+                }
+                Some(_) => {
+                    log::warn!(
+                        "the cache file {} is damaged (its bytes do not have the CRC-32C \
+                         {:08x} of {}); fetching it again",
+                        w.path.display(),
+                        w.crc32c,
+                        w.url
+                    );
+                    let _ = fs::remove_file(&w.path);
+                }
+                None => {} // removed meanwhile
+            }
+            return Ok(None);
+        }
+        drop(lock);
+        let Some(lock) = try_lock_entry(&w.lock_path)? else {
+            *stale += 1;
+            if *stale > STALE_TRIES {
+                // A process holds the entry pinned while its file is gone (deleted under it),
+                // so the exclusive lock never comes: a new lock file starts over.
+                let _ = fs::remove_file(&w.lock_path);
+                *stale = 0;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+            return Ok(None);
+        };
+        // Another process downloaded it between the two looks: it is pinned the checked way,
+        // under the shared lock, next round.
+        if !same_file(&lock, &w.lock_path) || is_complete(&w.path, w.len) {
+            return Ok(None);
+        }
+        self.download(w.url, &w.path, w.len, w.crc32c)?;
+        stamp(&lock);
+        // Downgrading is not atomic: an evictor may take the entry in between, so the entry
+        // is looked at again under the shared lock.
+        flock(&lock, libc::LOCK_SH)
+            .with_context(|| format!("locking {}", w.lock_path.display()))?;
+        if is_complete(&w.path, w.len) && same_file(&lock, &w.lock_path) {
+            return Ok(Some(Entry {
+                path: w.path.clone(),
+                _lock: lock,
+            }));
+        }
+        Ok(None)
     }
 
     /// `len` bytes of the file at `url` from `start`, read from the server (a page of rows,
@@ -365,6 +389,15 @@ impl Cache {
         flock(&file, libc::LOCK_EX).with_context(|| format!("locking {}", path.display()))?;
         Ok(file)
     }
+}
+
+/// A file [`Cache::fetch`] is asked for, and where its entry is.
+struct Wanted<'a> {
+    url: &'a Url,
+    len: u64,
+    crc32c: u32,
+    path: PathBuf,
+    lock_path: PathBuf,
 }
 
 /// Tries (20 ms apart) at the exclusive lock of an entry whose file is missing before its
