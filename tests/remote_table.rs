@@ -13,51 +13,15 @@ mod common;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use common::moto::{Moto, moto, options, publish_plain};
+use common::moto::{
+    Moto, command_with, env_for, moto, options, publish_plain, run_with, run_with_ok,
+};
 use common::proxy::{Fault, Proxy};
 use common::s;
 use dataset_packer::store::{Location, Store, Url, commit_numbers, latest_commit, read_commit};
-
-fn env_for(moto: &Moto, port: u16, cache: &Path) -> Vec<(String, String)> {
-    [
-        ("AWS_ACCESS_KEY_ID", moto.key.clone()),
-        ("AWS_SECRET_ACCESS_KEY", moto.secret.clone()),
-        ("AWS_REGION", "us-east-1".into()),
-        ("AWS_ENDPOINT_URL", format!("http://127.0.0.1:{port}")),
-        ("AWS_ALLOW_HTTP", "true".into()),
-        ("DATASET_PACKER_CACHE", s(cache).into()),
-    ]
-    .into_iter()
-    .map(|(k, v)| (k.to_string(), v))
-    .collect()
-}
-
-fn command(args: &[&str], env: &[(String, String)]) -> Command {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_dataset-packer"));
-    cmd.args(args).env_remove("RUST_LOG");
-    for (k, v) in env {
-        cmd.env(k, v);
-    }
-    cmd
-}
-
-fn run(args: &[&str], env: &[(String, String)]) -> Output {
-    command(args, env).output().expect("the binary runs")
-}
-
-fn run_ok(args: &[&str], env: &[(String, String)]) -> String {
-    let out = run(args, env);
-    assert!(
-        out.status.success(),
-        "dataset-packer {args:?} failed ({}):\n{}",
-        out.status,
-        common::stderr(&out)
-    );
-    String::from_utf8(out.stdout).unwrap()
-}
 
 fn url(text: &str) -> Url {
     match Location::parse(text).unwrap() {
@@ -120,7 +84,7 @@ fn download_commit(store: &Store, pack: &str, n: u64, dir: &Path) {
 
 /// `stats --json` of a pack (at `version`), without the seconds it took.
 fn stats(pack: &str, version: &str, env: &[(String, String)]) -> serde_json::Value {
-    let text = run_ok(&["stats", pack, "--json", "--version", version], env);
+    let text = run_with_ok(&["stats", pack, "--json", "--version", version], env);
     figures(serde_json::from_str(&text).unwrap())
 }
 
@@ -165,30 +129,19 @@ fn objects_are_written_once_and_every_commit_names_its_files() {
     let remote = "s3://packs/table/once";
     let (local, store) = (t.path().join("local"), store(moto));
 
-    run_ok(&pack_args(&d[0], remote, false), &env);
+    run_with_ok(&pack_args(&d[0], remote, false), &env);
     common::pack(&d[0], &local, &["--shard-rows", "500"]);
     let first = t.path().join("first");
     download_commit(&store, remote, 1, &first);
     assert_eq!(common::pack_bytes(&first), common::pack_bytes(&local));
 
-    let out = run_ok(
+    let out = run_with_ok(
         &[&pack_args(&d[1], remote, true)[..], &["--json"]].concat(),
         &env,
     );
     let doc: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
     assert_eq!(doc["published"]["commit"], 2, "{doc}");
-    run_ok(
-        &[
-            "pack",
-            "--input",
-            s(&d[1]),
-            "--output",
-            s(&local),
-            "--update",
-            "--quiet",
-        ],
-        &[],
-    );
+    run_with_ok(&pack_args(&d[1], s(&local), true), &[]);
     let second = t.path().join("second");
     download_commit(&store, remote, 2, &second);
     assert_eq!(common::pack_bytes(&second), common::pack_bytes(&local));
@@ -276,7 +229,7 @@ fn a_reader_keeps_the_version_it_opened_across_three_updates() {
     let env = env_for(moto, moto.port, &t.path().join("cache"));
     let remote = "s3://packs/table/reader";
     let local = t.path().join("local");
-    run_ok(&pack_args(&d[0], remote, false), &env);
+    run_with_ok(&pack_args(&d[0], remote, false), &env);
     common::pack(&d[0], &local, &["--shard-rows", "500"]);
 
     let go = t.path().join("go");
@@ -305,19 +258,8 @@ fn a_reader_keeps_the_version_it_opened_across_three_updates() {
     }
     let mut versions = vec![stats(s(&local), "latest", &[])];
     for drop in &d[1..] {
-        run_ok(&pack_args(drop, remote, true), &env);
-        run_ok(
-            &[
-                "pack",
-                "--input",
-                s(drop),
-                "--output",
-                s(&local),
-                "--update",
-                "--quiet",
-            ],
-            &[],
-        );
+        run_with_ok(&pack_args(drop, remote, true), &env);
+        run_with_ok(&pack_args(drop, s(&local), true), &[]);
         versions.push(stats(s(&local), "latest", &[]));
     }
     std::fs::write(&go, "").unwrap();
@@ -358,7 +300,7 @@ fn a_reader_keeps_the_version_it_opened_across_three_updates() {
             t.path().join(format!("l{v}")),
         );
         for (pack, out, env) in [(remote, &a, &env[..]), (s(&local), &b, &[][..])] {
-            run_ok(
+            run_with_ok(
                 &[
                     "export",
                     pack,
@@ -394,7 +336,7 @@ fn start_held(args: &[&str], env: &[(String, String)], proxy: &Proxy) -> std::pr
             Fault::Pass
         }
     });
-    let child = command(args, env)
+    let child = command_with(args, env)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -420,12 +362,12 @@ fn two_writers_from_one_version_never_lose_work_silently() {
     let direct = env_for(moto, moto.port, &t.path().join("cache"));
     let held = env_for(moto, proxy.port, &t.path().join("cache"));
     let (store, remote) = (store(moto), "s3://packs/table/race");
-    run_ok(&pack_args(&d[0], remote, false), &direct);
+    run_with_ok(&pack_args(&d[0], remote, false), &direct);
 
     // Two updates: A's commit waits at the proxy while B commits; A then finds commit 2,
     // builds again on top of it and commits 3, with every run once.
     let a = start_held(&pack_args(&d[1], remote, true), &held, &proxy);
-    run_ok(&pack_args(&d[2], remote, true), &direct);
+    run_with_ok(&pack_args(&d[2], remote, true), &direct);
     proxy.release();
     let out = a.wait_with_output().unwrap();
     assert!(out.status.success(), "{}", common::stderr(&out));
@@ -472,7 +414,7 @@ fn two_writers_from_one_version_never_lose_work_silently() {
     ] {
         let before = commit_numbers(&store, &url(remote)).unwrap();
         let a = start_held(&args, &held, &proxy);
-        run_ok(&["tag", remote, &format!("b-{what}")], &direct);
+        run_with_ok(&["tag", remote, &format!("b-{what}")], &direct);
         proxy.release();
         let out = a.wait_with_output().unwrap();
         let err = common::stderr(&out);
@@ -487,7 +429,7 @@ fn two_writers_from_one_version_never_lose_work_silently() {
         assert_eq!(latest.commit, lost_to, "{what}: B's commit, none of A's");
         assert!(!latest.files.contains_key("z.npy"), "{what}");
         assert!(
-            !run_ok(&["versions", remote], &direct).contains("nightly"),
+            !run_with_ok(&["versions", remote], &direct).contains("nightly"),
             "{what}"
         );
     }
@@ -511,7 +453,7 @@ fn a_writer_killed_at_any_step_leaves_the_previous_version() {
     let direct = env_for(moto, moto.port, &t.path().join("cache"));
     let env = env_for(moto, proxy.port, &t.path().join("cache"));
     let (store, remote) = (store(moto), "s3://packs/table/kill");
-    run_ok(&pack_args(&d[0], remote, false), &direct);
+    run_with_ok(&pack_args(&d[0], remote, false), &direct);
     let before = stats(remote, "latest", &direct);
 
     // The k-th write of the update hangs; the writer is killed there. Every k up to the
@@ -528,7 +470,7 @@ fn a_writer_killed_at_any_step_leaves_the_previous_version() {
             }
             Fault::Pass
         });
-        let mut child = command(&pack_args(&d[1], remote, true), &env)
+        let mut child = command_with(&pack_args(&d[1], remote, true), &env)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
@@ -564,7 +506,7 @@ fn a_writer_killed_at_any_step_leaves_the_previous_version() {
     assert!(k >= 4, "probes, objects and the record: {k} writes");
     // The last try ran to its end: commit 2, and the pack is whole.
     assert_eq!(commit_numbers(&store, &url(remote)).unwrap(), [1, 2]);
-    run_ok(&["validate", remote], &direct);
+    run_with_ok(&["validate", remote], &direct);
 }
 
 #[test]
@@ -574,10 +516,10 @@ fn gc_deletes_only_what_no_kept_commit_names() {
     let d = drops(t.path(), &[&[0, 1], &[2, 3], &[4, 5]]);
     let env = env_for(moto, moto.port, &t.path().join("cache"));
     let (store, remote) = (store(moto), "s3://packs/table/gc");
-    run_ok(&pack_args(&d[0], remote, false), &env);
-    run_ok(&pack_args(&d[1], remote, true), &env);
-    run_ok(&pack_args(&d[2], remote, true), &env);
-    run_ok(&["tag", remote, "paper"], &env);
+    run_with_ok(&pack_args(&d[0], remote, false), &env);
+    run_with_ok(&pack_args(&d[1], remote, true), &env);
+    run_with_ok(&pack_args(&d[2], remote, true), &env);
+    run_with_ok(&["tag", remote, "paper"], &env);
     // Beside the pack: someone's notes, and the objects of a writer that died uncommitted.
     let pack = url(remote);
     store
@@ -593,8 +535,8 @@ fn gc_deletes_only_what_no_kept_commit_names() {
     let all = keys(&store, remote);
 
     // Within the window (7 days by default) nothing goes; a dry run deletes nothing.
-    run_ok(&["gc", remote], &env);
-    let dry = run_ok(
+    run_with_ok(&["gc", remote], &env);
+    let dry = run_with_ok(
         &[
             "gc",
             remote,
@@ -610,7 +552,7 @@ fn gc_deletes_only_what_no_kept_commit_names() {
     assert_eq!(keys(&store, remote), all);
     let dry: serde_json::Value = serde_json::from_str(&dry).unwrap();
 
-    let done = run_ok(
+    let done = run_with_ok(
         &[
             "gc",
             remote,
@@ -653,9 +595,9 @@ fn gc_deletes_only_what_no_kept_commit_names() {
             i + 1
         );
     }
-    run_ok(&["validate", remote], &env);
+    run_with_ok(&["validate", remote], &env);
 
-    let out = run(&["gc", s(t.path())], &env);
+    let out = run_with(&["gc", s(t.path())], &env);
     assert_eq!(out.status.code(), Some(2), "{}", common::stderr(&out));
 }
 
@@ -675,7 +617,7 @@ fn a_store_that_ignores_create_only_writes_is_refused_unless_single_writer() {
     let env = env_for(moto, proxy.port, &t.path().join("cache"));
     let (store, remote) = (store(moto), "s3://packs/table/lax");
 
-    let out = run(&pack_args(&d[0], remote, false), &env);
+    let out = run_with(&pack_args(&d[0], remote, false), &env);
     let err = common::stderr(&out);
     assert_eq!(out.status.code(), Some(2), "{err}");
     assert!(
@@ -684,7 +626,7 @@ fn a_store_that_ignores_create_only_writes_is_refused_unless_single_writer() {
     );
     assert!(commit_numbers(&store, &url(remote)).unwrap().is_empty());
 
-    run_ok(
+    run_with_ok(
         &[&["--single-writer"], &pack_args(&d[0], remote, false)[..]].concat(),
         &env,
     );
@@ -699,7 +641,7 @@ fn tag_attach_and_detach_commit_on_a_url_as_on_a_folder() {
     let env = env_for(moto, moto.port, &t.path().join("cache"));
     let (store, remote) = (store(moto), "s3://packs/table/change");
     let local = t.path().join("local");
-    run_ok(&pack_args(&d[0], remote, false), &env);
+    run_with_ok(&pack_args(&d[0], remote, false), &env);
     common::pack(&d[0], &local, &["--shard-rows", "500"]);
     let pack_id = latest_commit(&store, &url(remote))
         .unwrap()
@@ -712,8 +654,8 @@ fn tag_attach_and_detach_commit_on_a_url_as_on_a_folder() {
     bytes.resize(bytes.len() + rows * 4, 0);
     std::fs::write(&zeros, bytes).unwrap();
     for pack in [remote, s(&local)] {
-        run_ok(&["tag", pack, "paper"], &env);
-        run_ok(
+        run_with_ok(&["tag", pack, "paper"], &env);
+        run_with_ok(
             &[
                 "attach",
                 pack,
@@ -725,7 +667,7 @@ fn tag_attach_and_detach_commit_on_a_url_as_on_a_folder() {
             ],
             &env,
         );
-        run_ok(
+        run_with_ok(
             &[
                 "attach",
                 pack,
@@ -737,7 +679,7 @@ fn tag_attach_and_detach_commit_on_a_url_as_on_a_folder() {
             ],
             &env,
         );
-        run_ok(&["detach", pack, "--name", "gone"], &env);
+        run_with_ok(&["detach", pack, "--name", "gone"], &env);
     }
     assert_eq!(
         commit_numbers(&store, &url(remote)).unwrap(),
@@ -763,7 +705,7 @@ fn tag_attach_and_detach_commit_on_a_url_as_on_a_folder() {
         v
     };
     let versions = |pack: &str| -> serde_json::Value {
-        serde_json::from_str(&run_ok(&["versions", pack, "--json"], &env)).unwrap()
+        serde_json::from_str(&run_with_ok(&["versions", pack, "--json"], &env)).unwrap()
     };
     assert_eq!(strip(versions(remote)), strip(versions(s(&local))));
     assert_eq!(stats(remote, "paper", &env), stats(s(&local), "paper", &[]));
@@ -793,19 +735,8 @@ fn a_pack_in_the_old_layout_reads_and_its_first_write_converts_it() {
         stats(s(&local), "latest", &[])
     );
 
-    run_ok(&pack_args(&d[1], remote, true), &env);
-    run_ok(
-        &[
-            "pack",
-            "--input",
-            s(&d[1]),
-            "--output",
-            s(&local),
-            "--update",
-            "--quiet",
-        ],
-        &[],
-    );
+    run_with_ok(&pack_args(&d[1], remote, true), &env);
+    run_with_ok(&pack_args(&d[1], s(&local), true), &[]);
     let c1 = read_commit(&store, &url(remote), 1).unwrap();
     assert_eq!(c1.parent, None);
     // The old objects are kept, never written again; those unchanged are named as they are.
@@ -839,7 +770,7 @@ fn the_cache_checks_each_entry_it_hands_out_and_survives_its_deletion() {
     let env = env_for(moto, moto.port, &cache);
     let remote = "s3://packs/table/cache";
     let local = t.path().join("local");
-    run_ok(&pack_args(&d[0], remote, false), &env);
+    run_with_ok(&pack_args(&d[0], remote, false), &env);
     common::pack(&d[0], &local, &["--shard-rows", "500"]);
     let want = stats(s(&local), "latest", &[]);
     assert_eq!(stats(remote, "latest", &env), want);
@@ -855,7 +786,7 @@ fn the_cache_checks_each_entry_it_hands_out_and_survives_its_deletion() {
     let at = bytes.len() - 3;
     bytes[at] ^= 0x40;
     std::fs::write(&shard, &bytes).unwrap();
-    let out = run(&["stats", remote, "--json"], &env);
+    let out = run_with(&["stats", remote, "--json"], &env);
     let err = common::stderr(&out);
     assert!(out.status.success(), "{err}");
     assert!(
@@ -893,7 +824,7 @@ fn the_cache_checks_each_entry_it_hands_out_and_survives_its_deletion() {
         let children: Vec<_> = (0..6)
             .map(|i| {
                 let out = t.path().join(format!("out-{round}-{i}.jsonl"));
-                command(
+                command_with(
                     &["export", remote, "--format", "jsonl", "--output", s(&out)],
                     &env,
                 )
@@ -927,10 +858,10 @@ fn a_pack_on_a_web_server_finds_its_latest_commit_without_listing() {
     let d = drops(t.path(), &[&[0, 1], &[2, 3]]);
     let env = env_for(moto, moto.port, &t.path().join("cache"));
     let (store, remote) = (store(moto), "s3://packs/table/web");
-    run_ok(&pack_args(&d[0], remote, false), &env);
-    run_ok(&pack_args(&d[1], remote, true), &env);
+    run_with_ok(&pack_args(&d[0], remote, false), &env);
+    run_with_ok(&pack_args(&d[1], remote, true), &env);
     for name in ["a", "b", "c", "d"] {
-        run_ok(&["tag", remote, name], &env);
+        run_with_ok(&["tag", remote, name], &env);
     }
     // The bucket's objects, served by a plain web server (which cannot list).
     let site = t.path().join("site");
@@ -960,7 +891,7 @@ fn a_pack_on_a_web_server_finds_its_latest_commit_without_listing() {
     )];
     let mut tries = 0;
     let out = loop {
-        let out = run(&["versions", &web, "--json"], &web_env);
+        let out = run_with(&["versions", &web, "--json"], &web_env);
         if out.status.success() || tries > 50 {
             break out;
         }
@@ -1002,7 +933,7 @@ fn opening_reads_one_page_of_records_however_many_commits_there_are() {
     let proxy = Proxy::start(moto.port);
     let env = env_for(moto, proxy.port, &t.path().join("cache"));
     let (store, remote) = (store(moto), "s3://packs/table/many");
-    run_ok(&pack_args(&d[0], remote, false), &env);
+    run_with_ok(&pack_args(&d[0], remote, false), &env);
     // Commits 2..=1200 (more than a page of 1,000 records), fabricated from commit 1.
     let first = read_commit(&store, &url(remote), 1).unwrap();
     for n in 2..=1200u64 {
@@ -1014,7 +945,7 @@ fn opening_reads_one_page_of_records_however_many_commits_there_are() {
             .unwrap();
     }
     proxy.set(|_, _| Fault::Pass);
-    run_ok(&["versions", remote], &env);
+    run_with_ok(&["versions", remote], &env);
     let seen = proxy.seen();
     let lists = seen
         .iter()
@@ -1044,12 +975,12 @@ fn updates_racing_each_other_all_land() {
     let d = drops(t.path(), &[&[0], &[1, 2], &[3, 4], &[5, 6], &[7, 8, 9]]);
     let env = env_for(moto, moto.port, &t.path().join("cache"));
     let (store, remote) = (store(moto), "s3://packs/table/racing");
-    run_ok(&pack_args(&d[0], remote, false), &env);
+    run_with_ok(&pack_args(&d[0], remote, false), &env);
     // Four updaters at once, each with runs of its own: every one exits 0 with its runs in.
     let children: Vec<_> = d[1..]
         .iter()
         .map(|drop| {
-            command(&pack_args(drop, remote, true), &env)
+            command_with(&pack_args(drop, remote, true), &env)
                 .stdout(Stdio::null())
                 .stderr(Stdio::piped())
                 .spawn()
@@ -1076,5 +1007,5 @@ fn updates_racing_each_other_all_land() {
     );
     assert_eq!((&got["runs"], &got["rows"]), (&want["runs"], &want["rows"]));
     assert_eq!(got["score"], want["score"]);
-    run_ok(&["validate", remote], &env);
+    run_with_ok(&["validate", remote], &env);
 }

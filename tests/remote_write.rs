@@ -15,7 +15,7 @@ mod common;
 use std::collections::BTreeMap;
 use std::io::Read;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use common::s;
@@ -23,44 +23,8 @@ use dataset_packer::store::{
     Commit, Location, Store, StoreOptions, Url, commit_numbers, latest_commit,
 };
 
-use common::moto::{Moto, crc32c, moto, publish_plain};
+use common::moto::{Moto, crc32c, env_for, moto, publish_plain, run_with, run_with_ok};
 use common::proxy::{Fault, Proxy, every_matching};
-
-/// The environment the binary reads its credentials and endpoint from (the server at
-/// `port`: moto itself or a proxy in front of it), and the cache folder it stages in.
-fn env_for(moto: &Moto, port: u16, cache: &Path) -> Vec<(String, String)> {
-    [
-        ("AWS_ACCESS_KEY_ID", moto.key.clone()),
-        ("AWS_SECRET_ACCESS_KEY", moto.secret.clone()),
-        ("AWS_REGION", "us-east-1".into()),
-        ("AWS_ENDPOINT_URL", format!("http://127.0.0.1:{port}")),
-        ("AWS_ALLOW_HTTP", "true".into()),
-        ("DATASET_PACKER_CACHE", s(cache).into()),
-    ]
-    .into_iter()
-    .map(|(k, v)| (k.to_string(), v))
-    .collect()
-}
-
-fn run(args: &[&str], env: &[(String, String)]) -> Output {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_dataset-packer"));
-    cmd.args(args).env_remove("RUST_LOG");
-    for (k, v) in env {
-        cmd.env(k, v);
-    }
-    cmd.output().expect("the binary runs")
-}
-
-fn run_ok(args: &[&str], env: &[(String, String)]) -> String {
-    let out = run(args, env);
-    assert!(
-        out.status.success(),
-        "dataset-packer {args:?} failed ({}):\n{}",
-        out.status,
-        common::stderr(&out)
-    );
-    String::from_utf8(out.stdout).unwrap()
-}
 
 /// The argument list as `&str`s.
 fn argv(v: &[String]) -> Vec<&str> {
@@ -138,7 +102,7 @@ fn commits(store: &Store, prefix: &str) -> Vec<u64> {
 /// The standard output of `show PACK --run 3 --json` for `pack` (a folder or, with `env`, a
 /// URL): what a reader of the pack gets.
 fn show(pack: &str, env: &[(String, String)]) -> String {
-    run_ok(&["show", pack, "--run", "3", "--json"], env)
+    run_with_ok(&["show", pack, "--run", "3", "--json"], env)
 }
 
 /// What a `metadata.db` holds, table by table, as text rows in rowid order, leaving out what
@@ -295,8 +259,8 @@ fn pack_merge_shuffle_and_export_publish_what_they_write_locally() {
             args.extend(after.iter().map(|a| a.to_string()));
             args
         };
-        run_ok(&argv(&with(s(&local))), &[]);
-        let stdout = run_ok(&argv(&with(&remote)), &env);
+        run_with_ok(&argv(&with(s(&local))), &[]);
+        let stdout = run_with_ok(&argv(&with(&remote)), &env);
 
         let got = t.path().join(format!("downloaded-{name}"));
         download(&store, &remote, &got);
@@ -375,13 +339,13 @@ fn an_existing_remote_pack_needs_overwrite_which_commits_a_new_version_and_delet
         args.iter().map(|a| a.to_string()).collect::<Vec<_>>()
     };
 
-    run_ok(&argv(&pack_to(remote, &["--shard-rows", "600"])), &env);
+    run_with_ok(&argv(&pack_to(remote, &["--shard-rows", "600"])), &env);
     let first = t.path().join("first");
     download(&store, remote, &first);
     let first_commit = latest(&store, remote);
 
     // Without --overwrite: refused, exit 2, before any work (no staging folder was made).
-    let out = run(&argv(&pack_to(remote, &[])), &env);
+    let out = run_with(&argv(&pack_to(remote, &[])), &env);
     let err = common::stderr(&out);
     assert_eq!(out.status.code(), Some(2), "{err}");
     assert!(err.contains(remote) && err.contains("--overwrite"), "{err}");
@@ -398,7 +362,7 @@ fn an_existing_remote_pack_needs_overwrite_which_commits_a_new_version_and_delet
     // With it: a single-shard pack (2,240 rows in one) replaces the 4 shards of 600 as
     // commit 2. Nothing is deleted: commit 1's objects and the foreign object stay as they
     // were, and a reader gets the new pack.
-    let stdout = run_ok(&argv(&pack_to(remote, &["--overwrite"])), &env);
+    let stdout = run_with_ok(&argv(&pack_to(remote, &["--overwrite"])), &env);
     let local = t.path().join("local");
     common::pack(&raw, &local, &[]);
     let names = common::names(&local);
@@ -539,7 +503,7 @@ impl Published {
         let proxy = Proxy::start(moto.port);
         let env = env_for(moto, proxy.port, &cache);
         let raw = common::fixture("raw");
-        run_ok(
+        run_with_ok(
             &["pack", "--input", s(&raw), "--output", remote, "--quiet"],
             &env,
         );
@@ -612,7 +576,7 @@ fn a_failing_upload_leaves_the_old_pack_and_nothing_staged() {
     );
 
     uploads_meet(proxy, Fault::Status(503));
-    let out = run(
+    let out = run_with(
         &[
             "pack",
             "--input",
@@ -702,7 +666,7 @@ fn what_cannot_go_to_object_storage_is_refused_before_anything_is_written() {
         ),
     ];
     for (args, says) in cases {
-        let out = run(args, &env);
+        let out = run_with(args, &env);
         let err = common::stderr(&out);
         assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
         assert!(err.contains(says), "{args:?}: {err}");
@@ -713,7 +677,7 @@ fn what_cannot_go_to_object_storage_is_refused_before_anything_is_written() {
     }
     // An unknown scheme or a URL written wrong is an error, never a folder.
     for output in ["ftp://host/packs/d6", "s3:packs/d6"] {
-        let out = run(
+        let out = run_with(
             &["pack", "--input", s(&raw), "--output", output, "--quiet"],
             &env,
         );
@@ -755,19 +719,19 @@ fn an_update_of_a_remote_pack_publishes_what_a_local_update_writes_with_its_hist
             "s3://packs/rw/update"
         };
         let local = t.path().join(format!("local-{plain}"));
-        run_ok(&argv(&pack(&first, s(&local), false)), &[]);
+        run_with_ok(&argv(&pack(&first, s(&local), false)), &[]);
         if plain {
             publish_plain(&store, &local, &url(remote));
         } else {
-            run_ok(&argv(&pack(&first, remote, false)), &env);
+            run_with_ok(&argv(&pack(&first, remote, false)), &env);
         }
         let base = latest_commit(&store, &url(remote)).unwrap();
         assert_eq!(base.is_none(), plain);
         let old_objects = objects(&store, remote);
         let version_1 = t.path().join(format!("version-1-{plain}"));
         common::copy_tree(&local, &version_1);
-        run_ok(&argv(&pack(&raw, s(&local), true)), &[]);
-        let stdout = run_ok(&argv(&pack(&raw, remote, true)), &env);
+        run_with_ok(&argv(&pack(&raw, s(&local), true)), &[]);
+        let stdout = run_with_ok(&argv(&pack(&raw, remote, true)), &env);
 
         let doc: serde_json::Value = serde_json::from_str(stdout.trim()).unwrap();
         assert_eq!(
@@ -839,7 +803,7 @@ fn an_update_of_a_remote_pack_publishes_what_a_local_update_writes_with_its_hist
         // Nothing new: nothing is uploaded, no commit is made, and the pack there is
         // unchanged.
         let before = objects(&store, remote);
-        let stdout = run_ok(
+        let stdout = run_with_ok(
             &[
                 "pack",
                 "--input",

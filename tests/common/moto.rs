@@ -115,6 +115,50 @@ impl Moto {
     }
 }
 
+/// The environment the binary reads its credentials and endpoint from (the server at
+/// `port`: moto itself or a proxy in front of it), and the cache folder it stages in.
+pub fn env_for(moto: &Moto, port: u16, cache: &std::path::Path) -> Vec<(String, String)> {
+    [
+        ("AWS_ACCESS_KEY_ID", moto.key.clone()),
+        ("AWS_SECRET_ACCESS_KEY", moto.secret.clone()),
+        ("AWS_REGION", "us-east-1".into()),
+        ("AWS_ENDPOINT_URL", format!("http://127.0.0.1:{port}")),
+        ("AWS_ALLOW_HTTP", "true".into()),
+        ("DATASET_PACKER_CACHE", super::s(cache).into()),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v))
+    .collect()
+}
+
+/// The binary with `args`, in the environment `env` (on top of this process's, without
+/// `RUST_LOG`).
+pub fn command_with(args: &[&str], env: &[(String, String)]) -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_dataset-packer"));
+    cmd.args(args).env_remove("RUST_LOG");
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    cmd
+}
+
+/// Runs the binary with `args` in the environment `env`.
+pub fn run_with(args: &[&str], env: &[(String, String)]) -> std::process::Output {
+    command_with(args, env).output().expect("the binary runs")
+}
+
+/// [`run_with`], which must succeed; its stdout.
+pub fn run_with_ok(args: &[&str], env: &[(String, String)]) -> String {
+    let out = run_with(args, env);
+    assert!(
+        out.status.success(),
+        "dataset-packer {args:?} failed ({}):\n{}",
+        out.status,
+        super::stderr(&out)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
 /// Publishes the local pack `local` to `url` as the commit after the latest one there (the
 /// first commit where there is none), as every writing command does.
 pub fn publish_table(
