@@ -364,3 +364,32 @@ def test_a_pack_on_a_web_server_reads_its_latest_commit(s3, tmp_path, monkeypatc
             assert np.array_equal(rows(pack), local_rows(local))
     finally:
         server.shutdown()
+
+
+def test_a_shard_window_epoch_reads_its_commit_through_an_update(s3, tmp_path, monkeypatch):
+    """The failure the table layout ends: a shard-window epoch that reaches the tail shard an
+    update rewrote after it started. It reads commit 1's rows, each once, with their EVs."""
+    from dataset_packer import Pack
+    from dataset_packer._loader import EpochStream, WorkerInfo, partition
+
+    monkeypatch.setenv("DATASET_PACKER_CACHE", str(tmp_path / "cli-cache"))
+    url, local, d6 = "s3://packs/commits/epoch", tmp_path / "local", RAW / "d6_10g_v1"
+    for out in (url, str(local)):
+        cli("pack", "--input", str(d6), "--output", out, "--shard-rows", "300", "--quiet")
+    pack = open_remote(url, tmp_path / "cache")
+    # Windows of one shard: each is fetched only when the epoch reaches it.
+    stream = EpochStream(pack, 64, seed=3, order="shards", window_bytes=20_000)
+    stream.set_epoch(0)
+    batches = iter(stream.batches(partition(WorkerInfo(0, 1), 0, 1)))
+    got = [next(batches)]
+    cli("pack", "--input", str(RAW), "--output", url, "--update", "--quiet")
+    cli("tag", url, "after")
+    got.extend(batches)
+    rows = np.concatenate([b["row"] for b in got])
+    evs = np.concatenate([b["evs"] for b in got])
+    with Pack(local) as here:
+        want = here.rows(slice(None))
+    assert sorted(rows.tolist()) == list(range(len(want))), "every row of commit 1, once"
+    legal = np.concatenate([b["legal"] for b in got])
+    assert legal.any() and np.array_equal(evs[legal], want["branch_evs"][rows][legal])
+    pack.close()
