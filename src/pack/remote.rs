@@ -265,21 +265,8 @@ fn fetch(
     file: &VersionFile,
     view: &Path,
 ) -> Result<Entry> {
-    let crc = u32::from_str_radix(&file.crc32c, 16).map_err(|_| {
-        Error::new(
-            ErrorKind::Corrupt,
-            format!(
-                "{url}/{}: its {} records the CRC-32C {:?}, not 8 hex digits",
-                metadata::FILE_NAME,
-                file.file_name,
-                file.crc32c
-            ),
-        )
-    })?;
-    let file_url = match commit {
-        None => url.join(&file.file_name)?,
-        Some(commit) => url.join(&commit.key_of(url, &file.file_name, file.bytes, crc)?)?,
-    };
+    let (key, crc) = object_key(url, commit, file)?;
+    let file_url = url.join(&key)?;
     cache.fetch(&file_url, file.bytes, crc).map_err(|e| {
         if e.kind() == ErrorKind::NotAPack {
             // The pack lists it, the bucket lacks it: a damaged pack, not a missing one.
@@ -306,6 +293,32 @@ fn fetch(
             e
         }
     })
+}
+
+/// The key below the pack's URL of the object holding `file` (at `commit`, whose record must
+/// agree with the pack's `metadata.db` on its size and CRC-32C; its own name in the layout
+/// before commits), and its CRC-32C.
+pub(crate) fn object_key(
+    url: &Url,
+    commit: Option<&Commit>,
+    file: &VersionFile,
+) -> Result<(String, u32)> {
+    let crc = u32::from_str_radix(&file.crc32c, 16).map_err(|_| {
+        Error::new(
+            ErrorKind::Corrupt,
+            format!(
+                "{url}/{}: its {} records the CRC-32C {:?}, not 8 hex digits",
+                metadata::FILE_NAME,
+                file.file_name,
+                file.crc32c
+            ),
+        )
+    })?;
+    let key = match commit {
+        None => file.file_name.clone(),
+        Some(commit) => commit.key_of(url, &file.file_name, file.bytes, crc)?,
+    };
+    Ok((key, crc))
 }
 
 /// Whether the pack's `metadata.db` in the store is no longer the one downloaded into the

@@ -19,8 +19,8 @@ use crate::error::{Context, Error, ErrorKind, Result, fail};
 use crate::format::metadata;
 use crate::format::valuation;
 use crate::interrupt::{self, OnInterrupt};
+use crate::pack::remote;
 use crate::pack::versions::History;
-use crate::pack::versions::VersionFile;
 use crate::store::{self, Cache, Commit, FileRef, Head, Location, Store, Url};
 
 /// What publishing a pack to object storage did: the summary a command prints.
@@ -308,7 +308,7 @@ impl Remote {
         let cache = Cache::open(&config.dir, config.limit, self.store.clone())?;
         let mut plain_files = Vec::new();
         for file in &files {
-            let (key, crc) = file_key(&self.url, base, file)?;
+            let (key, crc) = remote::object_key(&self.url, (!plain).then_some(base), file)?;
             let entry = cache.fetch(&self.url.join(&key)?, file.bytes, crc)?;
             let to = self.staging.join(&file.file_name);
             fs::copy(entry.path(), &to).with_context(|| {
@@ -375,26 +375,6 @@ impl Remote {
             unchanged: summary.unchanged,
         })
     }
-}
-
-/// The key below the pack's URL and the CRC-32C of `file` of the pack at commit `base` (its
-/// own name for a pack in the layout before commits).
-fn file_key(url: &Url, base: &Commit, file: &VersionFile) -> Result<(String, u32)> {
-    let crc = u32::from_str_radix(&file.crc32c, 16).map_err(|_| {
-        Error::new(
-            ErrorKind::Corrupt,
-            format!(
-                "{url}/{}: {} has the CRC-32C {:?}, not 8 hex digits",
-                metadata::FILE_NAME,
-                file.file_name,
-                file.crc32c
-            ),
-        )
-    })?;
-    if base.commit == 0 {
-        return Ok((file.file_name.clone(), crc));
-    }
-    Ok((base.key_of(url, &file.file_name, file.bytes, crc)?, crc))
 }
 
 /// The `pack_id` the pack's `metadata.db` at `db` records (empty for a pack made before pack

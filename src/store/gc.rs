@@ -108,31 +108,23 @@ pub fn gc(store: &Store, url: &Url, options: &GcOptions) -> Result<GcSummary> {
              table layout, so nothing there is gc's to delete"
         );
     };
-    let kept: Vec<u64> = commits
-        .iter()
-        .filter(|(n, o)| {
-            *n == latest || young(o) || options.keep_versions.is_none_or(|k| latest - *n < k.max(1))
-        })
-        .map(|(n, _)| *n)
-        .collect();
+    let (kept, dropped): (Vec<_>, Vec<_>) = commits.into_iter().partition(|(n, o)| {
+        *n == latest || young(o) || options.keep_versions.is_none_or(|k| latest - *n < k.max(1))
+    });
     let mut named = BTreeSet::new();
-    for &n in &kept {
+    for &(n, _) in &kept {
         for file in table::read_commit(store, url, n)?.files.into_values() {
             named.insert(file.key);
         }
     }
     let mut summary = GcSummary {
-        kept_commits: kept.clone(),
+        kept_commits: kept.iter().map(|(n, _)| *n).collect(),
+        dropped_commits: dropped.iter().map(|(n, _)| *n).collect(),
         dry_run: options.dry_run,
         ..GcSummary::default()
     };
-    let mut doomed: Vec<&Object> = Vec::new();
-    for (n, record) in &commits {
-        if !kept.contains(n) {
-            summary.dropped_commits.push(*n);
-            doomed.push(record);
-        }
-    }
+    // The records of the dropped commits first: no reader finds one whose objects are gone.
+    let mut doomed: Vec<&Object> = dropped.iter().map(|(_, record)| *record).collect();
     for object in &objects {
         let ours = [OBJECTS, PROBES]
             .iter()
