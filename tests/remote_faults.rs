@@ -26,7 +26,7 @@ use dataset_packer::store::{
     head, latest_commit, publish_commit,
 };
 
-use common::moto::{Moto, crc32c, moto, publish_table};
+use common::moto::{Moto, crc32c, moto, objects_under, publish_table};
 use common::proxy::{Fault, Proxy, Seen, always, first};
 
 /// Store options for the server (or the proxy) at `port` with the tester's key: fast
@@ -617,19 +617,6 @@ fn a_connection_cut_mid_body_is_resumed_and_the_bytes_checked() {
 // Publishing: nothing deleted, nothing committed unless the whole commit is there
 // ---------------------------------------------------------------------------------------
 
-/// Every object under `prefix`, at any depth (keys relative to it), with its bytes.
-fn snapshot(store: &Store, prefix: &Url) -> BTreeMap<String, Vec<u8>> {
-    store
-        .list_all(prefix)
-        .unwrap()
-        .into_iter()
-        .map(|o| {
-            let bytes = store.get(&prefix.join(&o.key).unwrap()).unwrap();
-            (o.key, bytes)
-        })
-        .collect()
-}
-
 /// The keys below `prefix` the proxy let a PUT through for.
 fn uploaded(proxy: &Proxy, prefix: &Url) -> BTreeSet<String> {
     let under = format!("{}/", request_path(prefix));
@@ -705,7 +692,7 @@ fn a_publish_failing_mid_upload_deletes_nothing_and_commits_nothing() {
     direct
         .put(&remote.join("NOTES.txt").unwrap(), b"mine".to_vec())
         .unwrap();
-    let before = snapshot(&direct, &remote);
+    let before = objects_under(&direct, &remote);
     proxy.set(puts_fail_after(2));
     let err = publish_table(&failing(), &new, &remote).unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Io, "{err:?}");
@@ -726,7 +713,7 @@ fn a_publish_failing_mid_upload_deletes_nothing_and_commits_nothing() {
     // Nothing deleted or rewritten: every object there before is there with its bytes, the
     // only new ones are the two files the failed publish uploaded (under its own writer's
     // folder), and commit 1 is still the latest and only commit.
-    let after = snapshot(&direct, &remote);
+    let after = objects_under(&direct, &remote);
     let names = |m: &BTreeMap<String, Vec<u8>>| m.keys().cloned().collect::<BTreeSet<_>>();
     assert_eq!(names(&after), &names(&before) | &sent);
     for (key, bytes) in &before {
@@ -754,7 +741,7 @@ fn a_publish_failing_mid_upload_deletes_nothing_and_commits_nothing() {
     assert_eq!(left.len(), 2, "{left:?}");
     assert!(left.iter().all(|k| k.starts_with("_objects/")), "{left:?}");
     assert_eq!(head(&direct, &fresh).unwrap(), Head::Empty);
-    let orphans = snapshot(&direct, &fresh);
+    let orphans = objects_under(&direct, &fresh);
     assert_eq!(orphans.keys().cloned().collect::<BTreeSet<_>>(), left);
     proxy.set(|_: &str, _: &str| Fault::Pass);
     let passing = Store::new(options(moto, proxy.port)).unwrap();
@@ -762,7 +749,7 @@ fn a_publish_failing_mid_upload_deletes_nothing_and_commits_nothing() {
     assert_eq!(summary.commit, 1);
     assert_eq!(summary.uploaded, common::names(&new));
     assert!(deletes(&proxy).is_empty(), "{:?}", deletes(&proxy));
-    let now = snapshot(&direct, &fresh);
+    let now = objects_under(&direct, &fresh);
     for (key, bytes) in &orphans {
         assert!(now.get(key) == Some(bytes), "{key} changed");
     }
@@ -777,7 +764,7 @@ fn a_publish_failing_mid_upload_deletes_nothing_and_commits_nothing() {
     .unwrap();
     assert_eq!(done.deleted.iter().cloned().collect::<BTreeSet<_>>(), left);
     assert_eq!(done.kept_commits, [1]);
-    let rest = snapshot(&direct, &fresh);
+    let rest = objects_under(&direct, &fresh);
     assert!(left.iter().all(|k| !rest.contains_key(k)));
     assert_eq!(
         rest.len(),
@@ -818,7 +805,10 @@ fn every_refused_publish_leaves_the_bucket_as_it_was() {
     let not_a_pack = dir.path().join("not-a-pack");
     std::fs::create_dir(&not_a_pack).unwrap();
     std::fs::write(not_a_pack.join("steps.npy"), b"x").unwrap();
-    let before = (snapshot(&direct, &remote), snapshot(&direct, &broken));
+    let before = (
+        objects_under(&direct, &remote),
+        objects_under(&direct, &broken),
+    );
 
     type Case<'a> = (&'a str, &'a Path, &'a Url, ErrorKind);
     let cases: [Case; 3] = [
@@ -852,7 +842,12 @@ fn every_refused_publish_leaves_the_bucket_as_it_was() {
             .collect();
         assert!(writes.is_empty(), "{what}: {writes:?}");
     }
-    assert!((snapshot(&direct, &remote), snapshot(&direct, &broken)) == before);
+    assert!(
+        (
+            objects_under(&direct, &remote),
+            objects_under(&direct, &broken)
+        ) == before
+    );
 
     // A writer that did not start from the latest commit (it saw no pack there): its files
     // go up under its own folder, its record is refused by the store, and the pack is
@@ -878,7 +873,7 @@ fn every_refused_publish_leaves_the_bucket_as_it_was() {
             .path
             .ends_with("/_versions/18446744073709551614.json")
     );
-    let now = snapshot(&direct, &remote);
+    let now = objects_under(&direct, &remote);
     for (key, bytes) in &before.0 {
         assert!(now.get(key) == Some(bytes), "{key} changed");
     }

@@ -150,18 +150,8 @@ fn latest(moto: &Moto, pack: &str) -> Commit {
 }
 
 /// Every object under `pack` (keys below it) with its bytes.
-fn objects(moto: &Moto, pack: &str) -> Vec<(String, Vec<u8>)> {
-    let store = store(moto);
-    let prefix = url(pack);
-    store
-        .list_all(&prefix)
-        .unwrap()
-        .into_iter()
-        .map(|o| {
-            let bytes = store.get(&prefix.join(&o.key).unwrap()).unwrap();
-            (o.key, bytes)
-        })
-        .collect()
+fn objects(moto: &Moto, pack: &str) -> std::collections::BTreeMap<String, Vec<u8>> {
+    common::moto::objects_under(&store(moto), &url(pack))
 }
 
 /// A human report without its timing (the only part that differs run to run): validate's
@@ -551,10 +541,7 @@ fn a_pack_in_the_layout_before_commits_reads_as_before() {
     assert_eq!(versions(s(&p.local)), versions(&p.url));
     // Reading writes nothing: still no record, the objects as they were.
     assert_eq!(
-        objects(moto, &p.url)
-            .into_iter()
-            .map(|(k, _)| k)
-            .collect::<Vec<_>>(),
+        objects(moto, &p.url).into_keys().collect::<Vec<_>>(),
         common::names(&p.local)
     );
 }
@@ -645,8 +632,7 @@ fn commands_that_change_a_pack_in_place_commit_a_new_version_of_a_url() {
     ]);
     assert_eq!(local, remote);
     // Nothing of the first commit was deleted or rewritten.
-    let now: std::collections::BTreeMap<String, Vec<u8>> =
-        objects(moto, &p.url).into_iter().collect();
+    let now = objects(moto, &p.url);
     for (key, bytes) in &first {
         assert!(now.get(key) == Some(bytes), "{key} changed");
     }

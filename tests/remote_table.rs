@@ -190,6 +190,19 @@ fn objects_are_written_once_and_every_commit_names_its_files() {
     );
 }
 
+/// Every row of `pack` as a line: run id, move and board, in run order.
+fn row_lines(pack: &dataset_packer::Pack) -> Vec<String> {
+    let mut lines = Vec::new();
+    for run in pack.runs().unwrap() {
+        let run = run.unwrap();
+        for step in run.steps() {
+            let (id, dir, exps) = (run.id(), step.move_dir(), step.exponents());
+            lines.push(format!("{id} {dir} {exps:?}"));
+        }
+    }
+    lines
+}
+
 /// [`a_reader_keeps_the_version_it_opened_across_three_updates`]'s child: opens the pack,
 /// says so, waits for the go file, then reads every row and prints them (nothing when run on
 /// its own).
@@ -206,19 +219,7 @@ fn table_reader_process() {
     while !Path::new(&go).exists() {
         std::thread::sleep(Duration::from_millis(20));
     }
-    let mut rows = Vec::new();
-    for run in opened.runs().unwrap() {
-        let run = run.unwrap();
-        for step in run.steps() {
-            rows.push(format!(
-                "{} {} {:?}",
-                run.id(),
-                step.move_dir(),
-                step.exponents()
-            ));
-        }
-    }
-    println!("{}", rows.join("\n"));
+    println!("{}", row_lines(&opened).join("\n"));
 }
 
 #[test]
@@ -272,18 +273,7 @@ fn a_reader_keeps_the_version_it_opened_across_three_updates() {
         .collect();
     let here = dataset_packer::Pack::open_version(&local, &dataset_packer::VersionSpec::Number(1))
         .unwrap();
-    let mut want = Vec::new();
-    for run in here.runs().unwrap() {
-        let run = run.unwrap();
-        for step in run.steps() {
-            want.push(format!(
-                "{} {} {:?}",
-                run.id(),
-                step.move_dir(),
-                step.exponents()
-            ));
-        }
-    }
+    let want = row_lines(&here);
     assert_eq!(read.len(), want.len(), "the rows of version 1, all of them");
     assert_eq!(read, want);
 

@@ -23,7 +23,9 @@ use dataset_packer::store::{
     Commit, Location, Store, StoreOptions, Url, commit_numbers, latest_commit,
 };
 
-use common::moto::{Moto, crc32c, env_for, moto, publish_plain, run_with, run_with_ok};
+use common::moto::{
+    Moto, crc32c, env_for, moto, objects_under, publish_plain, run_with, run_with_ok,
+};
 use common::proxy::{Fault, Proxy, every_matching};
 
 /// The argument list as `&str`s.
@@ -82,16 +84,7 @@ fn download(store: &Store, prefix: &str, dir: &Path) -> Vec<String> {
 
 /// Every object under `prefix` (keys below it) with its bytes.
 fn objects(store: &Store, prefix: &str) -> BTreeMap<String, Vec<u8>> {
-    let pack = url(prefix);
-    store
-        .list_all(&pack)
-        .unwrap()
-        .into_iter()
-        .map(|o| {
-            let bytes = store.get(&pack.join(&o.key).unwrap()).unwrap();
-            (o.key, bytes)
-        })
-        .collect()
+    objects_under(store, &url(prefix))
 }
 
 /// The commit numbers recorded under `prefix`.

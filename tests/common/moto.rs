@@ -159,6 +159,22 @@ pub fn run_with_ok(args: &[&str], env: &[(String, String)]) -> String {
     String::from_utf8(out.stdout).unwrap()
 }
 
+/// Every object under `prefix`, at any depth (keys relative to it), with its bytes.
+pub fn objects_under(
+    store: &dataset_packer::store::Store,
+    prefix: &dataset_packer::store::Url,
+) -> std::collections::BTreeMap<String, Vec<u8>> {
+    store
+        .list_all(prefix)
+        .unwrap()
+        .into_iter()
+        .map(|o| {
+            let bytes = store.get(&prefix.join(&o.key).unwrap()).unwrap();
+            (o.key, bytes)
+        })
+        .collect()
+}
+
 /// Publishes the local pack `local` to `url` as the commit after the latest one there (the
 /// first commit where there is none), as every writing command does.
 pub fn publish_table(
