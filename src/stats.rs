@@ -37,7 +37,7 @@ use crate::ordered::ordered_try_map;
 use crate::pack::families;
 use crate::pack::open::Located;
 use crate::pack::query::{Param, RunFilter, SqlLimits};
-use crate::pack::shards::{self, RunSlots, Shard};
+use crate::pack::shards::{self, Access, RunSlots, Shard};
 use crate::pack::versions::{self, VersionSpec};
 
 /// Rows per memory-mapped chunk (6 MiB), as in validate.
@@ -344,7 +344,7 @@ pub(crate) fn count_chunk(
     only: Option<&RunSlots>,
     step_width: u64,
 ) -> Result<RowCounts> {
-    let map = shard.map_rows(start, count)?;
+    let map = shard.map_rows(start, count, Access::Sequential)?;
     let mut counts = RowCounts::new(step_width);
     counts.count(&map, shard.row_bytes(), only);
     Ok(counts)
@@ -1383,7 +1383,7 @@ fn search_effort(
         workers * 2,
         Vec::new,
         |buf, &(si, start, count)| -> Result<Vec<SearchDepth>> {
-            let rows = shards[si].map_rows(start, count)?;
+            let rows = shards[si].map_rows(start, count, Access::Sequential)?;
             family.open(si)?.read_rows(start, count, buf)?;
             let mut part = vec![empty(); depths.len()];
             let row_ids = rows.chunks_exact(shards[si].row_bytes());

@@ -20,7 +20,7 @@ use crate::pack::checks::{Check, Tally, check_checksums, check_total_steps};
 use crate::pack::families;
 use crate::pack::fingerprints;
 use crate::pack::open;
-use crate::pack::shards::{self, RunSlots, Shard};
+use crate::pack::shards::{self, Access, RunSlots, Shard};
 use crate::pack::versions::{History, Version, VersionFile};
 use crate::progress::{Bar, Observer};
 
@@ -1270,7 +1270,7 @@ fn check_step_order(
 fn exact_duplicates(slots: &[u32], shards: &[Shard], slot_of: &RunSlots) -> Result<Vec<u32>> {
     let mut steps: BTreeMap<u32, Vec<u32>> = BTreeMap::new();
     for (si, start, count) in shards::chunks(shards, CHUNK_ROWS) {
-        let map = shards[si].map_rows(start, count)?;
+        let map = shards[si].map_rows(start, count, Access::Sequential)?;
         for raw in map.chunks_exact(shards[si].row_bytes()) {
             let r = StepRow::from_bytes(raw);
             if slot_of.contains_slot(r.run_id, slots) {

@@ -8,7 +8,7 @@ use memmap2::{Mmap, MmapOptions};
 use crate::format::dtype::{Dtype, Field};
 use crate::pack::families::Family;
 
-use super::Pack;
+use super::{Pack, shards};
 
 /// A companion array of a pack (`embeddings-00000.npy` … beside the shards), its files
 /// memory-mapped: row `i` belongs to the pack's row `i`.
@@ -52,6 +52,8 @@ impl<'a> Companion<'a> {
                         .map(&*f.file)
                 }
                 .with_context(|| format!("mapping {}", f.path.display()))?;
+                // Read as the steps rows are: by index, or a run's range at a time.
+                shards::advise(&map, shards::Access::Random);
                 Ok(Some(map))
             })
             .collect::<Result<Vec<_>>>()?;
@@ -155,6 +157,17 @@ impl<'a> Companion<'a> {
     /// # Ok(()) }
     /// ```
     pub fn shard_bytes(&self, shard: usize) -> Result<&[u8]> {
+        let bytes = self.mapped(shard)?;
+        if let Some(Some(map)) = self.maps.get(shard) {
+            // Handed out whole, to be read whole: asked for at once (the map is read at
+            // random otherwise, as `row` does).
+            shards::will_need(map, 0, map.len());
+        }
+        Ok(bytes)
+    }
+
+    /// Shard `shard`'s bytes as mapped.
+    fn mapped(&self, shard: usize) -> Result<&[u8]> {
         match self.maps.get(shard) {
             Some(map) => Ok(map.as_deref().unwrap_or(&[])),
             None => fail!(
@@ -191,7 +204,7 @@ impl<'a> Companion<'a> {
         let starts = self.pack.starts();
         let shard = starts.partition_point(|&s| s <= index) - 1;
         let at = (index - starts[shard]) as usize * self.row_bytes();
-        Ok(&self.shard_bytes(shard)?[at..at + self.row_bytes()])
+        Ok(&self.mapped(shard)?[at..at + self.row_bytes()])
     }
 
     /// The values of row `index`, decoded as `T`: for a dtype of plain numbers (`'<f4'`,

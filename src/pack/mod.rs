@@ -633,6 +633,12 @@ impl Pack {
         self.maps[shard].rows()
     }
 
+    /// Rows `skip..skip + count` of shard `shard` are about to be read in order: the
+    /// kernel is asked for them at once (the maps are read at random otherwise).
+    fn will_read(&self, shard: usize, skip: usize, count: usize) {
+        self.maps[shard].will_read(skip, count);
+    }
+
     /// The global row where each shard starts, then the total.
     fn starts(&self) -> &[u64] {
         &self.starts
@@ -657,7 +663,7 @@ impl ShardRows {
         if shard.header.rows == 0 {
             return Ok(ShardRows::Empty);
         }
-        let map = shard.map_rows(0, shard.header.rows)?;
+        let map = shard.map_rows(0, shard.header.rows, shards::Access::Random)?;
         Ok(if shard.is_legacy() {
             ShardRows::Legacy {
                 raw: map,
@@ -666,6 +672,13 @@ impl ShardRows {
         } else {
             ShardRows::Mapped(map)
         })
+    }
+
+    fn will_read(&self, skip: usize, count: usize) {
+        // A legacy shard is read whole once, when converted: nothing to ask for.
+        if let ShardRows::Mapped(map) = self {
+            shards::will_need(map, skip * ROW_BYTES, count * ROW_BYTES);
+        }
     }
 
     fn rows(&self) -> &[[u8; ROW_BYTES]] {
@@ -685,3 +698,69 @@ impl ShardRows {
 pub use crate::pack::query::Param;
 /// The time and memory a selection may take ([`Pack::select_within`]).
 pub use crate::pack::query::SqlLimits;
+
+#[cfg(all(test, target_os = "linux"))]
+mod access_hints {
+    use super::Pack;
+    use super::shards::Access;
+    use std::path::Path;
+
+    /// The kernel's VmFlags of each mapping of `file` in this process: "rr" marks a map
+    /// advised MADV_RANDOM, "sr" MADV_SEQUENTIAL.
+    fn vm_flags(file: &Path) -> Vec<Vec<String>> {
+        let target = file.canonicalize().expect("the file exists");
+        let smaps = std::fs::read_to_string("/proc/self/smaps").expect("smaps");
+        let (mut found, mut current) = (Vec::new(), None::<String>);
+        for line in smaps.lines() {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            if fields
+                .first()
+                .is_some_and(|f| f.contains('-') && !f.ends_with(':'))
+            {
+                current = fields.get(5).map(|s| s.to_string());
+            } else if fields.first() == Some(&"VmFlags:") && current.as_deref() == target.to_str() {
+                found.push(fields[1..].iter().map(|s| s.to_string()).collect());
+            }
+        }
+        found
+    }
+
+    #[test]
+    fn the_readers_maps_are_random_and_the_scans_maps_sequential() {
+        let fixture = crate::pack::doc_support::fixture_pack_with_companion().unwrap();
+        let pack = Pack::open(fixture.path()).unwrap();
+        let shard = &pack.shards[0];
+        let flags = vm_flags(&shard.path);
+        assert!(!flags.is_empty(), "the shard is mapped");
+        assert!(
+            flags.iter().all(|f| f.contains(&"rr".to_string())),
+            "{flags:?}"
+        );
+        let score = pack.companion("score").unwrap();
+        let flags = vm_flags(&fixture.path().join("score.npy"));
+        assert!(
+            flags.iter().all(|f| f.contains(&"rr".to_string())),
+            "{flags:?}"
+        );
+        assert_eq!(score.row(3).unwrap(), 3f32.to_le_bytes());
+        drop(pack);
+
+        let pack = Pack::open(fixture.path()).unwrap();
+        let shard = &pack.shards[0];
+        let before = vm_flags(&shard.path).len();
+        let scan = shard
+            .map_rows(0, shard.header.rows, Access::Sequential)
+            .unwrap();
+        let flags = vm_flags(&shard.path);
+        assert_eq!(flags.len(), before + 1);
+        assert_eq!(
+            flags
+                .iter()
+                .filter(|f| f.contains(&"sr".to_string()))
+                .count(),
+            1,
+            "{flags:?}"
+        );
+        assert_eq!(scan.len(), shard.header.rows as usize * shard.row_bytes());
+    }
+}

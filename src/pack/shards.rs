@@ -55,9 +55,16 @@ impl Shard {
         ))
     }
 
-    /// Rows `start..start + count` (count > 0) in the 48-byte layout, whatever the shard's.
+    /// Rows `start..start + count` (count > 0) in the 48-byte layout, whatever the shard's,
+    /// read in order (a few rows are read as rows at random: no read-ahead around them).
     pub fn read_aligned(&self, start: u64, count: u64) -> Result<AlignedRows> {
-        let map = self.map_rows(start, count)?;
+        let bulk = count * self.row_bytes() as u64 >= WILL_NEED_MIN as u64;
+        let access = if bulk {
+            Access::Sequential
+        } else {
+            Access::Random
+        };
+        let map = self.map_rows(start, count, access)?;
         Ok(if self.row_bytes() == crate::format::row::ROW_BYTES {
             AlignedRows::Mapped(map)
         } else {
@@ -92,8 +99,9 @@ impl Shard {
         })
     }
 
-    /// Maps rows `start..start + count` (count > 0) of this shard read-only.
-    pub fn map_rows(&self, start: u64, count: u64) -> Result<Mmap> {
+    /// Maps rows `start..start + count` (count > 0) of this shard read-only, telling the
+    /// kernel how they will be read ([`Access`]).
+    pub fn map_rows(&self, start: u64, count: u64, access: Access) -> Result<Mmap> {
         debug_assert!(count > 0, "an empty range cannot be mapped");
         let rb = self.row_bytes() as u64;
         // SAFETY: the file was opened with the pack and is never rewritten in place (the
@@ -106,8 +114,55 @@ impl Shard {
                 .map(&*self.file)
         }
         .with_context(|| format!("mapping {}", self.path.display()))?;
+        advise(&map, access);
         Ok(map)
     }
+}
+
+/// How the rows of a map will be read. The kernel decides from it how much a page fault
+/// reads around its page: without a hint, up to the disk's `read_ahead_kb` (8 MiB on some
+/// disks), which makes each row read at random cost megabytes on a cold pack.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Access {
+    /// In order, chunk after chunk (the scans of `stats`, `validate`, `shuffle`): read far
+    /// ahead.
+    Sequential,
+    /// By index, anywhere (the library's reader): read the page asked for, and the ranges
+    /// known to be read whole through [`will_need`].
+    Random,
+}
+
+/// Tells the kernel how `map` will be read (a hint: where it fails, the reads are the same).
+pub fn advise(map: &Mmap, access: Access) {
+    #[cfg(unix)]
+    {
+        let advice = match access {
+            Access::Sequential => memmap2::Advice::Sequential,
+            Access::Random => memmap2::Advice::Random,
+        };
+        if let Err(e) = map.advise(advice) {
+            log::debug!("madvise({advice:?}) failed: {e}");
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = (map, access);
+}
+
+/// Bytes below which a range is read without asking for it first: a few pages' faults cost
+/// less than the call.
+const WILL_NEED_MIN: usize = 1 << 20;
+
+/// Asks the kernel to start reading bytes `offset..offset + len` of `map` in large requests
+/// (a range about to be read whole, in a map read at random), and returns at once.
+pub fn will_need(map: &Mmap, offset: usize, len: usize) {
+    #[cfg(unix)]
+    if len >= WILL_NEED_MIN
+        && let Err(e) = map.advise_range(memmap2::Advice::WillNeed, offset, len)
+    {
+        log::debug!("madvise(WillNeed) failed: {e}");
+    }
+    #[cfg(not(unix))]
+    let _ = (map, offset, len);
 }
 
 /// An open shard, read a chunk at a time into buffers (what a sequential copy wants: no page

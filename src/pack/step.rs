@@ -278,6 +278,8 @@ impl<'a> Steps<'a> {
         let all = self.pack.shard_rows(self.next_shard);
         let rows = &all[skip.min(all.len())..];
         let take = rows.len().min(self.after as usize);
+        self.pack
+            .will_read(self.next_shard, skip.min(all.len()), take);
         self.rows = rows[..take].iter();
         self.after -= take as u64;
         self.next_shard += 1;

@@ -8,7 +8,7 @@ use serde::Serialize;
 
 use crate::format::metadata;
 use crate::format::row::ROW_BYTES;
-use crate::pack::shards::{self, RunSlots};
+use crate::pack::shards::{self, Access, RunSlots};
 
 /// Rows per dispersion window.
 pub const WINDOW: usize = 4096;
@@ -87,7 +87,7 @@ pub(super) fn measure_dispersion(staging: &Path, input: &rusqlite::Connection) -
             .into_iter()
             .map(|(_, s, n)| (s, n))
         {
-            let map = shard.map_rows(start, count)?;
+            let map = shard.map_rows(start, count, Access::Sequential)?;
             for row in map.chunks_exact(ROW_BYTES) {
                 let slot = slots
                     .get(u32::from_le_bytes(row[..4].try_into().unwrap()))
