@@ -24,6 +24,7 @@ from . import _data
 from ._codec import _COLUMNS
 from ._errors import CompanionError
 from ._format import HeaderError, read_npy_header
+from ._maps import READ_AHEAD, map_readonly, will_need
 from ._select import has_table
 
 FAMILY_NAME = re.compile(r"[a-z][a-z0-9_]*")
@@ -121,12 +122,20 @@ class Companion:
     def _take(self, shard: int, local: np.ndarray, out: np.ndarray | None = None):
         return np.take(self.arrays[shard], local, axis=0, out=out, mode="clip")
 
+    def _prefetch(self, shards) -> None:
+        """Brings these shards' files of a local pack into the page cache in the background
+        (a remote pack's companion files are in the cache whole)."""
+        if not self._data.is_remote:
+            READ_AHEAD.request([self.arrays[int(s)] for s in shards])
+
     def _gather_groups(self, groups) -> np.ndarray:
         """The rows `PackData.groups` grouped by shard (those of a batch's steps rows)."""
         return self._data.gather_with(groups, self._take, self.shape, self.dtype)
 
     def _read_span(self, start: int, stop: int) -> np.ndarray:
         pieces = [self.arrays[s][a:z] for s, a, z in self._data.pieces(start, stop)]
+        for piece in pieces:
+            will_need(piece)  # read whole: asked for at once (`_maps`)
         if not pieces:
             return np.empty((0,) + self.shape, dtype=self.dtype)
         return np.concatenate(pieces) if len(pieces) > 1 else np.array(pieces[0], copy=True)
@@ -255,9 +264,8 @@ def _mapped(pack, name, files, dtype, trailing, recorded: bool) -> Companion:
         if rows == 0:
             arrays.append(np.empty((0,) + trailing, dtype=dtype))
             continue
-        mapped = np.memmap(local[0] if local else path, dtype=dtype, mode="r", offset=offset,
-                           shape=(rows,) + trailing)
-        arrays.append(mapped.view(np.ndarray))
+        arrays.append(map_readonly(local[0] if local else path, dtype, offset,
+                                   (rows,) + trailing))
     return Companion(pack, name, [f[0] for f in files], arrays, dtype, trailing, recorded)
 
 

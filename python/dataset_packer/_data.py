@@ -30,6 +30,7 @@ import numpy as np
 from ._codec import recompute_ev_legal
 from ._errors import EmptySelectionError, NotAPackError, PackError, RunIndexError
 from ._format import METADATA_NAME, ROW_BYTES, Shard, map_shard, widen_legacy
+from ._maps import READ_AHEAD, will_need
 from ._ranges import RowRanges, RowSet, WindowStarts
 from ._select import has_table
 
@@ -107,10 +108,13 @@ class PackData:
         return s.data_offset + s.rows * s.row_bytes
 
     def prefetch(self, shards) -> None:
-        """Starts fetching these shards into the cache in the background, and returns at
-        once (a no-op locally). A failed prefetch is raised when the shard is read."""
+        """Starts bringing these shards in, in the background, and returns at once: into
+        the cache for a remote pack (a failed prefetch is raised when the shard is read),
+        into the page cache for a local one (`_maps.ReadAheadThread`)."""
         if self._remote is not None:
             self._remote.prefetch(shards)
+        else:
+            READ_AHEAD.request([self._maps[int(i)] for i in shards])
 
     def remote_family(self, family: str) -> list[str]:
         """The file names of a family ("steps" or a companion) in a remote pack's latest
@@ -125,8 +129,9 @@ class PackData:
         return self._remote.fetch_file(name)
 
     def release(self, shards) -> None:
-        """Drops these shards' maps and pins, so that the cache may evict them (a no-op
-        locally); a shard read again is fetched (or found in the cache) and mapped again."""
+        """Drops these shards' maps and pins, so that the cache may evict them; a shard read
+        again is fetched (or found in the cache) and mapped again. A no-op locally: the
+        kernel's page cache decides what stays."""
         if self._remote is not None:
             self._remote.release(shards)
 
@@ -369,6 +374,8 @@ class PackData:
         pieces = []
         for s, a, z in self.pieces(start, stop):
             raw = self._maps[s][a:z]
+            # Rows read in bulk: one sequential read, not a fault per page (`_maps`).
+            will_need(raw)
             pieces.append(self._widen(raw, legal) if self.shards[s].legacy else raw)
         if len(pieces) == 1:
             return pieces[0]

@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from ._errors import NotAPackError, PackError
+from ._maps import map_readonly
 
 #: The row dtype of the pack format, exactly (48 bytes, two zero padding bytes at 26..28).
 STEP_ROW_DTYPE = np.dtype([
@@ -126,15 +127,14 @@ def read_shard_header(path: Path, source: Path | None = None) -> Shard:
 
 
 def map_shard(shard: Shard) -> np.ndarray:
-    """The shard's rows as a read-only memory-mapped `(rows, row_bytes)` uint8 array."""
+    """The shard's rows as a read-only memory-mapped `(rows, row_bytes)` uint8 array (read
+    at random: `_maps`)."""
     if shard.rows == 0:
         return np.zeros((0, shard.row_bytes), dtype=np.uint8)
-    flat = np.memmap(shard.source or shard.path, dtype=np.uint8, mode="r",
-                     offset=shard.data_offset,
-                     shape=(shard.rows * shard.row_bytes,))
     # A plain ndarray over the map (it keeps the map alive): np.memmap's subclass hooks
     # would run on every slice and field access.
-    return flat.view(np.ndarray).reshape(shard.rows, shard.row_bytes)
+    return map_readonly(shard.source or shard.path, np.uint8, shard.data_offset,
+                        (shard.rows, shard.row_bytes))
 
 
 def widen_legacy(raw: np.ndarray) -> np.ndarray:

@@ -198,3 +198,17 @@ def put(url: str, data: bytes) -> None:
 
     bucket, _, key = url[len("s3://"):].partition("/")
     obstore.put(S3Store(bucket), key, data)
+
+
+def vm_flags(path) -> list[set[str]]:
+    """The kernel's VmFlags of each mapping of `path` in this process (/proc/self/smaps):
+    "rr" marks one advised MADV_RANDOM, "sr" MADV_SEQUENTIAL."""
+    target = str(Path(path).resolve())
+    found, current = [], None
+    for line in Path("/proc/self/smaps").read_text().splitlines():
+        fields = line.split()
+        if fields and "-" in fields[0] and len(fields) >= 5 and not fields[0].endswith(":"):
+            current = fields[5] if len(fields) > 5 else None
+        elif fields and fields[0] == "VmFlags:" and current == target:
+            found.append(set(fields[1:]))
+    return found
