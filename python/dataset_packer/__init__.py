@@ -13,8 +13,11 @@ optional symmetry augmentation. `Pack(path, version=N)` reads a version of the p
 (`pack.versions()`) exactly, and resume states record the pack's `pack_id@version`.
 Companion arrays (`embeddings-00000.npy`, … beside the shards) are memory-mapped and aligned
 with the rows: `pack.companion("embeddings")[rows]`, `pack.batches(...,
-companions=["embeddings"])`. `dataset_packer.torch` wraps it as a
-PyTorch IterableDataset (imported only when used). `executable()` finds the
+companions=["embeddings"])`. `EpochStream` is the stateful
+epoch reader without PyTorch: `order="auto"` (shard windows for a pack larger than half the
+memory, or than half its cache) and a `state_dict()` that records the order for an exact
+resume. `dataset_packer.torch` wraps it as a PyTorch IterableDataset (imported only when
+used). `executable()` finds the
 `dataset-packer` command (the one installed with this package first), for running it.
 `Pack("s3://bucket/prefix")` reads a pack in object storage through a bounded cache shared
 with the command line (the `[s3]` extra).
@@ -31,11 +34,12 @@ from ._format import LEGACY_ROW_DTYPE, STEP_ROW_DTYPE
 from ._order import EpochPlan, Permutation
 from ._mixture import Mixture
 from ._pack import Pack, Selection
+from ._loader import EpochStream
 from ._cache import CacheLimitError, CacheWarning, CorruptError
 from ._remote import RemoteError, UrlError
 
 __all__ = [
-    "Pack", "Selection", "Mixture", "Companion", "STEP_ROW_DTYPE", "LEGACY_ROW_DTYPE", "MOVE_NAMES",
+    "Pack", "Selection", "Mixture", "Companion", "EpochStream", "STEP_ROW_DTYPE", "LEGACY_ROW_DTYPE", "MOVE_NAMES",
     "PackError", "NotAPackError", "PackBusyError", "PackChangedError", "RunIndexError", "SelectionError", "EmptySelectionError",
     "CompanionError", "VersionError", "executable", "ExecutableNotFoundError",
     "UrlError", "RemoteError", "CorruptError", "CacheLimitError", "CacheWarning",

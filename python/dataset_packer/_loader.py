@@ -15,14 +15,14 @@ An `Iteration` is one pass of a share over the epoch that counts the batches it 
 so that a state taken while it runs says where that share stands: what torchdata's
 `StatefulDataLoader` saves for each worker after every batch, and restores in the worker.
 
-The epoch's order (`order=`) is the pack's global permutation (`Pack.batches`), or for a
-pack read through a cache smaller than it, `ShardWindows` (`_order`): a few shards at a
-time, read here from the same plan of positions, with `ReadAhead` fetching the next
-window's shards while the current one is read and releasing each finished one. "auto"
-takes the shard windows when the pack's shards do not fit in half the cache. A state saved
-in a shard-window epoch records the order and its window size ("order", "window_bytes"),
-so that the rest of that epoch is read in the same order whatever the cache is at resume;
-a state without them was saved in a global-order epoch.
+The epoch's order (`order=`) is the pack's global permutation (`Pack.batches`), or shard
+windows (`_windows`): a few shards at a time, read from the same plan of positions, the
+next window brought in while the current one is read. "auto" takes shard windows for a
+remote pack whose shards do not fit in half its cache, and for a local pack larger than
+half the memory the process may use (read once, when the stream is made: `_memory`). A
+state saved in a shard-window epoch records the order and its window size ("order",
+"window_bytes"), so that the rest of that epoch is read in the same order whatever the
+cache or the memory is at resume; a state without them was saved in a global-order epoch.
 """
 
 from __future__ import annotations
@@ -35,12 +35,14 @@ from typing import Iterator, Optional
 
 import numpy as np
 
-from ._codec import apply_symmetries
-from ._data import of, rebase, resolve
-from ._order import Part, ShardWindows, plan_epoch, shard_items, symmetries_for
+from ._data import rebase, resolve
+from ._memory import available_memory
+from ._order import Part
 from ._mixture import Mixture
 from ._pack import Pack
 from ._versions import saved_versions
+from ._windows import check_order as check_pack_order
+from ._windows import choose_order, prefetch_all, shard_window_batches
 
 
 @dataclass(frozen=True)
@@ -71,8 +73,9 @@ class EpochStream:
 
     `window`: yield `Pack.windows(window, batch_size, ...)` instead of `Pack.batches`.
     `order`: "global" (the pack's permutation), "shards" (shard windows of at most
-    `window_bytes` bytes, by default half the cache limit; see the module docstring) or
-    "auto" (shards for a remote pack whose shards do not fit in half its cache).
+    `window_bytes` bytes, by default half the cache limit, or 1 GiB locally; see the module
+    docstring) or "auto" (shards for a remote pack whose shards do not fit in half its
+    cache, or a local pack larger than half the memory the process may use).
     Other keyword options are those of `Pack.batches` (shuffle, seed, select, drop_last,
     augment, illegal_ev, companions; `stride` too with `window`).
 
@@ -91,6 +94,8 @@ class EpochStream:
         self.world_size = world_size
         self.order = check_order(order, window_bytes, self.pack)
         self.window_bytes = None if window_bytes is None else int(window_bytes)
+        # Read once, here: every worker (and a resume) must choose the order this one does.
+        self.memory, _ = available_memory()
         for fixed in ("epoch", "start_sample", "start_batch", "worker", "num_workers"):
             if fixed in options:
                 raise TypeError(f"{fixed} is not an option here: use set_epoch(epoch, "
@@ -182,19 +187,13 @@ class EpochStream:
         return self.chosen_order(versions)
 
     def chosen_order(self, versions: Optional[tuple] = None) -> tuple:
-        """What `order=` (and `window_bytes=`) choose for the pack an epoch reads."""
+        """What `order=` (and `window_bytes=`) choose for the pack an epoch reads (for a
+        local pack, from the memory read when the stream was made: `_memory`)."""
         reader, options = self._reader(versions)
-        if self.order == "global" or isinstance(reader, Mixture):
+        if isinstance(reader, Mixture):
             return "global", None
-        data = of(reader)
-        limit = data.cache_limit
-        window_bytes = self.window_bytes or (limit // 2 if limit else DEFAULT_WINDOW_BYTES)
-        if self.order == "shards":
-            return "shards", window_bytes
-        # auto: shard windows when the shards do not fit in half the cache
-        if data.is_remote and limit is not None and _pack_bytes(data) > limit // 2:
-            return "shards", window_bytes
-        return "global", None
+        return choose_order(reader, self.order, self.window_bytes, self.memory,
+                            options.get("companions"))
 
     def _start(self, world_size: int) -> int:
         """The resume point as a position: `start_sample` as set (a batch plan refuses one
@@ -264,13 +263,18 @@ class EpochStream:
             stride=options.get("stride"), start_sample=self.start_sample,
             start_batch=self.start_batch)
 
-    def batches(self, part: Part) -> Iterator[dict]:
-        """The batches of the current epoch that this (rank, worker) share reads."""
+    def batches(self, part: Optional[Part] = None) -> Iterator[dict]:
+        """The batches of the current epoch that this (rank, worker) share reads (by
+        default the stream's rank of its world size, one worker)."""
         return iter(self.iteration(part))
 
-    def iteration(self, part: Part, state: Optional[dict] = None) -> "Iteration":
+    def iteration(self, part: Optional[Part] = None,
+                  state: Optional[dict] = None) -> "Iteration":
         """This share's pass over the epoch from the shared epoch and resume point, or from
-        `state` (a `state_dict()`, or an `Iteration.state_dict()` of this very share)."""
+        `state` (a `state_dict()`, or an `Iteration.state_dict()` of this very share); its
+        `state_dict()` says where it stands. `part` as in `batches`."""
+        if part is None:
+            part = Part(self.rank or 0, self.world_size or 1, 0, 1)
         if state is None:
             versions = self._epoch_versions()
             return Iteration(self, part, self.epoch, self._start(part.world_size), 0,
@@ -298,7 +302,7 @@ class EpochStream:
         if order[0] == "shards":
             return shard_window_batches(reader, self.batch_size, self.window, order[1], common)
         if not isinstance(reader, Mixture):
-            prefetch_all(of(reader))
+            prefetch_all(reader, options.get("companions"))
         if self.window is None:
             return reader.batches(self.batch_size, **common)
         return reader.windows(self.window, self.batch_size, **common)
@@ -308,20 +312,9 @@ class EpochStream:
 #: window bytes, versions-in-use flag (the last: the versions follow it).
 _SHARED = 6
 
-#: `order=` values.
-ORDERS = ("auto", "global", "shards")
-
-#: The window size of `order="shards"` for a pack read without a cache (a local one).
-DEFAULT_WINDOW_BYTES = 1 << 30
-
-
 def check_order(order: str, window_bytes, reader) -> str:
     """`order=` and `window_bytes=` checked (a Mixture reads its sources in its own order)."""
-    if order not in ORDERS:
-        raise ValueError(f"order must be one of {', '.join(map(repr, ORDERS))}, not {order!r}")
-    if window_bytes is not None and (isinstance(window_bytes, bool) or
-                                     int(window_bytes) != window_bytes or window_bytes < 1):
-        raise ValueError(f"window_bytes must be a number of bytes ≥ 1, not {window_bytes!r}")
+    check_pack_order(order, window_bytes)
     if order == "shards" and isinstance(reader, Mixture):
         raise ValueError('order="shards" reads one pack a few shards at a time; a Mixture '
                          'interleaves its sources in an order of its own: give order="global" '
@@ -347,152 +340,6 @@ def saved_order(state: dict) -> tuple:
         raise ValueError(f"the state's order ({order!r}, window_bytes={window_bytes!r}) is not "
                          "one this package saves: \"shards\" with a window_bytes ≥ 1")
     return "shards", window_bytes
-
-
-def _pack_bytes(data) -> int:
-    """The bytes of a pack's shards."""
-    return sum(data.shard_bytes(s) for s in range(len(data.shards)))
-
-
-def prefetch_all(data) -> None:
-    """A global-order epoch of a remote pack that fits its cache: every shard is fetched
-    ahead, from the start (the order reaches all of them from the first batches on)."""
-    if data.is_remote and (data.cache_limit is None or _pack_bytes(data) <= data.cache_limit):
-        data.prefetch(list(range(len(data.shards))))
-
-
-class ReadAhead:
-    """Which shards a share of a shard-window epoch holds, told batch by batch (`reading`):
-    the windows its batch reads are fetched (ahead if they were not already), the windows
-    before them released, and the next window fetched ahead once the share is halfway
-    through its current one. A share thus holds at most two windows at once, and every
-    share of a node (ranks and workers, which go through the positions together, a few
-    batches apart) holds the same two: at most the cache's size when a window is at most
-    half of it. Each shard is fetched at most once per epoch; with windows of rows
-    (`window=`), a shard that windows of rows cross into from a shard of another window is
-    fetched for that window too (twice at most)."""
-
-    def __init__(self, data, order: ShardWindows):
-        self.data, self.order = data, order
-        self.held: dict[int, list[int]] = {}  # window → its shards
-        self._count: dict[int, int] = {}  # shard → held windows that read it
-        self._next = 0  # windows before it are released or never to be held
-
-    def reading(self, positions: np.ndarray) -> None:
-        """The next batch reads these positions (in the epoch's order)."""
-        if positions.size == 0:
-            return
-        window = self.order.window_of(positions)
-        lo, hi = int(window.min()), int(window.max())
-        for w in [w for w in self.held if w < lo]:
-            self._release(w)
-        for w in range(lo, hi + 1):
-            self._hold(w)
-        a, z = self.order.span(hi)
-        if int(positions.max()) >= (a + z) // 2 and hi + 1 < self.order.windows:
-            self._hold(hi + 1)
-
-    def _hold(self, window: int) -> None:
-        if window in self.held:
-            return
-        shards = self.order.reads(window)
-        new = [s for s in shards if not self._count.get(s)]
-        for s in shards:
-            self._count[s] = self._count.get(s, 0) + 1
-        self.held[window] = shards
-        if new:
-            self.data.prefetch(new)
-
-    def _release(self, window: int) -> None:
-        gone = []
-        for s in self.held.pop(window):
-            self._count[s] -= 1
-            if not self._count[s]:
-                gone.append(s)
-        if gone:
-            self.data.release(gone)
-
-    def close(self) -> None:
-        """The share is done (or left): everything it holds is released."""
-        for w in list(self.held):
-            self._release(w)
-
-
-def shard_window_batches(reader, batch_size: int, window: Optional[int], window_bytes: int,
-                         options: dict) -> Iterator[dict]:
-    """A share's batches of a shard-window epoch of a Pack: what `Pack.batches` (or
-    `Pack.windows`, with `window`) yields for the same options, in the `ShardWindows` order
-    of the selection's rows (or windows), read through `Pack.gather` while `ReadAhead`
-    fetches and releases the shards."""
-    options = dict(options)
-    known = {"shuffle", "seed", "epoch", "select", "rank", "world_size", "worker",
-             "num_workers", "drop_last", "start_sample", "start_batch", "augment",
-             "illegal_ev", "companions", "stride"}
-    unknown = sorted(set(options) - known)
-    if unknown:
-        raise TypeError(f"{unknown[0]} is not an option of a batch stream")
-    if options.get("stride") is not None and window is None:
-        raise TypeError("stride is an option of windows (give window=)")
-    data = of(reader)
-    selection = resolve(reader, options.get("select"))
-    shuffle, seed, epoch = options.get("shuffle", True), options.get("seed", 0), options["epoch"]
-    if window is None:
-        items = data.row_ranges(selection, "batches()")
-        item_rows, length = items.rows_at, 1
-    else:
-        if int(window) < 1:
-            raise ValueError(f"length must be ≥ 1, not {window}")
-        stride = int(options.get("stride") or window)
-        if stride < 1:
-            raise ValueError(f"stride must be ≥ 1, not {stride}")
-        items = data.windows(selection, int(window), stride, "windows()")
-        item_rows, length = items.first_rows, int(window)
-    cuts, reach = shard_items(item_rows, items.total,
-                              [data.shard_rows(s) for s in range(len(data.shards))], length)
-    order = ShardWindows(cuts, reach, [data.shard_bytes(s) for s in range(len(data.shards))],
-                         window_bytes, seed, epoch, shuffle)
-    plan, rank, numbers, _ = plan_epoch(
-        items.total, batch_size, False, seed, epoch, options.get("rank", 0),
-        options.get("world_size", 1), options.get("worker", 0), options.get("num_workers", 1),
-        options.get("drop_last", False), options.get("start_sample", 0),
-        options.get("start_batch", 0), pad_from_end=True)
-    return _read_windows(reader, data, order, plan, rank, numbers, item_rows, length, options)
-
-
-def _read_windows(reader, data, order, plan, rank, numbers, item_rows, length,
-                  options) -> Iterator[dict]:
-    ahead = ReadAhead(data, order)
-    steps = np.arange(length, dtype=np.int64)
-    try:
-        # The order is evaluated for a few batches at a time (as `Pack.batches` does it);
-        # the shards are asked for batch by batch.
-        for group in plan.chunks(rank, numbers):
-            positions = plan.chunk_positions(rank, group)
-            firsts = item_rows(order(positions))
-            at = 0
-            for _, count in group:
-                ahead.reading(positions[at:at + count])
-                yield _items_batch(reader, firsts[at:at + count], steps, options)
-                at += count
-    finally:
-        ahead.close()
-
-
-def _items_batch(reader, first: np.ndarray, steps: np.ndarray, options: dict) -> dict:
-    """The batch of these items, given by their first rows (windows of `steps.size` rows;
-    rows when 1): read through `Pack.gather`, shaped and augmented as `Pack.batches` and
-    `Pack.windows` make theirs."""
-    length = steps.size
-    rows = first if length == 1 else (first[:, None] + steps).reshape(-1)
-    batch = reader.gather(rows, options.get("illegal_ev", float("nan")),
-                          companions=options.get("companions"))
-    if length > 1:
-        batch = {k: v.reshape((first.size, length) + v.shape[1:]) for k, v in batch.items()}
-    if options.get("augment"):
-        symmetry = symmetries_for(first, options.get("seed", 0), options["epoch"])
-        apply_symmetries(batch, symmetry)
-        batch["symmetry"] = symmetry
-    return batch
 
 
 # A reader is a Pack or a Mixture: what the stream asks of either.

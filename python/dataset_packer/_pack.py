@@ -31,7 +31,10 @@ from ._errors import EmptySelectionError, NotAPackError, PackError
 from ._format import (METADATA_NAME, ROW_BYTES, STEP_ROW_DTYPE, VALUATION_NAME,
                       find_shard_paths, read_shard_header, read_valuation_names)
 from ._order import EpochPlan, plan_epoch, start_position, symmetries_for, validation_side
+from ._cache import CacheLimitError
+from ._memory import available_memory
 from ._remote import Url, parse_location
+from ._windows import check_order, choose_order, pack_bytes, shard_window_batches
 from ._select import has_table, run_ids
 from . import _snapshot, _versions
 
@@ -578,8 +581,10 @@ class Pack:
                 select=None, rank: int = 0, world_size: int = 1, worker: int = 0,
                 num_workers: int = 1, drop_last: bool = False, start_sample: int = 0,
                 start_batch: int = 0, augment: bool = False, illegal_ev: float | None = NAN,
-                companions=None, saved_at=None) -> Iterator[dict]:
-        """Decoded batches of one epoch: a pure function of (pack, selection, seed, epoch).
+                companions=None, saved_at=None, order: str = "global",
+                window_bytes: int | None = None) -> Iterator[dict]:
+        """Decoded batches of one epoch: a pure function of (pack, selection, seed, epoch,
+        order).
 
         Each epoch is one permutation of the selected rows (`shuffle=False`: pack order),
         whatever the world size, workers or batch size. Global step g takes positions
@@ -604,7 +609,20 @@ class Pack:
         it): when it was saved on an earlier version of this pack, the epoch is read over
         that version, exactly as it went then (none of the rows added since); a resume point
         of another pack, or of a version this pack's history does not hold (rewritten), is
-        refused (VersionError), since the epoch's order would be another one."""
+        refused (VersionError), since the epoch's order would be another one.
+
+        `order="global"` (the default) permutes the whole selection. `order="shards"` reads
+        shard windows: consecutive shards of at most `window_bytes` bytes together (1 GiB
+        locally, half the cache remotely, when not given), the windows and the rows inside
+        each permuted, the next window brought in while one is read; the same rows, each
+        once, in another order. It keeps an epoch over a pack larger than memory (or than
+        its cache) at the disk's (or the network's) sequential speed. `order="auto"` takes
+        shard windows for a local pack larger than half the memory the process may use
+        (the memory cgroup's limit, else MemAvailable) and a remote one whose shards do
+        not fit in half its cache: an order that depends on the machine, so a resume
+        elsewhere gives `order` and `window_bytes` as first chosen (`EpochStream` records
+        them in its state). A global order on a remote pack whose shards do not fit in
+        its cache is refused before the first batch (CacheLimitError)."""
         if saved_at is not None:
             reader = self._for_saved(saved_at)
             return reader.batches(
@@ -612,7 +630,15 @@ class Pack:
                 select=rebase(resolve(self, select), reader), rank=rank,
                 world_size=world_size, worker=worker, num_workers=num_workers,
                 drop_last=drop_last, start_sample=start_sample, start_batch=start_batch,
-                augment=augment, illegal_ev=illegal_ev, companions=companions)
+                augment=augment, illegal_ev=illegal_ev, companions=companions, order=order,
+                window_bytes=window_bytes)
+        chosen = self._chosen_order(order, window_bytes, select, companions)
+        if chosen[0] == "shards":
+            return shard_window_batches(self, batch_size, None, chosen[1], dict(
+                shuffle=shuffle, seed=seed, epoch=epoch, select=select, rank=rank,
+                world_size=world_size, worker=worker, num_workers=num_workers,
+                drop_last=drop_last, start_sample=start_sample, start_batch=start_batch,
+                augment=augment, illegal_ev=illegal_ev, companions=companions))
         families = requested(self, companions)
         ranges = self._data.row_ranges(resolve(self, select), "batches()")
         plan, rank, numbers, perm = plan_epoch(
@@ -620,6 +646,22 @@ class Pack:
             drop_last, start_sample, start_batch)
         return self._row_batches(ranges, plan, rank, numbers, perm,
                                  (seed, epoch) if augment else None, illegal_ev, families)
+
+    def _chosen_order(self, order: str, window_bytes, select, companions) -> tuple:
+        """`order=` of a batch method, checked and chosen (`_windows.choose_order`); a
+        global order that a remote pack's cache cannot hold is refused here."""
+        check_order(order, window_bytes)
+        chosen = choose_order(self, order, window_bytes, available_memory()[0], companions)
+        data = self._data
+        if (chosen[0] == "global" and select is None and data.is_remote
+                and data.cache_limit is not None and pack_bytes(data) > data.cache_limit):
+            raise CacheLimitError(
+                f"{self.path}: an epoch in the global order reads every shard from its first "
+                f"batches on, and the shards ({pack_bytes(data):,} bytes) do not fit in the "
+                f"cache ({data.cache_limit:,} bytes): read it in shard windows "
+                f"(order=\"shards\" or \"auto\", as PackDataset does by default), or raise "
+                f"cache_limit")
+        return chosen
 
     def _row_batches(self, ranges, plan, rank, numbers, perm, augment, illegal_ev, families):
         for rows, spans in _batch_rows(ranges, plan, rank, numbers, perm):
@@ -640,13 +682,14 @@ class Pack:
                 rank: int = 0, world_size: int = 1, worker: int = 0, num_workers: int = 1,
                 drop_last: bool = False, start_sample: int = 0, start_batch: int = 0,
                 augment: bool = False, illegal_ev: float | None = NAN,
-                companions=None, saved_at=None) -> Iterator[dict]:
+                companions=None, saved_at=None, order: str = "global",
+                window_bytes: int | None = None) -> Iterator[dict]:
         """Batches of windows of `length` consecutive steps of one run (never across runs):
         every key of `batches` shaped (B, length, …). Windows start every `stride` rows of a
         run (default `length`: disjoint windows; a run's last rows that do not fill one are
         left out). Order, partition, resume and augmentation (one symmetry per window) work
         as in `batches`, over windows instead of rows; `companions` too, shaped
-        (B, length, *shape), and `saved_at`. Needs the run index."""
+        (B, length, *shape), `saved_at`, `order` and `window_bytes`. Needs the run index."""
         if saved_at is not None:
             reader = self._for_saved(saved_at)
             return reader.windows(
@@ -655,7 +698,14 @@ class Pack:
                 world_size=world_size, worker=worker, num_workers=num_workers,
                 drop_last=drop_last, start_sample=start_sample,
                 start_batch=start_batch, augment=augment, illegal_ev=illegal_ev,
-                companions=companions)
+                companions=companions, order=order, window_bytes=window_bytes)
+        chosen = self._chosen_order(order, window_bytes, select, companions)
+        if chosen[0] == "shards":
+            return shard_window_batches(self, batch_size, length, chosen[1], dict(
+                stride=stride, shuffle=shuffle, seed=seed, epoch=epoch, select=select,
+                rank=rank, world_size=world_size, worker=worker, num_workers=num_workers,
+                drop_last=drop_last, start_sample=start_sample, start_batch=start_batch,
+                augment=augment, illegal_ev=illegal_ev, companions=companions))
         families = requested(self, companions)
         length = int(length)
         if length < 1:

@@ -18,7 +18,7 @@ import itertools
 import numpy as np
 import pytest
 
-from dataset_packer import Pack
+from dataset_packer import CacheLimitError, Pack
 from dataset_packer._data import PackData, of
 from dataset_packer._loader import EpochStream, WorkerInfo, partition
 from dataset_packer._mixture import Mixture
@@ -409,8 +409,13 @@ def test_a_saved_shard_window_epoch_resumes_in_its_own_order(many_shards):
     assert run.state_dict()["order"] == "shards"
     # A state without an order was saved in a global epoch: resumed in the global order.
     glob = {k: v for k, v in state.items() if k not in ("order", "window_bytes")}
-    # (The global order of a pack larger than the cache reads shards as it meets them.)
-    again = EpochStream(remote(many_shards, size // 2, strict=False)[0], 100, seed=8)
+    # The global order of a pack larger than the cache is refused before its first batch,
+    # naming the order that reads it.
+    small = EpochStream(remote(many_shards, size // 2, strict=False)[0], 100, seed=8)
+    small.load_state_dict(glob)
+    with pytest.raises(CacheLimitError, match=r'do not fit in the cache.*order="shards"'):
+        next(iter(small.batches(Part())))
+    again = EpochStream(remote(many_shards, 4 * size, strict=False)[0], 100, seed=8)
     again.load_state_dict(glob)
     assert again.epoch_order() == ("global", None)
     np.testing.assert_array_equal(

@@ -576,3 +576,24 @@ def test_the_binary_and_python_share_one_cache(url, local, tmp_path):
     pack.close()
     cli("--cache", cache, "validate", url, "--quiet")
     assert entries(cache) == fetched, "the binary downloaded none of them again"
+
+
+def test_a_global_epoch_larger_than_the_cache_is_refused_before_its_first_batch(url, local,
+                                                                                 tmp_path):
+    from dataset_packer import CacheLimitError, EpochStream, Pack
+
+    sizes = [p.stat().st_size for p in Pack(local).shards]
+    cache = tmp_path / "cache"
+    pack = open_remote(url, cache, cache_limit=sizes[0] * 5 // 2)
+    # Refused at the call, before anything is fetched, naming the order that reads it.
+    with pytest.raises(CacheLimitError, match=r'the shards \([\d,]+ bytes\) do not fit in '
+                                              r'the cache \([\d,]+ bytes\): read it in shard '
+                                              r'windows \(order="shards" or "auto"'):
+        pack.batches(64, seed=1)
+    assert entries(cache) == {}
+    # The public NumPy path to shard windows: every row once, fetched within the limit.
+    rows = np.concatenate([b["row"] for b in pack.batches(64, seed=1, order="auto")])
+    assert sorted(rows.tolist()) == list(range(len(Pack(local))))
+    stream = EpochStream(pack, 64, seed=1)
+    assert stream.chosen_order() == ("shards", sizes[0] * 5 // 4)
+    np.testing.assert_array_equal(np.concatenate([b["row"] for b in stream.batches()]), rows)
