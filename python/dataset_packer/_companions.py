@@ -24,7 +24,7 @@ from . import _data
 from ._codec import _COLUMNS
 from ._errors import CompanionError
 from ._format import HeaderError, read_npy_header
-from ._maps import READ_AHEAD, map_readonly, will_need
+from ._maps import READ_AHEAD, map_readonly, read_at_random, will_need
 from ._select import has_table
 
 FAMILY_NAME = re.compile(r"[a-z][a-z0-9_]*")
@@ -259,13 +259,20 @@ def open_prefix_family(pack, name: str, files: list[tuple]) -> Companion:
 
 def _mapped(pack, name, files, dtype, trailing, recorded: bool) -> Companion:
     """The family's files memory-mapped: (path, rows, data offset[, local file]) each."""
+    # Read at random as the steps rows are, where the family and the shards together do
+    # not fit in half the memory (`_maps.read_at_random`).
+    row_bytes = dtype.itemsize * int(np.prod(trailing, dtype=np.int64))
+    steps = _data.of(pack)
+    random = steps.random or read_at_random(
+        sum(f[1] for f in files) * row_bytes
+        + sum(steps.shard_bytes(s) for s in range(len(steps.shards))))
     arrays = []
     for path, rows, offset, *local in files:
         if rows == 0:
             arrays.append(np.empty((0,) + trailing, dtype=dtype))
             continue
         arrays.append(map_readonly(local[0] if local else path, dtype, offset,
-                                   (rows,) + trailing))
+                                   (rows,) + trailing, random))
     return Companion(pack, name, [f[0] for f in files], arrays, dtype, trailing, recorded)
 
 

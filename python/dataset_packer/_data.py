@@ -30,7 +30,7 @@ import numpy as np
 from ._codec import recompute_ev_legal
 from ._errors import EmptySelectionError, NotAPackError, PackError, RunIndexError
 from ._format import METADATA_NAME, ROW_BYTES, Shard, map_shard, widen_legacy
-from ._maps import READ_AHEAD, will_need
+from ._maps import READ_AHEAD, read_at_random, will_need
 from ._ranges import RowRanges, RowSet, WindowStarts
 from ._select import has_table
 
@@ -67,7 +67,10 @@ class PackData:
         # Local: every shard mapped now, a plain list on the hot path. Remote: mapped on
         # first access, through the cache (`RemoteShards`), which behaves as that list.
         self._remote = remote
-        self._maps = [map_shard(s) for s in shards] if remote is None else remote
+        #: Whether the maps are read at random (`_maps.read_at_random`).
+        self.random = read_at_random(sum(s.data_offset + s.rows * s.row_bytes for s in shards))
+        self._maps = ([map_shard(s, self.random) for s in shards] if remote is None else
+                      remote)
         counts = np.array([s.rows for s in shards], dtype=np.int64)
         self._offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
         self._boundaries = self._offsets[1:-1]

@@ -126,15 +126,15 @@ def read_shard_header(path: Path, source: Path | None = None) -> Shard:
                  source=source)
 
 
-def map_shard(shard: Shard) -> np.ndarray:
-    """The shard's rows as a read-only memory-mapped `(rows, row_bytes)` uint8 array (read
-    at random: `_maps`)."""
+def map_shard(shard: Shard, random: bool = False) -> np.ndarray:
+    """The shard's rows as a read-only memory-mapped `(rows, row_bytes)` uint8 array
+    (`random`: advised MADV_RANDOM, `_maps`)."""
     if shard.rows == 0:
         return np.zeros((0, shard.row_bytes), dtype=np.uint8)
     # A plain ndarray over the map (it keeps the map alive): np.memmap's subclass hooks
     # would run on every slice and field access.
     return map_readonly(shard.source or shard.path, np.uint8, shard.data_offset,
-                        (shard.rows, shard.row_bytes))
+                        (shard.rows, shard.row_bytes), random)
 
 
 def widen_legacy(raw: np.ndarray) -> np.ndarray:

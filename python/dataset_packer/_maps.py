@@ -1,9 +1,11 @@
 """Files mapped read-only, and what the kernel is told about how they are read.
 
-Every shard and companion file is mapped with `MADV_RANDOM`: the package reads rows by
-index (a batch takes 4,096 rows from anywhere in a shard, or in a shard window), and
-without the hint each page fault on a cold file reads up to `read_ahead_kb` around it (8 MiB
-on some disks), which is what made a first batch of a cold 1B-row pack take 10 s.
+The shards and companion files of a pack larger than half the memory are mapped with
+`MADV_RANDOM` (`read_at_random`): the package reads rows by index (a batch takes 4,096 rows
+from anywhere in the pack, or in a shard window), and without the hint each page fault on a
+cold file reads up to `read_ahead_kb` around it (8 MiB on some disks), which is what made a
+first batch of a cold 1B-row pack take 10 s. A pack that fits keeps the kernel's
+read-around, which loads it fastest for an epoch that reads it all.
 
 Where the package does know that bytes will be read in bulk, it says so instead, with
 `MADV_WILLNEED` on that part of the map: the kernel then reads it in large sequential
@@ -28,6 +30,8 @@ from pathlib import Path
 
 import numpy as np
 
+from ._memory import available_memory
+
 #: Bytes below which a span is read without a WILLNEED call (a few pages: the faults are
 #: cheaper than the system call).
 WILL_NEED_MIN = 1 << 20
@@ -37,15 +41,27 @@ WILL_NEED_MIN = 1 << 20
 CHUNK = 8 << 20
 
 
-def map_readonly(path: Path, dtype, offset: int, shape: tuple) -> np.ndarray:
-    """A read-only array over `path`'s bytes from `offset`, mapped with `MADV_RANDOM`."""
+def read_at_random(total_bytes: int) -> bool:
+    """Whether maps of a pack of `total_bytes` (the files an epoch reads) are advised
+    `MADV_RANDOM`: where they are more than half the memory the process may use. A pack
+    that fits is left to the kernel's read-around: its global epoch reaches every page from
+    the first batches on, and each cold fault bringing in its neighbours loads the pack at
+    the disk's sequential speed (the read-ahead thread does the rest)."""
+    memory, _ = available_memory()
+    return memory is not None and total_bytes > memory // 2
+
+
+def map_readonly(path: Path, dtype, offset: int, shape: tuple, random: bool) -> np.ndarray:
+    """A read-only array over `path`'s bytes from `offset`, mapped with `MADV_RANDOM` when
+    `random` (`read_at_random`)."""
     dtype = np.dtype(dtype)
     count = int(np.prod(shape, dtype=np.int64))
     start = offset - offset % mmap.ALLOCATIONGRANULARITY
     with open(path, "rb") as f:
         mapped = mmap.mmap(f.fileno(), offset - start + count * dtype.itemsize,
                            access=mmap.ACCESS_READ, offset=start)
-    advise_random(mapped)
+    if random:
+        advise_random(mapped)
     return np.frombuffer(mapped, dtype=dtype, count=count, offset=offset - start).reshape(shape)
 
 
