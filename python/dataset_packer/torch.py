@@ -40,10 +40,11 @@ kept in shared memory, so workers see them whether they are started anew each ep
 number of workers, over the version of the pack the state was saved on when the pack has
 grown since (the rest of that epoch; docs/versions.md).
 
-`order="auto"` (the default) reads a remote pack larger than half its cache in shard windows
-(a few shards at a time, the next ones fetched ahead), and any other pack in its global
-order; `order="global"` / `"shards"` and `window_bytes=` choose (docs/object-storage.md,
-"Epochs over a pack larger than the cache"). A state saved in a shard-window epoch records
+`order="auto"` (the default) reads a remote pack larger than half its cache, and a local pack
+larger than half the memory the process may use, in shard windows (a few shards at a time,
+the next ones brought in ahead), and any other pack in its global order; `order="global"` /
+`"shards"` and `window_bytes=` choose (docs/object-storage.md, "Epochs over a pack larger
+than the cache"; docs/larger-than-memory.md). A state saved in a shard-window epoch records
 the order, and resumes in it.
 
 `PackDataset.state_dict()` / `load_state_dict()` are what torchdata's `StatefulDataLoader`
