@@ -13,8 +13,10 @@ use std::path::{Path, PathBuf};
 use rusqlite::Connection;
 
 use crate::error::{Context, Error, ErrorKind, Result, fail};
+use crate::format::dtype::Dtype;
 use crate::format::metadata::{self, MetadataWriter, ShardRecord};
 use crate::format::npy::ArrayHeader;
+use crate::format::row::ROW_BYTES;
 use crate::pack::families::{self, describe};
 use crate::pack::files;
 use crate::pack::publish::OutputDir;
@@ -83,9 +85,12 @@ impl AttachSummary {
 }
 
 /// Adds the companion family `name` to the pack at `pack`, its rows copied from the NumPy
-/// arrays `sources`: one per shard, in shard order, each with that shard's rows, or one with a
-/// row for every row of the pack (split at the shard boundaries); any dtype and trailing
-/// shape, in C order, without Python objects. The shards stay in place; the family's files
+/// arrays `sources`, in order: one per shard with that shard's rows, one with a row for every
+/// row of the pack, or any whose rows add up to the pack's (cut at the shard boundaries; as
+/// many arrays as shards must then carry row keys); any dtype and trailing shape, in C order,
+/// without Python objects. Arrays of a structured dtype with integer `run_id` and
+/// `step_index` fields (the trainer's annotation rows) have every row checked against the
+/// pack's row it lands on. The shards stay in place; the family's files
 /// and its records in `metadata.db` are published at once. What `dataset-packer attach` does.
 ///
 /// Errors: [`ErrorKind::Refused`] for a bad name (`[a-z][a-z0-9_]*`, not `steps`) or a family
@@ -155,8 +160,15 @@ fn attach_here(
     let total: u64 = shards.iter().map(|s| s.header.rows).sum();
     writer.expect_rows(total);
     let bar = Bar::rows(&options.progress, "attach", total);
+    let mut pack_rows = PackRows::new(&shards);
     for src in &sources {
-        copy_rows(src, layout.row_bytes as u64, &mut writer, &bar)?;
+        copy_rows(
+            src,
+            layout.row_bytes as u64,
+            &mut writer,
+            &bar,
+            &mut pack_rows,
+        )?;
     }
     bar.finish_and_clear();
     let files = writer.finish()?;
@@ -342,7 +354,24 @@ fn line_up(name: &str, sources: &[Source], shards: &[Shard]) -> Result<FileLayou
         }
     }
     let total: u64 = shards.iter().map(|s| s.header.rows).sum();
-    if sources.len() == shards.len() {
+    let given: u64 = sources.iter().map(|s| s.header.rows()).sum();
+    if sources.len() == 1 && given != total {
+        fail!(
+            InvalidInput,
+            "{}: {given} rows, but the pack has {total} (one array for the whole pack needs a row for each of its rows)",
+            sources[0].path.display(),
+        );
+    }
+    if given != total {
+        fail!(
+            InvalidInput,
+            "{} arrays of {given} rows in all, but the pack has {total} rows: the arrays' rows must add up to the pack's (one per shard, one for the whole pack, or any files in order, cut at the shard boundaries)",
+            sources.len(),
+        );
+    }
+    // As many arrays as shards, but not of their sizes, and nothing in them to check the
+    // rows by: most likely arrays given out of order, which cutting would misalign silently.
+    if sources.len() == shards.len() && row_keys(first).is_none() {
         for (src, shard) in sources.iter().zip(shards) {
             if src.header.rows() != shard.header.rows {
                 fail!(
@@ -355,23 +384,6 @@ fn line_up(name: &str, sources: &[Source], shards: &[Shard]) -> Result<FileLayou
                 );
             }
         }
-    } else if sources.len() == 1 {
-        if first.rows() != total {
-            fail!(
-                InvalidInput,
-                "{}: {} rows, but the pack has {total} (one array for the whole pack needs a row for each of its rows)",
-                sources[0].path.display(),
-                first.rows()
-            );
-        }
-    } else {
-        fail!(
-            InvalidInput,
-            "{} arrays for a pack of {} shard{}: give one per shard, or one for the whole pack",
-            sources.len(),
-            shards.len(),
-            if shards.len() == 1 { "" } else { "s" }
-        );
     }
     let layout = FileLayout {
         prefix: name.to_string(),
@@ -392,10 +404,20 @@ fn line_up(name: &str, sources: &[Source], shards: &[Shard]) -> Result<FileLayou
     }
 }
 
-fn copy_rows(src: &Source, row_bytes: u64, writer: &mut ShardWriter, bar: &Bar) -> Result<()> {
+/// Copies `src`'s rows into `writer` (which cuts them at the shard boundaries); where they
+/// carry the pack's row keys ([`row_keys`]), each is first checked against the pack's row it
+/// lands on (`pack_rows`, which follows the copy across arrays).
+fn copy_rows(
+    src: &Source,
+    row_bytes: u64,
+    writer: &mut ShardWriter,
+    bar: &Bar,
+    pack_rows: &mut PackRows,
+) -> Result<()> {
     use std::os::unix::fs::FileExt;
     let file = std::fs::File::open(&src.path)
         .with_context(|| format!("opening {}", src.path.display()))?;
+    let keys = row_keys(&src.header);
     let rows_per_read = (COPY_BYTES / row_bytes).max(1);
     let mut buf = Vec::new();
     let mut done = 0u64;
@@ -404,9 +426,152 @@ fn copy_rows(src: &Source, row_bytes: u64, writer: &mut ShardWriter, bar: &Bar) 
         buf.resize((n * row_bytes) as usize, 0);
         file.read_exact_at(&mut buf, src.header.data_offset as u64 + done * row_bytes)
             .with_context(|| format!("reading {}", src.path.display()))?;
+        match &keys {
+            Some(keys) => pack_rows.check(src, keys, &buf, row_bytes as usize, done)?,
+            None => pack_rows.skip(n),
+        }
         writer.write_rows(&buf)?;
         bar.inc(n);
         done += n;
     }
     Ok(())
+}
+
+/// Where a source's rows say which row of the pack they belong to: the byte ranges of its
+/// `run_id` and `step_index` fields (unsigned or signed little-endian integers, in a
+/// structured dtype with one item per row), as the trainer's annotation rows have them.
+struct RowKeys {
+    run_id: Key,
+    step_index: Key,
+}
+
+/// An integer field of a row: its offset, its size and whether it is signed.
+#[derive(Clone, Copy)]
+struct Key {
+    offset: usize,
+    size: usize,
+    signed: bool,
+}
+
+fn row_keys(header: &ArrayHeader) -> Option<RowKeys> {
+    let Dtype::Struct { fields, .. } = &header.dtype else {
+        return None;
+    };
+    if !header.trailing().is_empty() {
+        return None;
+    }
+    let integer = |name: &str| {
+        fields
+            .iter()
+            .find(|f| f.name == name)
+            .and_then(|f| match f.dtype {
+                Dtype::Scalar { order, kind, size }
+                    if matches!(kind, 'u' | 'i')
+                        && order != '>'
+                        && matches!(size, 1 | 2 | 4 | 8) =>
+                {
+                    Some(Key {
+                        offset: f.offset,
+                        size,
+                        signed: kind == 'i',
+                    })
+                }
+                _ => None,
+            })
+    };
+    Some(RowKeys {
+        run_id: integer("run_id")?,
+        step_index: integer("step_index")?,
+    })
+}
+
+impl Key {
+    /// The field's value in `row`, widened (a negative value cannot match a pack's row).
+    fn read(self, row: &[u8]) -> i128 {
+        let Key {
+            offset,
+            size,
+            signed,
+        } = self;
+        let mut bytes = [0u8; 16];
+        bytes[..size].copy_from_slice(&row[offset..offset + size]);
+        if signed && row[offset + size - 1] & 0x80 != 0 {
+            bytes[size..].fill(0xff);
+        }
+        i128::from_le_bytes(bytes)
+    }
+}
+
+/// The pack's rows in order, read alongside the copy to check the sources' row keys.
+struct PackRows<'a> {
+    shards: &'a [Shard],
+    /// The next row: its shard and its row in it, and its global index.
+    shard: usize,
+    at: u64,
+    global: u64,
+}
+
+impl<'a> PackRows<'a> {
+    fn new(shards: &'a [Shard]) -> PackRows<'a> {
+        PackRows {
+            shards,
+            shard: 0,
+            at: 0,
+            global: 0,
+        }
+    }
+
+    fn skip(&mut self, mut n: u64) {
+        self.global += n;
+        while n > 0 {
+            let left = self.shards[self.shard].header.rows - self.at;
+            let step = left.min(n);
+            self.at += step;
+            n -= step;
+            if self.at == self.shards[self.shard].header.rows {
+                self.shard += 1;
+                self.at = 0;
+            }
+        }
+    }
+
+    /// Checks `buf`'s rows (from row `first` of `src`) against the pack's next rows.
+    fn check(
+        &mut self,
+        src: &Source,
+        keys: &RowKeys,
+        buf: &[u8],
+        row_bytes: usize,
+        first: u64,
+    ) -> Result<()> {
+        let mut rows = buf.chunks_exact(row_bytes).enumerate();
+        while rows.len() > 0 {
+            while self.at == self.shards[self.shard].header.rows {
+                self.shard += 1;
+                self.at = 0;
+            }
+            let shard = &self.shards[self.shard];
+            let count = (shard.header.rows - self.at).min(rows.len() as u64);
+            let theirs = shard.read_aligned(self.at, count)?;
+            for (ours, (i, row)) in theirs.chunks_exact(ROW_BYTES).zip(rows.by_ref()) {
+                let run = u32::from_le_bytes(ours[..4].try_into().expect("4 bytes"));
+                let step = u32::from_le_bytes(ours[4..8].try_into().expect("4 bytes"));
+                let (their_run, their_step) = (keys.run_id.read(row), keys.step_index.read(row));
+                if (their_run, their_step) != (i128::from(run), i128::from(step)) {
+                    let global = self.global;
+                    fail!(
+                        InvalidInput,
+                        "{} row {}: run_id {their_run}, step_index {their_step}, but the pack's row {global} ({} row {}) is run {run}, step {step}: the arrays do not line up with the pack (give them in order; nothing was attached)",
+                        src.path.display(),
+                        first + i as u64,
+                        shard.name,
+                        self.at,
+                    );
+                }
+                self.at += 1;
+                self.global += 1;
+            }
+        }
+        Ok(())
+    }
 }

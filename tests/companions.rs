@@ -148,7 +148,10 @@ fn attach_detach_validate_and_stats() {
         &from[0],
         &from[1],
     ]);
-    assert!(text.contains("2 arrays for a pack of 8 shards"), "{text}");
+    assert!(
+        text.contains("2 arrays of 600 rows in all, but the pack has 2240 rows"),
+        "{text}"
+    );
     let (_, text) = fail(&["attach", s(&p), "--name", "one", "--from", &from[1]]);
     assert!(text.contains("300 rows, but the pack has 2240"), "{text}");
     let mut swapped = from.clone();
@@ -846,4 +849,130 @@ fn overwrite_replaces_the_packs_own_families_and_no_other() {
             && text.contains("(see --overwrite)"),
         "{text}"
     );
+}
+
+/// The 2048former annotation engine's output, made here with NumPy as it writes it: its
+/// `AnnotationRow` arrays (each row naming its run and step) and its student arrays (float32,
+/// rows × 4 × bins), in shards of their own sizes.
+const ANNOTATIONS: &str = r#"
+import sys, glob, numpy as np
+pack, out, swap = sys.argv[1], sys.argv[2], sys.argv[3] == "swap"
+rows = np.concatenate([np.load(f, mmap_mode="r") for f in sorted(glob.glob(pack + "/steps-*.npy"))])
+row = np.dtype([("run_id", "<u4"), ("step_index", "<u4"), ("teacher_move", "u1"),
+                ("legal_mask", "u1"), ("policy_kind_mask", "u1"), ("argmax_head", "u1"),
+                ("argmax_prob", "<f4"), ("policy_p1", "<f4", (4,)),
+                ("policy_logp", "<f4", (4,)), ("policy_hard", "<f4", (4,))])
+a = np.zeros(len(rows), row)
+a["run_id"], a["step_index"] = rows["run_id"], rows["step_index"]
+a["teacher_move"] = rows["move_dir"]
+a["argmax_head"] = (rows["move_dir"] + rows["step_index"] % 2) % 4
+a["policy_p1"] = np.arange(len(rows) * 4, dtype="<f4").reshape(-1, 4)
+if swap:
+    a[[1017, 1018]] = a[[1018, 1017]]
+cuts = [0, 1000, 2000, len(rows)]
+for k in range(3):
+    np.save(f"{out}/annotations-{k:05d}.npy", a[cuts[k]:cuts[k + 1]])
+student = np.arange(len(rows) * 4 * 3, dtype="<f4").reshape(-1, 4, 3)
+np.save(f"{out}/annotations-student-00000.npy", student[:700])
+np.save(f"{out}/annotations-student-00001.npy", student[700:])
+"#;
+
+const CONCATENATED: &str = r#"
+import sys, glob, numpy as np
+def whole(pattern):
+    return np.concatenate([np.load(f) for f in sorted(glob.glob(pattern))])
+mine, theirs = whole(sys.argv[1]), whole(sys.argv[2])
+assert mine.dtype == theirs.dtype and mine.shape == theirs.shape, (mine.dtype, theirs.dtype)
+assert mine.tobytes() == theirs.tobytes()
+print(len(mine))
+"#;
+
+#[test]
+fn the_trainers_annotations_attach_as_they_are_cut_at_the_shard_boundaries() {
+    let t = tempfile::tempdir().unwrap();
+    let p = packed(t.path(), "p", "raw", "300");
+    let (good, bad) = (t.path().join("good"), t.path().join("bad"));
+    for (dir, how) in [(&good, "keep"), (&bad, "swap")] {
+        std::fs::create_dir(dir).unwrap();
+        python_code(ANNOTATIONS, &[s(&p), s(dir), how]);
+    }
+    let files = |dir: &Path, prefix: &str| -> Vec<String> {
+        let mut f: Vec<String> = names(dir)
+            .into_iter()
+            .filter(|n| n.starts_with(prefix) && n.as_bytes()[prefix.len()].is_ascii_digit())
+            .map(|n| s(&dir.join(n)).to_string())
+            .collect();
+        f.sort();
+        f
+    };
+
+    // Rows that say which run and step they are: each is checked against the pack's row.
+    let swapped = files(&bad, "annotations-");
+    let mut args = vec!["attach", s(&p), "--name", "annotation", "--quiet", "--from"];
+    args.extend(swapped.iter().map(String::as_str));
+    let (code, text) = fail(&args);
+    assert_eq!(code, 1, "{text}");
+    assert!(
+        text.contains("annotations-00001.npy row 17: run_id")
+            && text.contains("but the pack's row 1017 (steps-00003.npy row 117) is run")
+            && text.contains("nothing was attached"),
+        "{text}"
+    );
+    assert!(companion_files(&p, "annotation").is_empty());
+
+    let rows = files(&good, "annotations-");
+    assert_eq!(rows.len(), 3, "three files of 1,000, 1,000 and 240 rows");
+    let mut args = vec![
+        "attach",
+        s(&p),
+        "--name",
+        "annotation",
+        "--quiet",
+        "--json",
+        "--from",
+    ];
+    args.extend(rows.iter().map(String::as_str));
+    let summary: Value = serde_json::from_str(&run_ok(&args)).unwrap();
+    assert_eq!(summary["rows"], 2240);
+    assert_eq!(companion_files(&p, "annotation").len(), 8, "one per shard");
+    let pattern = |dir: &Path, prefix: &str| format!("{}/{prefix}-[0-9]*.npy", s(dir));
+    let n = python_code(
+        CONCATENATED,
+        &[&pattern(&p, "annotation"), &pattern(&good, "annotations")],
+    );
+    assert_eq!(n.trim(), "2240");
+
+    // The student arrays carry no keys: their rows must add up, and are cut the same way.
+    let student = files(&good, "annotations-student-");
+    let mut args = vec!["attach", s(&p), "--name", "student", "--quiet", "--from"];
+    args.extend(student.iter().map(String::as_str));
+    run_ok(&args);
+    let n = python_code(
+        CONCATENATED,
+        &[
+            &pattern(&p, "student"),
+            &pattern(&good, "annotations-student"),
+        ],
+    );
+    assert_eq!(n.trim(), "2240");
+    let pack = dataset_packer::Pack::open(&p).unwrap();
+    let annotation = pack.companion("annotation").unwrap();
+    for i in [0u64, 299, 300, 1017, 2239] {
+        let row = pack.row(i).unwrap();
+        assert_eq!(
+            annotation.field_values::<u32>(i, "run_id").unwrap(),
+            [row.run_id()]
+        );
+        assert_eq!(
+            annotation.field_values::<u32>(i, "step_index").unwrap(),
+            [row.step_index()]
+        );
+    }
+    assert_eq!(pack.companion("student").unwrap().shape(), [4, 3]);
+    let report = run_ok(&["validate", s(&p)]);
+    assert!(report.contains("companion arrays: annotation"), "{report}");
+
+    // Too few rows in all is refused, naming the counts.
+    let (_, text) = fail(&["attach", s(&p), "--name", "short", "--from", &rows[0]]);
+    assert!(text.contains("1000 rows, but the pack has 2240"), "{text}");
 }

@@ -17,11 +17,15 @@ use crate::{AttachOptions, attach};
   dataset-packer attach packs/d6 --name embeddings --from all-embeddings.npy
   dataset-packer attach packs/d6 --name labels --from labels.npy --json
   dataset-packer attach s3://training/team/d6 --name labels --from labels.npy  # a new commit
+  dataset-packer attach packs/d6 --name annotation --from annotations-0*.npy   # 2048former's
 
 A companion is an array aligned row by row with the pack: row i of its file k belongs to row i
 of steps-0000k.npy. Give one array per shard, in shard order, each with that shard's row
-count; or one array with a row for every row of the pack, which is split at the shard
-boundaries. Any dtype and trailing shape (C order, no Python objects). merge, shuffle and
+count; one array with a row for every row of the pack; or any arrays, in order, whose rows add
+up to the pack's (the trainer's annotation shards, say): they are cut at the pack's shard
+boundaries. Arrays whose rows have run_id and step_index fields (2048former's AnnotationRow)
+have every row checked against the pack's row it lands on; a mismatch is refused, naming the
+first row that differs. Any dtype and trailing shape (C order, no Python objects). merge, shuffle and
 export carry companions with their rows; validate checks them. On a URL the pack's latest
 commit is downloaded, changed and committed; exit 2 if another writer committed first.")]
 pub struct AttachArgs {
@@ -35,7 +39,8 @@ pub struct AttachArgs {
         help = "Name of the family: [a-z][a-z0-9_]*, not \"steps\" (files NAME-NNNNN.npy)"
     )]
     pub name: String,
-    /// The arrays (.npy): one per shard in shard order, or one for the whole pack.
+    /// The arrays (.npy), in order: one per shard, one for the whole pack, or any whose
+    /// rows add up to the pack's.
     #[arg(long = "from", value_name = "PATH", num_args = 1.., required = true)]
     pub from: Vec<PathBuf>,
     /// No progress bar.
