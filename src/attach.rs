@@ -521,17 +521,23 @@ impl<'a> PackRows<'a> {
         }
     }
 
+    /// The shard the next row is in, and how many of its rows are left (past the shards
+    /// whose rows are all behind).
+    fn current(&mut self) -> (&'a Shard, u64) {
+        while self.at == self.shards[self.shard].header.rows {
+            self.shard += 1;
+            self.at = 0;
+        }
+        let shard = &self.shards[self.shard];
+        (shard, shard.header.rows - self.at)
+    }
+
     fn skip(&mut self, mut n: u64) {
         self.global += n;
         while n > 0 {
-            let left = self.shards[self.shard].header.rows - self.at;
-            let step = left.min(n);
+            let step = self.current().1.min(n);
             self.at += step;
             n -= step;
-            if self.at == self.shards[self.shard].header.rows {
-                self.shard += 1;
-                self.at = 0;
-            }
         }
     }
 
@@ -546,12 +552,8 @@ impl<'a> PackRows<'a> {
     ) -> Result<()> {
         let mut rows = buf.chunks_exact(row_bytes).enumerate();
         while rows.len() > 0 {
-            while self.at == self.shards[self.shard].header.rows {
-                self.shard += 1;
-                self.at = 0;
-            }
-            let shard = &self.shards[self.shard];
-            let count = (shard.header.rows - self.at).min(rows.len() as u64);
+            let (shard, left) = self.current();
+            let count = left.min(rows.len() as u64);
             let theirs = shard.read_aligned(self.at, count)?;
             for (ours, (i, row)) in theirs.chunks_exact(ROW_BYTES).zip(rows.by_ref()) {
                 let run = u32::from_le_bytes(ours[..4].try_into().expect("4 bytes"));

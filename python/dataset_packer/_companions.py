@@ -71,6 +71,11 @@ def recorded(conn) -> dict[str, list[tuple]]:
     return out
 
 
+def row_bytes(dtype: np.dtype, trailing: tuple) -> int:
+    """The bytes of one row of a family: one item of `dtype` per element of `trailing`."""
+    return dtype.itemsize * int(np.prod(trailing, dtype=np.int64))
+
+
 def describe(dtype: np.dtype, trailing: tuple) -> str:
     """`'<f4' (8,)`, as the CLI prints a family's kind."""
     descr = repr(np.lib.format.dtype_to_descr(dtype))
@@ -121,6 +126,11 @@ class Companion:
 
     def _take(self, shard: int, local: np.ndarray, out: np.ndarray | None = None):
         return np.take(self.arrays[shard], local, axis=0, out=out, mode="clip")
+
+    @property
+    def row_bytes(self) -> int:
+        """The bytes of one row."""
+        return row_bytes(self.dtype, self.shape)
 
     def _prefetch(self, shards) -> None:
         """Brings these shards' files of a local pack into the page cache in the background
@@ -261,10 +271,9 @@ def _mapped(pack, name, files, dtype, trailing, recorded: bool) -> Companion:
     """The family's files memory-mapped: (path, rows, data offset[, local file]) each."""
     # Read at random as the steps rows are, where the family and the shards together do
     # not fit in half the memory (`_maps.read_at_random`).
-    row_bytes = dtype.itemsize * int(np.prod(trailing, dtype=np.int64))
     steps = _data.of(pack)
     random = steps.random or read_at_random(
-        sum(f[1] for f in files) * row_bytes
+        sum(f[1] for f in files) * row_bytes(dtype, trailing)
         + sum(steps.shard_bytes(s) for s in range(len(steps.shards))))
     arrays = []
     for path, rows, offset, *local in files:
@@ -296,17 +305,17 @@ def _check_files(name: str, files, prefix: bool) -> list[tuple]:
             raise CompanionError(f"{path}: holds Python objects (dtype {file_dtype}), which "
                                  "are pointers, not data")
         rows, tail = shape[0], shape[1:]
-        row_bytes = file_dtype.itemsize * int(np.prod(tail, dtype=np.int64))
-        if row_bytes <= 0:
+        size_of_row = row_bytes(file_dtype, tail)
+        if size_of_row <= 0:
             raise CompanionError(f"{path}: rows of {describe(file_dtype, tail)} are empty")
         if rows < shard_rows if prefix else rows != shard_rows:
             raise CompanionError(f"{path}: {rows} rows, but {shard_name} has {shard_rows} "
                                  f"(companion row i must be row i of its shard)")
         size = local.stat().st_size
-        want = offset + rows * row_bytes
+        want = offset + rows * size_of_row
         if size != want:
             raise CompanionError(f"{path}: {size} bytes, but its header promises {want} "
-                                 f"({rows} rows of {row_bytes} bytes after a {offset}-byte "
+                                 f"({rows} rows of {size_of_row} bytes after a {offset}-byte "
                                  "header): the file is truncated or has extra bytes")
         if first is None:
             first, dtype, trailing = path, file_dtype, tail

@@ -651,7 +651,9 @@ class Pack:
         """`order=` of a batch method, checked and chosen (`_windows.choose_order`); a
         global order that a remote pack's cache cannot hold is refused here."""
         check_order(order, window_bytes)
-        chosen = choose_order(self, order, window_bytes, available_memory()[0], companions)
+        # Only "auto" of a local pack reads the memory figure (a few /proc files).
+        memory = available_memory()[0] if order == "auto" else None
+        chosen = choose_order(self, order, window_bytes, memory, companions)
         data = self._data
         if (chosen[0] == "global" and select is None and data.is_remote
                 and data.cache_limit is not None and pack_bytes(data) > data.cache_limit):

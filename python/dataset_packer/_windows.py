@@ -74,9 +74,7 @@ def pack_bytes(data) -> int:
 def read_bytes(pack, families) -> int:
     """The bytes an epoch of `pack` reads: its shards' and these companion families'."""
     data = of(pack)
-    return pack_bytes(data) + sum(
-        family.dtype.itemsize * int(np.prod(family.shape, dtype=np.int64)) * len(data)
-        for _, family in families)
+    return pack_bytes(data) + sum(family.row_bytes * len(data) for _, family in families)
 
 
 def prefetch_all(pack, companions=None) -> None:
@@ -118,7 +116,6 @@ class ReadAhead:
         self.data, self.order, self.families = data, order, [f for _, f in families]
         self.held: dict[int, list[int]] = {}  # window → its shards
         self._count: dict[int, int] = {}  # shard → held windows that read it
-        self._next = 0  # windows before it are released or never to be held
         self.early = data.is_remote or self._two_fit(available_memory()[0])
 
     def _two_fit(self, memory: Optional[int]) -> bool:
@@ -126,8 +123,7 @@ class ReadAhead:
         `memory`."""
         if memory is None:
             return True
-        share = sum(f.dtype.itemsize * int(np.prod(f.shape, dtype=np.int64))
-                    for f in self.families) / ROW_BYTES
+        share = sum(f.row_bytes for f in self.families) / ROW_BYTES
         largest = max((sum(self.data.shard_bytes(s) for s in self.order.reads(w))
                        for w in range(self.order.windows)), default=0)
         return 2 * largest * (1 + share) <= memory // 2
