@@ -113,6 +113,50 @@ pub fn legal_moves(cells: &[u8; 16]) -> u8 {
     bits
 }
 
+/// The points move `dir` (0 up, 1 down, 2 left, 3 right) scores on a board of exponents: the
+/// sum of the tiles its merges make, the game's own score rule. 0 for an illegal move or a
+/// `dir` that is not a move.
+///
+/// ```
+/// use dataset_packer::format::board::move_score;
+/// let mut cells = [0u8; 16];
+/// cells[..4].copy_from_slice(&[1, 1, 2, 2]); // 2 2 4 4 on the top row
+/// assert_eq!(move_score(&cells, 2), 4 + 8); // left: 2+2 → 4, 4+4 → 8
+/// assert_eq!(move_score(&cells, 0), 0); // up moves nothing
+/// ```
+pub fn move_score(cells: &[u8; 16], dir: u8) -> u64 {
+    let (lines, reverse) = match dir {
+        0 => (&COLS, false),
+        1 => (&COLS, true),
+        2 => (&ROWS, false),
+        3 => (&ROWS, true),
+        _ => return 0,
+    };
+    lines
+        .iter()
+        .map(|idx| {
+            let l = line(cells, idx);
+            line_merge_score(if reverse { reversed(l) } else { l })
+        })
+        .sum()
+}
+
+/// What sliding one line towards its first cell scores: its tiles, gaps closed, merge in
+/// pairs from that end, each pair once.
+fn line_merge_score(l: [u8; 4]) -> u64 {
+    let tiles: Vec<u8> = l.into_iter().filter(|&e| e != 0).collect();
+    let (mut score, mut i) = (0u64, 0);
+    while i + 1 < tiles.len() {
+        if tiles[i] == tiles[i + 1] {
+            score += 1u64 << (tiles[i] + 1);
+            i += 2;
+        } else {
+            i += 1;
+        }
+    }
+    score
+}
+
 fn tile_score(r: u8) -> i32 {
     i32::from(r) << r
 }
@@ -222,6 +266,26 @@ fn transpose(board: u64) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn move_score_merges_each_pair_once_from_the_gathering_end() {
+        let board =
+            |rows: [[u8; 4]; 4]| -> [u8; 16] { std::array::from_fn(|i| rows[i / 4][i % 4]) };
+        // 2 2 2 2: left and right make two 4s.
+        let b = board([[1, 1, 1, 1], [0; 4], [0; 4], [0; 4]]);
+        assert_eq!((move_score(&b, 2), move_score(&b, 3)), (8, 8));
+        assert_eq!((move_score(&b, 0), move_score(&b, 1)), (0, 0));
+        // 4 . 4 4: left merges the first two 4s (8), right the last two (8), once each.
+        let b = board([[2, 0, 2, 2], [0; 4], [0; 4], [0; 4]]);
+        assert_eq!((move_score(&b, 2), move_score(&b, 3)), (8, 8));
+        // A column of 2 4 4 8: up and down both merge the 4s only.
+        let b = board([[1, 0, 0, 0], [2, 0, 0, 0], [2, 0, 0, 0], [3, 0, 0, 0]]);
+        assert_eq!((move_score(&b, 0), move_score(&b, 1)), (8, 8));
+        // 32768 + 32768 → 65536, the largest tile a board holds.
+        let b = board([[15, 15, 0, 0], [0; 4], [0; 4], [0; 4]]);
+        assert_eq!(move_score(&b, 2), 65536);
+        assert_eq!(move_score(&b, 4), 0);
+    }
 
     fn cells(v: &[u8]) -> [u8; 16] {
         let mut c = [0u8; 16];
