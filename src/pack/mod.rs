@@ -623,7 +623,7 @@ impl Pack {
         Ok(())
     }
 
-    fn conn(&self) -> std::sync::MutexGuard<'_, rusqlite::Connection> {
+    pub(crate) fn conn(&self) -> std::sync::MutexGuard<'_, rusqlite::Connection> {
         // A panic while holding the lock leaves the read-only connection as good as before.
         self.conn.lock().unwrap_or_else(|e| e.into_inner())
     }

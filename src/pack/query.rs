@@ -577,6 +577,160 @@ impl RunFilter {
     }
 }
 
+/// The order of a page of runs: a column of `runs` or `run_details`, named as `metadata.db`
+/// names it, ascending or descending; ties go by run id.
+///
+/// ```
+/// use dataset_packer::pack::query::RunOrder;
+/// let o = RunOrder::parse("-max_score").unwrap();
+/// assert_eq!((o.column.as_str(), o.descending), ("max_score", true));
+/// assert_eq!(RunOrder::default().column, "id");
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RunOrder {
+    pub column: String,
+    pub descending: bool,
+}
+
+impl Default for RunOrder {
+    fn default() -> RunOrder {
+        RunOrder {
+            column: "id".into(),
+            descending: false,
+        }
+    }
+}
+
+impl RunOrder {
+    /// `max_score` (ascending) or `-max_score` (descending). The name is only checked against
+    /// the pack's columns when the page is read.
+    pub fn parse(text: &str) -> Result<RunOrder, String> {
+        let (column, descending) = match text.strip_prefix('-') {
+            Some(rest) => (rest, true),
+            None => (text, false),
+        };
+        if column.is_empty() {
+            return Err(format!(
+                "{text:?} names no column: give one such as max_score, or -max_score for descending"
+            ));
+        }
+        Ok(RunOrder {
+            column: column.to_string(),
+            descending,
+        })
+    }
+
+    /// The ORDER BY clause: the column found among the pack's own (so no text of the
+    /// request reaches the SQL), quoted, then the run id.
+    fn clause(&self, columns: &[(&'static str, String)]) -> Result<String> {
+        let column = if self.column == "run_id" {
+            "id"
+        } else {
+            self.column.as_str()
+        };
+        let Some((table, name)) = columns.iter().find(|(_, c)| c == column) else {
+            let names: Vec<&str> = columns.iter().map(|(_, c)| c.as_str()).collect();
+            fail!(
+                InvalidInput,
+                "runs cannot be ordered by {:?}: it is not a column of runs or run_details (they are: {})",
+                self.column,
+                names.join(", ")
+            );
+        };
+        let dir = if self.descending { "DESC" } else { "ASC" };
+        // NULLs (a column an older pack leaves empty) last in either direction.
+        Ok(format!(
+            "\"{table}\".\"{name}\" IS NULL, \"{table}\".\"{name}\" {dir}, runs.id {dir}"
+        ))
+    }
+}
+
+/// One page of runs: how many the selection holds, and the ids of the page, in order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RunsPage {
+    pub total: u64,
+    pub ids: Vec<i64>,
+}
+
+/// The runs `filter` selects (every run without one), ordered by `order`, `offset` of them
+/// skipped and at most `limit` kept. The selection is read with every rule and limit of
+/// [`RunFilter::run_ids`]; the page is then cut by SQLite, so the cost of a page of an
+/// unfiltered pack does not grow with its runs beyond SQLite's own sort.
+pub fn runs_page(
+    conn: &Connection,
+    filter: Option<&RunFilter>,
+    order: &RunOrder,
+    offset: u64,
+    limit: u64,
+) -> Result<RunsPage> {
+    let details = metadata::has_table(conn, "run_details")?;
+    let from = if details {
+        "runs LEFT JOIN run_details ON run_details.run_id = runs.id"
+    } else {
+        "runs"
+    };
+    let order_by = order.clause(&columns(conn, details)?)?;
+    let tail = format!("ORDER BY {order_by} LIMIT {limit} OFFSET {offset}");
+    let Some(filter) = filter else {
+        let total: i64 = conn.query_row("SELECT count(*) FROM runs", [], |r| r.get(0))?;
+        let mut stmt = conn.prepare(&format!("SELECT runs.id FROM {from} {tail}"))?;
+        let ids = stmt
+            .query_map([], |r| r.get(0))?
+            .collect::<rusqlite::Result<Vec<i64>>>()?;
+        return Ok(RunsPage {
+            total: total as u64,
+            ids,
+        });
+    };
+    // Every check, every limit, and the ids themselves (a query's must all be run ids).
+    let selected = filter.run_ids(conn)?;
+    let total = selected.len() as u64;
+    if order.column == "id" || order.column == "run_id" {
+        let mut ids = selected;
+        if order.descending {
+            ids.reverse();
+        }
+        let ids = ids
+            .into_iter()
+            .skip(offset.try_into().unwrap_or(usize::MAX))
+            .take(limit.try_into().unwrap_or(usize::MAX))
+            .collect();
+        return Ok(RunsPage { total, ids });
+    }
+    // Known good now; ordered by SQLite under the same limits, the text framed as before.
+    let text = match form(&filter.sql)? {
+        Form::Expression => format!(
+            "SELECT runs.id FROM {from} WHERE (\n{}\n) {tail}",
+            filter.sql
+        ),
+        Form::Query(query) => {
+            format!("SELECT runs.id FROM {from} WHERE runs.id IN (\n{query}\n) {tail}")
+        }
+    };
+    let mut stmt = conn.prepare(&text)?;
+    bind(&mut stmt, &filter.params).map_err(|why| err!(InvalidInput, "selection: {why}"))?;
+    let watchdog = Watchdog::start(conn, &filter.limits);
+    let mut ids = Vec::new();
+    let read = (|| -> rusqlite::Result<()> {
+        let mut rows = stmt.raw_query();
+        while let Some(row) = rows.next()? {
+            ids.push(row.get(0)?);
+        }
+        Ok(())
+    })();
+    match (watchdog.finish(), read) {
+        (Some(limit), Err(_)) => Err(err!(
+            Interrupted,
+            "selection {:?}: {}",
+            filter.sql,
+            limit.describe(&filter.limits)
+        )
+        .with_option(limit.option())),
+        (_, Err(e)) => Err(e.into()),
+        (_, Ok(())) => Ok(RunsPage { total, ids }),
+    }
+}
+
 /// One argument quoted for a POSIX shell where it needs it, so that a recorded `--param` (or
 /// a recorded command line) can be pasted back.
 pub fn shell_quote(arg: &str) -> String {
@@ -889,6 +1043,35 @@ fn columns(conn: &Connection, details: bool) -> Result<Vec<(&'static str, String
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn runs_pages_are_ordered_by_a_known_column_only() {
+        let conn = rusqlite::Connection::open_in_memory().unwrap();
+        conn.execute_batch(
+            "CREATE TABLE runs (id INTEGER PRIMARY KEY, seed INT, steps INT, max_score INT, highest_tile INT);
+             INSERT INTO runs VALUES (0, 7, 10, 500, 64), (1, 8, 20, 900, 128), (2, 9, 30, 100, 16);",
+        )
+        .unwrap();
+        let order = RunOrder::parse("-max_score").unwrap();
+        let page = runs_page(&conn, None, &order, 0, 2).unwrap();
+        assert_eq!(page, RunsPage { total: 3, ids: vec![1, 0] });
+        let filter = RunFilter {
+            sql: "steps >= ?".into(),
+            params: vec![Param::parse("20").unwrap()],
+            limits: SqlLimits::default(),
+        };
+        let page = runs_page(&conn, Some(&filter), &RunOrder::parse("max_score").unwrap(), 1, 5);
+        assert_eq!(page.unwrap(), RunsPage { total: 2, ids: vec![1] });
+        let by_id = runs_page(&conn, Some(&filter), &RunOrder::parse("-id").unwrap(), 0, 5);
+        assert_eq!(by_id.unwrap().ids, [2, 1]);
+        for bad in ["seed; DROP TABLE runs", "nope", "max_score DESC"] {
+            let e = runs_page(&conn, None, &RunOrder::parse(bad).unwrap(), 0, 5).unwrap_err();
+            assert!(e.to_string().contains("not a column"), "{e}");
+        }
+        assert!(RunOrder::parse("-").is_err());
+        let not_one = RunFilter { sql: "1) OR (1".into(), ..filter };
+        assert!(runs_page(&conn, Some(&not_one), &order, 0, 5).is_err());
+    }
 
     #[test]
     fn run_ids_reads_expressions_and_queries() {
