@@ -7,10 +7,13 @@
 
 use std::path::Path;
 
+use serde_json::{Value, json};
+
 use crate::error::{Result, fail};
+use crate::format::board::{self, MOVE_NAMES};
 use crate::format::metadata::{self, RowLocation, RunLookup};
 use crate::format::row::{ROW_BYTES, StepRow};
-use crate::format::search::{self, SearchStats};
+use crate::format::search::{self, FieldValue, SearchStats};
 use crate::format::valuation::ValuationTable;
 use crate::pack::families;
 use crate::pack::run_index;
@@ -286,4 +289,89 @@ fn search_family(opened: &crate::pack::open::Opened) -> Result<Option<families::
         .family(search::FAMILY)
         .filter(|f| f.holds_search_stats())
         .cloned())
+}
+
+// ---------------------------------------------------------------------------------------------
+// A step as people read it: what `show` prints and `show --json` and the viewer's API answer
+
+/// The 4×4 board as tile values (0 = empty), row-major.
+pub fn tiles(r: &StepRow) -> [[u64; 4]; 4] {
+    let cells = board::unpack(r.board, r.tile_65536_mask);
+    std::array::from_fn(|y| {
+        std::array::from_fn(|x| match cells[4 * y + x] {
+            0 => 0,
+            e => 1u64 << e,
+        })
+    })
+}
+
+/// Whether move `k` (0 up … 3 right) is legal on the row's board.
+pub fn legal(r: &StepRow, k: usize) -> bool {
+    r.ev_legal & (1 << k) != 0
+}
+
+/// The name of valuation type `id`, or `#id (undefined)` when the table has none.
+pub fn valuation_name(names: &ValuationTable, id: u8) -> String {
+    names
+        .name(id)
+        .map_or_else(|| format!("#{id} (undefined)"), str::to_string)
+}
+
+/// `up`, `down`, `left`, `right`, or `#dir (invalid)`.
+pub fn move_name(dir: u8) -> String {
+    MOVE_NAMES
+        .get(dir as usize)
+        .map_or_else(|| format!("#{dir} (invalid)"), |n| n.to_string())
+}
+
+/// A step as `show --json` prints it: board as tile values, move, valuation type, the four
+/// EVs and their legality by move name, and the search statistics when the pack keeps them.
+pub fn step_json(s: &StepRow, names: &ValuationTable, search: Option<&SearchStats>) -> Value {
+    let by_move = |f: &dyn Fn(usize) -> Value| -> serde_json::Map<String, Value> {
+        MOVE_NAMES
+            .iter()
+            .enumerate()
+            .map(|(k, m)| (m.to_string(), f(k)))
+            .collect()
+    };
+    let mut step = json!({
+        "step_index": s.step_index,
+        "board": tiles(s),
+        "board_eval": s.board_eval,
+        "max_rank": s.max_rank,
+        "move": move_name(s.move_dir),
+        "valuation_type": valuation_name(names, s.valuation_type),
+        "branch_evs": by_move(&|k| f32_json(s.branch_evs[k])),
+        "legal": by_move(&|k| json!(legal(s, k))),
+        "seed": s.seed,
+    });
+    if let Some(stats) = search {
+        step["search"] = search_json(stats);
+    }
+    step
+}
+
+/// A step's search statistics under their log names (`null` counts when not used, as logged).
+pub fn search_json(s: &SearchStats) -> Value {
+    let mut m = serde_json::Map::new();
+    m.insert("used".into(), json!(s.used));
+    for (name, value) in s.fields() {
+        let v = match value {
+            FieldValue::Count(c) => json!(c),
+            FieldValue::Rate(r) => f32_json(r),
+        };
+        m.insert(name.to_string(), if s.used { v } else { Value::Null });
+    }
+    m.into()
+}
+
+/// An f32 as the JSON number with the fewest digits that reads back as the same f32 (`json!`
+/// would widen it to f64 first and print `-13502.326171875` for `-13502.326`); null for NaN
+/// and infinities, which JSON has no numbers for.
+pub fn f32_json(v: f32) -> Value {
+    format!("{v}")
+        .parse::<f64>()
+        .ok()
+        .and_then(serde_json::Number::from_f64)
+        .map_or(Value::Null, Value::Number)
 }

@@ -9,13 +9,13 @@ use anyhow::Result;
 use clap::Args;
 use serde_json::{Value, json};
 
-use crate::format::board::{self, MOVE_NAMES};
+use crate::format::board::MOVE_NAMES;
 use crate::format::row::StepRow;
-use crate::format::search::{FieldValue, SearchStats};
+use crate::format::search::SearchStats;
 use crate::format::valuation::ValuationTable;
 use crate::pack::versions::VersionSpec;
 use crate::progress::thousands;
-use crate::show::{self, Page, Window};
+use crate::show::{self, Page, Window, legal, move_name, tiles, valuation_name};
 
 #[derive(Args, Debug)]
 #[command(after_help = "Examples:
@@ -71,33 +71,6 @@ pub fn run(args: &ShowArgs) -> Result<()> {
 // ---------------------------------------------------------------------------------------------
 // Output
 
-/// The 4×4 board as tile values (0 = empty), row-major.
-fn tiles(r: &StepRow) -> [[u64; 4]; 4] {
-    let cells = board::unpack(r.board, r.tile_65536_mask);
-    std::array::from_fn(|y| {
-        std::array::from_fn(|x| match cells[4 * y + x] {
-            0 => 0,
-            e => 1u64 << e,
-        })
-    })
-}
-
-fn legal(r: &StepRow, k: usize) -> bool {
-    r.ev_legal & (1 << k) != 0
-}
-
-fn valuation_name(names: &ValuationTable, id: u8) -> String {
-    names
-        .name(id)
-        .map_or_else(|| format!("#{id} (undefined)"), str::to_string)
-}
-
-fn move_name(dir: u8) -> String {
-    MOVE_NAMES
-        .get(dir as usize)
-        .map_or_else(|| format!("#{dir} (invalid)"), |n| n.to_string())
-}
-
 fn page_json(p: &Page) -> Value {
     let r = &p.run.run;
     let d = p.run.details.clone().unwrap_or_default();
@@ -106,25 +79,7 @@ fn page_json(p: &Page) -> Value {
         .steps
         .iter()
         .enumerate()
-        .map(|(i, s)| {
-            let mut step = json!({
-                "step_index": s.step_index,
-                "board": tiles(s),
-                "board_eval": s.board_eval,
-                "max_rank": s.max_rank,
-                "move": move_name(s.move_dir),
-                "valuation_type": valuation_name(&p.names, s.valuation_type),
-                "branch_evs": MOVE_NAMES.iter().zip(s.branch_evs)
-                    .map(|(m, ev)| (m.to_string(), f32_json(ev))).collect::<serde_json::Map<_, _>>(),
-                "legal": MOVE_NAMES.iter().enumerate()
-                    .map(|(k, m)| (m.to_string(), json!(legal(s, k)))).collect::<serde_json::Map<_, _>>(),
-                "seed": s.seed,
-            });
-            if let Some(stats) = &p.search {
-                step["search"] = search_json(&stats[i]);
-            }
-            step
-        })
+        .map(|(i, s)| show::step_json(s, &p.names, p.search.as_ref().map(|v| &v[i])))
         .collect();
     json!({
         "run": {
@@ -144,30 +99,6 @@ fn page_json(p: &Page) -> Value {
         "steps": steps,
         "next_from": p.next_from,
     })
-}
-
-/// A step's search statistics under their log names (`null` counts when not used, as logged).
-fn search_json(s: &SearchStats) -> Value {
-    let mut m = serde_json::Map::new();
-    m.insert("used".into(), json!(s.used));
-    for (name, value) in s.fields() {
-        let v = match value {
-            FieldValue::Count(c) => json!(c),
-            FieldValue::Rate(r) => f32_json(r),
-        };
-        m.insert(name.to_string(), if s.used { v } else { Value::Null });
-    }
-    m.into()
-}
-
-/// An f32 as the JSON number with the fewest digits that reads back as the same f32 (`json!`
-/// would widen it to f64 first and print `-13502.326171875` for `-13502.326`).
-fn f32_json(v: f32) -> Value {
-    format!("{v}")
-        .parse::<f64>()
-        .ok()
-        .and_then(serde_json::Number::from_f64)
-        .map_or(Value::Null, Value::Number)
 }
 
 fn print_page(p: &Page, args: &ShowArgs) {
