@@ -25,9 +25,9 @@
 //! options type's `Default` is the command's defaults): [`pack_raw`] (`pack`, and `pack
 //! --update` with [`RawPackOptions::update`]), [`merge`], [`shuffle`], [`export`], [`stats()`],
 //! [`report`], [`attach`], [`detach`], [`Pack::verify`] (`validate`), [`History`] and [`tag`]
-//! (`versions`, `tag`). Errors are [`Error`]s whose [`ErrorKind`] a program can match; progress
-//! goes to a [`progress::Progress`] observer given in the options (none by default: the
-//! library draws and prints nothing).
+//! (`versions`, `tag`), [`Viewer`] (`view`). Errors are [`Error`]s whose [`ErrorKind`] a
+//! program can match; progress goes to a [`progress::Progress`] observer given in the options
+//! (none by default: the library draws and prints nothing).
 //!
 //! ```
 //! # fn main() -> dataset_packer::Result<()> {
@@ -87,6 +87,7 @@ pub mod stats;
 pub mod store;
 pub(crate) mod thread_cpu;
 pub mod verify;
+pub(crate) mod view;
 
 pub use attach::{AttachOptions, AttachSummary, DetachSummary, attach, detach};
 pub use error::{Error, ErrorKind, Result};
@@ -104,6 +105,7 @@ pub use shuffle::{
 pub use export::{ExportFormat, ExportOptions, ExportSummary, export};
 pub use report::{ReportOptions, ReportSummary, report};
 pub use stats::{Stats, StatsOptions, stats};
+pub use view::{ViewOptions, Viewer};
 
 /// Threads to use when the user does not say: all cores.
 pub fn default_workers() -> usize {

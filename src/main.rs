@@ -55,6 +55,8 @@ enum Command {
     Detach(cmd::detach::DetachArgs),
     /// List a pack's versions: every state it had, what made it, and its tags.
     Versions(cmd::versions::VersionsArgs),
+    /// Browse a pack's runs in a web page served on this machine (and as a JSON API).
+    View(cmd::view::ViewArgs),
     /// Name a version of a pack (or remove a name) to read it later with --version NAME.
     Tag(cmd::tag::TagArgs),
     /// Delete the objects of a pack in object storage that no kept version names.
@@ -96,6 +98,7 @@ fn main() -> ExitCode {
         Command::Attach(args) => cmd::attach::run(args).map(|()| true),
         Command::Detach(args) => cmd::detach::run(args).map(|()| true),
         Command::Versions(args) => cmd::versions::run(args).map(|()| true),
+        Command::View(args) => cmd::view::run(args).map(|()| true),
         Command::Tag(args) => cmd::tag::run(args).map(|()| true),
         Command::Gc(args) => cmd::gc::run(args).map(|()| true),
     };

@@ -15,3 +15,4 @@ pub mod stats;
 pub mod tag;
 pub mod validate;
 pub mod versions;
+pub mod view;
