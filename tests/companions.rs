@@ -20,22 +20,6 @@ fn check(pack: &Path, name: &str, kind: &str) {
     assert!(out.starts_with("OK"), "{out}");
 }
 
-/// Runs Python code with the test venv; asserts success, returns stdout.
-fn python_code(code: &str, args: &[&str]) -> String {
-    let out = Command::new(python())
-        .arg("-c")
-        .arg(code)
-        .args(args)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "python failed:\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).unwrap()
-}
-
 fn companion_files(pack: &Path, name: &str) -> Vec<String> {
     names(pack)
         .into_iter()
@@ -851,32 +835,7 @@ fn overwrite_replaces_the_packs_own_families_and_no_other() {
     );
 }
 
-/// The 2048former annotation engine's output, made here with NumPy as it writes it: its
-/// `AnnotationRow` arrays (each row naming its run and step) and its student arrays (float32,
-/// rows × 4 × bins), in shards of their own sizes.
-const ANNOTATIONS: &str = r#"
-import sys, glob, numpy as np
-pack, out, swap = sys.argv[1], sys.argv[2], sys.argv[3] == "swap"
-rows = np.concatenate([np.load(f, mmap_mode="r") for f in sorted(glob.glob(pack + "/steps-*.npy"))])
-row = np.dtype([("run_id", "<u4"), ("step_index", "<u4"), ("teacher_move", "u1"),
-                ("legal_mask", "u1"), ("policy_kind_mask", "u1"), ("argmax_head", "u1"),
-                ("argmax_prob", "<f4"), ("policy_p1", "<f4", (4,)),
-                ("policy_logp", "<f4", (4,)), ("policy_hard", "<f4", (4,))])
-a = np.zeros(len(rows), row)
-a["run_id"], a["step_index"] = rows["run_id"], rows["step_index"]
-a["teacher_move"] = rows["move_dir"]
-a["argmax_head"] = (rows["move_dir"] + rows["step_index"] % 2) % 4
-a["policy_p1"] = np.arange(len(rows) * 4, dtype="<f4").reshape(-1, 4)
-if swap:
-    a[[1017, 1018]] = a[[1018, 1017]]
-cuts = [0, 1000, 2000, len(rows)]
-for k in range(3):
-    np.save(f"{out}/annotations-{k:05d}.npy", a[cuts[k]:cuts[k + 1]])
-student = np.arange(len(rows) * 4 * 3, dtype="<f4").reshape(-1, 4, 3)
-np.save(f"{out}/annotations-student-00000.npy", student[:700])
-np.save(f"{out}/annotations-student-00001.npy", student[700:])
-"#;
-
+/// Whether two sets of npy files (glob patterns) hold the same array, concatenated.
 const CONCATENATED: &str = r#"
 import sys, glob, numpy as np
 def whole(pattern):
@@ -894,7 +853,7 @@ fn the_trainers_annotations_attach_as_they_are_cut_at_the_shard_boundaries() {
     let (good, bad) = (t.path().join("good"), t.path().join("bad"));
     for (dir, how) in [(&good, "keep"), (&bad, "swap")] {
         std::fs::create_dir(dir).unwrap();
-        python_code(ANNOTATIONS, &[s(&p), s(dir), how]);
+        python_code(TRAINER_ANNOTATIONS, &[s(&p), s(dir), how]);
     }
     let files = |dir: &Path, prefix: &str| -> Vec<String> {
         let mut f: Vec<String> = names(dir)

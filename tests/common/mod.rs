@@ -2,6 +2,7 @@
 //! read packs back.
 #![allow(dead_code)]
 
+pub mod browser;
 pub mod logger;
 pub mod moto;
 pub mod proxy;
@@ -83,6 +84,23 @@ pub fn python_ok(script: &str, args: &[&str]) -> String {
         out.status.success(),
         "{script} {args:?} failed:\n{}\n{}",
         String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// Runs Python code (`python -c CODE ARGS…`) with the venv Python; asserts success, returns
+/// stdout.
+pub fn python_code(code: &str, args: &[&str]) -> String {
+    let out = Command::new(python())
+        .arg("-c")
+        .arg(code)
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "python failed:\n{}",
         String::from_utf8_lossy(&out.stderr)
     );
     String::from_utf8(out.stdout).unwrap()
@@ -360,3 +378,32 @@ pub fn unzip_rows(dir: &Path, pick: &dyn Fn(&Path) -> bool) -> Vec<PathBuf> {
     }
     made
 }
+
+/// A Python program that writes 2048former's annotation-engine output for a pack (argv: the
+/// pack, an output folder, `keep` or `swap`): `annotations-0000k.npy` of its `AnnotationRow`
+/// dtype in files of 1,000 rows (rows 1017 and 1018 swapped with `swap`), each row's run_id and
+/// step_index the pack's, teacher_move the move played, `argmax_head` that move where
+/// step_index is even and the next move where it is odd, `policy_p1` counting up; and
+/// `annotations-student-0000k.npy` (float32, rows × 4 × 3) cut at 700 rows.
+pub const TRAINER_ANNOTATIONS: &str = r#"
+import sys, glob, numpy as np
+pack, out, swap = sys.argv[1], sys.argv[2], sys.argv[3] == "swap"
+rows = np.concatenate([np.load(f, mmap_mode="r") for f in sorted(glob.glob(pack + "/steps-*.npy"))])
+row = np.dtype([("run_id", "<u4"), ("step_index", "<u4"), ("teacher_move", "u1"),
+                ("legal_mask", "u1"), ("policy_kind_mask", "u1"), ("argmax_head", "u1"),
+                ("argmax_prob", "<f4"), ("policy_p1", "<f4", (4,)),
+                ("policy_logp", "<f4", (4,)), ("policy_hard", "<f4", (4,))])
+a = np.zeros(len(rows), row)
+a["run_id"], a["step_index"] = rows["run_id"], rows["step_index"]
+a["teacher_move"] = rows["move_dir"]
+a["argmax_head"] = (rows["move_dir"] + rows["step_index"] % 2) % 4
+a["policy_p1"] = np.arange(len(rows) * 4, dtype="<f4").reshape(-1, 4)
+if swap:
+    a[[1017, 1018]] = a[[1018, 1017]]
+cuts = [0, 1000, 2000, len(rows)]
+for k in range(3):
+    np.save(f"{out}/annotations-{k:05d}.npy", a[cuts[k]:cuts[k + 1]])
+student = np.arange(len(rows) * 4 * 3, dtype="<f4").reshape(-1, 4, 3)
+np.save(f"{out}/annotations-student-00000.npy", student[:700])
+np.save(f"{out}/annotations-student-00001.npy", student[700:])
+"#;
