@@ -16,6 +16,7 @@ use std::process::Output;
 use dataset_packer::store::{Commit, Location, Store, Url, commit_numbers, latest_commit};
 
 use common::moto::{Moto, moto, options, publish_plain, publish_table};
+use common::viewer::Server;
 use common::{fixture, s};
 
 /// A local pack and the same pack published at `url`, with a cache folder for the binary.
@@ -798,4 +799,30 @@ fn an_unreachable_server_is_named_with_each_cause_once() {
     assert_eq!(err.matches("Connection refused").count(), 1, "{err}");
     assert!(err.matches("error sending request").count() <= 1, "{err}");
     assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+}
+
+#[test]
+fn the_viewer_serves_a_remote_pack_as_it_serves_its_local_copy() {
+    let Some(moto) = moto() else { return };
+    let p = Published::new(moto, "viewed");
+    let env = moto.env();
+    let cache = p.cache();
+    let mut vars: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    vars.push(("DATASET_PACKER_CACHE", s(&cache)));
+    let remote = Server::start_env(Path::new(&p.url), &[], &vars);
+    let local = Server::start(&p.local, &[]);
+    assert!(remote.banner.contains(&p.url), "{}", remote.banner);
+    for target in [
+        "/api/runs?order=-max_score&limit=4",
+        "/api/runs/3?from=20&limit=30",
+        "/api/runs/7/timeline",
+    ] {
+        assert_eq!(remote.json(target), local.json(target), "{target}");
+    }
+    let (mine, theirs) = (remote.json("/api/pack"), local.json("/api/pack"));
+    assert_eq!(mine["path"], p.url.as_str());
+    assert_eq!(
+        (&mine["rows"], &mine["runs"]),
+        (&theirs["rows"], &theirs["runs"])
+    );
 }

@@ -6,6 +6,7 @@ pub mod browser;
 pub mod logger;
 pub mod moto;
 pub mod proxy;
+pub mod viewer;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
