@@ -1054,14 +1054,32 @@ mod tests {
         .unwrap();
         let order = RunOrder::parse("-max_score").unwrap();
         let page = runs_page(&conn, None, &order, 0, 2).unwrap();
-        assert_eq!(page, RunsPage { total: 3, ids: vec![1, 0] });
+        assert_eq!(
+            page,
+            RunsPage {
+                total: 3,
+                ids: vec![1, 0]
+            }
+        );
         let filter = RunFilter {
             sql: "steps >= ?".into(),
             params: vec![Param::parse("20").unwrap()],
             limits: SqlLimits::default(),
         };
-        let page = runs_page(&conn, Some(&filter), &RunOrder::parse("max_score").unwrap(), 1, 5);
-        assert_eq!(page.unwrap(), RunsPage { total: 2, ids: vec![1] });
+        let page = runs_page(
+            &conn,
+            Some(&filter),
+            &RunOrder::parse("max_score").unwrap(),
+            1,
+            5,
+        );
+        assert_eq!(
+            page.unwrap(),
+            RunsPage {
+                total: 2,
+                ids: vec![1]
+            }
+        );
         let by_id = runs_page(&conn, Some(&filter), &RunOrder::parse("-id").unwrap(), 0, 5);
         assert_eq!(by_id.unwrap().ids, [2, 1]);
         for bad in ["seed; DROP TABLE runs", "nope", "max_score DESC"] {
@@ -1069,7 +1087,10 @@ mod tests {
             assert!(e.to_string().contains("not a column"), "{e}");
         }
         assert!(RunOrder::parse("-").is_err());
-        let not_one = RunFilter { sql: "1) OR (1".into(), ..filter };
+        let not_one = RunFilter {
+            sql: "1) OR (1".into(),
+            ..filter
+        };
         assert!(runs_page(&conn, Some(&not_one), &order, 0, 5).is_err());
     }
 
