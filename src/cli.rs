@@ -31,16 +31,34 @@ pub struct WhereArgs {
     #[arg(long = "param", value_name = "[NAME=]VALUE", value_parser = Param::parse,
           requires = "sql", allow_hyphen_values = true)]
     pub params: Vec<Param>,
-    /// Stop the --where selection after this many seconds (a WITH RECURSIVE query that never
+    #[command(flatten)]
+    pub limits: SqlLimitArgs,
+}
+
+/// `--sql-timeout` and `--sql-memory`: how long a run selection may run and how much memory
+/// SQLite may take for it (`--where`, and the viewer's filters).
+#[derive(Args, Debug, Clone, Default)]
+pub struct SqlLimitArgs {
+    /// Stop a --where selection after this many seconds (a WITH RECURSIVE query that never
     /// ends) and say so.
     #[arg(long = "sql-timeout", value_name = "SECONDS", value_parser = parse_seconds,
           default_value = "300")]
     pub sql_timeout: Duration,
-    /// Stop the --where selection once SQLite needs this much more memory for it (512MiB,
+    /// Stop a --where selection once SQLite needs this much more memory for it (512MiB,
     /// 2GiB) and say so.
     #[arg(long = "sql-memory", value_name = "SIZE", value_parser = parse_size,
           default_value = "1GiB")]
     pub sql_memory: u64,
+}
+
+impl SqlLimitArgs {
+    /// The limits as the library takes them.
+    pub fn limits(&self) -> SqlLimits {
+        SqlLimits {
+            time: self.sql_timeout,
+            memory: self.sql_memory,
+        }
+    }
 }
 
 impl WhereArgs {
@@ -49,10 +67,7 @@ impl WhereArgs {
         self.sql.as_ref().map(|sql| RunFilter {
             sql: sql.clone(),
             params: self.params.clone(),
-            limits: SqlLimits {
-                time: self.sql_timeout,
-                memory: self.sql_memory,
-            },
+            limits: self.limits.limits(),
         })
     }
 }

@@ -427,3 +427,22 @@ fn the_page_shows_the_rows_board_and_the_arrow_keys_step() {
         browser.errors
     );
 }
+
+#[test]
+fn a_shuffled_pack_lists_its_runs_and_says_why_a_run_cannot_be_shown() {
+    let t = tempfile::tempdir().unwrap();
+    let p = fixture_pack(t.path());
+    let shuffled = t.path().join("shuffled");
+    run_ok(&["shuffle", s(&p), "--output", s(&shuffled), "--quiet"]);
+    let server = Server::start(&shuffled, &[]);
+    let table = server.json("/api/runs?order=-steps&limit=3");
+    let longest = sql_ids(
+        &p,
+        "SELECT id FROM runs ORDER BY steps DESC, id DESC LIMIT 3",
+    );
+    assert_eq!(ids(&table), longest);
+    assert!(table["runs"][0].get("valuation_types").is_none(), "{table}");
+    let (status, v) = server.get("/api/runs/3/timeline");
+    assert_eq!(status, 400, "{v}");
+    assert!(v["error"].as_str().unwrap().contains("shuffled"), "{v}");
+}

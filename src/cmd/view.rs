@@ -4,13 +4,11 @@
 
 use std::io::Write;
 use std::path::PathBuf;
-use std::time::Duration;
 
 use anyhow::Result;
 use clap::Args;
 
-use crate::cli::{parse_seconds, parse_size};
-use crate::{SqlLimits, ViewOptions, Viewer};
+use crate::{ViewOptions, Viewer};
 
 #[derive(Args, Debug)]
 #[command(after_help = "Examples:
@@ -41,14 +39,8 @@ pub struct ViewArgs {
     /// The port to listen on (0: any free port).
     #[arg(long, value_name = "PORT", default_value_t = 8048)]
     pub port: u16,
-    /// Stop a filter's SQL after this many seconds and say so.
-    #[arg(long = "sql-timeout", value_name = "SECONDS", value_parser = parse_seconds,
-          default_value = "30")]
-    pub sql_timeout: Duration,
-    /// Stop a filter's SQL once SQLite needs this much more memory for it and say so.
-    #[arg(long = "sql-memory", value_name = "SIZE", value_parser = parse_size,
-          default_value = "1GiB")]
-    pub sql_memory: u64,
+    #[command(flatten)]
+    pub limits: crate::cli::SqlLimitArgs,
 }
 
 pub fn run(args: &ViewArgs) -> Result<()> {
@@ -56,10 +48,7 @@ pub fn run(args: &ViewArgs) -> Result<()> {
         .version(args.version.version.clone())
         .host(&args.host)
         .port(args.port)
-        .limits(SqlLimits {
-            time: args.sql_timeout,
-            memory: args.sql_memory,
-        });
+        .limits(args.limits.limits());
     let viewer = Viewer::open(&args.pack, &options)?;
     let mut out = std::io::stdout();
     writeln!(out, "serving {}", viewer.describe())?;

@@ -578,14 +578,7 @@ impl RunFilter {
 }
 
 /// The order of a page of runs: a column of `runs` or `run_details`, named as `metadata.db`
-/// names it, ascending or descending; ties go by run id.
-///
-/// ```
-/// use dataset_packer::pack::query::RunOrder;
-/// let o = RunOrder::parse("-max_score").unwrap();
-/// assert_eq!((o.column.as_str(), o.descending), ("max_score", true));
-/// assert_eq!(RunOrder::default().column, "id");
-/// ```
+/// names it, ascending or descending (`-max_score`); ties go by run id.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RunOrder {
     pub column: String,
