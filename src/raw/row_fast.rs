@@ -296,7 +296,7 @@ impl<'a> Cur<'a> {
 }
 
 /// Where `max_move_depth`, the last field of the `search` object, is kept in the counts.
-const MAX_MOVE_DEPTH: usize = match search::count_slot(search::FIELDS.len() - 1) {
+pub(crate) const MAX_MOVE_DEPTH: usize = match search::count_slot(search::FIELDS.len() - 1) {
     Some(c) => c,
     None => panic!("max_move_depth is a count"),
 };

@@ -102,12 +102,15 @@ pub unsafe fn parse_prefix<'a, const KEEP: bool>(
     if i > MAX_ROW {
         return None;
     }
-    // The row's end: `}`, or the current logger's `search` object, which the scalar code
-    // reads from the text itself (it may reach past the window).
+    // The row's end: `}`, or the current logger's `search` object, read from a window of its
+    // own (the scalar code takes what that gives up on).
     let (i, search) = if byte(w, i) == b'}' {
         (i + 1, SearchStats::default())
     } else {
-        super::row_fast::row_end::<KEEP>(text, i)?
+        match unsafe { search_tail::<KEEP>(text, i) } {
+            Some(end) => end,
+            None => super::row_fast::row_end::<KEEP>(text, i)?,
+        }
     };
     let row = RawRow {
         seed: seed.map(|v| v as u32),
@@ -120,6 +123,78 @@ pub unsafe fn parse_prefix<'a, const KEEP: bool>(
         search,
     };
     Some((row, i))
+}
+
+/// The current logger's `search` object at `start` (just after the branch EVs' closing brace),
+/// in exactly the layout `row_fast::row_end` reads, with the same values: where the row ends
+/// and the statistics (`used`, and with `KEEP` the counts and the hit rate). The object is
+/// read from a window of its own at `start`, each key with one masked vector compare and each
+/// number with one 16-byte load, as the row before it. `None` where it gives up, and the
+/// caller takes the scalar path: fewer than [`WINDOW`] bytes left in the text, an object
+/// longer than [`MAX_ROW`] bytes, a count of 15 digits or more, anything else.
+///
+/// # Safety
+/// As [`parse_prefix`].
+#[inline(always)]
+unsafe fn search_tail<const KEEP: bool>(text: &[u8], start: usize) -> Option<(usize, SearchStats)> {
+    let w: &Window = text
+        .get(start..start.checked_add(WINDOW)?)?
+        .try_into()
+        .ok()?;
+    let mut i = 0;
+    let mut stats = SearchStats::default();
+    lit(w, &mut i, b",\"search\":{\"used\":")?;
+    if at::<4>(w, i) == b"true" {
+        stats.used = true;
+        i += 4;
+    } else {
+        lit(w, &mut i, b"false")?;
+    }
+    // The 12 counters before the hit rate, in log order (`search::FIELDS`).
+    let c = &mut stats.counts;
+    counter::<_, KEEP>(w, &mut i, b",\"total_nodes\":", &mut c[0])?;
+    counter::<_, KEEP>(w, &mut i, b",\"move_nodes\":", &mut c[1])?;
+    counter::<_, KEEP>(w, &mut i, b",\"tile_nodes\":", &mut c[2])?;
+    counter::<_, KEEP>(w, &mut i, b",\"tile_branches\":", &mut c[3])?;
+    counter::<_, KEEP>(w, &mut i, b",\"eval_calls\":", &mut c[4])?;
+    counter::<_, KEEP>(w, &mut i, b",\"prune_score\":", &mut c[5])?;
+    counter::<_, KEEP>(w, &mut i, b",\"prune_depth\":", &mut c[6])?;
+    counter::<_, KEEP>(w, &mut i, b",\"prune_prob\":", &mut c[7])?;
+    counter::<_, KEEP>(w, &mut i, b",\"cache_lookups\":", &mut c[8])?;
+    counter::<_, KEEP>(w, &mut i, b",\"cache_hits\":", &mut c[9])?;
+    counter::<_, KEEP>(w, &mut i, b",\"cache_updates\":", &mut c[10])?;
+    counter::<_, KEEP>(w, &mut i, b",\"cache_collisions\":", &mut c[11])?;
+    lit(w, &mut i, b",\"cache_hit_rate\":")?;
+    let rate = opt_float(w, &mut i)?;
+    lit(w, &mut i, b",\"max_move_depth\":")?;
+    let depth = opt_uint(w, &mut i, u64::MAX)?;
+    lit(w, &mut i, b"}}")?;
+    // Reads past MAX_ROW wrapped around the window: such an object is not read here.
+    if i > MAX_ROW {
+        return None;
+    }
+    if KEEP {
+        stats.cache_hit_rate = rate;
+        stats.counts[super::row_fast::MAX_MOVE_DEPTH] = depth.unwrap_or(0);
+    }
+    Some((start + i, stats))
+}
+
+/// One counter of the `search` object: its key (with the comma and quotes around it) and its
+/// value, kept in `count` with `KEEP`.
+#[inline(always)]
+fn counter<const N: usize, const KEEP: bool>(
+    w: &Window,
+    i: &mut usize,
+    key: &[u8; N],
+    count: &mut u64,
+) -> Option<()> {
+    lit(w, i, key)?;
+    let value = opt_uint(w, i, u64::MAX)?;
+    if KEEP {
+        *count = value.unwrap_or(0);
+    }
+    Some(())
 }
 
 /// `{"seed":…,"step_index":` at the row's start: its seed and length. Taken from `memo` when
