@@ -27,8 +27,8 @@ use crate::format::board;
 use crate::format::search::SearchStats;
 
 /// The longest row start this path reads, up to the branch EVs' closing brace; longer ones go to
-/// `row_fast`. (The current logger's `search` object after it is read by `row_fast::row_end`
-/// from the text, whatever its length.)
+/// `row_fast`. The current logger's `search` object after it is read here too, from a window
+/// of its own of the same size (see `search_tail`); `row_fast::row_end` reads the longer ones.
 pub const MAX_ROW: usize = 511;
 /// Bytes that must remain in the text from the row's start: every read stays inside them
 /// (a read at a position up to [`MAX_ROW`] looks at most 64 bytes ahead).
