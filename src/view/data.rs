@@ -212,10 +212,12 @@ impl Source {
             let conn = self.pack.conn();
             query::runs_page(&conn, filter.as_ref(), &q.order, q.offset, q.limit)?
         };
+        // Mapped once for the page, not once for each of its runs.
+        let families = self.open_families()?;
         let runs = page
             .ids
             .iter()
-            .map(|&id| self.run_summary(id))
+            .map(|&id| self.run_summary(id, &families))
             .collect::<Result<Vec<_>, Problem>>()?;
         Ok(json!({
             "total": page.total,
@@ -228,7 +230,7 @@ impl Source {
     }
 
     /// One line of the runs table.
-    fn run_summary(&self, id: i64) -> Result<Value, Problem> {
+    fn run_summary(&self, id: i64, families: &[Opened<'_>]) -> Result<Value, Problem> {
         let lookup = {
             let conn = self.pack.conn();
             metadata::read_run(&conn, id)?
@@ -256,7 +258,7 @@ impl Source {
         findings.run_level(d.num_moves, lookup.run.steps);
         out["valuation_types"] = json!(kinds);
         out["findings"] = json!(findings.counts);
-        out["disagreements"] = self.disagreement_counts(&run)?;
+        out["disagreements"] = disagreement_counts(&run, families)?;
         Ok(out)
     }
 
@@ -327,7 +329,7 @@ impl Source {
     /// each mover family's move (null where it names none).
     pub fn timeline_json(&self, id: u64) -> Result<Value, Problem> {
         let run = self.read_run(id)?;
-        let moves = self.family_moves(&run)?;
+        let moves = family_moves(&run, &self.open_families()?)?;
         let families: Map<String, Value> = moves
             .iter()
             .map(|(name, m)| (name.clone(), json!(m)))
@@ -347,7 +349,7 @@ impl Source {
     /// where it is not the teacher's (the move played), with both moves.
     pub fn disagreements_json(&self, id: u64) -> Result<Value, Problem> {
         let run = self.read_run(id)?;
-        let moves = self.family_moves(&run)?;
+        let moves = family_moves(&run, &self.open_families()?)?;
         let mut out = Map::new();
         for (name, m) in &moves {
             let list: Vec<Value> = run
@@ -409,7 +411,7 @@ impl Source {
     }
 
     /// The pack's companion families, each opened (mapped) for this request.
-    fn open_families(&self) -> Result<Vec<(&FamilyView, crate::Companion<'_>)>> {
+    fn open_families(&self) -> Result<Vec<Opened<'_>>> {
         self.families
             .iter()
             .map(|f| Ok((f, self.pack.companion(&f.name)?)))
@@ -417,38 +419,11 @@ impl Source {
     }
 
     /// The step's search statistics, when the pack keeps them.
-    fn search_row(
-        &self,
-        families: &[(&FamilyView, crate::Companion<'_>)],
-        global: u64,
-    ) -> Result<Option<SearchStats>> {
+    fn search_row(&self, families: &[Opened<'_>], global: u64) -> Result<Option<SearchStats>> {
         match families.iter().find(|(f, _)| f.search_stats) {
             Some((_, c)) => Ok(Some(SearchStats::from_bytes(c.row(global)?))),
             None => Ok(None),
         }
-    }
-
-    /// Each mover family's move at every step of the run.
-    fn family_moves(&self, run: &RunRows) -> Result<Vec<(String, Vec<Option<u8>>)>> {
-        let mut out = Vec::new();
-        for (f, c) in self.open_families()? {
-            let Some(mover) = &f.mover else { continue };
-            let moves = (0..run.rows.len() as u64)
-                .map(|p| Ok(mover.read(c.row(run.first_row + p)?)))
-                .collect::<Result<Vec<_>>>()?;
-            out.push((f.name.clone(), moves));
-        }
-        Ok(out)
-    }
-
-    /// For the runs table: each mover family's disagreements with the teacher in the run.
-    fn disagreement_counts(&self, run: &RunRows) -> Result<Value> {
-        let moves = self.family_moves(run)?;
-        let counts: Map<String, Value> = disagreements(run, &moves)
-            .into_iter()
-            .map(|(name, steps)| (name, json!(steps.as_array().map_or(0, Vec::len))))
-            .collect();
-        Ok(Value::Object(counts))
     }
 }
 
@@ -484,6 +459,32 @@ impl RunRows {
             })
             .collect()
     }
+}
+
+/// A companion family and its files, mapped for one request.
+type Opened<'a> = (&'a FamilyView, crate::Companion<'a>);
+
+/// Each mover family's move at every step of the run.
+fn family_moves(run: &RunRows, families: &[Opened<'_>]) -> Result<Vec<(String, Vec<Option<u8>>)>> {
+    let mut out = Vec::new();
+    for (f, c) in families {
+        let Some(mover) = &f.mover else { continue };
+        let moves = (0..run.rows.len() as u64)
+            .map(|p| Ok(mover.read(c.row(run.first_row + p)?)))
+            .collect::<Result<Vec<_>>>()?;
+        out.push((f.name.clone(), moves));
+    }
+    Ok(out)
+}
+
+/// For the runs table: each mover family's disagreements with the teacher in the run.
+fn disagreement_counts(run: &RunRows, families: &[Opened<'_>]) -> Result<Value> {
+    let moves = family_moves(run, families)?;
+    let counts: Map<String, Value> = disagreements(run, &moves)
+        .into_iter()
+        .map(|(name, steps)| (name, json!(steps.as_array().map_or(0, Vec::len))))
+        .collect();
+    Ok(Value::Object(counts))
 }
 
 /// For each mover family, the step_index of every step where its move is not the teacher's.
