@@ -17,7 +17,7 @@ use crate::format::search::{self, SearchStats};
 use crate::format::valuation::ValuationTable;
 use crate::pack::query::{self, RunFilter, RunOrder};
 use crate::show::{f32_json, move_name, step_json, valuation_name};
-use crate::{Pack, Param, SqlLimits};
+use crate::{CompanionValue, Pack, Param, SqlLimits};
 
 /// Most runs one page of the runs table holds.
 pub const MAX_RUNS_PAGE: u64 = 500;
@@ -231,22 +231,24 @@ impl Source {
 
     /// One line of the runs table.
     fn run_summary(&self, id: i64, families: &[Opened<'_>]) -> Result<Value, Problem> {
-        let lookup = {
-            let conn = self.pack.conn();
-            metadata::read_run(&conn, id)?
-        }
-        .ok_or_else(|| Problem::not_found(format!("run {id} is not in the pack")))?;
+        // A shuffled pack's rows of a run are scattered: only metadata.db's facts.
+        let run = match self.pack.is_shuffled() {
+            true => None,
+            false => Some(self.read_run(id as u64)?),
+        };
+        let lookup = match &run {
+            Some(run) => run.lookup.clone(),
+            None => self.lookup(id as u64)?,
+        };
         let d = lookup.details.clone().unwrap_or_default();
         let mut out = json!({
             "id": id, "depth": d.depth, "steps": lookup.run.steps,
             "score": lookup.run.max_score, "max_tile": lookup.run.highest_tile,
             "seconds": d.seconds, "game_index": d.game_index, "seed": lookup.run.seed,
         });
-        if self.pack.is_shuffled() {
-            // A shuffled pack's rows of a run are scattered: only metadata.db's facts.
+        let Some(run) = run else {
             return Ok(out);
-        }
-        let run = self.read_run(id as u64)?;
+        };
         let mut kinds = std::collections::BTreeMap::<String, u64>::new();
         let mut findings = RowFindings::new(1, true);
         for r in &run.rows {
@@ -391,14 +393,8 @@ impl Source {
 
     /// Run `id`'s rows, or 404 when the pack has no such run.
     fn read_run(&self, id: u64) -> Result<RunRows, Problem> {
-        let missing = || Problem::not_found(format!("run {id} is not in {}", self.describe()));
-        let id32 = u32::try_from(id).map_err(|_| missing())?;
-        let lookup = {
-            let conn = self.pack.conn();
-            metadata::read_run(&conn, i64::from(id32))?
-        }
-        .ok_or_else(missing)?;
-        let run = self.pack.run(id32)?;
+        let lookup = self.lookup(id)?;
+        let run = self.pack.run(lookup.run.id as u32)?;
         let rows = run
             .steps()
             .map(|s| StepRow::from_bytes(s.as_bytes()))
@@ -408,6 +404,15 @@ impl Source {
             first_row: run.first_row(),
             rows,
         })
+    }
+
+    /// Run `id`'s `runs`, `run_details` and `run_index` rows, or 404 when the pack has no such
+    /// run.
+    fn lookup(&self, id: u64) -> Result<RunLookup, Problem> {
+        let missing = || Problem::not_found(format!("run {id} is not in {}", self.describe()));
+        let id32 = u32::try_from(id).map_err(|_| missing())?;
+        let conn = self.pack.conn();
+        metadata::read_run(&conn, i64::from(id32))?.ok_or_else(missing)
     }
 
     /// The pack's companion families, each opened (mapped) for this request.
@@ -631,21 +636,31 @@ fn little(order: char, size: usize) -> bool {
     order == '<' || order == '|' || size == 1 || (order == '=' && cfg!(target_endian = "little"))
 }
 
-/// A little-endian number of NumPy kind `kind` (f, i, u) and `size` bytes, as f64.
+/// A little-endian number of NumPy kind `kind` (f, i, u) and `size` bytes, as f64 (for
+/// comparing: which of four is largest, whether a move index is 0–3).
 fn read_number(b: &[u8], kind: char, size: usize) -> Option<f64> {
-    let u = |n: usize| -> u64 {
-        let mut buf = [0u8; 8];
-        buf[..n].copy_from_slice(&b[..n]);
-        u64::from_le_bytes(buf)
-    };
     Some(match (kind, size) {
-        ('f', 4) => f64::from(f32::from_bits(u(4) as u32)),
-        ('f', 8) => f64::from_bits(u(8)),
-        ('u', 1 | 2 | 4 | 8) => u(size) as f64,
-        ('i', 1) => f64::from(b[0] as i8),
-        ('i', 2) => f64::from(u(2) as u16 as i16),
-        ('i', 4) => f64::from(u(4) as u32 as i32),
-        ('i', 8) => u(8) as i64 as f64,
+        ('f', 4) => f64::from(<f32 as CompanionValue>::from_le(&b[..4])),
+        ('f', 8) => <f64 as CompanionValue>::from_le(&b[..8]),
+        _ => match int_json(b, kind, size)? {
+            Value::Number(n) => n.as_f64()?,
+            _ => return None,
+        },
+    })
+}
+
+/// A little-endian integer of NumPy kind `i` or `u` and `size` bytes (1, 2, 4 or 8), exactly:
+/// through f64, a u8 or i8 count above 2^53 would be shown rounded.
+fn int_json(b: &[u8], kind: char, size: usize) -> Option<Value> {
+    Some(match (kind, size) {
+        ('u', 1) => json!(<u8 as CompanionValue>::from_le(&b[..1])),
+        ('u', 2) => json!(<u16 as CompanionValue>::from_le(&b[..2])),
+        ('u', 4) => json!(<u32 as CompanionValue>::from_le(&b[..4])),
+        ('u', 8) => json!(<u64 as CompanionValue>::from_le(&b[..8])),
+        ('i', 1) => json!(<i8 as CompanionValue>::from_le(&b[..1])),
+        ('i', 2) => json!(<i16 as CompanionValue>::from_le(&b[..2])),
+        ('i', 4) => json!(<i32 as CompanionValue>::from_le(&b[..4])),
+        ('i', 8) => json!(<i64 as CompanionValue>::from_le(&b[..8])),
         _ => return None,
     })
 }
@@ -705,9 +720,9 @@ fn scalar_json(order: char, kind: char, size: usize, b: &[u8]) -> Value {
             serde_json::Number::from_f64(f64::from_le_bytes(b.try_into().expect("8 bytes")))
                 .map_or(Value::Null, Value::Number)
         }
-        'u' if size <= 8 => json!(read_number(b, 'u', size).map(|v| v as u64)),
-        'i' if size == 8 => json!(i64::from_le_bytes(b.try_into().expect("8 bytes"))),
-        'i' if size < 8 => json!(read_number(b, 'i', size).map(|v| v as i64)),
+        'u' | 'i' => {
+            int_json(b, kind, size).unwrap_or_else(|| json!(format!("({kind}{size} bytes)")))
+        }
         _ => json!(format!("({kind}{size} bytes)")),
     }
 }
@@ -738,6 +753,18 @@ mod tests {
         let v = value_json(&row, &bytes);
         assert_eq!(v["argmax_head"], 255);
         assert_eq!(v["policy_p1"], json!([0.0, 0.0, 0.0, 0.0]));
+    }
+
+    #[test]
+    fn integers_are_shown_exactly() {
+        let big = (1u64 << 53) + 1;
+        assert_eq!(value_json(&dtype("'<u8'"), &big.to_le_bytes()), json!(big));
+        assert_eq!(
+            value_json(&dtype("'<i8'"), &(-(big as i64)).to_le_bytes()),
+            json!(-(big as i64))
+        );
+        assert_eq!(value_json(&dtype("'|i1'"), &[0xff]), json!(-1));
+        assert_eq!(value_json(&dtype("'<u2'"), &[1, 1]), json!(257));
     }
 
     #[test]
