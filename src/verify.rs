@@ -492,6 +492,7 @@ fn check_dir(dir: &Path, options: &Options) -> Result<Report> {
     )?);
     checks.push(check_companions(&scan, conn.as_ref(), scan_rows)?);
     checks.push(check_history(conn.as_ref(), &shards)?);
+    checks.push(check_block_records(conn.as_ref())?);
     checks.push(check_leftovers(dir));
     if !scan_rows {
         if conn.is_some() {
@@ -1013,6 +1014,66 @@ fn check_shard_checksums(
 
 /// What interrupted runs left in the folder. Not a fault of the pack (loaders ignore hidden
 /// folders): said, not failed.
+/// The block checksums `metadata.db` records for the files its versions list: well formed,
+/// and combining into each file's recorded CRC-32C (which the file checks compare with the
+/// bytes), so that a remote reader checking a range against them checks it against the file.
+fn check_block_records(conn: Option<&rusqlite::Connection>) -> Result<Check> {
+    const NAME: &str = "block checksums";
+    let Some(conn) = conn else {
+        return Ok(Check::skipped(NAME, "metadata.db is unusable"));
+    };
+    if !metadata::has_table(conn, crate::format::blocks::TABLE)?
+        || !metadata::has_table(conn, "version_files")?
+    {
+        return Ok(Check::skipped(
+            NAME,
+            "none recorded (an older tool's pack: remote readers fetch its files whole)",
+        ));
+    }
+    let mut check = Check::new(NAME);
+    let mut rows = conn.prepare(
+        "SELECT DISTINCT v.file_name, v.bytes, v.crc32c, b.block_bytes, b.block_crc32c
+         FROM version_files v JOIN file_blocks b
+              ON b.file_name = v.file_name AND b.crc32c = v.crc32c
+         ORDER BY v.file_name",
+    )?;
+    let mut rows = rows.query([])?;
+    let (mut files, mut without) = (0u64, 0u64);
+    while let Some(r) = rows.next()? {
+        let (name, bytes, crc): (String, u64, String) = (r.get(0)?, r.get(1)?, r.get(2)?);
+        files += 1;
+        match crate::format::blocks::FileBlocks::from_record(
+            &name,
+            bytes,
+            r.get(3)?,
+            &r.get::<_, Vec<u8>>(4)?,
+        ) {
+            Err(e) => check.fail(|| e.to_string()),
+            Ok(blocks) if format!("{:08x}", blocks.whole_crc()) != crc => check.fail(|| {
+                format!(
+                    "{name}: its {} block CRCs combine into {:08x}, not the file's {crc}",
+                    blocks.count(),
+                    blocks.whole_crc()
+                )
+            }),
+            Ok(_) => {}
+        }
+    }
+    without += conn.query_row(
+        "SELECT COUNT(*) FROM (SELECT DISTINCT file_name, crc32c FROM version_files v
+         WHERE NOT EXISTS (SELECT 1 FROM file_blocks b
+                           WHERE b.file_name = v.file_name AND b.crc32c = v.crc32c))",
+        [],
+        |r| r.get::<_, i64>(0),
+    )? as u64;
+    check.note = Some(if without == 0 {
+        format!("{files} files")
+    } else {
+        format!("{files} files; {without} without (made by an older tool: fetched whole)")
+    });
+    Ok(check)
+}
+
 fn check_leftovers(dir: &Path) -> Check {
     let mut leftovers = Check::new("leftovers of interrupted runs");
     let found = crate::pack::publish::leftovers(dir);

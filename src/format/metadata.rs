@@ -7,6 +7,7 @@ use std::path::Path;
 use crate::error::{Context, Result};
 use rusqlite::{Connection, OpenFlags, OptionalExtension, params};
 
+use crate::format::blocks;
 use crate::format::fingerprint::Fingerprint;
 
 pub const FILE_NAME: &str = "metadata.db";
@@ -46,6 +47,9 @@ CREATE TABLE version_sources (version INT NOT NULL, pack_id TEXT, source_version
                               path TEXT NOT NULL);
 CREATE TABLE version_tags (name TEXT PRIMARY KEY, version INT NOT NULL,
                            created_utc TEXT NOT NULL);
+CREATE TABLE file_blocks (file_name TEXT NOT NULL, crc32c TEXT NOT NULL,
+                          block_bytes INT NOT NULL, block_crc32c BLOB NOT NULL,
+                          PRIMARY KEY (file_name, crc32c));
 ";
 
 /// The `session` key of the pack's identity: 32 hex digits drawn when the pack is made, kept by
@@ -53,6 +57,24 @@ CREATE TABLE version_tags (name TEXT PRIMARY KEY, version INT NOT NULL,
 pub const PACK_ID: &str = "pack_id";
 /// The `version_files.family` of the steps' shards (a companion family's is its name).
 pub const STEPS_FAMILY: &str = "steps";
+
+/// The block checksums of the file at `path`, checked against `crc` (its recorded CRC-32C,
+/// 8 hex digits).
+fn file_blocks(file: &std::fs::File, path: &Path, crc: &str) -> Result<blocks::FileBlocks> {
+    let made = blocks::FileBlocks::of_file(file, path, blocks::block_bytes())?;
+    if format!("{:08x}", made.whole_crc()) != crc {
+        return Err(crate::error::Error::new(
+            crate::error::ErrorKind::Corrupt,
+            format!(
+                "{} changed after it was written: its CRC-32C is now {:08x}, not the {crc} \
+                 recorded while writing it; nothing was published",
+                path.display(),
+                made.whole_crc()
+            ),
+        ));
+    }
+    Ok(made)
+}
 
 /// One row of `runs` plus its `run_details` and `run_index` rows.
 #[derive(Debug, Clone, PartialEq)]
@@ -287,6 +309,48 @@ impl MetadataWriter {
              SELECT ?1, name, shard, file_name, rows, bytes, crc32c FROM companions",
             params![version],
         )?;
+        Ok(())
+    }
+
+    /// Records the block checksums ([`blocks`]) of every file the pack lists that has none
+    /// yet and lies beside this `metadata.db` (what this writer made: files kept from
+    /// before are not there, and keep the blocks recorded when they were made, or none for a
+    /// file of an older tool, which readers then fetch whole). Each file's blocks are checked
+    /// against the CRC-32C recorded while it was written, so a file changed since is refused.
+    fn record_blocks(&self) -> Result<()> {
+        let dir = self.path.parent().unwrap_or(Path::new("."));
+        let mut listed = self.conn.prepare(
+            "SELECT file_name, bytes, crc32c FROM (
+                 SELECT file_name, bytes, crc32c FROM shards
+                 UNION SELECT file_name, bytes, crc32c FROM companions) f
+             WHERE NOT EXISTS (SELECT 1 FROM file_blocks b
+                               WHERE b.file_name = f.file_name AND b.crc32c = f.crc32c)",
+        )?;
+        let files: Vec<(String, u64, String)> = listed
+            .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?
+            .collect::<rusqlite::Result<_>>()?;
+        let made: Vec<(String, String, blocks::FileBlocks)> = {
+            use rayon::prelude::*;
+            files
+                .into_par_iter()
+                .filter_map(|(name, bytes, crc)| {
+                    let path = dir.join(&name);
+                    let file = std::fs::File::open(&path).ok()?;
+                    match file.metadata() {
+                        Ok(m) if m.len() == bytes => {}
+                        _ => return None,
+                    }
+                    Some(file_blocks(&file, &path, &crc).map(|b| (name, crc, b)))
+                })
+                .collect::<Result<_>>()?
+        };
+        let mut insert = self.conn.prepare_cached(
+            "INSERT INTO file_blocks (file_name, crc32c, block_bytes, block_crc32c)
+             VALUES (?1, ?2, ?3, ?4)",
+        )?;
+        for (name, crc, b) in made {
+            insert.execute(params![name, crc, b.block_bytes as i64, b.to_blob()])?;
+        }
         Ok(())
     }
 
@@ -552,6 +616,7 @@ impl MetadataWriter {
             Change::Annotation => None,
         };
         if let Some(operation) = operation {
+            self.record_blocks()?;
             let command = serde_json::to_string(
                 &std::env::args_os()
                     .map(|a| a.to_string_lossy().into_owned())

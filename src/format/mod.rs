@@ -1,5 +1,6 @@
 //! The pack format: the contract in the pack-format spec, with no CLI concerns.
 
+pub mod blocks;
 pub mod board;
 pub mod dtype;
 pub mod fingerprint;
