@@ -32,7 +32,8 @@ pub enum Window {
 /// Reads one page of run `id` of the pack in `dir` (or at a URL: the pack fetched into the
 /// cache first).
 pub fn read(dir: &Path, version: &VersionSpec, id: u64, window: Window) -> Result<Page> {
-    crate::pack::open::with_located(dir, |pack| read_in(pack.dir(), version, id, window))
+    // One run of a remote pack: only the blocks holding its rows are fetched.
+    crate::pack::open::with_located_lazy(dir, |pack| read_in(pack.dir(), version, id, window))
 }
 
 fn read_in(dir: &Path, version: &VersionSpec, id: u64, window: Window) -> Result<Page> {

@@ -36,9 +36,22 @@ impl Published {
 
     /// The same pack, published at `s3://packs/<name>` in `layout`.
     fn with(moto: &'static Moto, name: &str, layout: Layout) -> Published {
+        Published::packed(moto, name, layout, &["--shard-rows", "150"], &[])
+    }
+
+    /// A pack of `raw` packed with `extra` options and environment `env`, published at
+    /// `s3://packs/<name>` in `layout`.
+    fn packed(
+        moto: &'static Moto,
+        name: &str,
+        layout: Layout,
+        extra: &[&str],
+        env: &[(&str, Option<&str>)],
+    ) -> Published {
         let t = tempfile::tempdir().unwrap();
         let local = t.path().join("local").join(name);
-        common::pack(&fixture("raw"), &local, &["--shard-rows", "150"]);
+        let out = common::pack_env(&fixture("raw"), &local, extra, env);
+        assert!(out.status.success(), "{}", common::stderr(&out));
         let remote = format!("s3://packs/{name}");
         match layout {
             Layout::Table => publish(moto, &local, &remote),
@@ -431,6 +444,94 @@ fn the_next_read_sweeps_views_no_process_holds() {
     p.run_ok(&["stats", &p.url]);
     assert!(!held.exists(), "a view no longer in use was kept");
     assert_eq!(std::fs::read_dir(&views).unwrap().count(), 0);
+}
+
+/// A pack whose metadata.db records block checksums is read by the blocks a command needs:
+/// `show --run N` and `export --runs N` fetch the blocks holding the run's rows, each a
+/// cache entry of its own, no whole shard, and print and write what they do for the local
+/// pack.
+#[test]
+fn show_and_export_of_one_run_fetch_only_its_blocks() {
+    let Some(moto) = moto() else { return };
+    // 4 KiB blocks: the fixture's 1,000-row shards (48 KB) have 12 each.
+    let p = Published::packed(
+        moto,
+        "blocks/run",
+        Layout::Table,
+        &["--shard-rows", "1000"],
+        &[("DATASET_PACKER_BLOCK_BYTES", Some("4096"))],
+    );
+    // Run 5: 180 rows from row 220 of shard 1.
+    let db = rusqlite::Connection::open(p.local.join("metadata.db")).unwrap();
+    let (shard, offset, steps): (u32, u64, u64) = db
+        .query_row(
+            "SELECT shard, row_offset, steps FROM run_index JOIN runs ON id = run_id
+             WHERE run_id = 5",
+            [],
+            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+        )
+        .unwrap();
+    let name = format!("steps-{shard:05}.npy");
+    let file_len = std::fs::metadata(p.local.join(&name)).unwrap().len();
+    let data_offset = file_len - 1000 * 48;
+    let (start, end) = (
+        data_offset + offset * 48,
+        data_offset + (offset + steps) * 48,
+    );
+    let wanted: Vec<u64> = (start / 4096..end.div_ceil(4096))
+        .map(|b| b * 4096)
+        .collect();
+
+    let (local, remote) = p.both(&["show", "PACK", "--run", "5", "--json"]);
+    assert_eq!(local, remote);
+    let fetched =
+        |p: &Published| -> Vec<String> { p.entries().into_iter().map(|(n, _)| n).collect() };
+    let expected: Vec<String> = wanted.iter().map(|b| format!("{name}_{b}")).collect();
+    let mut got: Vec<String> = fetched(&p)
+        .iter()
+        .map(|n| n.splitn(4, '-').nth(3).unwrap().to_string())
+        .collect();
+    got.sort();
+    let mut sorted = expected.clone();
+    sorted.sort();
+    // `show` reads the steps it prints (the run's first ones): some of its blocks, no other.
+    assert!(
+        !got.is_empty() && got.iter().all(|n| sorted.contains(n)),
+        "the cache holds some of the run's blocks and nothing else: {got:?} of {sorted:?}"
+    );
+
+    // Exported from the URL, the run is the local export's, byte for byte: every block of the
+    // run is in the cache now, and nothing else.
+    let out = p.t.path().join("out");
+    let local_out = out.join("local.jsonl");
+    let remote_out = out.join("remote.jsonl");
+    common::run_ok(&[
+        "export",
+        s(&p.local),
+        "--runs",
+        "5",
+        "--output",
+        s(&local_out),
+    ]);
+    p.run_ok(&["export", &p.url, "--runs", "5", "--output", s(&remote_out)]);
+    assert_eq!(
+        std::fs::read(&local_out).unwrap(),
+        std::fs::read(&remote_out).unwrap()
+    );
+    let mut again: Vec<String> = fetched(&p)
+        .iter()
+        .map(|n| n.splitn(4, '-').nth(3).unwrap().to_string())
+        .collect();
+    again.sort();
+    assert_eq!(again, sorted);
+
+    // Files the cache holds whole (`stats` fetched every one) are read from there: showing
+    // another run fetches no block.
+    p.run_ok(&["stats", &p.url]);
+    let before = p.entries().len();
+    let (local, remote) = p.both(&["show", "PACK", "--run", "0", "--json"]);
+    assert_eq!(local, remote);
+    assert_eq!(p.entries().len(), before, "{:?}", p.entries());
 }
 
 #[test]

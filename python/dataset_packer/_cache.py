@@ -99,14 +99,18 @@ def _require(module: str):
                         f"{install_hint()}") from None
 
 
-def entry_name(url, length: int, crc32c: int) -> str:
+def entry_name(url, length: int, crc32c: int, start: int | None = None) -> str:
     """The cache entry of a file: `<xxh3_64 of the URL>-<crc>-<len>-<file name>`, the file
-    name's characters other than ASCII letters, digits and `._-` written `_`, at most 100
-    (the binary's `entry_name`, exactly)."""
+    name's characters other than ASCII letters, digits and `._-` written `_`, at most 100;
+    of the block of it that starts at byte `start`, the same of `<URL>@<start>` and
+    `<file name>@<start>` (the binary's `entry_name`, exactly)."""
     xxhash = _require("xxhash")
-    digest = xxhash.xxh3_64_intdigest(str(url).encode("utf-8"))
+    key, name = str(url), url.name
+    if start is not None:
+        key, name = f"{key}@{start}", f"{name}@{start}"
+    digest = xxhash.xxh3_64_intdigest(key.encode("utf-8"))
     file = "".join(c if (c.isascii() and c.isalnum()) or c in "._-" else "_"
-                   for c in url.name)[:100]
+                   for c in name)[:100]
     return f"{digest:016x}-{crc32c:08x}-{length}-{file}"
 
 
@@ -167,13 +171,14 @@ class Cache:
         """The bytes the cache holds now (entries and downloads under way)."""
         return sum(size for _, size, _ in self._scan())
 
-    def fetch(self, url, length: int, crc32c: int) -> Entry:
+    def fetch(self, url, length: int, crc32c: int, start: int | None = None) -> Entry:
         """The file at `url` (`length` bytes, CRC-32C `crc32c`) as a local file pinned in the
         cache: from the cache (its CRC checked again), else downloaded once for the whole
         node (a process that wants it while another downloads it waits), checked and kept.
         `CorruptError` when the downloaded bytes do not match, `CacheLimitError` when it
-        cannot fit."""
-        name = entry_name(url, length, crc32c)
+        cannot fit. With `start`: the block of the file that starts there (`length` bytes
+        with CRC-32C `crc32c`), an entry of its own fetched by one ranged request."""
+        name = entry_name(url, length, crc32c, start)
         path = self.entries / name
         lock_path = self.entries / f"{name}.lock"
         stale = 0
@@ -217,12 +222,35 @@ class Cache:
                     stale = 0
                 time.sleep(_RETRY_PAUSE)
                 continue
-            entry = self._fill(fd, url, path, lock_path, length, crc32c)
+            entry = self._fill(fd, url, path, lock_path, length, crc32c, start)
             if entry is not None:
                 return entry
 
+    def cached(self, url, length: int, crc32c: int) -> Entry | None:
+        """The file at `url` pinned, when the cache holds it (complete, its CRC checked);
+        None otherwise: nothing is downloaded."""
+        name = entry_name(url, length, crc32c)
+        path = self.entries / name
+        if not path.exists():
+            return None
+        lock_path = self.entries / f"{name}.lock"
+        fd = _open_entry_lock(lock_path)
+        if fd is None:
+            return None
+        try:
+            _flock(fd, fcntl.LOCK_SH)
+            if (_same_file(fd, lock_path) and _is_complete(path, length)
+                    and _file_crc32c(path) == crc32c):
+                _stamp(fd)
+                return Entry(path, _handed_over(fd))
+        except BaseException:
+            _close(fd)
+            raise
+        _close(fd)
+        return None
+
     def _fill(self, fd: int, url, path: Path, lock_path: Path, length: int,
-              crc32c: int) -> Entry | None:
+              crc32c: int, start: int | None = None) -> Entry | None:
         """With the entry's exclusive lock (`fd`): downloads the file, then pins it; None (and
         `fd` closed) when the fetch must start over (also when another process downloaded it
         meanwhile: it is then pinned the checked way)."""
@@ -236,7 +264,7 @@ class Cache:
                 _close(fd)
                 return None
             try:
-                self._download(url, path, length, crc32c)
+                self._download(url, path, length, crc32c, start)
             except BaseException as e:
                 if not _same_file(fd, lock_path):
                     if _local_file_missing(e):
@@ -267,7 +295,8 @@ class Cache:
         except OSError as e:
             raise PackError(f"creating the cache folder {self.entries}: {e}") from None
 
-    def _download(self, url, path: Path, length: int, crc32c: int) -> None:
+    def _download(self, url, path: Path, length: int, crc32c: int,
+                  start: int | None = None) -> None:
         part = path.with_name(f"{path.name}.part")
         with self._evict_lock():
             _remove(part)
@@ -280,10 +309,14 @@ class Cache:
                 _remove(part)
                 raise
         try:
-            written, crc = self.client.download_file(url, part)
+            if start is None:
+                written, crc = self.client.download_file(url, part)
+            else:
+                written, crc = self.client.download_file(url, part, start, length)
             if written != length or crc != crc32c:
+                what = "" if start is None else f" (bytes {start}..{start + length})"
                 raise CorruptError(
-                    f"{url}: downloaded {written} bytes with CRC-32C {crc:08x}, expected "
+                    f"{url}{what}: downloaded {written} bytes with CRC-32C {crc:08x}, expected "
                     f"{length} bytes with {crc32c:08x}; the cache keeps nothing of it")
             os.rename(part, path)
         except BaseException:

@@ -353,7 +353,8 @@ class PackData:
         return self.gather_with(groups, self._take, (ROW_BYTES,), np.uint8)
 
     def _take(self, shard: int, local: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
-        source = self._maps[shard]
+        source = self._maps[shard] if self._remote is None else \
+            self._remote.rows_at(shard, local)
         if self.shards[shard].legacy:
             rows = self._widen(np.take(source, local, axis=0, mode="clip"))
             if out is None:
@@ -376,7 +377,9 @@ class PackData:
         stored, for a caller that reads other columns.)"""
         pieces = []
         for s, a, z in self.pieces(start, stop):
-            raw = self._maps[s][a:z]
+            mapped = self._maps[s] if self._remote is None else \
+                self._remote.rows_span(s, a, z)
+            raw = mapped[a:z]
             # Rows read in bulk: one sequential read, not a fault per page (`_maps`).
             will_need(raw)
             pieces.append(self._widen(raw, legal) if self.shards[s].legacy else raw)

@@ -39,6 +39,8 @@ from datetime import timedelta
 from pathlib import Path
 from typing import NamedTuple
 
+import numpy as np
+
 from ._cache import (Cache, CacheLimitError, CorruptError, Entry, _close, _handed_over,
                      _lock_entry, _require, _try_lock_entry)
 from ._errors import NotAPackError, PackChangedError, PackError
@@ -256,26 +258,39 @@ class Client:
                                          client_options={**options, "allow_http": True},
                                          retry_config=retry)
 
-    def download_file(self, url: Url, path: Path) -> tuple[int, int]:
-        """Streams the object at `url` into the file `path` from its start (created if
-        needed, never truncated: a cache download's `.part` is reserved at full length);
-        (bytes written, their CRC-32C). Only the server's errors become `remote_error`s: a
-        local one (a full disk) is raised as it is.
+    def download_file(self, url: Url, path: Path, start: int | None = None,
+                      length: int | None = None) -> tuple[int, int]:
+        """Streams the object at `url` (with `start` and `length`: those bytes of it, by one
+        ranged request) into the file `path` from its start (created if needed, never
+        truncated: a cache download's `.part` is reserved at full length); (bytes written,
+        their CRC-32C). Only the server's errors become `remote_error`s: a local one (a full
+        disk) is raised as it is.
 
         In a process forked after this package used obstore, obstore's runtime (threads of
         the parent) is gone and a request would wait forever: there the download runs in a
         helper process of its own (`_Helper`), started once, which does the same."""
         if _runtime_pid is not None and _runtime_pid != os.getpid():
-            written, crc = _helper().download_file(url, path)
+            written, crc = _helper().download_file(url, path, start, length)
         else:
-            written, crc = self._download_here(url, path)
+            written, crc = self._download_here(url, path, start, length)
         self._count(written)
         return written, crc
 
-    def _download_here(self, url: Url, path: Path) -> tuple[int, int]:
+    def _download_here(self, url: Url, path: Path, start: int | None = None,
+                       length: int | None = None) -> tuple[int, int]:
         global _runtime_pid
         crc32c = _require("google_crc32c")
         _runtime_pid = os.getpid()
+        if start is not None:
+            try:
+                data = bytes(self._obstore.get_range(self._store(url), url.prefix,
+                                                     start=start, length=length))
+            except Exception as e:
+                raise remote_error(url, e) from None
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o666)
+            with open(fd, "wb") as out:
+                out.write(data)
+            return len(data), crc32c.value(data)
         try:
             stream = iter(self._obstore.get(self._store(url), url.prefix).stream(
                 min_chunk_size=1 << 20))
@@ -394,8 +409,10 @@ class _Helper:
                 [p for p in [os.environ.get("PYTHONPATH")] if p])})
         self._lock = threading.Lock()
 
-    def download_file(self, url: Url, path: Path) -> tuple[int, int]:
-        answer = self._ask({"op": "get", "url": str(url), "path": str(path)}, url)
+    def download_file(self, url: Url, path: Path, start: int | None = None,
+                      length: int | None = None) -> tuple[int, int]:
+        answer = self._ask({"op": "get", "url": str(url), "path": str(path), "start": start,
+                            "length": length}, url)
         return answer["written"], answer["crc"]
 
     def list_names(self, url: Url) -> list[str]:
@@ -434,7 +451,9 @@ def _serve() -> None:
             elif request.get("op") == "first":
                 answer = {"names": client._first_here(url, request["most"])}
             else:
-                written, crc = client._download_here(url, Path(request["path"]))
+                written, crc = client._download_here(url, Path(request["path"]),
+                                                     request.get("start"),
+                                                     request.get("length"))
                 answer = {"written": written, "crc": crc}
         except Exception as e:
             answer = {"error": str(e), "type": type(e).__name__}
@@ -858,7 +877,44 @@ class RemotePack:
             families.setdefault(str(family), []).append(str(name))
         self._check_commit(records)
         self._records, self._rows, self.families = records, file_rows, families
+        self._blocks = _recorded_blocks(db, tables, records, self.url)
         return records
+
+    def blocks(self, name: str):
+        """(block size, each block's CRC-32C) that metadata.db records for the file `name`,
+        when it records them (a pack from an older tool does not: its files are fetched
+        whole)."""
+        return getattr(self, "_blocks", {}).get(name)
+
+    def read_block(self, name: str, index: int) -> bytes:
+        """Block `index` of the file `name`: through the cache, an entry of its own fetched
+        by one ranged request and checked against the CRC-32C metadata.db records for it."""
+        block_bytes, crcs = self.blocks(name)
+        size, _ = self.record(name)
+        start = index * block_bytes
+        entry = self._checked(name, lambda: self.cache.fetch(
+            self.object_url(name), min(block_bytes, size - start), int(crcs[index]), start))
+        try:
+            return entry.path.read_bytes()
+        finally:
+            entry.release()
+
+    def blocks_cached(self, name: str) -> bool:
+        """Whether the cache holds every block of the file `name` (looked at, not pinned:
+        what decides how a whole file is read, not what is read)."""
+        from ._cache import entry_name
+        block_bytes, crcs = self.blocks(name)
+        size, _ = self.record(name)
+        url = self.object_url(name)
+        return all((self.cache.entries / entry_name(
+            url, min(block_bytes, size - b * block_bytes), int(crc), b * block_bytes)).exists()
+            for b, crc in enumerate(crcs))
+
+    def cached(self, name: str) -> Entry | None:
+        """The file `name` pinned in the cache when the cache holds it whole already (none
+        is downloaded)."""
+        size, crc = self.record(name)
+        return self.cache.cached(self.object_url(name), size, crc)
 
     def _check_commit(self, records: dict[str, tuple[int, int]]) -> None:
         """metadata.db's sizes and CRC-32C of the files against the commit's record: one
@@ -892,8 +948,13 @@ class RemotePack:
         because the pack changed since it was opened (the objects a commit names never
         change)."""
         size, crc = self.record(name)
+        return self._checked(name, lambda: self.cache.fetch(self.object_url(name), size, crc))
+
+    def _checked(self, name: str, fetch) -> Entry:
+        """`fetch()` of (a block of) the file `name`, a corrupt download of a pack changed
+        since it was opened said as such."""
         try:
-            return self.cache.fetch(self.object_url(name), size, crc)
+            return fetch()
         except CorruptError as e:
             if self.commit is not None or not self._changed_since_opened():
                 raise
@@ -939,6 +1000,8 @@ class RemoteShards:
         self._entries: dict[int, Entry] = {}
         self._pending: dict[int, object] = {}
         self._files: list[Entry] = []
+        #: Shards read block by block (`_BlockFile`): those first read before any prefetch.
+        self._sparse: dict[int, _BlockFile] = {}
         self._lock = threading.RLock()
         self._pid = os.getpid()
 
@@ -969,6 +1032,38 @@ class RemoteShards:
             self._pending = {}
             self._pid = os.getpid()
 
+    def rows_at(self, i: int, local: np.ndarray):
+        """Shard `i`'s rows array, ready to read rows `local` (indices in it): a shard read
+        block by block has the blocks they lie in fetched first."""
+        array = self[i]
+        sparse = self._sparse.get(i)
+        if sparse is not None and local.size:
+            shard = self.shards[i]
+            first = shard.data_offset + np.asarray(local, dtype=np.int64) * shard.row_bytes
+            self._filled(i, sparse, first, first + shard.row_bytes - 1)
+        return array
+
+    def rows_span(self, i: int, a: int, z: int):
+        """Shard `i`'s rows array, ready to read rows a..z-1 (see `rows_at`). All of a shard
+        not read yet is fetched whole (one entry, as the binary's commands fetch it), unless
+        the cache holds its blocks."""
+        name = self.shards[i].path.name
+        if z - a == self.shards[i].rows and self._arrays[i] is None and not (
+                self.remote.blocks(name) is not None and self.remote.blocks_cached(name)):
+            self.prefetch([i])
+        array = self[i]
+        sparse = self._sparse.get(i)
+        if sparse is not None and z > a:
+            shard = self.shards[i]
+            first = np.array([shard.data_offset + a * shard.row_bytes], dtype=np.int64)
+            self._filled(i, sparse, first, first + (z - a) * shard.row_bytes - 1)
+        return array
+
+    def _filled(self, i: int, sparse: _BlockFile, first, last) -> None:
+        if sparse.ensure(first, last):
+            # The header's block, checked now: the header against metadata.db.
+            self._check(self.shards[i], sparse.path)
+
     def _map(self, i: int):
         from ._format import map_shard
         with self._lock:
@@ -976,8 +1071,13 @@ class RemoteShards:
             if self._arrays[i] is not None:
                 return self._arrays[i]
             future = self._pending.pop(i, None)
-        shard = self.shards[i]
-        entry = None
+            shard = self.shards[i]
+            entry = None
+            if future is None and self.remote.blocks(shard.path.name) is not None:
+                # Read block by block, unless the cache holds the whole file already.
+                entry = self.remote.cached(shard.path.name)
+                if entry is None:
+                    return self._map_sparse(i)
         if future is not None:
             try:
                 entry = future.result()
@@ -1000,6 +1100,18 @@ class RemoteShards:
             self._entries[i] = entry
             self._arrays[i] = array
             return array
+
+    def _map_sparse(self, i: int):
+        """Shard `i` read block by block: its sparse file in the view, mapped (rows only)."""
+        shard = self.shards[i]
+        name = shard.path.name
+        sparse = _BlockFile(self.remote, name, self.remote.view / f"{name}.blocks")
+        array = np.memmap(sparse.path, dtype=np.uint8, mode="r", offset=shard.data_offset,
+                          shape=(shard.rows, shard.row_bytes)) if shard.rows else \
+            np.zeros((0, shard.row_bytes), dtype=np.uint8)
+        self._sparse[i] = sparse
+        self._arrays[i] = array
+        return array
 
     @staticmethod
     def _check(shard, local: Path) -> None:
@@ -1032,6 +1144,9 @@ class RemoteShards:
             for i in shards:
                 i = int(i)
                 self._arrays[i] = None
+                sparse = self._sparse.pop(i, None)
+                if sparse is not None:
+                    sparse.close()
                 entry = self._entries.pop(i, None)
                 if entry is not None:
                     entry.release()
@@ -1046,6 +1161,114 @@ class RemoteShards:
             files, self._files = self._files, []
         for entry in files:
             entry.release()
+
+
+def _recorded_blocks(db, tables: set, records: dict, url: Url) -> dict:
+    """file name → (block size, its blocks' CRC-32C as uint32) from metadata.db's
+    `file_blocks`, for the files of `records` (name → (bytes, CRC-32C)) it records blocks
+    of under that same CRC."""
+    if "file_blocks" not in tables:
+        return {}
+    found = {}
+    for name, crc, block_bytes, blob in db.execute(
+            "SELECT file_name, crc32c, block_bytes, block_crc32c FROM main.file_blocks"):
+        record = records.get(str(name))
+        if record is None or f"{record[1]:08x}" != str(crc):
+            continue
+        count = -(-record[0] // int(block_bytes)) if int(block_bytes) > 0 else -1
+        crcs = np.frombuffer(bytes(blob), dtype="<u4")
+        if count < 0 or crcs.size != count:
+            raise CorruptError(f"{url / 'metadata.db'}: file_blocks of {name}: {crcs.size} "
+                               f"CRCs for {count} blocks of {block_bytes} bytes (metadata.db "
+                               "is damaged)")
+        found[str(name)] = (int(block_bytes), crcs)
+    return found
+
+
+class _BlockFile:
+    """A remote shard read block by block: a sparse file in the reader's view folder, of the
+    shard's full size, into which each block is written, checked, the first time a read
+    needs it (`ensure`). Holes are never read: every read of the shard's rows asks first."""
+
+    def __init__(self, remote: RemotePack, name: str, path: Path):
+        self.remote, self.name, self.path = remote, name, path
+        size, _ = remote.record(name)
+        self.block_bytes, crcs = remote.blocks(name)
+        self.filled = np.zeros(crcs.size, dtype=bool)
+        self._lock = threading.Lock()
+        with open(path, "wb") as f:
+            f.truncate(size)
+        self._fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
+
+    def ensure(self, first: np.ndarray, last: np.ndarray) -> bool:
+        """Makes sure the byte ranges first[k]..=last[k] are in the file; whether block 0
+        (the header's) was fetched now."""
+        lo, hi = first // self.block_bytes, last // self.block_bytes
+        wanted = np.unique(np.concatenate([lo, hi])) if lo.size else lo
+        # A range over more than two blocks (a run's rows) needs the ones between too.
+        spans = hi - lo > 1
+        if spans.any():
+            inner = [np.arange(a, b) for a, b in zip(lo[spans] + 1, hi[spans])]
+            wanted = np.unique(np.concatenate([wanted, *inner]))
+        with self._lock:
+            missing = wanted[~self.filled[wanted]]
+            if missing.size == 0:
+                return False
+            try:
+                blocks = _BLOCKS.map(lambda b: self.remote.read_block(self.name, int(b)),
+                                     missing)
+            except RemoteError as e:
+                if "Range request not supported" not in str(e):
+                    raise
+                # A web server that serves whole files only: this file is fetched whole.
+                self._fill_whole()
+                return True
+            for index, data in zip(missing, blocks):
+                os.pwrite(self._fd, data, int(index) * self.block_bytes)
+                self.filled[index] = True
+            return bool(missing[0] == 0)
+
+    def _fill_whole(self) -> None:
+        entry = self.remote.fetch(self.name)
+        try:
+            with open(entry.path, "rb") as source:
+                offset = 0
+                while chunk := source.read(1 << 20):
+                    os.pwrite(self._fd, chunk, offset)
+                    offset += len(chunk)
+        finally:
+            entry.release()
+        self.filled[:] = True
+
+    def close(self) -> None:
+        try:
+            os.close(self._fd)
+        except OSError:
+            pass
+        self.path.unlink(missing_ok=True)
+
+
+class _Blocks:
+    """A small thread pool for block requests (they wait on the network), made again in a
+    forked process (threads do not survive a fork)."""
+
+    def __init__(self):
+        self._pool, self._pid, self._lock = None, None, threading.Lock()
+
+    def map(self, work, items):
+        items = list(items)
+        if len(items) == 1:
+            return [work(items[0])]
+        with self._lock:
+            if self._pool is None or self._pid != os.getpid():
+                self._pool = ThreadPoolExecutor(max_workers=8,
+                                                thread_name_prefix="dataset-packer-block")
+                self._pid = os.getpid()
+            pool = self._pool
+        return list(pool.map(work, items))
+
+
+_BLOCKS = _Blocks()
 
 
 def _release_result(future) -> None:

@@ -133,7 +133,8 @@ def test_a_file_deleted_while_a_reader_uses_it_is_fetched_again_not_waited_for(r
     local, url, record = remote
     cache = tmp_path / "cache"
     holder = open_remote(url, cache)
-    holder.rows(slice(0, 10))  # shard 0 pinned
+    # Shard 0 read whole (so fetched whole, not by blocks) and pinned.
+    holder.rows(slice(0, len(np.load(local / "steps-00000.npy", mmap_mode="r"))))
     entry = entry_of(cache, url, record, "steps-00000.npy")
     entry.unlink()
     ref = record["files"]["steps-00000.npy"]

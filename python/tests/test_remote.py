@@ -140,10 +140,13 @@ def test_shards_are_fetched_lazily_and_a_second_open_downloads_nothing(url, loca
     assert len(before) == shards
     from dataset_packer._cache import entry_name
 
-    # The cache's entries are named as the binary names them (src/store/cache.rs).
+    # The cache's entries are named as the binary names them (src/store/cache.rs): shard 0,
+    # first read in part, by its one block (1 MiB blocks, 24 KB shards); the others, read
+    # whole, whole.
     listed = {f["file_name"]: f for f in pack.versions()[-1]["files"]}
     assert set(before) == {entry_name(pack.path / name, listed[name]["bytes"],
-                                      int(listed[name]["crc32c"], 16))
+                                      int(listed[name]["crc32c"], 16),
+                                      0 if name == "steps-00000.npy" else None)
                            for name in shard_files(pack)}
     assert (cache / "CACHEDIR.TAG").read_text().startswith(
         "Signature: 8a477f597d28d172789f06886806bc55\n")
@@ -295,7 +298,8 @@ def test_a_corrupt_object_is_refused_and_nothing_of_it_is_cached(s3, local, tmp_
     with pytest.raises(CorruptError, match=f"{url}/steps-00001.npy: downloaded"):
         pack.rows(slice(None))
     names = sorted(entries(cache))
-    assert len(names) == 1 and names[0].endswith("steps-00000.npy"), names
+    # Shard 0 first read in part: its one block (1 MiB blocks, 24 KB shards) is its entry.
+    assert len(names) == 1 and names[0].endswith("steps-00000.npy_0"), names
     # A download interrupted by kill -9 leaves a .part: never read as data, replaced.
     put(f"{url}/steps-00001.npy", good)
     from dataset_packer import Pack
@@ -597,3 +601,91 @@ def test_a_global_epoch_larger_than_the_cache_is_refused_before_its_first_batch(
     stream = EpochStream(pack, 64, seed=1)
     assert stream.chosen_order() == ("shards", sizes[0] * 5 // 4)
     np.testing.assert_array_equal(np.concatenate([b["row"] for b in stream.batches()]), rows)
+
+
+# ---------------------------------------------------------------------------- blocks
+
+
+@pytest.fixture(scope="session")
+def blocked(s3, tmp_path_factory) -> tuple[str, Path]:
+    """A pack of fixtures/raw in 1,000-row shards whose metadata.db records 4 KiB blocks
+    (DATASET_PACKER_BLOCK_BYTES), published; its URL and its local copy."""
+    path = tmp_path_factory.mktemp("blocked") / "pack"
+    env = {**os.environ, "DATASET_PACKER_BLOCK_BYTES": "4096"}
+    from conftest import binary
+    subprocess.run([str(binary()), "pack", "--input", str(FIXTURES / "raw"), "--output",
+                    str(path), "--shard-rows", "1000", "--quiet"], check=True, env=env)
+    url = "s3://packs/team/blocked"
+    publish(path, url)
+    return url, path
+
+
+def block_entries(cache: Path) -> dict[str, int]:
+    """The cache's block entries: name → size."""
+    return {name: size for name, (_, _, size) in entries(cache).items()
+            if name.rsplit("_", 1)[-1].isdigit()}
+
+
+def test_runs_and_scattered_rows_fetch_only_their_blocks(blocked, tmp_path):
+    from dataset_packer import Pack
+    from dataset_packer._cache import entry_name
+
+    url, local = blocked
+    here = Pack(local)
+    cache = tmp_path / "cache"
+    there = open_remote(url, cache)
+    import sqlite3
+    db = sqlite3.connect(local / "metadata.db")
+    (run, steps), = db.execute("SELECT id, steps FROM runs WHERE id = 5").fetchall()
+    shard, offset = db.execute("SELECT shard, row_offset FROM run_index WHERE run_id = 5").fetchone()
+    np.testing.assert_array_equal(there.run(5), here.run(5))
+    # Exactly the blocks holding the run's rows, each an entry of the cache of its own,
+    # named as the binary names them.
+    name = f"steps-{shard:05d}.npy"
+    size = (local / name).stat().st_size
+    start = size - 1000 * 48 + offset * 48
+    wanted = range(start // 4096, -(-(start + steps * 48) // 4096))
+    blocks = db.execute("SELECT block_crc32c FROM file_blocks WHERE file_name = ?",
+                        (name,)).fetchone()[0]
+    crcs = np.frombuffer(blocks, dtype="<u4")
+    expected = {entry_name(there.path / name, min(4096, size - b * 4096), int(crcs[b]),
+                           b * 4096) for b in wanted}
+    assert set(block_entries(cache)) == expected
+    assert set(entries(cache)) == expected, "no whole shard was fetched"
+    # Scattered rows: their blocks only, never the whole pack.
+    picks = np.random.default_rng(4).choice(len(here), 12, replace=False)
+    np.testing.assert_array_equal(there.rows(picks), here.rows(picks))
+    got = block_entries(cache)
+    assert len(got) <= len(expected) + 2 * len(picks)
+    assert sum(got.values()) < sum(p.stat().st_size for p in here.shards) / 2
+    np.testing.assert_array_equal(there.gather(picks)["exps"], here.gather(picks)["exps"])
+    # Another reader on the same cache downloads none of them again.
+    again = open_remote(url, cache)
+    np.testing.assert_array_equal(again.run(5), here.run(5))
+    assert downloads(again) == 2
+    # Whole shards read whole are fetched whole (as the binary's commands fetch them).
+    np.testing.assert_array_equal(again.rows(slice(None)), here.rows(slice(None)))
+    there.close()
+    again.close()
+    assert list((cache / "views").iterdir()) == []
+
+
+def test_a_damaged_block_is_named_and_not_cached(blocked, tmp_path):
+    from dataset_packer import CorruptError
+
+    url, local = blocked
+    good = (local / "steps-00001.npy").read_bytes()
+    bad = bytearray(good)
+    bad[20_000] ^= 0xFF  # in block 4 (bytes 16384..20480)
+    put(f"{url}/steps-00001.npy", bytes(bad))
+    try:
+        cache = tmp_path / "cache"
+        pack = open_remote(url, cache)
+        rows_per_block = 4096 // 48
+        pack.rows(slice(1000, 1000 + rows_per_block))  # block 0-1 of shard 1: fine
+        with pytest.raises(CorruptError, match=r"steps-00001\.npy \(bytes 16384\.\.20480\)"):
+            pack.rows(np.array([1000 + (20_000 - 128) // 48]))
+        assert not any("steps-00001.npy_16384" in n for n in entries(cache))
+        pack.close()
+    finally:
+        put(f"{url}/steps-00001.npy", good)

@@ -339,7 +339,9 @@ pub fn export(
         ),
         None => None,
     };
-    let source = SourcePack::open(pack, &options.version)?;
+    // A selection of a remote pack fetches only the blocks holding its rows.
+    let selects = runs.is_some() || options.sql.is_some();
+    let source = SourcePack::open(pack, &options.version, selects)?;
     let mut summary = source.name_errors(export_from(&source, runs, output, format, options))?;
     drop(source);
     summary.uploaded = target.publish()?;
@@ -525,8 +527,14 @@ pub struct SourcePack {
 
 impl SourcePack {
     /// Opens a pack for reading (spec or legacy packed shards); fails on structural problems.
-    pub fn open(pack: &Path, version: &VersionSpec) -> Result<SourcePack> {
-        let located = crate::pack::open::locate(pack)?;
+    /// A remote pack is read lazily (block by block, [`crate::pack::open::locate_lazy`]) when
+    /// `selective`: a few runs of it.
+    pub fn open(pack: &Path, version: &VersionSpec, selective: bool) -> Result<SourcePack> {
+        let located = if selective {
+            crate::pack::open::locate_lazy(pack)?
+        } else {
+            crate::pack::open::locate(pack)?
+        };
         located.name_errors(SourcePack::open_located(located.clone(), version))
     }
 

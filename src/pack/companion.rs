@@ -4,6 +4,9 @@
 
 use crate::error::{Context, Result, fail};
 use memmap2::{Mmap, MmapOptions};
+use std::sync::Arc;
+
+use crate::pack::lazy::{self, LazyFile};
 
 use crate::format::dtype::{Dtype, Field};
 use crate::pack::families::Family;
@@ -30,6 +33,8 @@ pub struct Companion<'a> {
     dtype: &'a Dtype,
     /// Each file's data section, in shard order (None for a file of no rows).
     maps: Vec<Option<Mmap>>,
+    /// For a remote pack's files read block by block, what fills each before it is read.
+    lazy: Vec<Option<Arc<LazyFile>>>,
 }
 
 impl<'a> Companion<'a> {
@@ -57,7 +62,13 @@ impl<'a> Companion<'a> {
                 Ok(Some(map))
             })
             .collect::<Result<Vec<_>>>()?;
+        let lazy = family
+            .files
+            .iter()
+            .map(|f| lazy::for_path(&f.path))
+            .collect();
         Ok(Companion {
+            lazy,
             pack,
             family,
             dtype: family.header_dtype(),
@@ -158,6 +169,7 @@ impl<'a> Companion<'a> {
     /// ```
     pub fn shard_bytes(&self, shard: usize) -> Result<&[u8]> {
         let bytes = self.mapped(shard)?;
+        self.ensure(shard, 0, bytes.len())?;
         if let Some(Some(map)) = self.maps.get(shard) {
             // Handed out whole, to be read whole: asked for at once (the map is read at
             // random otherwise, as `row` does).
@@ -204,7 +216,21 @@ impl<'a> Companion<'a> {
         let starts = self.pack.starts();
         let shard = starts.partition_point(|&s| s <= index) - 1;
         let at = (index - starts[shard]) as usize * self.row_bytes();
-        Ok(&self.mapped(shard)?[at..at + self.row_bytes()])
+        let bytes = &self.mapped(shard)?[at..at + self.row_bytes()];
+        self.ensure(shard, at, bytes.len())?;
+        Ok(bytes)
+    }
+
+    /// Makes sure bytes `at..at + len` of shard `shard`'s data section are there to read (see
+    /// [`crate::pack::lazy`]).
+    fn ensure(&self, shard: usize, at: usize, len: usize) -> Result<()> {
+        match self.lazy.get(shard) {
+            Some(Some(lazy)) => {
+                let offset = self.family.files[shard].header.data_offset as u64;
+                lazy.ensure(offset + at as u64, len as u64)
+            }
+            _ => Ok(()),
+        }
     }
 
     /// The values of row `index`, decoded as `T`: for a dtype of plain numbers (`'<f4'`,

@@ -123,6 +123,9 @@ impl OpenCompanion<'_> {
         use std::os::unix::fs::FileExt;
         buf.resize((count * self.row_bytes) as usize, 0);
         let offset = self.file.header.data_offset as u64 + start * self.row_bytes;
+        if let Some(lazy) = crate::pack::lazy::for_path(&self.file.path) {
+            lazy.ensure(offset, buf.len() as u64)?;
+        }
         self.handle
             .read_exact_at(buf, offset)
             .with_context(|| format!("reading {}", self.file.path.display()))

@@ -51,6 +51,7 @@ pub(crate) mod checks;
 pub(crate) mod families;
 pub(crate) mod files;
 pub(crate) mod fingerprints;
+pub(crate) mod lazy;
 pub(crate) mod open;
 pub(crate) mod publish;
 pub(crate) mod query;
@@ -166,7 +167,8 @@ impl Pack {
     /// # Ok(()) }
     /// ```
     pub fn open_version(path: impl AsRef<Path>, spec: &VersionSpec) -> Result<Pack> {
-        let located = open::locate(path.as_ref())?;
+        // A remote pack's files are fetched a block at a time as rows are read.
+        let located = open::locate_lazy(path.as_ref())?;
         located.name_errors(Pack::open_located(&located, spec))
     }
 

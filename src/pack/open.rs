@@ -97,6 +97,13 @@ pub(crate) fn locate_records(path: &Path) -> Result<Located> {
     locate_wanting(path, Wanted::Records)
 }
 
+/// [`locate`], a remote pack's files made to fill block by block as they are read
+/// ([`Wanted::Lazy`]): for readers of a few runs or rows (`show`, `export --runs`, the
+/// library's [`crate::Pack`]), which then fetch only the blocks they read.
+pub(crate) fn locate_lazy(path: &Path) -> Result<Located> {
+    locate_wanting(path, Wanted::Lazy)
+}
+
 fn locate_wanting(path: &Path, wanted: Wanted) -> Result<Located> {
     let (given, remote) = match path.to_str().map(Location::parse) {
         Some(Ok(Location::Remote(url))) => (
@@ -135,6 +142,15 @@ impl History {
 /// the user did.
 pub(crate) fn with_located<T>(path: &Path, read: impl FnOnce(&Located) -> Result<T>) -> Result<T> {
     let located = locate(path)?;
+    located.name_errors(read(&located))
+}
+
+/// [`with_located`], the pack located lazily ([`locate_lazy`]).
+pub(crate) fn with_located_lazy<T>(
+    path: &Path,
+    read: impl FnOnce(&Located) -> Result<T>,
+) -> Result<T> {
+    let located = locate_lazy(path)?;
     located.name_errors(read(&located))
 }
 

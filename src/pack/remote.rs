@@ -19,7 +19,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use crate::error::{Context, Error, ErrorKind, Result, fail};
+use crate::format::blocks::{self, FileBlocks};
 use crate::format::{metadata, valuation};
+use crate::pack::lazy::{self, LazyFile};
 use crate::pack::versions::{VersionFile, VersionSpec, View};
 use crate::store::{self, Cache, Commit, Entry, Head, Store, Url, cache_config};
 
@@ -31,6 +33,8 @@ pub(crate) struct RemoteView {
     dir: PathBuf,
     /// Pinned entries: while they live, no process evicts the files the view links to.
     _entries: Vec<Entry>,
+    /// Files filled as they are read (found by readers through [`lazy::for_path`]).
+    _lazy: Vec<Arc<LazyFile>>,
     /// The view's `.lock`, held shared while it lives: what tells a sweep (this crate's or
     /// the Python package's, in any container sharing the cache) that it is in use.
     _lock: fs::File,
@@ -61,6 +65,10 @@ pub(crate) enum Wanted {
     All,
     /// Only the records: `metadata.db` and `valuation_types.json` (for `versions`).
     Records,
+    /// The records, and the latest version's files as [`LazyFile`]s, filled block by block as
+    /// they are read (for readers of a few runs or rows); a file with no block checksums
+    /// recorded (an older tool's) is fetched whole.
+    Lazy,
 }
 
 /// Makes the local view of the pack at `url` with the files `wanted`, through the process's
@@ -77,6 +85,7 @@ pub(crate) fn open_view(url: &Url, wanted: Wanted) -> Result<RemoteView> {
         url: url.clone(),
         dir,
         _entries: Vec::new(),
+        _lazy: Vec::new(),
         _lock: lock,
     };
     let before = cache.store().transfers();
@@ -91,10 +100,15 @@ pub(crate) fn open_view(url: &Url, wanted: Wanted) -> Result<RemoteView> {
         Head::Commit(commit) => Some(*commit),
     };
     download_records(&cache, url, commit.as_ref(), &view.dir)?;
-    let files = match wanted {
+    let mut files = match wanted {
         Wanted::Records => Vec::new(),
-        Wanted::All => latest_files(url, &view.dir)?,
+        Wanted::All | Wanted::Lazy => latest_files(url, &view.dir)?,
     };
+    if matches!(wanted, Wanted::Lazy) {
+        let (lazy, whole) = make_lazy(&cache, url, commit.as_ref(), files, &view.dir)?;
+        view._lazy = lazy;
+        files = whole;
+    }
     let total: u64 = files.iter().map(|f| f.bytes).sum();
     if total > cache.limit() {
         return Err(Error::new(
@@ -122,6 +136,70 @@ pub(crate) fn open_view(url: &Url, wanted: Wanted) -> Result<RemoteView> {
         after.bytes_downloaded - before.bytes_downloaded
     );
     Ok(view)
+}
+
+/// Of `files`, those with block checksums recorded made [`LazyFile`]s in the view `dir` (their
+/// heads fetched, several at once), and the rest, to fetch whole: those without, and those
+/// the cache holds whole already.
+fn make_lazy(
+    cache: &Cache,
+    url: &Url,
+    commit: Option<&Commit>,
+    files: Vec<VersionFile>,
+    dir: &Path,
+) -> Result<(Vec<Arc<LazyFile>>, Vec<VersionFile>)> {
+    let conn = records_connection(dir)?;
+    let mut blocked = Vec::new();
+    let mut whole = Vec::new();
+    for file in files {
+        let (key, crc) = object_key(url, commit, &file)?;
+        match recorded_blocks(&conn, &file)? {
+            Some(_) if cache.cached(&url.join(&key)?, file.bytes, crc)?.is_some() => {
+                whole.push(file)
+            }
+            Some(blocks) => blocked.push((file, blocks)),
+            None => whole.push(file),
+        }
+    }
+    let made = lazy::in_parallel(&blocked, |(file, blocks)| {
+        let (key, _) = object_key(url, commit, file)?;
+        let path = dir.join(&file.file_name);
+        let made = LazyFile::create(&path, url.join(&key)?, blocks.clone(), cache.clone())?;
+        Ok(Arc::new(made))
+    });
+    let made = made.into_iter().collect::<Result<Vec<_>>>()?;
+    made.iter().for_each(lazy::register);
+    Ok((made, whole))
+}
+
+/// The block checksums `metadata.db` (`conn`) records for `file`, when it records them.
+fn recorded_blocks(conn: &rusqlite::Connection, file: &VersionFile) -> Result<Option<FileBlocks>> {
+    use rusqlite::OptionalExtension;
+    if !metadata::has_table(conn, blocks::TABLE)? {
+        return Ok(None);
+    }
+    let row: Option<(i64, Vec<u8>)> = conn
+        .query_row(
+            "SELECT block_bytes, block_crc32c FROM file_blocks
+             WHERE file_name = ?1 AND crc32c = ?2",
+            [&file.file_name, &file.crc32c],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+        .optional()?;
+    let Some((block_bytes, blob)) = row else {
+        return Ok(None);
+    };
+    let blocks = FileBlocks::from_record(&file.file_name, file.bytes, block_bytes, &blob)?;
+    if format!("{:08x}", blocks.whole_crc()) != file.crc32c {
+        fail!(
+            Corrupt,
+            "{}: the block checksums of {} do not combine into its CRC-32C {}",
+            metadata::FILE_NAME,
+            file.file_name,
+            file.crc32c
+        );
+    }
+    Ok(Some(blocks))
 }
 
 /// The one store of the process (its connection pools are shared by every remote pack).

@@ -25,9 +25,20 @@ pub struct Shard {
     pub file: Arc<File>,
     pub header: Header,
     pub file_len: u64,
+    /// For a remote pack's file read block by block: what fills the view file before a read.
+    pub(crate) lazy: Option<Arc<crate::pack::lazy::LazyFile>>,
 }
 
 impl Shard {
+    /// Makes sure bytes `offset..offset + len` of the file are there to read (a remote pack's
+    /// file read block by block has them fetched; any other file has them already).
+    fn ensure(&self, offset: u64, len: u64) -> Result<()> {
+        match &self.lazy {
+            Some(lazy) => lazy.ensure(offset, len),
+            None => Ok(()),
+        }
+    }
+
     /// Bytes per row of this shard's layout (48, or 46 for legacy packed shards).
     pub fn row_bytes(&self) -> usize {
         self.header
@@ -104,6 +115,7 @@ impl Shard {
     pub fn map_rows(&self, start: u64, count: u64, access: Access) -> Result<Mmap> {
         debug_assert!(count > 0, "an empty range cannot be mapped");
         let rb = self.row_bytes() as u64;
+        self.ensure(self.header.data_offset as u64 + start * rb, count * rb)?;
         // SAFETY: the file was opened with the pack and is never rewritten in place (the
         // tool's writers publish new files by rename), and its size was checked against the
         // header when it was opened, so the range lies inside it.
@@ -205,6 +217,7 @@ impl ShardFile<'_> {
     pub fn read_raw_into(&self, start: u64, count: u64, buf: &mut Vec<u8>) -> Result<()> {
         use std::os::unix::fs::FileExt;
         let (offset, len) = self.byte_range(start, count);
+        self.shard.ensure(offset, len)?;
         buf.resize(len as usize, 0);
         self.file
             .read_exact_at(buf, offset)
@@ -311,10 +324,11 @@ pub fn list_shards(dir: &Path) -> Result<ShardListing> {
                 let shard = Shard {
                     index,
                     name: name.clone(),
-                    path,
+                    path: path.clone(),
                     file: Arc::new(file),
                     header,
                     file_len,
+                    lazy: crate::pack::lazy::for_path(&path),
                 };
                 match &shard.header.layout {
                     RowLayout::Other(descr) => {
@@ -583,6 +597,12 @@ pub fn verify_files(dir: &Path, files: &[HeldFile], workers: usize) -> Result<()
                 bytes,
                 crc,
             } = *held;
+            if crate::pack::lazy::for_path(path).is_some() {
+                // A remote file read block by block: each block is checked against its
+                // recorded CRC-32C as it is fetched, and reading the whole file here would
+                // fetch all of it.
+                return Ok(());
+            }
             if bytes == u64::MAX {
                 fail!(
                     Corrupt,

@@ -141,9 +141,66 @@ impl Cache {
     /// Errors: the download's (naming the URL), [`ErrorKind::Corrupt`] when the bytes do not
     /// match, [`ErrorKind::Refused`] when the file cannot fit in the limit.
     pub fn fetch(&self, url: &Url, len: u64, crc32c: u32) -> Result<Entry> {
-        let name = entry_name(url, len, crc32c);
+        self.fetch_entry(url, None, len, crc32c)
+    }
+
+    /// Bytes `start..start + len` of the file at `url` (one block of it, whose CRC-32C is
+    /// `crc32c`), as a local file pinned in the cache: an entry of its own, fetched by one
+    /// ranged request, under the same limit, locks, checks and eviction as whole files.
+    ///
+    /// ```no_run
+    /// # use std::sync::Arc;
+    /// # use dataset_packer::store::{Cache, Location, Store};
+    /// # let cache = Cache::open("/tmp/cache", 1 << 30, Arc::new(Store::from_env()?))?;
+    /// let url = "s3://training/clean/steps-00000.npy".parse::<Location>()?;
+    /// let block = cache.fetch_block(url.url().unwrap(), 1 << 20, 1 << 20, 0x89ab_cdef)?;
+    /// assert_eq!(std::fs::metadata(block.path())?.len(), 1 << 20);
+    /// # Ok::<(), dataset_packer::Error>(())
+    /// ```
+    pub fn fetch_block(&self, url: &Url, start: u64, len: u64, crc32c: u32) -> Result<Entry> {
+        self.fetch_entry(url, Some(start), len, crc32c)
+    }
+
+    /// The file at `url` pinned, when the cache holds it whole already (complete, its CRC-32C
+    /// checked); None otherwise: nothing is downloaded.
+    ///
+    /// ```no_run
+    /// # use std::sync::Arc;
+    /// # use dataset_packer::store::{Cache, Location, Store};
+    /// # let cache = Cache::open("/tmp/cache", 1 << 30, Arc::new(Store::from_env()?))?;
+    /// let url = "s3://training/clean/steps-00000.npy".parse::<Location>()?;
+    /// if let Some(entry) = cache.cached(url.url().unwrap(), 48_128, 0x1234_5678)? {
+    ///     println!("in the cache: {}", entry.path().display());
+    /// }
+    /// # Ok::<(), dataset_packer::Error>(())
+    /// ```
+    pub fn cached(&self, url: &Url, len: u64, crc32c: u32) -> Result<Option<Entry>> {
+        let name = entry_name(url, None, len, crc32c);
+        let path = self.entries.join(&name);
+        if !path.exists() {
+            return Ok(None);
+        }
+        let lock_path = self.entries.join(format!("{name}.lock"));
+        let lock = match lock_entry(&lock_path, libc::LOCK_SH) {
+            Ok(lock) => lock,
+            Err(e) if e.io_kind() == Some(std::io::ErrorKind::NotFound) => return Ok(None),
+            Err(e) => return Err(e),
+        };
+        if same_file(&lock, &lock_path)
+            && is_complete(&path, len)
+            && entry_crc(&path)? == Some(crc32c)
+        {
+            stamp(&lock);
+            return Ok(Some(Entry { path, _lock: lock }));
+        }
+        Ok(None)
+    }
+
+    fn fetch_entry(&self, url: &Url, start: Option<u64>, len: u64, crc32c: u32) -> Result<Entry> {
+        let name = entry_name(url, start, len, crc32c);
         let wanted = Wanted {
             url,
+            start,
             len,
             crc32c,
             path: self.entries.join(&name),
@@ -214,7 +271,7 @@ impl Cache {
         if !same_file(&lock, &w.lock_path) || is_complete(&w.path, w.len) {
             return Ok(None);
         }
-        self.download(w.url, &w.path, w.len, w.crc32c)?;
+        self.download(w, &w.path)?;
         stamp(&lock);
         // Downgrading is not atomic: an evictor may take the entry in between, so the entry
         // is looked at again under the shared lock.
@@ -235,9 +292,11 @@ impl Cache {
         self.store.get_range(url, start, len)
     }
 
-    /// Downloads `url` into the entry `path` (its lock held exclusively): to `path.part`,
-    /// reserved at full size under the eviction lock, checked, then renamed into place.
-    fn download(&self, url: &Url, path: &Path, len: u64, crc32c: u32) -> Result<()> {
+    /// Downloads what `w` asks for into the entry `path` (its lock held exclusively): to
+    /// `path.part`, reserved at full size under the eviction lock, checked, then renamed into
+    /// place.
+    fn download(&self, w: &Wanted, path: &Path) -> Result<()> {
+        let (url, len, crc32c) = (w.url, w.len, w.crc32c);
         let part = path.with_file_name(format!(
             "{}.part",
             path.file_name()
@@ -259,13 +318,24 @@ impl Cache {
             crc: 0,
             written: 0,
         };
-        let result = self.store.download_to(url, &mut out).and_then(|_| {
+        let fetched = match w.start {
+            None => self.store.download_to(url, &mut out),
+            Some(start) => self
+                .store
+                .get_range(url, start, len)
+                .and_then(|bytes| Ok(out.write_all(&bytes).map(|()| len)?)),
+        };
+        let what = match w.start {
+            None => String::new(),
+            Some(start) => format!(" (bytes {start}..{})", start + len),
+        };
+        let result = fetched.and_then(|_| {
             out.file.flush()?;
             if out.written != len || out.crc != crc32c {
                 fail!(
                     Corrupt,
-                    "{url}: downloaded {} bytes with CRC-32C {:08x}, expected {len} bytes with \
-                     {crc32c:08x}; the cache keeps nothing of it",
+                    "{url}{what}: downloaded {} bytes with CRC-32C {:08x}, expected {len} bytes \
+                     with {crc32c:08x}; the cache keeps nothing of it",
                     out.written,
                     out.crc
                 );
@@ -394,6 +464,8 @@ impl Cache {
 /// A file [`Cache::fetch`] is asked for, and where its entry is.
 struct Wanted<'a> {
     url: &'a Url,
+    /// Where the bytes start in the file, for a block; None for the whole file.
+    start: Option<u64>,
     len: u64,
     crc32c: u32,
     path: PathBuf,
@@ -420,11 +492,17 @@ struct Cached {
     last_used: SystemTime,
 }
 
-/// The entry name of a file: `<xxh3 of the URL>-<crc>-<len>-<file name>`.
-fn entry_name(url: &Url, len: u64, crc32c: u32) -> String {
-    let hash = xxhash_rust::xxh3::xxh3_64(url.to_string().as_bytes());
-    let file: String = url
-        .file_name()
+/// The entry name of a file: `<xxh3 of the URL>-<crc>-<len>-<file name>`; of a block starting
+/// at byte `start` of it, the same of `<URL>@<start>` and `<file name>@<start>` (the `@`
+/// written `_`, as every character a file name should not hold).
+fn entry_name(url: &Url, start: Option<u64>, len: u64, crc32c: u32) -> String {
+    let (mut key, mut file) = (url.to_string(), url.file_name().to_string());
+    if let Some(start) = start {
+        key = format!("{key}@{start}");
+        file = format!("{file}@{start}");
+    }
+    let hash = xxhash_rust::xxh3::xxh3_64(key.as_bytes());
+    let file: String = file
         .chars()
         .map(|c| {
             if c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-') {
@@ -548,7 +626,7 @@ mod tests {
             super::super::Location::Remote(u) => u,
             _ => unreachable!(),
         };
-        let name = entry_name(&url, 4096, 0xdead_beef);
+        let name = entry_name(&url, None, 4096, 0xdead_beef);
         assert!(name.ends_with("-deadbeef-4096-steps-00000.npy"), "{name}");
         assert!(is_entry_name(&name));
         assert!(!is_entry_name(&format!("{name}.lock")));
@@ -561,8 +639,17 @@ mod tests {
             assert!(!is_entry_name(other), "{other}");
         }
         // Another CRC or length is another entry.
-        assert_ne!(name, entry_name(&url, 4096, 1));
-        assert_ne!(name, entry_name(&url, 4097, 0xdead_beef));
+        assert_ne!(name, entry_name(&url, None, 4096, 1));
+        assert_ne!(name, entry_name(&url, None, 4097, 0xdead_beef));
+        // A block is an entry of its own, named for where it starts.
+        let block = entry_name(&url, Some(1 << 20), 4096, 0xdead_beef);
+        assert!(
+            block.ends_with("-deadbeef-4096-steps-00000.npy_1048576"),
+            "{block}"
+        );
+        assert!(is_entry_name(&block));
+        assert_ne!(block, name);
+        assert_ne!(block, entry_name(&url, Some(2 << 20), 4096, 0xdead_beef));
     }
 
     /// Entry names are a protocol shared with the Python package (its cache reads and
@@ -570,7 +657,7 @@ mod tests {
     #[test]
     fn entry_names_are_the_ones_python_computes() {
         let name = |text: &str, len, crc| match text.parse().unwrap() {
-            super::super::Location::Remote(url) => entry_name(&url, len, crc),
+            super::super::Location::Remote(url) => entry_name(&url, None, len, crc),
             _ => unreachable!(),
         };
         assert_eq!(

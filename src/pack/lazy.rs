@@ -1,0 +1,195 @@
+//! A file of a remote pack's view filled block by block as it is read: what lets a reader of a
+//! pack in object storage fetch only the bytes it needs.
+//!
+//! The view holds the file at its full size with nothing in it but its first bytes (the npy
+//! header, fetched at open); every read of the pack's rows goes through [`LazyFile::ensure`]
+//! first (the shard and companion readers look the file up by its path, [`for_path`]), which
+//! fetches the blocks the range touches through the node's cache ([`Cache::fetch_block`],
+//! each checked against the CRC-32C `metadata.db` records for it) and writes them into the
+//! view file. A block once filled stays: the view lives as long as the pack is open.
+//!
+//! The header read at open is not checked (its block is 1 MiB): the local opener checks it
+//! against the file's recorded size and rows, and when its block is filled the checked bytes
+//! must equal it, else the read fails as corrupt.
+
+use std::collections::HashMap;
+use std::fs::File;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
+
+use crate::error::{Context, Error, ErrorKind, Result};
+use crate::format::blocks::FileBlocks;
+use crate::store::{Cache, Url};
+
+/// Blocks fetched at once: enough requests in flight to fill a link to a store.
+const PARALLEL_BLOCKS: usize = 8;
+
+/// Bytes of a file's start read at open: an npy header (this tool writes 128 bytes, NumPy up
+/// to a few KiB for a structured dtype with many fields).
+const HEAD_BYTES: u64 = 64 << 10;
+
+/// A view file filled on demand.
+#[derive(Debug)]
+pub(crate) struct LazyFile {
+    path: PathBuf,
+    url: Url,
+    blocks: FileBlocks,
+    cache: Cache,
+    out: File,
+    state: Mutex<State>,
+}
+
+#[derive(Debug)]
+struct State {
+    filled: Vec<bool>,
+    /// The unchecked head written at open, compared with block 0 when it is filled.
+    head: Vec<u8>,
+}
+
+impl LazyFile {
+    /// Makes the view file `path` of the object at `url` (`blocks` its recorded checksums):
+    /// full size, its head fetched, every block still to fetch.
+    pub fn create(path: &Path, url: Url, blocks: FileBlocks, cache: Cache) -> Result<LazyFile> {
+        let out = File::create(path).with_context(|| format!("creating {}", path.display()))?;
+        out.set_len(blocks.bytes)
+            .with_context(|| format!("sizing {}", path.display()))?;
+        let head = match HEAD_BYTES.min(blocks.bytes) {
+            0 => Vec::new(),
+            n => cache.fetch_range(&url, 0, n)?,
+        };
+        check_head(&url, &head, blocks.bytes)?;
+        out.write_all_at(&head, 0)
+            .with_context(|| format!("writing {}", path.display()))?;
+        Ok(LazyFile {
+            path: path.to_path_buf(),
+            url,
+            state: Mutex::new(State {
+                filled: vec![false; blocks.count()],
+                head,
+            }),
+            blocks,
+            cache,
+            out,
+        })
+    }
+
+    /// Makes sure bytes `start..start + len` of the file are in the view: fetches the blocks
+    /// of them not yet there (several at once), checked, and writes them in.
+    pub fn ensure(&self, start: u64, len: u64) -> Result<()> {
+        let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let missing: Vec<usize> = self
+            .blocks
+            .covering(start, start + len)
+            .filter(|&b| !state.filled[b])
+            .collect();
+        if missing.is_empty() {
+            return Ok(());
+        }
+        let fetched = self.fetch_blocks(&missing);
+        for (b, result) in missing.iter().zip(fetched) {
+            let bytes = result?;
+            if *b == 0 && !bytes.starts_with(&state.head) {
+                return Err(Error::new(
+                    ErrorKind::Corrupt,
+                    format!(
+                        "{}: its first bytes changed between two reads (the header read at \
+                         open is not the one its checked first block holds)",
+                        self.url
+                    ),
+                ));
+            }
+            let (offset, _) = self.blocks.range(*b);
+            self.out
+                .write_all_at(&bytes, offset)
+                .with_context(|| format!("writing {}", self.path.display()))?;
+            state.filled[*b] = true;
+        }
+        Ok(())
+    }
+
+    /// The bytes of blocks `wanted`, each fetched through the cache, in the order asked.
+    fn fetch_blocks(&self, wanted: &[usize]) -> Vec<Result<Vec<u8>>> {
+        in_parallel(wanted, |&b| self.fetch_block(b))
+    }
+
+    fn fetch_block(&self, b: usize) -> Result<Vec<u8>> {
+        let (offset, len) = self.blocks.range(b);
+        let entry = self
+            .cache
+            .fetch_block(&self.url, offset, len, self.blocks.crcs[b])?;
+        std::fs::read(entry.path()).with_context(|| format!("reading {}", entry.path().display()))
+    }
+}
+
+/// That `head`, the first bytes of the object at `url`, starts with the `.npy` header of an
+/// array of `bytes` bytes: the header is read before its block is checked, so a damaged one
+/// is refused here, naming the object.
+fn check_head(url: &Url, head: &[u8], bytes: u64) -> Result<()> {
+    use crate::format::npy;
+    let parsed = npy::header_size(&head[..head.len().min(12)])
+        .ok()
+        .filter(|&size| size <= head.len())
+        .and_then(|size| npy::parse_array_header(&head[..size]).ok());
+    let fits = parsed.as_ref().is_some_and(|h| {
+        h.row_bytes()
+            .and_then(|r| r.checked_mul(h.rows()))
+            .and_then(|data| data.checked_add(h.data_offset as u64))
+            == Some(bytes)
+    });
+    if !fits {
+        return Err(Error::new(
+            ErrorKind::Corrupt,
+            format!(
+                "{url}: its first bytes are not the .npy header of an array of {bytes} bytes, \
+                 as metadata.db records it (a damaged or replaced object)"
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// `work` on each of `items` by up to [`PARALLEL_BLOCKS`] threads (requests to a store, which
+/// wait on the network), the results in the items' order.
+pub(crate) fn in_parallel<T: Sync, R: Send>(items: &[T], work: impl Fn(&T) -> R + Sync) -> Vec<R> {
+    let next = AtomicUsize::new(0);
+    let slots: Mutex<Vec<Option<R>>> = Mutex::new((0..items.len()).map(|_| None).collect());
+    std::thread::scope(|scope| {
+        for _ in 0..PARALLEL_BLOCKS.min(items.len()) {
+            scope.spawn(|| {
+                loop {
+                    let i = next.fetch_add(1, Ordering::Relaxed);
+                    let Some(item) = items.get(i) else { break };
+                    let done = work(item);
+                    slots.lock().unwrap_or_else(|e| e.into_inner())[i] = Some(done);
+                }
+            });
+        }
+    });
+    slots
+        .into_inner()
+        .unwrap_or_else(|e| e.into_inner())
+        .into_iter()
+        .map(|s| s.expect("every item was taken"))
+        .collect()
+}
+
+/// The lazy files of the views alive in this process, by their path in the view.
+fn registry() -> &'static Mutex<HashMap<PathBuf, Weak<LazyFile>>> {
+    static FILES: OnceLock<Mutex<HashMap<PathBuf, Weak<LazyFile>>>> = OnceLock::new();
+    FILES.get_or_init(Mutex::default)
+}
+
+/// Registers `file` so that readers of its path find it; it stays found while it lives.
+pub(crate) fn register(file: &Arc<LazyFile>) {
+    let mut files = registry().lock().unwrap_or_else(|e| e.into_inner());
+    files.retain(|_, f| f.strong_count() > 0);
+    files.insert(file.path.clone(), Arc::downgrade(file));
+}
+
+/// The lazy file at `path`, when it is one (a remote pack's file read block by block).
+pub(crate) fn for_path(path: &Path) -> Option<Arc<LazyFile>> {
+    let files = registry().lock().unwrap_or_else(|e| e.into_inner());
+    files.get(path).and_then(Weak::upgrade)
+}
