@@ -16,8 +16,7 @@ each reader runs on an empty cache:
 - `show URL --run K --json` and `export URL --runs K --output run.jsonl` (K: the middle run);
 - Python `Pack(url).run(K)` and `Pack(url).rows(64 random rows)`;
 - `stats URL` (every row: whole files).
-Peak RSS is the child's `ru_maxrss` (commands) or this process's growth (Python, reported as
-the high-water mark after the read).
+Every reader runs in a child process under GNU time (`/usr/bin/time -f %M`): its peak RSS.
 """
 
 from __future__ import annotations
@@ -34,15 +33,22 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from remote_epoch import binary, make_pack, publish, served, start_server  # noqa: E402
 
 
+def peak_rss(argv: list, env=None) -> float:
+    """Runs `argv` under GNU time: its peak RSS in MiB. (A child's own `ru_maxrss` would
+    start at this process's size: Linux keeps the high-water mark of the forked copy across
+    exec.)"""
+    with tempfile.NamedTemporaryFile("r") as report:
+        out = subprocess.run(["/usr/bin/time", "-f", "%M", "-o", report.name, *map(str, argv)],
+                             env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        if out.returncode != 0:
+            raise SystemExit(f"{argv} failed: {out.stderr.decode()}")
+        return int(report.read().split()[-1]) / 1024
+
+
 def command(args: list, cache: Path) -> tuple[int, float]:
-    """Runs the binary on an empty cache `cache`: (exit code, peak RSS in MiB)."""
+    """Runs the binary on an empty cache `cache`: (0, peak RSS in MiB)."""
     env = {**os.environ, "DATASET_PACKER_CACHE": str(cache)}
-    child = subprocess.Popen([str(binary()), *map(str, args)], env=env,
-                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    _, status, usage = os.wait4(child.pid, 0)
-    if status != 0:
-        raise SystemExit(f"{args} failed: {child.stderr.read().decode()}")
-    return status, usage.ru_maxrss / 1024
+    return 0, peak_rss([binary(), *args], env)
 
 
 def measure(port: int, what, *args) -> tuple[int, float]:
@@ -57,11 +63,7 @@ def python_read(url: str, cache: Path, read: str) -> tuple[int, float]:
     (0, its peak RSS in MiB)."""
     code = (f"import numpy as np\nfrom dataset_packer import Pack\n"
             f"pack = Pack({url!r}, cache={str(cache)!r})\n{read}\npack.close()\n")
-    child = subprocess.Popen([sys.executable, "-c", code], stderr=subprocess.PIPE)
-    _, status, usage = os.wait4(child.pid, 0)
-    if status != 0:
-        raise SystemExit(f"{read} failed: {child.stderr.read().decode()}")
-    return 0, usage.ru_maxrss / 1024
+    return 0, peak_rss([sys.executable, "-c", code])
 
 
 def main() -> None:

@@ -886,16 +886,24 @@ class RemotePack:
         whole)."""
         return getattr(self, "_blocks", {}).get(name)
 
-    def read_block(self, name: str, index: int) -> bytes:
-        """Block `index` of the file `name`: through the cache, an entry of its own fetched
-        by one ranged request and checked against the CRC-32C metadata.db records for it."""
+    def read_block(self, name: str, index: int, into: int, at: int) -> None:
+        """Block `index` of the file `name`, written into the file `into` (a descriptor) at
+        byte `at`: through the cache, an entry of its own fetched by one ranged request and
+        checked against the CRC-32C metadata.db records for it; copied by the kernel
+        (`copy_file_range`), never through this process's memory."""
         block_bytes, crcs = self.blocks(name)
         size, _ = self.record(name)
         start = index * block_bytes
         entry = self._checked(name, lambda: self.cache.fetch(
             self.object_url(name), min(block_bytes, size - start), int(crcs[index]), start))
         try:
-            return entry.path.read_bytes()
+            with open(entry.path, "rb") as source:
+                left, offset = entry.path.stat().st_size, 0
+                while left:
+                    done = os.copy_file_range(source.fileno(), into, left, offset, at + offset)
+                    if done == 0:
+                        raise PackError(f"{entry.path}: ended {left} bytes early")
+                    left, offset = left - done, offset + done
         finally:
             entry.release()
 
@@ -1215,18 +1223,20 @@ class _BlockFile:
             if missing.size == 0:
                 return False
             try:
-                blocks = _BLOCKS.map(lambda b: self.remote.read_block(self.name, int(b)),
-                                     missing)
+                # Each block written as it arrives: memory holds the blocks in flight.
+                for index in _BLOCKS.map(self._fill_block, missing):
+                    self.filled[index] = True
             except RemoteError as e:
                 if "Range request not supported" not in str(e):
                     raise
                 # A web server that serves whole files only: this file is fetched whole.
                 self._fill_whole()
                 return True
-            for index, data in zip(missing, blocks):
-                os.pwrite(self._fd, data, int(index) * self.block_bytes)
-                self.filled[index] = True
             return bool(missing[0] == 0)
+
+    def _fill_block(self, index) -> int:
+        self.remote.read_block(self.name, int(index), self._fd, int(index) * self.block_bytes)
+        return index
 
     def _fill_whole(self) -> None:
         entry = self.remote.fetch(self.name)
@@ -1256,6 +1266,7 @@ class _Blocks:
         self._pool, self._pid, self._lock = None, None, threading.Lock()
 
     def map(self, work, items):
+        """`work` of each item, in the items' order, several at a time."""
         items = list(items)
         if len(items) == 1:
             return [work(items[0])]

@@ -87,31 +87,36 @@ impl LazyFile {
         if missing.is_empty() {
             return Ok(());
         }
-        let fetched = self.fetch_blocks(&missing);
-        for (b, result) in missing.iter().zip(fetched) {
-            let bytes = result?;
-            if *b == 0 && !bytes.starts_with(&state.head) {
-                return Err(Error::new(
-                    ErrorKind::Corrupt,
-                    format!(
-                        "{}: its first bytes changed between two reads (the header read at \
-                         open is not the one its checked first block holds)",
-                        self.url
-                    ),
-                ));
+        // Each block written as it arrives: memory holds the blocks in flight, not the range.
+        let written = in_parallel(&missing, |&b| self.fill_block(b, &state.head));
+        let mut first_error = None;
+        for (&b, result) in missing.iter().zip(written) {
+            match result {
+                Ok(()) => state.filled[b] = true,
+                Err(e) => first_error = first_error.or(Some(e)),
             }
-            let (offset, _) = self.blocks.range(*b);
-            self.out
-                .write_all_at(&bytes, offset)
-                .with_context(|| format!("writing {}", self.path.display()))?;
-            state.filled[*b] = true;
         }
-        Ok(())
+        first_error.map_or(Ok(()), Err)
     }
 
-    /// The bytes of blocks `wanted`, each fetched through the cache, in the order asked.
-    fn fetch_blocks(&self, wanted: &[usize]) -> Vec<Result<Vec<u8>>> {
-        in_parallel(wanted, |&b| self.fetch_block(b))
+    /// Fetches block `b` and writes it into the view file (block 0 compared with `head`, the
+    /// unchecked header written at open).
+    fn fill_block(&self, b: usize, head: &[u8]) -> Result<()> {
+        let bytes = self.fetch_block(b)?;
+        if b == 0 && !bytes.starts_with(head) {
+            return Err(Error::new(
+                ErrorKind::Corrupt,
+                format!(
+                    "{}: its first bytes changed between two reads (the header read at open \
+                     is not the one its checked first block holds)",
+                    self.url
+                ),
+            ));
+        }
+        let (offset, _) = self.blocks.range(b);
+        self.out
+            .write_all_at(&bytes, offset)
+            .with_context(|| format!("writing {}", self.path.display()))
     }
 
     fn fetch_block(&self, b: usize) -> Result<Vec<u8>> {
