@@ -15,7 +15,8 @@ each reader runs on an empty cache:
 - `versions URL` (metadata.db only);
 - `show URL --run K --json` and `export URL --runs K --output run.jsonl` (K: the middle run);
 - Python `Pack(url).run(K)` and `Pack(url).rows(64 random rows)`;
-- `stats URL` (every row: whole files).
+- `stats URL` (every row: whole files), and `stats` and `validate` with a cache a tenth of
+  the pack (streamed block by block).
 Every reader runs in a child process under GNU time (`/usr/bin/time -f %M`): its peak RSS.
 """
 
@@ -96,6 +97,10 @@ def main() -> None:
                 (f"Python run({middle})", python_read, url, f"pack.run({middle})"),
                 ("Python rows(64 random)", python_read, url, picks),
                 ("stats (every row)", command, ["stats", url]),
+                ("stats, cache = pack ÷ 10 (streamed)", command,
+                 ["--cache-limit", size // 10, "stats", url]),
+                ("validate, cache = pack ÷ 10 (streamed)", command,
+                 ["--cache-limit", size // 10, "validate", url, "--quiet"]),
             ]
             for name, what, *rest in readers:
                 cache = Path(tempfile.mkdtemp(prefix="ranges-cache-"))

@@ -360,13 +360,16 @@ pub(crate) fn count_rows(
 ) -> Result<RowCounts> {
     let chunks = shards::chunks(shards, CHUNK_ROWS);
     let mut total = RowCounts::new(step_width);
+    // A remote pack streamed block by block keeps only the shards being read.
+    let mut behind = shards::release_behind(shards);
     ordered_try_map(
         &chunks,
         workers,
         workers * 2,
         || (),
         |_, &(si, start, count)| count_chunk(&shards[si], start, count, only, step_width),
-        |_, counts| {
+        |i, counts| {
+            behind.reached(chunks[i].0);
             total.merge(&counts?);
             Ok(())
         },
@@ -844,7 +847,7 @@ impl StatsOptions {
 /// # Ok(()) }
 /// ```
 pub fn stats(pack: impl AsRef<Path>, options: &StatsOptions) -> Result<Stats> {
-    crate::pack::open::with_located(pack.as_ref(), |pack| gather(pack, options, None))
+    crate::pack::open::with_located_streamed(pack.as_ref(), |pack| gather(pack, options, None))
 }
 
 /// The steps of the longest run of the version `options` read (of the runs they select):
@@ -1377,6 +1380,12 @@ fn search_effort(
     };
     let chunks = shards::chunks(shards, CHUNK_ROWS);
     let mut total = vec![empty(); depths.len()];
+    // A remote pack streamed block by block keeps only the shards (and the family's files)
+    // being read.
+    let mut behind = shards::ReleaseBehind::new(|i| {
+        shards[i].release();
+        family.release(i);
+    });
     ordered_try_map(
         &chunks,
         workers,
@@ -1408,7 +1417,8 @@ fn search_effort(
             }
             Ok(part)
         },
-        |_, part| {
+        |i, part| {
+            behind.reached(chunks[i].0);
             for (t, p) in total.iter_mut().zip(part?) {
                 t.merge(p);
             }

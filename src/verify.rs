@@ -401,7 +401,7 @@ pub struct Options {
 /// Runs every check on the pack at `pack` (a folder, or a URL: its files are fetched into the
 /// cache first, checked against their recorded CRC-32C), family by family, in report order.
 pub fn check(pack: &Path, options: &Options) -> Result<Report> {
-    open::with_located(pack, |pack| check_located(pack, options))
+    open::with_located_streamed(pack, |pack| check_located(pack, options))
 }
 
 /// [`check`] of a pack already located; the report names it as the user did.
@@ -937,6 +937,8 @@ fn scan_rows_once(
     };
     let mut last_slot: Option<u32> = None;
     let bar = Bar::rows(observer, "validate", total_rows);
+    // A remote pack streamed block by block keeps only the shards being read.
+    let mut behind = shards::release_behind(shards);
     let scanned = if scan_rows { &chunk_list[..] } else { &[] };
     let outcome = ordered_try_map(
         scanned,
@@ -955,6 +957,7 @@ fn scan_rows_once(
         |i, scan| {
             let scan = scan?;
             let (si, _, count) = chunk_list[i];
+            behind.reached(si);
             let (crc, len) = pass.data_crcs[si];
             pass.data_crcs[si] = (
                 crate::crc::combine(crc, scan.crc, scan.bytes),
@@ -1151,6 +1154,14 @@ fn check_companions(
                 continue;
             }
             if !verify {
+                continue;
+            }
+            if let Some(lazy) = crate::pack::lazy::for_path(&f.path) {
+                // A remote file read block by block: each block checked against its CRC,
+                // which combine into the file's (checked when the pack was opened).
+                if let Err(e) = lazy.check_every_block() {
+                    check.fail(|| format!("{}: {e}", f.file_name));
+                }
                 continue;
             }
             let crc = crate::crc::open_file_crc(&f.file, &f.path)?;

@@ -535,9 +535,24 @@ fn show_and_export_of_one_run_fetch_only_its_blocks() {
 }
 
 #[test]
-fn a_pack_larger_than_the_cache_limit_is_refused_before_any_download() {
+fn a_pack_without_block_checksums_larger_than_the_cache_limit_is_refused_before_any_download() {
     let Some(moto) = moto() else { return };
-    let p = Published::new(moto, "cache/limit");
+    // As an older tool left it: no block checksums, so its files are only read whole.
+    let t = tempfile::tempdir().unwrap();
+    let local = t.path().join("local");
+    common::pack(&fixture("raw"), &local, &["--shard-rows", "150"]);
+    rusqlite::Connection::open(local.join("metadata.db"))
+        .unwrap()
+        .execute("DROP TABLE file_blocks", [])
+        .unwrap();
+    let url = "s3://packs/cache/limit".to_string();
+    publish(moto, &local, &url);
+    let p = Published {
+        moto,
+        t,
+        local,
+        url,
+    };
     let out = p.run(&["--cache-limit", "64KiB", "stats", &p.url]);
     let err = common::stderr(&out);
     assert_eq!(out.status.code(), Some(2), "{err}");
@@ -546,6 +561,52 @@ fn a_pack_larger_than_the_cache_limit_is_refused_before_any_download() {
         "{err}"
     );
     assert!(p.entries().is_empty(), "{:?}", p.entries());
+}
+
+/// `stats` and `validate` of a pack (with block checksums) larger than the cache's limit
+/// stream through it: each shard's blocks fetched as the pass reaches it and given back once
+/// past it, the cache kept within its limit; they print what they print for the local pack.
+#[test]
+fn stats_and_validate_stream_through_a_pack_larger_than_the_cache() {
+    let Some(moto) = moto() else { return };
+    let p = Published::packed(
+        moto,
+        "cache/stream",
+        Layout::Table,
+        &["--shard-rows", "150"],
+        &[("DATASET_PACKER_BLOCK_BYTES", Some("4096"))],
+    );
+    let pack_bytes: u64 = common::names(&p.local)
+        .iter()
+        .filter(|n| n.ends_with(".npy"))
+        .map(|n| std::fs::metadata(p.local.join(n)).unwrap().len())
+        .sum();
+    let limit = 32 * 1024;
+    assert!(pack_bytes > 3 * limit, "{pack_bytes}");
+    for args in [
+        &["--cache-limit", "32KiB", "stats", "PACK"][..],
+        &["--cache-limit", "32KiB", "stats", "PACK", "--json"],
+        &["--cache-limit", "32KiB", "validate", "PACK", "--deep"],
+    ] {
+        let (local, remote) = p.both(args);
+        if args.contains(&"--json") {
+            assert_eq!(untimed_json(&local), untimed_json(&remote), "{args:?}");
+        } else {
+            assert_eq!(untimed(&local), untimed(&remote), "{args:?}");
+        }
+        let held: u64 = p
+            .entries()
+            .iter()
+            .map(|(n, _)| {
+                std::fs::metadata(p.cache().join("entries").join(n))
+                    .unwrap()
+                    .len()
+            })
+            .sum();
+        assert!(held <= limit, "{args:?}: the cache holds {held} bytes");
+    }
+    let views = std::fs::read_dir(p.cache().join("views")).unwrap().count();
+    assert_eq!(views, 0);
 }
 
 /// The object that holds the pack file `name` of the pack at `pack` in `layout`: the key its

@@ -84,6 +84,18 @@ impl Family {
         self.descr == other.descr && self.trailing == other.trailing
     }
 
+    /// For a remote pack read block by block, gives back the space file `shard` of the
+    /// family takes in the view (see [`crate::pack::lazy::LazyFile::release`]).
+    pub(crate) fn release(&self, shard: usize) {
+        if let Some(lazy) = self
+            .files
+            .get(shard)
+            .and_then(|f| crate::pack::lazy::for_path(&f.path))
+        {
+            lazy.release();
+        }
+    }
+
     /// Opens file `shard` for reading rows with [`OpenCompanion::read_rows`].
     pub fn open(&self, shard: usize) -> Result<OpenCompanion<'_>> {
         let f = &self.files[shard];

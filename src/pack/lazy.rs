@@ -99,11 +99,56 @@ impl LazyFile {
         first_error.map_or(Ok(()), Err)
     }
 
-    /// Fetches block `b` and writes it into the view file (block 0 compared with `head`, the
-    /// unchecked header written at open).
+    /// Gives back the view file's disk space (its data past the head fetched at open) and
+    /// marks every block to fetch again: for a reader that streams through a pack larger
+    /// than its cache, once it is done with this file. The caller makes sure no map of the
+    /// file is alive: a map would read the holes as zeros.
+    pub fn release(&self) {
+        let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let keep = state.head.len() as u64;
+        if keep < self.blocks.bytes {
+            use std::os::fd::AsRawFd;
+            // SAFETY: a valid open descriptor; punching a hole only frees the range.
+            let rc = unsafe {
+                libc::fallocate(
+                    self.out.as_raw_fd(),
+                    libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
+                    keep as libc::off_t,
+                    (self.blocks.bytes - keep) as libc::off_t,
+                )
+            };
+            if rc != 0 {
+                // Filesystems without hole punching keep the bytes: only the space is lost.
+                log::debug!("{}: the space could not be given back", self.path.display());
+            }
+        }
+        state.filled.iter_mut().for_each(|f| *f = false);
+    }
+
+    /// Checks every byte of the file against its recorded block CRCs, a few blocks at a
+    /// time, giving each back once checked ([`LazyFile::release`]): what `validate` does for
+    /// a file it does not otherwise read, in bounded space.
+    pub fn check_every_block(&self) -> Result<()> {
+        let all: Vec<usize> = (0..self.blocks.count()).collect();
+        for batch in all.chunks(PARALLEL_BLOCKS) {
+            let (start, _) = self.blocks.range(batch[0]);
+            let (last, len) = self.blocks.range(*batch.last().expect("a batch"));
+            self.ensure(start, last + len - start)?;
+            self.release();
+        }
+        Ok(())
+    }
+
+    /// Fetches block `b` and writes it into the view file (what of it `head`, the unchecked
+    /// bytes written at open, holds compared with them).
     fn fill_block(&self, b: usize, head: &[u8]) -> Result<()> {
         let bytes = self.fetch_block(b)?;
-        if b == 0 && !bytes.starts_with(head) {
+        let (offset, _) = self.blocks.range(b);
+        // The part of the block the unchecked head holds must be what the head held.
+        let overlap = (head.len() as u64)
+            .saturating_sub(offset)
+            .min(bytes.len() as u64) as usize;
+        if bytes[..overlap] != head[offset as usize..offset as usize + overlap] {
             return Err(Error::new(
                 ErrorKind::Corrupt,
                 format!(
@@ -113,7 +158,6 @@ impl LazyFile {
                 ),
             ));
         }
-        let (offset, _) = self.blocks.range(b);
         self.out
             .write_all_at(&bytes, offset)
             .with_context(|| format!("writing {}", self.path.display()))

@@ -138,14 +138,18 @@ impl History {
     }
 }
 
-/// Runs `read` on the pack `path` names, located ([`locate`]), its errors naming the pack as
-/// the user did.
-pub(crate) fn with_located<T>(path: &Path, read: impl FnOnce(&Located) -> Result<T>) -> Result<T> {
-    let located = locate(path)?;
+/// Runs `read` on the pack `path` names, located as [`locate`] does, but a remote pack larger
+/// than the cache's limit read block by block, to be streamed through ([`Wanted::Streamed`]);
+/// its errors naming the pack as the user did.
+pub(crate) fn with_located_streamed<T>(
+    path: &Path,
+    read: impl FnOnce(&Located) -> Result<T>,
+) -> Result<T> {
+    let located = locate_wanting(path, Wanted::Streamed)?;
     located.name_errors(read(&located))
 }
 
-/// [`with_located`], the pack located lazily ([`locate_lazy`]).
+/// [`with_located_streamed`], the pack located lazily ([`locate_lazy`]).
 pub(crate) fn with_located_lazy<T>(
     path: &Path,
     read: impl FnOnce(&Located) -> Result<T>,

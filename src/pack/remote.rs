@@ -69,6 +69,10 @@ pub(crate) enum Wanted {
     /// they are read (for readers of a few runs or rows); a file with no block checksums
     /// recorded (an older tool's) is fetched whole.
     Lazy,
+    /// [`Wanted::All`] when the files fit in the cache's limit, else [`Wanted::Lazy`]: for
+    /// readers of every row (`stats`, `validate`), which then stream through the pack, giving
+    /// back each shard's blocks once past it ([`crate::pack::shards::ReleaseBehind`]).
+    Streamed,
 }
 
 /// Makes the local view of the pack at `url` with the files `wanted`, through the process's
@@ -102,9 +106,15 @@ pub(crate) fn open_view(url: &Url, wanted: Wanted) -> Result<RemoteView> {
     download_records(&cache, url, commit.as_ref(), &view.dir)?;
     let mut files = match wanted {
         Wanted::Records => Vec::new(),
-        Wanted::All | Wanted::Lazy => latest_files(url, &view.dir)?,
+        _ => latest_files(url, &view.dir)?,
     };
-    if matches!(wanted, Wanted::Lazy) {
+    let bytes: u64 = files.iter().map(|f| f.bytes).sum();
+    let lazy = match wanted {
+        Wanted::Lazy => true,
+        Wanted::Streamed => bytes > cache.limit(),
+        Wanted::All | Wanted::Records => false,
+    };
+    if lazy {
         let (lazy, whole) = make_lazy(&cache, url, commit.as_ref(), files, &view.dir)?;
         view._lazy = lazy;
         files = whole;

@@ -30,6 +30,15 @@ pub struct Shard {
 }
 
 impl Shard {
+    /// For a remote shard read block by block, gives back the space its fetched blocks take
+    /// in the view ([`crate::pack::lazy::LazyFile::release`]); nothing for any other. Only
+    /// once no map of the shard is alive.
+    pub(crate) fn release(&self) {
+        if let Some(lazy) = &self.lazy {
+            lazy.release();
+        }
+    }
+
     /// Makes sure bytes `offset..offset + len` of the file are there to read (a remote pack's
     /// file read block by block has them fetched; any other file has them already).
     fn ensure(&self, offset: u64, len: u64) -> Result<()> {
@@ -175,6 +184,46 @@ pub fn will_need(map: &Mmap, offset: usize, len: usize) {
     }
     #[cfg(not(unix))]
     let _ = (map, offset, len);
+}
+
+/// Releases each shard ([`Shard::release`], or what `release` gives back of shard `i`) once
+/// a pass that goes through the shards in order, chunk by chunk, has moved past it: told the
+/// shard of each chunk whose result it takes, in order ([`ReleaseBehind::reached`]), every
+/// chunk before it is done, and so is every map of an earlier shard. The last one is released
+/// when this is dropped.
+pub(crate) struct ReleaseBehind<F: FnMut(usize)> {
+    release: F,
+    current: Option<usize>,
+}
+
+/// [`ReleaseBehind`] of the shards themselves.
+pub(crate) fn release_behind(shards: &[Shard]) -> ReleaseBehind<impl FnMut(usize) + '_> {
+    ReleaseBehind::new(|i| shards[i].release())
+}
+
+impl<F: FnMut(usize)> ReleaseBehind<F> {
+    pub fn new(release: F) -> ReleaseBehind<F> {
+        ReleaseBehind {
+            release,
+            current: None,
+        }
+    }
+
+    /// The pass has taken the result of a chunk of shard `si`.
+    pub fn reached(&mut self, si: usize) {
+        if let Some(done) = self.current.filter(|&c| c != si) {
+            (self.release)(done);
+        }
+        self.current = Some(si);
+    }
+}
+
+impl<F: FnMut(usize)> Drop for ReleaseBehind<F> {
+    fn drop(&mut self) {
+        if let Some(last) = self.current {
+            (self.release)(last);
+        }
+    }
 }
 
 /// An open shard, read a chunk at a time into buffers (what a sequential copy wants: no page
