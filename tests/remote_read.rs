@@ -453,27 +453,29 @@ fn the_next_read_sweeps_views_no_process_holds() {
 #[test]
 fn show_and_export_of_one_run_fetch_only_its_blocks() {
     let Some(moto) = moto() else { return };
-    // 4 KiB blocks: the fixture's 1,000-row shards (48 KB) have 12 each.
+    // 4 KiB blocks: the fixture's 2,000-row shard (96 KB) has 24, past the 64 KiB read at
+    // open too.
     let p = Published::packed(
         moto,
         "blocks/run",
         Layout::Table,
-        &["--shard-rows", "1000"],
+        &["--shard-rows", "2000"],
         &[("DATASET_PACKER_BLOCK_BYTES", Some("4096"))],
     );
-    // Run 5: 180 rows from row 220 of shard 1.
+    // Run 6: 230 rows from row 1,400 of shard 0, in blocks past the 64 KiB read at open.
     let db = rusqlite::Connection::open(p.local.join("metadata.db")).unwrap();
     let (shard, offset, steps): (u32, u64, u64) = db
         .query_row(
             "SELECT shard, row_offset, steps FROM run_index JOIN runs ON id = run_id
-             WHERE run_id = 5",
+             WHERE run_id = 6",
             [],
             |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
         )
         .unwrap();
     let name = format!("steps-{shard:05}.npy");
     let file_len = std::fs::metadata(p.local.join(&name)).unwrap().len();
-    let data_offset = file_len - 1000 * 48;
+    let data_offset = file_len - 2000 * 48;
+    assert_eq!((shard, offset), (0, 1400));
     let (start, end) = (
         data_offset + offset * 48,
         data_offset + (offset + steps) * 48,
@@ -482,7 +484,7 @@ fn show_and_export_of_one_run_fetch_only_its_blocks() {
         .map(|b| b * 4096)
         .collect();
 
-    let (local, remote) = p.both(&["show", "PACK", "--run", "5", "--json"]);
+    let (local, remote) = p.both(&["show", "PACK", "--run", "6", "--json"]);
     assert_eq!(local, remote);
     let fetched =
         |p: &Published| -> Vec<String> { p.entries().into_iter().map(|(n, _)| n).collect() };
@@ -509,11 +511,11 @@ fn show_and_export_of_one_run_fetch_only_its_blocks() {
         "export",
         s(&p.local),
         "--runs",
-        "5",
+        "6",
         "--output",
         s(&local_out),
     ]);
-    p.run_ok(&["export", &p.url, "--runs", "5", "--output", s(&remote_out)]);
+    p.run_ok(&["export", &p.url, "--runs", "6", "--output", s(&remote_out)]);
     assert_eq!(
         std::fs::read(&local_out).unwrap(),
         std::fs::read(&remote_out).unwrap()

@@ -24,7 +24,7 @@ use crate::format::blocks::FileBlocks;
 use crate::store::{Cache, Url};
 
 /// Blocks fetched at once: enough requests in flight to fill a link to a store.
-const PARALLEL_BLOCKS: usize = 8;
+pub(crate) const PARALLEL_BLOCKS: usize = 8;
 
 /// Bytes of a file's start read at open: an npy header (this tool writes 128 bytes, NumPy up
 /// to a few KiB for a structured dtype with many fields).
@@ -88,7 +88,10 @@ impl LazyFile {
             return Ok(());
         }
         // Each block written as it arrives: memory holds the blocks in flight, not the range.
-        let written = in_parallel(&missing, |&b| self.fill_block(b, &state.head));
+        // Each block in flight is pinned in the cache: at most half of it.
+        let threads = (self.cache.limit() / (2 * self.blocks.block_bytes.max(1)))
+            .clamp(1, PARALLEL_BLOCKS as u64) as usize;
+        let written = in_parallel(&missing, threads, |&b| self.fill_block(b, &state.head));
         let mut first_error = None;
         for (&b, result) in missing.iter().zip(written) {
             match result {
@@ -144,11 +147,7 @@ impl LazyFile {
     fn fill_block(&self, b: usize, head: &[u8]) -> Result<()> {
         let bytes = self.fetch_block(b)?;
         let (offset, _) = self.blocks.range(b);
-        // The part of the block the unchecked head holds must be what the head held.
-        let overlap = (head.len() as u64)
-            .saturating_sub(offset)
-            .min(bytes.len() as u64) as usize;
-        if bytes[..overlap] != head[offset as usize..offset as usize + overlap] {
+        if !agrees_with_head(head, offset, &bytes) {
             return Err(Error::new(
                 ErrorKind::Corrupt,
                 format!(
@@ -170,6 +169,19 @@ impl LazyFile {
             .fetch_block(&self.url, offset, len, self.blocks.crcs[b])?;
         std::fs::read(entry.path()).with_context(|| format!("reading {}", entry.path().display()))
     }
+}
+
+/// Whether `bytes`, read at `offset` of a file, hold what `head` (the file's first bytes, read
+/// unchecked at open) holds where the two overlap.
+fn agrees_with_head(head: &[u8], offset: u64, bytes: &[u8]) -> bool {
+    let Ok(start) = usize::try_from(offset) else {
+        return true;
+    };
+    if start >= head.len() {
+        return true;
+    }
+    let overlap = (head.len() - start).min(bytes.len());
+    bytes[..overlap] == head[start..start + overlap]
 }
 
 /// That `head`, the first bytes of the object at `url`, starts with the `.npy` header of an
@@ -199,13 +211,17 @@ fn check_head(url: &Url, head: &[u8], bytes: u64) -> Result<()> {
     Ok(())
 }
 
-/// `work` on each of `items` by up to [`PARALLEL_BLOCKS`] threads (requests to a store, which
-/// wait on the network), the results in the items' order.
-pub(crate) fn in_parallel<T: Sync, R: Send>(items: &[T], work: impl Fn(&T) -> R + Sync) -> Vec<R> {
+/// `work` on each of `items` by up to `threads` threads (requests to a store, which wait on the
+/// network), the results in the items' order.
+pub(crate) fn in_parallel<T: Sync, R: Send>(
+    items: &[T],
+    threads: usize,
+    work: impl Fn(&T) -> R + Sync,
+) -> Vec<R> {
     let next = AtomicUsize::new(0);
     let slots: Mutex<Vec<Option<R>>> = Mutex::new((0..items.len()).map(|_| None).collect());
     std::thread::scope(|scope| {
-        for _ in 0..PARALLEL_BLOCKS.min(items.len()) {
+        for _ in 0..threads.max(1).min(items.len()) {
             scope.spawn(|| {
                 loop {
                     let i = next.fetch_add(1, Ordering::Relaxed);
@@ -241,4 +257,28 @@ pub(crate) fn register(file: &Arc<LazyFile>) {
 pub(crate) fn for_path(path: &Path) -> Option<Arc<LazyFile>> {
     let files = registry().lock().unwrap_or_else(|e| e.into_inner());
     files.get(path).and_then(Weak::upgrade)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_block_is_compared_with_the_head_where_they_overlap() {
+        let head: Vec<u8> = (0..100u8).collect();
+        // A block inside the head, one across its end, one past it, one larger than it.
+        assert!(agrees_with_head(&head, 10, &head[10..30]));
+        assert!(!agrees_with_head(&head, 10, &head[11..31]));
+        let mut across = head[90..].to_vec();
+        across.extend([7; 50]);
+        assert!(agrees_with_head(&head, 90, &across));
+        across[3] ^= 1;
+        assert!(!agrees_with_head(&head, 90, &across));
+        assert!(agrees_with_head(&head, 100, &[1, 2, 3]));
+        assert!(agrees_with_head(&head, 9_437_184, &[0; 64]));
+        let mut larger = head.clone();
+        larger.extend([0; 1000]);
+        assert!(agrees_with_head(&head, 0, &larger));
+        assert!(agrees_with_head(&[], 0, &larger));
+    }
 }

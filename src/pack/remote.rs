@@ -171,7 +171,7 @@ fn make_lazy(
             None => whole.push(file),
         }
     }
-    let made = lazy::in_parallel(&blocked, |(file, blocks)| {
+    let made = lazy::in_parallel(&blocked, lazy::PARALLEL_BLOCKS, |(file, blocks)| {
         let (key, _) = object_key(url, commit, file)?;
         let path = dir.join(&file.file_name);
         let made = LazyFile::create(&path, url.join(&key)?, blocks.clone(), cache.clone())?;
