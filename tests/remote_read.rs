@@ -607,6 +607,36 @@ fn stats_and_validate_stream_through_a_pack_larger_than_the_cache() {
             .sum();
         assert!(held <= limit, "{args:?}: the cache holds {held} bytes");
     }
+    // A report of it too: the same page as of the local pack (the pack named by its URL).
+    let out = p.t.path().join("reports");
+    let (local_page, remote_page) = (out.join("local.html"), out.join("remote.html"));
+    std::fs::create_dir_all(&out).unwrap();
+    common::run_ok(&["report", s(&p.local), "--output", s(&local_page)]);
+    p.run_ok(&[
+        "--cache-limit",
+        "32KiB",
+        "report",
+        &p.url,
+        "--output",
+        s(&remote_page),
+    ]);
+    let figures = |page: &Path| -> Vec<String> {
+        // The page's figures: its numbers with a thousands separator (rows, runs, bytes).
+        let text = std::fs::read_to_string(page).unwrap();
+        let mut found: Vec<String> = text
+            .split(|c: char| !(c.is_ascii_digit() || c == ','))
+            .filter(|w| w.len() > 4 && w.contains(',') && !w.starts_with(','))
+            .map(str::to_string)
+            .collect();
+        found.sort();
+        found
+    };
+    let local_figures = figures(&local_page);
+    assert!(
+        local_figures.contains(&"2,240".to_string()),
+        "{local_figures:?}"
+    );
+    assert_eq!(local_figures, figures(&remote_page));
     let views = std::fs::read_dir(p.cache().join("views")).unwrap().count();
     assert_eq!(views, 0);
 }

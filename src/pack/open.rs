@@ -138,6 +138,13 @@ impl History {
     }
 }
 
+/// [`locate`], but a remote pack larger than the cache's limit read block by block, to be
+/// streamed through ([`Wanted::Streamed`]): for readers of every row (`stats`, `validate`,
+/// `report`).
+pub(crate) fn locate_streamed(path: &Path) -> Result<Located> {
+    locate_wanting(path, Wanted::Streamed)
+}
+
 /// Runs `read` on the pack `path` names, located as [`locate`] does, but a remote pack larger
 /// than the cache's limit read block by block, to be streamed through ([`Wanted::Streamed`]);
 /// its errors naming the pack as the user did.
@@ -145,7 +152,7 @@ pub(crate) fn with_located_streamed<T>(
     path: &Path,
     read: impl FnOnce(&Located) -> Result<T>,
 ) -> Result<T> {
-    let located = locate_wanting(path, Wanted::Streamed)?;
+    let located = locate_streamed(path)?;
     located.name_errors(read(&located))
 }
 

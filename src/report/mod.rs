@@ -151,11 +151,13 @@ pub fn report(
     }
     let (staged, file) = StagedFile::create(output, options.overwrite)?;
     let names = legend_names(packs);
-    // Each pack located once (a remote one fetched into the cache once, kept while read).
+    // Each pack located once (a remote one fetched into the cache once, kept while read; one
+    // larger than the cache streamed through block by block).
     let located = packs
         .iter()
         .map(|dir| {
-            crate::pack::open::locate(dir).with_context(|| format!("reading {}", dir.display()))
+            crate::pack::open::locate_streamed(dir)
+                .with_context(|| format!("reading {}", dir.display()))
         })
         .collect::<Result<Vec<_>>>()?;
     // One step width for every pack, so that their by-step charts share buckets.
