@@ -6,11 +6,13 @@
 //! first (the shard and companion readers look the file up by its path, [`for_path`]), which
 //! fetches the blocks the range touches through the node's cache ([`Cache::fetch_block`],
 //! each checked against the CRC-32C `metadata.db` records for it) and writes them into the
-//! view file. A block once filled stays: the view lives as long as the pack is open.
+//! view file. A block once filled stays while the pack is open, unless a reader streaming
+//! through a pack larger than its cache gives the file's blocks back once it is past them
+//! ([`LazyFile::release`]; no map of the file may be alive then).
 //!
-//! The header read at open is not checked (its block is 1 MiB): the local opener checks it
-//! against the file's recorded size and rows, and when its block is filled the checked bytes
-//! must equal it, else the read fails as corrupt.
+//! The first 64 KiB read at open are not checked (a block is 1 MiB): their npy header is
+//! checked against the file's recorded size, and when a block that overlaps them is filled
+//! the checked bytes must equal them, else the read fails as corrupt.
 
 use std::collections::HashMap;
 use std::fs::File;
