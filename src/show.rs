@@ -33,7 +33,9 @@ pub enum Window {
 /// cache first).
 pub fn read(dir: &Path, version: &VersionSpec, id: u64, window: Window) -> Result<Page> {
     // One run of a remote pack: only the blocks holding its rows are fetched.
-    crate::pack::open::with_located_lazy(dir, |pack| read_in(pack.dir(), version, id, window))
+    crate::pack::open::with_located(dir, crate::pack::open::Wanted::Lazy, |pack| {
+        read_in(pack.dir(), version, id, window)
+    })
 }
 
 fn read_in(dir: &Path, version: &VersionSpec, id: u64, window: Window) -> Result<Page> {

@@ -847,7 +847,9 @@ impl StatsOptions {
 /// # Ok(()) }
 /// ```
 pub fn stats(pack: impl AsRef<Path>, options: &StatsOptions) -> Result<Stats> {
-    crate::pack::open::with_located_streamed(pack.as_ref(), |pack| gather(pack, options, None))
+    crate::pack::open::with_located(pack.as_ref(), crate::pack::open::Wanted::Streamed, |pack| {
+        gather(pack, options, None)
+    })
 }
 
 /// The steps of the longest run of the version `options` read (of the runs they select):

@@ -401,7 +401,9 @@ pub struct Options {
 /// Runs every check on the pack at `pack` (a folder, or a URL: its files are fetched into the
 /// cache first, checked against their recorded CRC-32C), family by family, in report order.
 pub fn check(pack: &Path, options: &Options) -> Result<Report> {
-    open::with_located_streamed(pack, |pack| check_located(pack, options))
+    open::with_located(pack, open::Wanted::Streamed, |pack| {
+        check_located(pack, options)
+    })
 }
 
 /// [`check`] of a pack already located; the report names it as the user did.
@@ -1052,7 +1054,7 @@ fn check_block_records(conn: Option<&rusqlite::Connection>) -> Result<Check> {
             &r.get::<_, Vec<u8>>(4)?,
         ) {
             Err(e) => check.fail(|| e.to_string()),
-            Ok(blocks) if format!("{:08x}", blocks.whole_crc()) != crc => check.fail(|| {
+            Ok(blocks) if !blocks.combine_into(&crc) => check.fail(|| {
                 format!(
                     "{name}: its {} block CRCs combine into {:08x}, not the file's {crc}",
                     blocks.count(),

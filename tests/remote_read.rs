@@ -39,6 +39,18 @@ impl Published {
         Published::packed(moto, name, layout, &["--shard-rows", "150"], &[])
     }
 
+    /// The pack in `shard_rows`-row shards, its metadata.db recording 4 KiB blocks (so that
+    /// the fixture's small shards have many), published at `s3://packs/<name>` as a commit.
+    fn with_small_blocks(moto: &'static Moto, name: &str, shard_rows: &str) -> Published {
+        Published::packed(
+            moto,
+            name,
+            Layout::Table,
+            &["--shard-rows", shard_rows],
+            &[("DATASET_PACKER_BLOCK_BYTES", Some("4096"))],
+        )
+    }
+
     /// A pack of `raw` packed with `extra` options and environment `env`, published at
     /// `s3://packs/<name>` in `layout`.
     fn packed(
@@ -455,13 +467,7 @@ fn show_and_export_of_one_run_fetch_only_its_blocks() {
     let Some(moto) = moto() else { return };
     // 4 KiB blocks: the fixture's 2,000-row shard (96 KB) has 24, past the 64 KiB read at
     // open too.
-    let p = Published::packed(
-        moto,
-        "blocks/run",
-        Layout::Table,
-        &["--shard-rows", "2000"],
-        &[("DATASET_PACKER_BLOCK_BYTES", Some("4096"))],
-    );
+    let p = Published::with_small_blocks(moto, "blocks/run", "2000");
     // Run 6: 230 rows from row 1,400 of shard 0, in blocks past the 64 KiB read at open.
     let db = rusqlite::Connection::open(p.local.join("metadata.db")).unwrap();
     let (shard, offset, steps): (u32, u64, u64) = db
@@ -571,13 +577,7 @@ fn a_pack_without_block_checksums_larger_than_the_cache_limit_is_refused_before_
 #[test]
 fn stats_and_validate_stream_through_a_pack_larger_than_the_cache() {
     let Some(moto) = moto() else { return };
-    let p = Published::packed(
-        moto,
-        "cache/stream",
-        Layout::Table,
-        &["--shard-rows", "150"],
-        &[("DATASET_PACKER_BLOCK_BYTES", Some("4096"))],
-    );
+    let p = Published::with_small_blocks(moto, "cache/stream", "150");
     let pack_bytes: u64 = common::names(&p.local)
         .iter()
         .filter(|n| n.ends_with(".npy"))

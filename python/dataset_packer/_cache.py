@@ -226,28 +226,10 @@ class Cache:
             if entry is not None:
                 return entry
 
-    def cached(self, url, length: int, crc32c: int) -> Entry | None:
-        """The file at `url` pinned, when the cache holds it (complete, its CRC checked);
-        None otherwise: nothing is downloaded."""
-        name = entry_name(url, length, crc32c)
-        path = self.entries / name
-        if not path.exists():
-            return None
-        lock_path = self.entries / f"{name}.lock"
-        fd = _open_entry_lock(lock_path)
-        if fd is None:
-            return None
-        try:
-            _flock(fd, fcntl.LOCK_SH)
-            if (_same_file(fd, lock_path) and _is_complete(path, length)
-                    and _file_crc32c(path) == crc32c):
-                _stamp(fd)
-                return Entry(path, _handed_over(fd))
-        except BaseException:
-            _close(fd)
-            raise
-        _close(fd)
-        return None
+    def holds(self, url, length: int, crc32c: int, start: int | None = None) -> bool:
+        """Whether the cache holds the file at `url` (with `start`: that block of it) now:
+        looked at, not pinned or checked (the binary's `Cache::holds`)."""
+        return _is_complete(self.entries / entry_name(url, length, crc32c, start), length)
 
     def _fill(self, fd: int, url, path: Path, lock_path: Path, length: int,
               crc32c: int, start: int | None = None) -> Entry | None:

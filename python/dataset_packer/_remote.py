@@ -774,9 +774,7 @@ class RemotePack:
         self._rows: dict[str, int] = {}
         #: family ("steps" or a companion's name) → its file names in the latest version.
         self.families: dict[str, list[str]] = {}
-        self._pool = None
-        self._pool_pid = None
-        self._pool_lock = threading.Lock()
+        self._pool = _Pool(4, "dataset-packer-fetch")
         self.commit: Commit | None = None
         try:
             self.commit = self._find_commit(commit)
@@ -836,9 +834,7 @@ class RemotePack:
 
     def close(self) -> None:
         self._finalizer()
-        pool, self._pool = self._pool, None
-        if pool is not None and self._pool_pid == os.getpid():
-            pool.shutdown(wait=False, cancel_futures=True)
+        self._pool.shutdown()
 
     def load_records(self, db) -> dict[str, tuple[int, int]]:
         """file name → (bytes, CRC-32C) of every file of the latest version: its
@@ -897,32 +893,24 @@ class RemotePack:
         entry = self._checked(name, lambda: self.cache.fetch(
             self.object_url(name), min(block_bytes, size - start), int(crcs[index]), start))
         try:
-            with open(entry.path, "rb") as source:
-                left, offset = entry.path.stat().st_size, 0
-                while left:
-                    done = os.copy_file_range(source.fileno(), into, left, offset, at + offset)
-                    if done == 0:
-                        raise PackError(f"{entry.path}: ended {left} bytes early")
-                    left, offset = left - done, offset + done
+            _copy_into(entry.path, into, at)
         finally:
             entry.release()
 
     def blocks_cached(self, name: str) -> bool:
         """Whether the cache holds every block of the file `name` (looked at, not pinned:
         what decides how a whole file is read, not what is read)."""
-        from ._cache import entry_name
         block_bytes, crcs = self.blocks(name)
         size, _ = self.record(name)
         url = self.object_url(name)
-        return all((self.cache.entries / entry_name(
-            url, min(block_bytes, size - b * block_bytes), int(crc), b * block_bytes)).exists()
-            for b, crc in enumerate(crcs))
+        return all(self.cache.holds(url, min(block_bytes, size - b * block_bytes), int(crc),
+                                    b * block_bytes)
+                   for b, crc in enumerate(crcs))
 
-    def cached(self, name: str) -> Entry | None:
-        """The file `name` pinned in the cache when the cache holds it whole already (none
-        is downloaded)."""
+    def holds(self, name: str) -> bool:
+        """Whether the cache holds the file `name` whole now (looked at, not pinned)."""
         size, crc = self.record(name)
-        return self.cache.cached(self.object_url(name), size, crc)
+        return self.cache.holds(self.object_url(name), size, crc)
 
     def _check_commit(self, records: dict[str, tuple[int, int]]) -> None:
         """metadata.db's sizes and CRC-32C of the files against the commit's record: one
@@ -986,13 +974,8 @@ class RemotePack:
     def prefetch(self, names: list[str]):
         """Starts fetching these files in the background (a small thread pool); a future
         per file, giving its `Entry` (or raising what the fetch raised)."""
-        with self._pool_lock:
-            if self._pool is None or self._pool_pid != os.getpid():
-                # Threads do not survive a fork: a forked worker makes its own pool.
-                self._pool = ThreadPoolExecutor(max_workers=4,
-                                                thread_name_prefix="dataset-packer-fetch")
-                self._pool_pid = os.getpid()
-            return [self._pool.submit(self.fetch, name) for name in names]
+        pool = self._pool.executor()
+        return [pool.submit(self.fetch, name) for name in names]
 
 
 class RemoteShards:
@@ -1082,9 +1065,9 @@ class RemoteShards:
             shard = self.shards[i]
             entry = None
             if future is None and self.remote.blocks(shard.path.name) is not None:
-                # Read block by block, unless the cache holds the whole file already.
-                entry = self.remote.cached(shard.path.name)
-                if entry is None:
+                # Read block by block, unless the cache holds the whole file already
+                # (then fetched, pinned and checked, below).
+                if not self.remote.holds(shard.path.name):
                     return self._map_sparse(i)
         if future is not None:
             try:
@@ -1193,6 +1176,18 @@ def _recorded_blocks(db, tables: set, records: dict, url: Url) -> dict:
     return found
 
 
+def _copy_into(source: Path, into: int, at: int) -> None:
+    """The file `source` written into the file `into` (a descriptor) at byte `at`, by the
+    kernel (`copy_file_range`), never through this process's memory."""
+    with open(source, "rb") as f:
+        left, offset = source.stat().st_size, 0
+        while left:
+            done = os.copy_file_range(f.fileno(), into, left, offset, at + offset)
+            if done == 0:
+                raise PackError(f"{source}: ended {left} bytes early")
+            left, offset = left - done, offset + done
+
+
 class _BlockFile:
     """A remote shard read block by block: a sparse file in the reader's view folder, of the
     shard's full size, into which each block is written, checked, the first time a read
@@ -1224,7 +1219,9 @@ class _BlockFile:
                 return False
             try:
                 # Each block written as it arrives: memory holds the blocks in flight.
-                for index in _BLOCKS.map(self._fill_block, missing):
+                filled = ([self._fill_block(missing[0])] if missing.size == 1 else
+                          _BLOCKS.executor().map(self._fill_block, missing))
+                for index in filled:
                     self.filled[index] = True
             except RemoteError as e:
                 if "Range request not supported" not in str(e):
@@ -1241,11 +1238,7 @@ class _BlockFile:
     def _fill_whole(self) -> None:
         entry = self.remote.fetch(self.name)
         try:
-            with open(entry.path, "rb") as source:
-                offset = 0
-                while chunk := source.read(1 << 20):
-                    os.pwrite(self._fd, chunk, offset)
-                    offset += len(chunk)
+            _copy_into(entry.path, self._fd, 0)
         finally:
             entry.release()
         self.filled[:] = True
@@ -1258,28 +1251,34 @@ class _BlockFile:
         self.path.unlink(missing_ok=True)
 
 
-class _Blocks:
-    """A small thread pool for block requests (they wait on the network), made again in a
-    forked process (threads do not survive a fork)."""
+class _Pool:
+    """A small thread pool for requests (they wait on the network), made on first use and
+    again in a forked process: threads do not survive a fork."""
 
-    def __init__(self):
+    def __init__(self, workers: int, name: str):
+        self._workers, self._name = workers, name
         self._pool, self._pid, self._lock = None, None, threading.Lock()
 
-    def map(self, work, items):
-        """`work` of each item, in the items' order, several at a time."""
-        items = list(items)
-        if len(items) == 1:
-            return [work(items[0])]
+    def executor(self) -> ThreadPoolExecutor:
+        """This process's pool."""
         with self._lock:
             if self._pool is None or self._pid != os.getpid():
-                self._pool = ThreadPoolExecutor(max_workers=8,
-                                                thread_name_prefix="dataset-packer-block")
+                self._pool = ThreadPoolExecutor(max_workers=self._workers,
+                                                thread_name_prefix=self._name)
                 self._pid = os.getpid()
-            pool = self._pool
-        return list(pool.map(work, items))
+            return self._pool
+
+    def shutdown(self) -> None:
+        """Cancels what is queued (only this process's own pool: a forked child's copy of
+        its parent's has no threads)."""
+        with self._lock:
+            pool, self._pool = self._pool, None
+            if pool is not None and self._pid == os.getpid():
+                pool.shutdown(wait=False, cancel_futures=True)
 
 
-_BLOCKS = _Blocks()
+#: Block requests: 8 in flight, shared by every pack of the process.
+_BLOCKS = _Pool(8, "dataset-packer-block")
 
 
 def _release_result(future) -> None:

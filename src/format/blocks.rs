@@ -155,6 +155,12 @@ impl FileBlocks {
         first..last.max(first)
     }
 
+    /// Whether the blocks' CRCs combine into `crc32c`, a file's CRC-32C as `metadata.db`
+    /// records it (8 hex digits).
+    pub fn combine_into(&self, crc32c: &str) -> bool {
+        format!("{:08x}", self.whole_crc()) == crc32c
+    }
+
     /// The whole file's CRC-32C, combined from its blocks'.
     pub fn whole_crc(&self) -> u32 {
         (0..self.count()).fold(0, |crc, i| {

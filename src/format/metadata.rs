@@ -62,7 +62,7 @@ pub const STEPS_FAMILY: &str = "steps";
 /// 8 hex digits).
 fn file_blocks(file: &std::fs::File, path: &Path, crc: &str) -> Result<blocks::FileBlocks> {
     let made = blocks::FileBlocks::of_file(file, path, blocks::block_bytes())?;
-    if format!("{:08x}", made.whole_crc()) != crc {
+    if !made.combine_into(crc) {
         return Err(crate::error::Error::new(
             crate::error::ErrorKind::Corrupt,
             format!(

@@ -103,6 +103,7 @@ impl Family {
             file: f,
             row_bytes: self.row_bytes as u64,
             handle: &f.file,
+            lazy: crate::pack::lazy::for_path(&f.path),
         })
     }
 }
@@ -127,6 +128,8 @@ pub struct OpenCompanion<'a> {
     pub file: &'a CompanionFile,
     row_bytes: u64,
     handle: &'a File,
+    /// For a remote pack's file read block by block, what fills it before a read.
+    lazy: Option<std::sync::Arc<crate::pack::lazy::LazyFile>>,
 }
 
 impl OpenCompanion<'_> {
@@ -135,7 +138,7 @@ impl OpenCompanion<'_> {
         use std::os::unix::fs::FileExt;
         buf.resize((count * self.row_bytes) as usize, 0);
         let offset = self.file.header.data_offset as u64 + start * self.row_bytes;
-        if let Some(lazy) = crate::pack::lazy::for_path(&self.file.path) {
+        if let Some(lazy) = &self.lazy {
             lazy.ensure(offset, buf.len() as u64)?;
         }
         self.handle

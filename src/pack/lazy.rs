@@ -18,7 +18,6 @@ use std::collections::HashMap;
 use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 
 use crate::error::{Context, Error, ErrorKind, Result};
@@ -93,15 +92,20 @@ impl LazyFile {
         // Each block in flight is pinned in the cache: at most half of it.
         let threads = (self.cache.limit() / (2 * self.blocks.block_bytes.max(1)))
             .clamp(1, PARALLEL_BLOCKS as u64) as usize;
-        let written = in_parallel(&missing, threads, |&b| self.fill_block(b, &state.head));
-        let mut first_error = None;
-        for (&b, result) in missing.iter().zip(written) {
-            match result {
-                Ok(()) => state.filled[b] = true,
-                Err(e) => first_error = first_error.or(Some(e)),
-            }
-        }
-        first_error.map_or(Ok(()), Err)
+        let State { filled, head } = &mut *state;
+        let head: &[u8] = head;
+        crate::ordered::ordered_try_map(
+            &missing,
+            threads,
+            threads,
+            || (),
+            |_, &b| self.fill_block(b, head),
+            |i, written| {
+                written?;
+                filled[missing[i]] = true;
+                Ok(())
+            },
+        )
     }
 
     /// Gives back the view file's disk space (its data past the head fetched at open) and
@@ -211,35 +215,6 @@ fn check_head(url: &Url, head: &[u8], bytes: u64) -> Result<()> {
         ));
     }
     Ok(())
-}
-
-/// `work` on each of `items` by up to `threads` threads (requests to a store, which wait on the
-/// network), the results in the items' order.
-pub(crate) fn in_parallel<T: Sync, R: Send>(
-    items: &[T],
-    threads: usize,
-    work: impl Fn(&T) -> R + Sync,
-) -> Vec<R> {
-    let next = AtomicUsize::new(0);
-    let slots: Mutex<Vec<Option<R>>> = Mutex::new((0..items.len()).map(|_| None).collect());
-    std::thread::scope(|scope| {
-        for _ in 0..threads.max(1).min(items.len()) {
-            scope.spawn(|| {
-                loop {
-                    let i = next.fetch_add(1, Ordering::Relaxed);
-                    let Some(item) = items.get(i) else { break };
-                    let done = work(item);
-                    slots.lock().unwrap_or_else(|e| e.into_inner())[i] = Some(done);
-                }
-            });
-        }
-    });
-    slots
-        .into_inner()
-        .unwrap_or_else(|e| e.into_inner())
-        .into_iter()
-        .map(|s| s.expect("every item was taken"))
-        .collect()
 }
 
 /// The lazy files of the views alive in this process, by their path in the view.

@@ -20,7 +20,8 @@ use rusqlite::Connection;
 use crate::error::{Context, Error, Result};
 use crate::format::valuation::ValuationTable;
 use crate::pack::families::{self, Scan};
-use crate::pack::remote::{self, RemoteView, Wanted};
+pub(crate) use crate::pack::remote::Wanted;
+use crate::pack::remote::{self, RemoteView};
 use crate::pack::shards::{self, Shard, ShardListing};
 use crate::pack::snapshot;
 use crate::pack::versions::{History, VersionSpec, View};
@@ -145,23 +146,15 @@ pub(crate) fn locate_streamed(path: &Path) -> Result<Located> {
     locate_wanting(path, Wanted::Streamed)
 }
 
-/// Runs `read` on the pack `path` names, located as [`locate`] does, but a remote pack larger
-/// than the cache's limit read block by block, to be streamed through ([`Wanted::Streamed`]);
-/// its errors naming the pack as the user did.
-pub(crate) fn with_located_streamed<T>(
+/// Runs `read` on the pack `path` names, located with a remote pack's files `wanted` (the
+/// files whole, block by block, or block by block when larger than the cache: [`Wanted`]), its
+/// errors naming the pack as the user did.
+pub(crate) fn with_located<T>(
     path: &Path,
+    wanted: Wanted,
     read: impl FnOnce(&Located) -> Result<T>,
 ) -> Result<T> {
-    let located = locate_streamed(path)?;
-    located.name_errors(read(&located))
-}
-
-/// [`with_located_streamed`], the pack located lazily ([`locate_lazy`]).
-pub(crate) fn with_located_lazy<T>(
-    path: &Path,
-    read: impl FnOnce(&Located) -> Result<T>,
-) -> Result<T> {
-    let located = locate_lazy(path)?;
+    let located = locate_wanting(path, wanted)?;
     located.name_errors(read(&located))
 }
 

@@ -163,21 +163,29 @@ fn make_lazy(
     let mut whole = Vec::new();
     for file in files {
         let (key, crc) = object_key(url, commit, &file)?;
+        let object = url.join(&key)?;
         match recorded_blocks(&conn, &file)? {
-            Some(_) if cache.cached(&url.join(&key)?, file.bytes, crc)?.is_some() => {
-                whole.push(file)
-            }
-            Some(blocks) => blocked.push((file, blocks)),
+            // Pinned (and checked) with the other whole files.
+            Some(_) if cache.holds(&object, file.bytes, crc) => whole.push(file),
+            Some(blocks) => blocked.push((file, object, blocks)),
             None => whole.push(file),
         }
     }
-    let made = lazy::in_parallel(&blocked, lazy::PARALLEL_BLOCKS, |(file, blocks)| {
-        let (key, _) = object_key(url, commit, file)?;
-        let path = dir.join(&file.file_name);
-        let made = LazyFile::create(&path, url.join(&key)?, blocks.clone(), cache.clone())?;
-        Ok(Arc::new(made))
-    });
-    let made = made.into_iter().collect::<Result<Vec<_>>>()?;
+    let mut made = Vec::with_capacity(blocked.len());
+    crate::ordered::ordered_try_map(
+        &blocked,
+        lazy::PARALLEL_BLOCKS,
+        lazy::PARALLEL_BLOCKS,
+        || (),
+        |_, (file, object, blocks)| {
+            let path = dir.join(&file.file_name);
+            LazyFile::create(&path, object.clone(), blocks.clone(), cache.clone())
+        },
+        |_, created| {
+            made.push(Arc::new(created?));
+            Ok(())
+        },
+    )?;
     made.iter().for_each(lazy::register);
     Ok((made, whole))
 }
@@ -200,7 +208,7 @@ fn recorded_blocks(conn: &rusqlite::Connection, file: &VersionFile) -> Result<Op
         return Ok(None);
     };
     let blocks = FileBlocks::from_record(&file.file_name, file.bytes, block_bytes, &blob)?;
-    if format!("{:08x}", blocks.whole_crc()) != file.crc32c {
+    if !blocks.combine_into(&file.crc32c) {
         fail!(
             Corrupt,
             "{}: the block checksums of {} do not combine into its CRC-32C {}",

@@ -161,39 +161,23 @@ impl Cache {
         self.fetch_entry(url, Some(start), len, crc32c)
     }
 
-    /// The file at `url` pinned, when the cache holds it whole already (complete, its CRC-32C
-    /// checked); None otherwise: nothing is downloaded.
+    /// Whether the cache holds the file at `url` (`len` bytes, CRC-32C `crc32c`) whole now:
+    /// looked at, not pinned or checked (what decides how a file is read; reading it goes
+    /// through [`Cache::fetch`], which pins and checks it).
     ///
     /// ```no_run
     /// # use std::sync::Arc;
     /// # use dataset_packer::store::{Cache, Location, Store};
     /// # let cache = Cache::open("/tmp/cache", 1 << 30, Arc::new(Store::from_env()?))?;
     /// let url = "s3://training/clean/steps-00000.npy".parse::<Location>()?;
-    /// if let Some(entry) = cache.cached(url.url().unwrap(), 48_128, 0x1234_5678)? {
-    ///     println!("in the cache: {}", entry.path().display());
+    /// if cache.holds(url.url().unwrap(), 48_128, 0x1234_5678) {
+    ///     let entry = cache.fetch(url.url().unwrap(), 48_128, 0x1234_5678)?;
+    ///     println!("from the cache: {}", entry.path().display());
     /// }
     /// # Ok::<(), dataset_packer::Error>(())
     /// ```
-    pub fn cached(&self, url: &Url, len: u64, crc32c: u32) -> Result<Option<Entry>> {
-        let name = entry_name(url, None, len, crc32c);
-        let path = self.entries.join(&name);
-        if !path.exists() {
-            return Ok(None);
-        }
-        let lock_path = self.entries.join(format!("{name}.lock"));
-        let lock = match lock_entry(&lock_path, libc::LOCK_SH) {
-            Ok(lock) => lock,
-            Err(e) if e.io_kind() == Some(std::io::ErrorKind::NotFound) => return Ok(None),
-            Err(e) => return Err(e),
-        };
-        if same_file(&lock, &lock_path)
-            && is_complete(&path, len)
-            && entry_crc(&path)? == Some(crc32c)
-        {
-            stamp(&lock);
-            return Ok(Some(Entry { path, _lock: lock }));
-        }
-        Ok(None)
+    pub fn holds(&self, url: &Url, len: u64, crc32c: u32) -> bool {
+        is_complete(&self.entries.join(entry_name(url, None, len, crc32c)), len)
     }
 
     fn fetch_entry(&self, url: &Url, start: Option<u64>, len: u64, crc32c: u32) -> Result<Entry> {
