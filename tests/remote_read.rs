@@ -16,6 +16,7 @@ use std::process::Output;
 use dataset_packer::store::{Commit, Location, Store, Url, commit_numbers, latest_commit};
 
 use common::moto::{Moto, moto, options, publish_plain, publish_table};
+use common::shaper::Shaper;
 use common::viewer::Server;
 use common::{fixture, s};
 
@@ -540,6 +541,53 @@ fn show_and_export_of_one_run_fetch_only_its_blocks() {
     let (local, remote) = p.both(&["show", "PACK", "--run", "0", "--json"]);
     assert_eq!(local, remote);
     assert_eq!(p.entries().len(), before, "{:?}", p.entries());
+}
+
+#[test]
+fn through_a_slow_far_link_show_and_streamed_stats_print_what_they_print_locally() {
+    let Some(moto) = moto() else { return };
+    let p = Published::with_small_blocks(moto, "blocks/far", "150");
+    // 25 ms before each request reaches the server; 2 MB/s per connection, 4 MB/s in all.
+    let mut link = Shaper::start(moto.port, 0.025, 2e6, 4e6);
+    let cache = p.t.path().join("far-cache");
+    let mut env = common::moto::env_for(moto, link.port, &cache);
+    env.push(("DATASET_PACKER_CACHE_LIMIT".into(), "32KiB".into()));
+    let local_of = |args: &[&str]| {
+        let args: Vec<String> = args
+            .iter()
+            .map(|a| a.replace("PACK", s(&p.local)))
+            .collect();
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        common::run_ok(&args).replace(s(&p.local), &p.url)
+    };
+    let remote_of = |args: &[&str]| {
+        let args: Vec<String> = args.iter().map(|a| a.replace("PACK", &p.url)).collect();
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        common::moto::run_with_ok(&args, &env)
+    };
+    let show = ["show", "PACK", "--run", "6", "--json"];
+    assert_eq!(local_of(&show), remote_of(&show));
+    let shown = link.seen();
+    assert!(shown.ranged > 0, "{shown:?}");
+    // Streamed through a cache of 32 KiB: every block comes through the link by a ranged
+    // request of its own.
+    let stats = ["stats", "PACK"];
+    assert_eq!(untimed(&local_of(&stats)), untimed(&remote_of(&stats)));
+    let streamed = link.seen();
+    let blocks: u64 = common::names(&p.local)
+        .iter()
+        .filter(|n| n.starts_with("steps-"))
+        .map(|n| {
+            std::fs::metadata(p.local.join(n))
+                .unwrap()
+                .len()
+                .div_ceil(4096)
+        })
+        .sum();
+    assert!(
+        streamed.ranged - shown.ranged >= blocks,
+        "{blocks} blocks: {streamed:?}"
+    );
 }
 
 #[test]

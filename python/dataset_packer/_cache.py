@@ -171,13 +171,17 @@ class Cache:
         """The bytes the cache holds now (entries and downloads under way)."""
         return sum(size for _, size, _ in self._scan())
 
-    def fetch(self, url, length: int, crc32c: int, start: int | None = None) -> Entry:
+    def fetch(self, url, length: int, crc32c: int, start: int | None = None,
+              blocks=None) -> Entry:
         """The file at `url` (`length` bytes, CRC-32C `crc32c`) as a local file pinned in the
         cache: from the cache (its CRC checked again), else downloaded once for the whole
         node (a process that wants it while another downloads it waits), checked and kept.
         `CorruptError` when the downloaded bytes do not match, `CacheLimitError` when it
         cannot fit. With `start`: the block of the file that starts there (`length` bytes
-        with CRC-32C `crc32c`), an entry of its own fetched by one ranged request."""
+        with CRC-32C `crc32c`), an entry of its own fetched by one ranged request. With
+        `blocks` (block size, each block's CRC-32C, which must combine into `crc32c`): the
+        whole file downloaded by one ranged request per block, several at once, each block
+        checked."""
         name = entry_name(url, length, crc32c, start)
         path = self.entries / name
         lock_path = self.entries / f"{name}.lock"
@@ -222,7 +226,7 @@ class Cache:
                     stale = 0
                 time.sleep(_RETRY_PAUSE)
                 continue
-            entry = self._fill(fd, url, path, lock_path, length, crc32c, start)
+            entry = self._fill(fd, url, path, lock_path, length, crc32c, start, blocks)
             if entry is not None:
                 return entry
 
@@ -232,7 +236,7 @@ class Cache:
         return _is_complete(self.entries / entry_name(url, length, crc32c, start), length)
 
     def _fill(self, fd: int, url, path: Path, lock_path: Path, length: int,
-              crc32c: int, start: int | None = None) -> Entry | None:
+              crc32c: int, start: int | None = None, blocks=None) -> Entry | None:
         """With the entry's exclusive lock (`fd`): downloads the file, then pins it; None (and
         `fd` closed) when the fetch must start over (also when another process downloaded it
         meanwhile: it is then pinned the checked way)."""
@@ -246,7 +250,7 @@ class Cache:
                 _close(fd)
                 return None
             try:
-                self._download(url, path, length, crc32c, start)
+                self._download(url, path, length, crc32c, start, blocks)
             except BaseException as e:
                 if not _same_file(fd, lock_path):
                     if _local_file_missing(e):
@@ -278,7 +282,7 @@ class Cache:
             raise PackError(f"creating the cache folder {self.entries}: {e}") from None
 
     def _download(self, url, path: Path, length: int, crc32c: int,
-                  start: int | None = None) -> None:
+                  start: int | None = None, blocks=None) -> None:
         part = path.with_name(f"{path.name}.part")
         with self._evict_lock():
             _remove(part)
@@ -291,6 +295,10 @@ class Cache:
                 _remove(part)
                 raise
         try:
+            if blocks is not None and start is None and len(blocks[1]) > 1:
+                if self._download_blocks(url, part, length, *blocks):
+                    os.rename(part, path)
+                    return
             if start is None:
                 written, crc = self.client.download_file(url, part)
             else:
@@ -304,6 +312,26 @@ class Cache:
         except BaseException:
             _remove(part)
             raise
+
+    def _download_blocks(self, url, part: Path, length: int, block_bytes: int,
+                         crcs) -> bool:
+        """The file at `url` written into `part` block by block, each checked; False when
+        the server serves whole files only (nothing written then)."""
+        try:
+            got = self.client.download_blocks(url, part, length, block_bytes)
+        except Exception as e:
+            if "Range request not supported" in str(e):
+                return False
+            raise
+        for index, ((written, crc), expected) in enumerate(zip(got, crcs)):
+            start = index * block_bytes
+            size = min(block_bytes, length - start)
+            if written != size or crc != int(expected):
+                raise CorruptError(
+                    f"{url} (bytes {start}..{start + size}): downloaded {written} bytes with "
+                    f"CRC-32C {crc:08x}, expected {size} bytes with {int(expected):08x}; the "
+                    "cache keeps nothing of the file")
+        return True
 
     def _make_room(self, incoming: int, url) -> None:
         """Evicts least recently used entries not in use until `incoming` more bytes fit.

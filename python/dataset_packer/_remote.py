@@ -43,6 +43,7 @@ import numpy as np
 
 from ._cache import (Cache, CacheLimitError, CorruptError, Entry, _close, _handed_over,
                      _lock_entry, _require, _try_lock_entry)
+from ._crc import combine_blocks
 from ._errors import NotAPackError, PackChangedError, PackError
 
 #: The cache's limit when none is given (as the binary's): 50 GiB.
@@ -259,9 +260,9 @@ class Client:
                                          retry_config=retry)
 
     def download_file(self, url: Url, path: Path, start: int | None = None,
-                      length: int | None = None) -> tuple[int, int]:
+                      length: int | None = None, at: int = 0) -> tuple[int, int]:
         """Streams the object at `url` (with `start` and `length`: those bytes of it, by one
-        ranged request) into the file `path` from its start (created if needed, never
+        ranged request) into the file `path` from its byte `at` (created if needed, never
         truncated: a cache download's `.part` is reserved at full length); (bytes written,
         their CRC-32C). Only the server's errors become `remote_error`s: a local one (a full
         disk) is raised as it is.
@@ -270,27 +271,55 @@ class Client:
         the parent) is gone and a request would wait forever: there the download runs in a
         helper process of its own (`_Helper`), started once, which does the same."""
         if _runtime_pid is not None and _runtime_pid != os.getpid():
-            written, crc = _helper().download_file(url, path, start, length)
+            written, crc = _helper().download_file(url, path, start, length, at)
         else:
-            written, crc = self._download_here(url, path, start, length)
+            written, crc = self._download_here(url, path, start, length, at)
         self._count(written)
         return written, crc
 
+    def download_blocks(self, url: Url, path: Path, size: int,
+                        block_bytes: int) -> list[tuple[int, int]]:
+        """The object at `url` (`size` bytes) written into the file `path` by one ranged
+        request per block of `block_bytes`, `RANGES_IN_FLIGHT` at once (a shard arrives at
+        the speed of several connections, and a window's last shard does not leave the link
+        to one); (bytes written, their CRC-32C) of each block, in order. The first request to
+        fail cancels those not started and is raised."""
+        pool = _RANGES.executor()
+        starts = range(0, size, block_bytes)
+        futures = [pool.submit(self.download_file, url, path, a, min(block_bytes, size - a), a)
+                   for a in starts]
+        try:
+            return [f.result() for f in futures]
+        finally:
+            for f in futures:
+                f.cancel()
+            for f in futures:
+                if not f.cancelled():
+                    f.exception()  # waited for: nothing writes into the file after this
+
     def _download_here(self, url: Url, path: Path, start: int | None = None,
-                       length: int | None = None) -> tuple[int, int]:
+                       length: int | None = None, at: int = 0) -> tuple[int, int]:
         global _runtime_pid
         crc32c = _require("google_crc32c")
         _runtime_pid = os.getpid()
         if start is not None:
             try:
-                data = bytes(self._obstore.get_range(self._store(url), url.prefix,
-                                                     start=start, length=length))
+                data = memoryview(self._obstore.get_range(self._store(url), url.prefix,
+                                                          start=start, length=length))
             except Exception as e:
                 raise remote_error(url, e) from None
             fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o666)
-            with open(fd, "wb") as out:
-                out.write(data)
-            return len(data), crc32c.value(data)
+            try:
+                done = 0
+                while done < len(data):
+                    done += os.pwrite(fd, data[done:], at + done)
+            finally:
+                os.close(fd)
+            crc = 0
+            for piece in range(0, len(data), 1 << 20):
+                # (The C extension takes bytes only: a MiB copied at a time, not the range.)
+                crc = crc32c.extend(crc, bytes(data[piece:piece + (1 << 20)]))
+            return len(data), crc
         try:
             stream = iter(self._obstore.get(self._store(url), url.prefix).stream(
                 min_chunk_size=1 << 20))
@@ -298,6 +327,7 @@ class Client:
             raise remote_error(url, e) from None
         written, crc = 0, 0
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o666)
+        os.lseek(fd, at, os.SEEK_SET)
         with open(fd, "wb", buffering=1 << 20) as out:
             while True:
                 try:
@@ -395,8 +425,9 @@ def _helper() -> "_Helper":
 
 class _Helper:
     """A fresh Python process (not a fork) that downloads for a forked one: requests and
-    answers are JSON lines on its standard input and output; it ends when its input closes,
-    so it never outlives the process it serves."""
+    answers are JSON lines on its standard input and output, each with an id, so that
+    several threads' requests are under way at once (the helper runs them on threads of its
+    own); it ends when its input closes, so it never outlives the process it serves."""
 
     def __init__(self):
         import subprocess
@@ -408,11 +439,16 @@ class _Helper:
                 [str(Path(__file__).resolve().parents[1])] +
                 [p for p in [os.environ.get("PYTHONPATH")] if p])})
         self._lock = threading.Lock()
+        self._next = 0
+        self._waiting: dict[int, list] = {}  # id → [event, answer]
+        self._ended = False
+        threading.Thread(target=self._answers, name="dataset-packer-helper",
+                         daemon=True).start()
 
     def download_file(self, url: Url, path: Path, start: int | None = None,
-                      length: int | None = None) -> tuple[int, int]:
+                      length: int | None = None, at: int = 0) -> tuple[int, int]:
         answer = self._ask({"op": "get", "url": str(url), "path": str(path), "start": start,
-                            "length": length}, url)
+                            "length": length, "at": at}, url)
         return answer["written"], answer["crc"]
 
     def list_names(self, url: Url) -> list[str]:
@@ -422,14 +458,20 @@ class _Helper:
         return self._ask({"op": "first", "url": str(url), "most": most}, url)["names"]
 
     def _ask(self, request: dict, url: Url) -> dict:
+        slot = [threading.Event(), None]
         with self._lock:
-            self._process.stdin.write(json.dumps(request) + "\n")
-            self._process.stdin.flush()
-            line = self._process.stdout.readline()
-        if not line:
+            if not self._ended:
+                self._next += 1
+                self._waiting[self._next] = slot
+                self._process.stdin.write(json.dumps({**request, "id": self._next}) + "\n")
+                self._process.stdin.flush()
+            else:
+                slot[0].set()
+        slot[0].wait()
+        answer = slot[1]
+        if answer is None:
             raise RemoteError(f"{url}: the download helper process ended "
                               f"(exit code {self._process.poll()})")
-        answer = json.loads(line)
         if "error" in answer:
             kind = {"NotAPackError": NotAPackError, "RemoteError": RemoteError,
                     "CorruptError": CorruptError, "UrlError": UrlError}.get(answer["type"],
@@ -437,27 +479,51 @@ class _Helper:
             raise kind(answer["error"])
         return answer
 
+    def _answers(self) -> None:
+        """Hands each answer to the thread that asked; when the helper ends, every thread
+        still waiting is told so."""
+        for line in self._process.stdout:
+            answer = json.loads(line)
+            with self._lock:
+                slot = self._waiting.pop(answer["id"], None)
+            if slot is not None:
+                slot[1] = answer
+                slot[0].set()
+        with self._lock:
+            self._ended = True
+            waiting, self._waiting = self._waiting, {}
+        for slot in waiting.values():
+            slot[0].set()
+
 
 def _serve() -> None:
     """The helper's loop (see `_Helper`)."""
     import sys
     client = Client()
-    for line in sys.stdin:
-        request = json.loads(line)
+    printing = threading.Lock()
+
+    def answer(request: dict) -> None:
         try:
             url = parse_location(request["url"])
             if request.get("op") == "list":
-                answer = {"names": client._list_here(url)}
+                found = {"names": client._list_here(url)}
             elif request.get("op") == "first":
-                answer = {"names": client._first_here(url, request["most"])}
+                found = {"names": client._first_here(url, request["most"])}
             else:
                 written, crc = client._download_here(url, Path(request["path"]),
                                                      request.get("start"),
-                                                     request.get("length"))
-                answer = {"written": written, "crc": crc}
+                                                     request.get("length"),
+                                                     request.get("at", 0))
+                found = {"written": written, "crc": crc}
         except Exception as e:
-            answer = {"error": str(e), "type": type(e).__name__}
-        print(json.dumps(answer), flush=True)
+            found = {"error": str(e), "type": type(e).__name__}
+        with printing:
+            print(json.dumps({**found, "id": request["id"]}), flush=True)
+
+    with ThreadPoolExecutor(max_workers=2 * RANGES_IN_FLIGHT,
+                            thread_name_prefix="dataset-packer-helper") as pool:
+        for line in sys.stdin:
+            pool.submit(answer, json.loads(line))
 
 
 def _check_credentials(url: Url) -> None:
@@ -772,6 +838,8 @@ class RemotePack:
         self._finalizer = weakref.finalize(self, _remove_view, self.view, os.getpid(), lock)
         self._records: dict[str, tuple[int, int]] | None = None
         self._rows: dict[str, int] = {}
+        #: file name → whether its recorded blocks combine into its CRC-32C.
+        self._combined: dict[str, bool] = {}
         #: family ("steps" or a companion's name) → its file names in the latest version.
         self.families: dict[str, list[str]] = {}
         self._pool = _Pool(4, "dataset-packer-fetch")
@@ -944,7 +1012,21 @@ class RemotePack:
         because the pack changed since it was opened (the objects a commit names never
         change)."""
         size, crc = self.record(name)
-        return self._checked(name, lambda: self.cache.fetch(self.object_url(name), size, crc))
+        blocks = self._blocks_of_whole(name)
+        return self._checked(name, lambda: self.cache.fetch(self.object_url(name), size, crc,
+                                                            blocks=blocks))
+
+    def _blocks_of_whole(self, name: str):
+        """The blocks the whole file `name` is downloaded by (several ranged requests at
+        once): those metadata.db records, when they combine into the file's CRC-32C; None
+        (one request) otherwise."""
+        blocks = self.blocks(name)
+        if blocks is None or len(blocks[1]) < 2:
+            return None
+        if name not in self._combined:
+            size, crc = self.record(name)
+            self._combined[name] = combine_blocks(blocks[1], blocks[0], size) == crc
+        return blocks if self._combined[name] else None
 
     def _checked(self, name: str, fetch) -> Entry:
         """`fetch()` of (a block of) the file `name`, a corrupt download of a pack changed
@@ -1279,6 +1361,12 @@ class _Pool:
 
 #: Block requests: 8 in flight, shared by every pack of the process.
 _BLOCKS = _Pool(8, "dataset-packer-block")
+
+#: Ranged requests of whole files fetched by blocks (`Client.download_blocks`), shared by
+#: every pack of the process: enough to keep a link busy whose connections are each slower
+#: than the whole and 25 ms away (bench/README.md, "A cold epoch through a shaped link").
+RANGES_IN_FLIGHT = 8
+_RANGES = _Pool(RANGES_IN_FLIGHT, "dataset-packer-range")
 
 
 def _release_result(future) -> None:

@@ -99,13 +99,17 @@ def prefetch_all(pack, companions=None) -> None:
 class ReadAhead:
     """Which shards a share of a shard-window epoch holds, told batch by batch (`reading`):
     the windows its batch reads are fetched (ahead if they were not already), the windows
-    before them released, and the next window fetched ahead once the share is halfway
-    through its current one. A share thus holds at most two windows at once, and every
-    share of a node (ranks and workers, which go through the positions together, a few
-    batches apart) holds the same two: at most the cache's size when a window is at most
-    half of it. Each shard is fetched at most once per epoch; with windows of rows
-    (`window=`), a shard that windows of rows cross into from a shard of another window is
-    fetched for that window too (twice at most).
+    before them released, and the next window fetched ahead at once. A share thus holds at
+    most two windows, and every share of a node (ranks and workers, which go through the
+    positions together, a few batches apart) holds the same two: at most the cache's size
+    when a window is at most half of it. When the network is slower than the reading, the
+    next window's transfers are asked for while the current one's last ones are still under
+    way, so the link never runs dry between windows. (A share that starts a window while
+    another is still finishing the one before finds no room for some of the next window's
+    shards: those are fetched ahead by the last share to start the window, which finds the
+    room, or else when they are read.) Each shard is fetched at most once per epoch; with
+    windows of rows (`window=`), a shard that windows of rows cross into from a shard of
+    another window is fetched for that window too (twice at most).
 
     A local pack's next window is brought in early only where two windows fit in half the
     memory: with less, it would push the current window's pages out of the page cache
@@ -138,9 +142,8 @@ class ReadAhead:
             self._release(w)
         for w in range(lo, hi + 1):
             self._hold(w)
-        a, z = self.order.span(hi)
-        if (self.early and int(positions.max()) >= (a + z) // 2
-                and hi + 1 < self.order.windows):
+        # (Not while a batch still reads the window before: that would make three.)
+        if self.early and lo == hi and hi + 1 < self.order.windows:
             self._hold(hi + 1)
 
     def _hold(self, window: int) -> None:

@@ -606,18 +606,24 @@ def test_a_global_epoch_larger_than_the_cache_is_refused_before_its_first_batch(
 # ---------------------------------------------------------------------------- blocks
 
 
-@pytest.fixture(scope="session")
-def blocked(s3, tmp_path_factory) -> tuple[str, Path]:
-    """A pack of fixtures/raw in 1,000-row shards whose metadata.db records 4 KiB blocks
-    (DATASET_PACKER_BLOCK_BYTES), published; its URL and its local copy."""
-    path = tmp_path_factory.mktemp("blocked") / "pack"
+def publish_with_small_blocks(folder: Path, shard_rows: int, url: str) -> tuple[str, Path]:
+    """A pack of fixtures/raw in `shard_rows`-row shards whose metadata.db records 4 KiB
+    blocks (DATASET_PACKER_BLOCK_BYTES), made in `folder` and published at `url`; (url, its
+    local copy)."""
+    path = folder / "pack"
     env = {**os.environ, "DATASET_PACKER_BLOCK_BYTES": "4096"}
     from conftest import binary
     subprocess.run([str(binary()), "pack", "--input", str(FIXTURES / "raw"), "--output",
-                    str(path), "--shard-rows", "1000", "--quiet"], check=True, env=env)
-    url = "s3://packs/team/blocked"
+                    str(path), "--shard-rows", str(shard_rows), "--quiet"], check=True, env=env)
     publish(path, url)
     return url, path
+
+
+@pytest.fixture(scope="session")
+def blocked(s3, tmp_path_factory) -> tuple[str, Path]:
+    """A pack in 1,000-row shards of 4 KiB blocks (`publish_with_small_blocks`)."""
+    return publish_with_small_blocks(tmp_path_factory.mktemp("blocked"), 1000,
+                                     "s3://packs/team/blocked")
 
 
 def block_entries(cache: Path) -> dict[str, int]:
@@ -687,5 +693,101 @@ def test_a_damaged_block_is_named_and_not_cached(blocked, tmp_path):
             pack.rows(np.array([1000 + (20_000 - 128) // 48]))
         assert not any("steps-00001.npy_16384" in n for n in entries(cache))
         pack.close()
+        # Fetched whole (by a ranged request per block), the same block is named, and
+        # nothing of the file is kept, neither whole nor in part.
+        pack = open_remote(url, tmp_path / "whole")
+        with pytest.raises(CorruptError, match=r"steps-00001\.npy \(bytes 16384\.\.20480\)"):
+            pack.rows(slice(1000, 2000))
+        assert not any("steps-00001" in n for n in entries(tmp_path / "whole"))
+        pack.close()
     finally:
         put(f"{url}/steps-00001.npy", good)
+
+
+def test_the_blocks_metadata_db_records_combine_into_each_files_crc(blocked):
+    import sqlite3
+
+    import google_crc32c
+
+    from dataset_packer._crc import combine, combine_blocks
+
+    url, local = blocked
+    db = sqlite3.connect(local / "metadata.db")
+    files = db.execute("SELECT file_name, crc32c, block_bytes, block_crc32c "
+                       "FROM file_blocks").fetchall()
+    assert sorted(f[0] for f in files) == sorted(p.name for p in local.glob("steps-*.npy"))
+    for name, crc, block_bytes, blob in files:
+        data = (local / name).read_bytes()
+        crcs = np.frombuffer(blob, dtype="<u4")
+        assert crcs.size == -(-len(data) // block_bytes)
+        assert combine_blocks(crcs, block_bytes, len(data)) == int(crc, 16) == \
+            google_crc32c.value(data), name
+        flipped = crcs.copy()
+        flipped[-1] ^= 1
+        assert combine_blocks(flipped, block_bytes, len(data)) != int(crc, 16)
+    rng = np.random.default_rng(7)
+    for size in (1, 4095, 4096, 4097, 3 * 4096 + 5):
+        a, b = rng.bytes(size), rng.bytes(size * 3 + 1)
+        assert combine(google_crc32c.value(a), google_crc32c.value(b), len(b)) == \
+            google_crc32c.value(a + b)
+
+
+def test_an_epoch_twice_its_cache_through_a_slow_far_link_reads_each_shard_once_by_ranges(
+        s3, tmp_path, monkeypatch):
+    """Through the shaper (tests/python/shaper.py: 25 ms before each request reaches the
+    server, 2 MB/s per connection, 8 MB/s in all): a shard-window epoch of a pack twice its
+    cache's size reads every row once, downloads each shard once, each by a ranged request
+    per block, and the cache never holds more than its limit."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests/python"))
+    import shaper
+
+    from dataset_packer import Pack
+
+    # 9 shards of 3 blocks: windows of a quarter of the pack hold two shards.
+    url, local = publish_with_small_blocks(tmp_path, 250, "s3://packs/team/far")
+    here = Pack(local)
+    port = int(s3["AWS_ENDPOINT_URL"].rsplit(":", 1)[1])
+    link = shaper.start(port, latency=0.025, per_connection=2e6, total=8e6)
+    try:
+        monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://127.0.0.1:{link.port}")
+        shard_bytes = sum(p.stat().st_size for p in here.shards)
+        blocks = sum(-(-p.stat().st_size // 4096) for p in here.shards)
+        cache = tmp_path / "cache"
+        limit = shard_bytes // 2
+        pack = open_remote(url, cache, cache_limit=limit)
+        peak, done = [0], [False]
+
+        def poll():
+            while not done[0]:
+                try:
+                    size = sum(f.stat().st_size for f in (cache / "entries").iterdir()
+                               if not f.name.endswith(".lock"))
+                except FileNotFoundError:
+                    size = 0
+                peak[0] = max(peak[0], size)
+                time.sleep(0.005)
+
+        import threading
+        watcher = threading.Thread(target=poll)
+        watcher.start()
+        try:
+            batches = list(pack.batches(256, seed=3, order="shards"))
+        finally:
+            done[0] = True
+            watcher.join()
+        rows = np.concatenate([b["row"] for b in batches])
+        assert sorted(rows.tolist()) == list(range(len(here)))
+        np.testing.assert_array_equal(np.concatenate([b["exps"] for b in batches]),
+                                      here.gather(rows)["exps"])
+        assert peak[0] <= limit
+        # Each shard once, block by block; besides: metadata.db and valuation_types.json.
+        client = pack._remote.client
+        extra = sum((local / n).stat().st_size for n in ("metadata.db", "valuation_types.json"))
+        assert client.bytes_downloaded == shard_bytes + extra
+        assert client.downloads == blocks + 2
+        seen = link.stats()
+        assert seen["ranged"] == blocks
+        assert seen["requests"] >= blocks + 2
+        pack.close()
+    finally:
+        link.close()

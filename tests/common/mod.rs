@@ -6,6 +6,7 @@ pub mod browser;
 pub mod logger;
 pub mod moto;
 pub mod proxy;
+pub mod shaper;
 pub mod viewer;
 
 use std::path::{Path, PathBuf};
