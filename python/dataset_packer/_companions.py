@@ -105,17 +105,40 @@ class Companion:
     count. `rows(key)` / `companion[key]` read rows by global index exactly as `Pack.rows`
     does (int, slice, integer array of any shape), as copies; `run(run_id)` reads one run's
     rows in step order. `arrays` are the files themselves, memory-mapped read-only, one per
-    shard (zero-copy access), and `files` their paths."""
+    shard (zero-copy access), and `files` their paths.
+
+    Of a remote pack whose metadata.db records block checksums, the files are read block
+    by block: a read fetches the blocks its rows lie in, a read of all of a file fetches it
+    whole, and `arrays` fetches every file whole first (it gives access to any row)."""
 
     def __init__(self, pack, name: str, files: list[Path], arrays: list[np.ndarray],
-                 dtype: np.dtype, shape: tuple, recorded: bool):
+                 dtype: np.dtype, shape: tuple, recorded: bool, lazies=None, offsets=None):
         self._data = _data.of(pack)
         self.name = name
         self.files = files
-        self.arrays = arrays
+        self._arrays = arrays
         self.dtype = dtype
         self.shape = shape
         self.recorded = recorded
+        #: Per file: its block reader (`PackData.lazy_file`), None for a whole file.
+        self._lazies = lazies or [None] * len(arrays)
+        self._offsets = offsets or [0] * len(arrays)
+
+    @property
+    def arrays(self) -> list[np.ndarray]:
+        """The files, memory-mapped read-only, one per shard (each fetched whole first)."""
+        for lazy in self._lazies:
+            if lazy is not None:
+                lazy.fill_whole()
+        return self._arrays
+
+    def _ready(self, shard: int, first: np.ndarray, stop: np.ndarray) -> None:
+        """The blocks of rows first[k]..stop[k]-1 of the file of `shard`, fetched where it
+        is read block by block."""
+        lazy = self._lazies[shard]
+        if lazy is not None and first.size:
+            start = self._offsets[shard] + first.astype(np.int64) * self.row_bytes
+            lazy.ensure(start, self._offsets[shard] + stop.astype(np.int64) * self.row_bytes - 1)
 
     def __len__(self) -> int:
         return len(self._data)
@@ -125,7 +148,11 @@ class Companion:
                 f"{len(self)} rows in {len(self.files)} file{'s' if len(self.files) != 1 else ''})")
 
     def _take(self, shard: int, local: np.ndarray, out: np.ndarray | None = None):
-        return np.take(self.arrays[shard], local, axis=0, out=out, mode="clip")
+        array = self._arrays[shard]
+        if self._lazies[shard] is not None:
+            local = np.clip(local, 0, max(len(array) - 1, 0))  # (as mode="clip" reads)
+            self._ready(shard, local, local + 1)
+        return np.take(array, local, axis=0, out=out, mode="clip")
 
     @property
     def row_bytes(self) -> int:
@@ -133,17 +160,35 @@ class Companion:
         return row_bytes(self.dtype, self.shape)
 
     def _prefetch(self, shards) -> None:
-        """Brings these shards' files of a local pack into the page cache in the background
-        (a remote pack's companion files are in the cache whole)."""
+        """Brings these shards' files in, in the background: a local pack's into the page
+        cache, a remote pack's read block by block into their sparse files (a remote
+        file fetched whole is there already)."""
         if not self._data.is_remote:
-            READ_AHEAD.request([self.arrays[int(s)] for s in shards])
+            READ_AHEAD.request([self._arrays[int(s)] for s in shards])
+            return
+        lazies = [self._lazies[int(s)] for s in shards if self._lazies[int(s)] is not None]
+        if lazies:
+            self._data.prefetch_files(lazies)
+
+    def _release(self, shards) -> None:
+        """Gives back the blocks of these shards' files read block by block (their space in
+        the view; the cache may evict them): an epoch's finished window."""
+        for s in shards:
+            if self._lazies[int(s)] is not None:
+                self._lazies[int(s)].release()
 
     def _gather_groups(self, groups) -> np.ndarray:
         """The rows `PackData.groups` grouped by shard (those of a batch's steps rows)."""
         return self._data.gather_with(groups, self._take, self.shape, self.dtype)
 
     def _read_span(self, start: int, stop: int) -> np.ndarray:
-        pieces = [self.arrays[s][a:z] for s, a, z in self._data.pieces(start, stop)]
+        spans = list(self._data.pieces(start, stop))
+        for s, a, z in spans:
+            if self._lazies[s] is not None and z - a == len(self._arrays[s]):
+                self._lazies[s].fill_whole()  # all of it: one entry, fetched whole
+            else:
+                self._ready(s, np.array([a]), np.array([z]))
+        pieces = [self._arrays[s][a:z] for s, a, z in spans]
         for piece in pieces:
             will_need(piece)  # read whole: asked for at once (`_maps`)
         if not pieces:
@@ -275,14 +320,16 @@ def _mapped(pack, name, files, dtype, trailing, recorded: bool) -> Companion:
     random = steps.random or read_at_random(
         sum(f[1] for f in files) * row_bytes(dtype, trailing)
         + sum(steps.shard_bytes(s) for s in range(len(steps.shards))))
-    arrays = []
+    arrays, lazies = [], []
     for path, rows, offset, *local in files:
+        lazies.append(steps.lazy_file(local[0]) if local else None)
         if rows == 0:
             arrays.append(np.empty((0,) + trailing, dtype=dtype))
             continue
         arrays.append(map_readonly(local[0] if local else path, dtype, offset,
                                    (rows,) + trailing, random))
-    return Companion(pack, name, [f[0] for f in files], arrays, dtype, trailing, recorded)
+    return Companion(pack, name, [f[0] for f in files], arrays, dtype, trailing, recorded,
+                     lazies, [f[2] for f in files])
 
 
 def _check_files(name: str, files, prefix: bool) -> list[tuple]:

@@ -125,11 +125,23 @@ class PackData:
         return list(self._remote.remote.families.get(family, []))
 
     def local_file(self, name: str) -> Path:
-        """A file of the pack (a companion's) on this machine: the pack's own, or for a
-        remote pack the cache's copy, pinned until `close`."""
+        """A file of the pack (a companion's) on this machine: the pack's own; for a remote
+        pack, the cache's copy pinned until `close`, or where metadata.db records its
+        blocks, a sparse file whose blocks are fetched as reads need them (`lazy_file`;
+        its npy header is there already)."""
         if self._remote is None:
             return self._source(name)
-        return self._remote.fetch_file(name)
+        return self._remote.open_file(name)
+
+    def lazy_file(self, local: Path):
+        """The block reader of a `local_file` read block by block (its `ensure(first,
+        last)` fetches the blocks of those byte ranges before they are read), or None."""
+        return None if self._remote is None else self._remote.lazy_file(local)
+
+    def prefetch_files(self, lazies) -> None:
+        """Starts fetching these `lazy_file`s whole in the background."""
+        if self._remote is not None:
+            self._remote.prefetch_files(lazies)
 
     def release(self, shards) -> None:
         """Drops these shards' maps and pins, so that the cache may evict them; a shard read

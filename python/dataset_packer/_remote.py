@@ -1075,6 +1075,8 @@ class RemoteShards:
         self._files: list[Entry] = []
         #: Shards read block by block (`_BlockFile`): those first read before any prefetch.
         self._sparse: dict[int, _BlockFile] = {}
+        #: Other files read block by block (`open_file`), by their path in the view.
+        self._lazy_files: dict[Path, _BlockFile] = {}
         self._lock = threading.RLock()
         self._pid = os.getpid()
 
@@ -1095,6 +1097,35 @@ class RemoteShards:
         with self._lock:
             self._files.append(entry)
         return entry.path
+
+    def open_file(self, name: str) -> Path:
+        """Another file of the pack (a companion's), to be read in part: where metadata.db
+        records its blocks, the cache does not hold it whole and it is larger than the
+        64 KiB read at open, a sparse file in the view with the blocks of its first 64 KiB
+        (its npy header) fetched, whose other blocks each read asks for first
+        (`lazy_file(path).ensure`); else `fetch_file`."""
+        size, _ = self.remote.record(name)
+        if self.remote.blocks(name) is None or self.remote.holds(name) or size <= HEAD_BYTES:
+            return self.fetch_file(name)
+        sparse = _BlockFile(self.remote, name, self.remote.view / f"{name}.blocks")
+        try:
+            sparse.ensure(np.array([0]), np.array([HEAD_BYTES - 1]))
+        except BaseException:
+            sparse.close()
+            raise
+        with self._lock:
+            self._lazy_files[sparse.path] = sparse
+        return sparse.path
+
+    def lazy_file(self, path: Path):
+        """The `_BlockFile` behind a path `open_file` gave, or None (a whole file)."""
+        return self._lazy_files.get(Path(path))
+
+    def prefetch_files(self, lazies) -> None:
+        """Starts fetching these `_BlockFile`s whole (with the shards' prefetches)."""
+        pool = self.remote._pool.executor()
+        for lazy in lazies:
+            pool.submit(lazy.fill_whole)
 
     def file_bytes(self, i: int) -> int:
         return self.remote.record(self.shards[i].path.name)[0]
@@ -1232,8 +1263,11 @@ class RemoteShards:
         with self._lock:
             self.release(range(len(self.shards)))
             files, self._files = self._files, []
+            lazies, self._lazy_files = list(self._lazy_files.values()), {}
         for entry in files:
             entry.release()
+        for lazy in lazies:
+            lazy.close()
 
 
 def _recorded_blocks(db, tables: set, records: dict, url: Url) -> dict:
@@ -1313,6 +1347,23 @@ class _BlockFile:
                 return True
             return bool(missing[0] == 0)
 
+    def fill_whole(self) -> None:
+        """All of the file here: fetched whole (one cache entry, as the binary's commands
+        and a shard's prefetch fetch it) and copied in, unless every block is here."""
+        with self._lock:
+            if not self.filled.all():
+                self._fill_whole()
+
+    def release(self) -> None:
+        """Gives the blocks' space back (a hole punched over the whole file, whose size
+        stays): the next read of them fetches them again (from the cache, if it still holds
+        them)."""
+        with self._lock:
+            size = os.fstat(self._fd).st_size
+            if size and self.filled.any():
+                _punch_hole(self._fd, size)
+            self.filled[:] = False
+
     def _fill_block(self, index) -> int:
         self.remote.read_block(self.name, int(index), self._fd, int(index) * self.block_bytes)
         return index
@@ -1331,6 +1382,16 @@ class _BlockFile:
         except OSError:
             pass
         self.path.unlink(missing_ok=True)
+
+
+def _punch_hole(fd: int, size: int) -> None:
+    """Frees the disk space of a file's first `size` bytes; they then read as zeros
+    (fallocate's FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE; where the file system cannot,
+    the space stays taken, and what is read stays right: every read asks first)."""
+    import ctypes
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.fallocate(ctypes.c_int(fd), ctypes.c_int(0x02 | 0x01), ctypes.c_int64(0),
+                   ctypes.c_int64(size))
 
 
 class _Pool:
@@ -1358,6 +1419,10 @@ class _Pool:
             if pool is not None and self._pid == os.getpid():
                 pool.shutdown(wait=False, cancel_futures=True)
 
+
+#: The bytes of a file read block by block that are fetched when it is opened: its npy
+#: header's (the binary's `lazy::HEAD_BYTES`).
+HEAD_BYTES = 64 << 10
 
 #: Block requests: 8 in flight, shared by every pack of the process.
 _BLOCKS = _Pool(8, "dataset-packer-block")

@@ -167,6 +167,8 @@ class ReadAhead:
                 gone.append(s)
         if gone:
             self.data.release(gone)
+            for family in self.families:
+                family._release(gone)
 
     def close(self) -> None:
         """The share is done (or left): everything it holds is released."""

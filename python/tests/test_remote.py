@@ -704,6 +704,76 @@ def test_a_damaged_block_is_named_and_not_cached(blocked, tmp_path):
         put(f"{url}/steps-00001.npy", good)
 
 
+def test_companion_rows_fetch_only_their_blocks(s3, tmp_path):
+    from dataset_packer import Pack
+
+    from conftest import binary
+
+    url, local = publish_with_small_blocks(tmp_path, 1000, "s3://packs/team/blocked-emb")
+    # A companion of 64 float32 a row: 256 KB files of 63 blocks, attached with 4 KiB blocks.
+    files = []
+    for k, shard in enumerate(sorted(local.glob("steps-*.npy"))):
+        rows = np.load(shard)
+        files.append(tmp_path / f"emb-{k}.npy")
+        np.save(files[-1], (rows["run_id"][:, None] * 1000 + rows["step_index"][:, None]
+                            + np.arange(64)).astype(np.float32))
+    subprocess.run([str(binary()), "attach", str(local), "--name", "emb", "--from",
+                    *map(str, files), "--quiet"], check=True,
+                   env={**os.environ, "DATASET_PACKER_BLOCK_BYTES": "4096"})
+    publish(local, url)
+    here = Pack(local)
+    cache = tmp_path / "cache"
+    there = open_remote(url, cache)
+    emb = there.companion("emb")
+    # Opening fetched each file's first 64 KiB (its header) and nothing more of it.
+    def emb_blocks() -> set[tuple[str, int]]:
+        return {(n.split("-emb-")[1].rsplit("_", 1)[0], int(n.rsplit("_", 1)[1]))
+                for n in block_entries(cache) if "-emb-" in n}
+
+    # (A file no larger than those 64 KiB, the last, is fetched whole.)
+    head = set(range(0, 64 << 10, 4096))
+    heads = {(f"{k:05d}.npy", b) for k, f in enumerate(files) for b in head
+             if f.stat().st_size > 64 << 10}
+    assert len(heads) == 2 * len(head)
+    assert emb_blocks() == heads
+    np.testing.assert_array_equal(emb.run(5), here.companion("emb").run(5))
+    # Then run 5: the blocks its rows lie in (those past the head).
+    import sqlite3
+    shard, offset, steps = sqlite3.connect(local / "metadata.db").execute(
+        "SELECT shard, row_offset, steps FROM run_index JOIN runs ON id = run_id "
+        "WHERE run_id = 5").fetchone()
+    size = files[shard].stat().st_size
+    start = size - 1000 * 256 + offset * 256 if shard < len(files) - 1 else None
+    if start is None:  # the last shard is shorter
+        start = size - len(np.load(files[shard], mmap_mode="r")) * 256 + offset * 256
+    wanted = set(range(start // 4096 * 4096, start + steps * 256, 4096)) - head
+    assert wanted, "run 5 lies past the head"
+    assert emb_blocks() == heads | {(f"{shard:05d}.npy", b) for b in wanted}
+    picks = np.random.default_rng(5).choice(len(here), 8, replace=False)
+    got = there.gather(picks, companions=["emb"])
+    np.testing.assert_array_equal(got["emb"], here.gather(picks, companions=["emb"])["emb"])
+    np.testing.assert_array_equal(emb.rows(picks), here.companion("emb").rows(picks))
+    emb_bytes = sum(f.stat().st_size for f in files)
+    fetched = sum(size for n, size in block_entries(cache).items() if "-emb-" in n)
+    assert fetched < emb_bytes, (fetched, emb_bytes)
+    # An epoch of shard windows reads it with the rows, and gives each finished window's
+    # blocks back (the view's sparse files hold no data once it is over).
+    epoch = list(there.batches(300, seed=2, order="shards", window_bytes=50_000,
+                               companions=["emb"]))
+    rows = np.concatenate([b["row"] for b in epoch])
+    assert sorted(rows.tolist()) == list(range(len(here)))
+    np.testing.assert_array_equal(np.concatenate([b["emb"] for b in epoch]),
+                                  here.companion("emb").rows(rows))
+    views = list((cache / "views").glob("*/emb-*.npy.blocks"))
+    assert len(views) == 2
+    assert sum(v.stat().st_blocks * 512 for v in views) < 64 << 10
+    # `arrays` (any row, zero-copy) fetches every file first: never a hole read as zeros.
+    for mine, theirs in zip(emb.arrays, here.companion("emb").arrays):
+        np.testing.assert_array_equal(mine, theirs)
+    there.close()
+    assert list((cache / "views").iterdir()) == []
+
+
 def test_the_blocks_metadata_db_records_combine_into_each_files_crc(blocked):
     import sqlite3
 
