@@ -15,7 +15,6 @@
 use std::fs;
 use std::io::ErrorKind as IoKind;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use crate::error::{Context, Error, ErrorKind, Result, fail};
@@ -304,34 +303,19 @@ fn fetch_all(
     files: &[VersionFile],
     dir: &Path,
 ) -> Result<Vec<Entry>> {
-    let next = AtomicU64::new(0);
-    let mut fetched: Vec<Option<Result<Entry>>> = Vec::new();
-    fetched.resize_with(files.len(), || None);
-    let slots = std::sync::Mutex::new(fetched);
-    std::thread::scope(|scope| {
-        for _ in 0..PARALLEL_FETCHES.min(files.len()) {
-            scope.spawn(|| {
-                loop {
-                    let i = next.fetch_add(1, Ordering::Relaxed) as usize;
-                    let Some(file) = files.get(i) else { break };
-                    let result = fetch_into_view(cache, url, commit, file, dir);
-                    let failed = result.is_err();
-                    slots.lock().unwrap_or_else(|e| e.into_inner())[i] = Some(result);
-                    if failed {
-                        // The others stop taking new files; the error is reported below.
-                        next.store(files.len() as u64, Ordering::Relaxed);
-                        break;
-                    }
-                }
-            });
-        }
-    });
-    // Files are taken in order and every taken one finishes, so a file never taken comes
-    // after the first failure, which ends this loop.
+    // Any number of results may wait for an earlier, larger file: they are pins, not bytes.
     let mut entries = Vec::with_capacity(files.len());
-    for slot in slots.into_inner().unwrap_or_else(|e| e.into_inner()) {
-        entries.push(slot.expect("taken before the first failure")?);
-    }
+    crate::ordered::ordered_try_map(
+        files,
+        PARALLEL_FETCHES,
+        files.len().max(1),
+        || (),
+        |_, file| fetch_into_view(cache, url, commit, file, dir),
+        |_, fetched| {
+            entries.push(fetched?);
+            Ok(())
+        },
+    )?;
     Ok(entries)
 }
 
