@@ -466,10 +466,10 @@ fn the_next_read_sweeps_views_no_process_holds() {
 #[test]
 fn show_and_export_of_one_run_fetch_only_its_blocks() {
     let Some(moto) = moto() else { return };
-    // 4 KiB blocks: the fixture's 2,000-row shard (96 KB) has 24, past the 64 KiB read at
+    // 4 KiB blocks: the fixture's 2,000-row shard (96 KB) has 24, past the header read at
     // open too.
     let p = Published::with_small_blocks(moto, "blocks/run", "2000");
-    // Run 6: 230 rows from row 1,400 of shard 0, in blocks past the 64 KiB read at open.
+    // Run 6: 230 rows from row 1,400 of shard 0, in blocks past the header read at open.
     let db = rusqlite::Connection::open(p.local.join("metadata.db")).unwrap();
     let (shard, offset, steps): (u32, u64, u64) = db
         .query_row(
@@ -587,6 +587,60 @@ fn through_a_slow_far_link_show_and_streamed_stats_print_what_they_print_locally
     assert!(
         streamed.ranged - shown.ranged >= blocks,
         "{blocks} blocks: {streamed:?}"
+    );
+}
+
+#[test]
+fn a_companion_whose_header_is_longer_than_the_first_read_streams_through_validate() {
+    let Some(moto) = moto() else { return };
+    // A pack of 4 KiB blocks with a companion of 400 one-byte fields: its npy header (about
+    // 8 KB) is longer than the 4 KiB read first at open, so a second read fetches the rest.
+    let t = tempfile::tempdir().unwrap();
+    let local = t.path().join("wide");
+    let out = common::pack_env(
+        &fixture("raw"),
+        &local,
+        &["--shard-rows", "1000"],
+        &[("DATASET_PACKER_BLOCK_BYTES", Some("4096"))],
+    );
+    assert!(out.status.success(), "{}", common::stderr(&out));
+    let made = common::python_code(
+        "import numpy as np, sys, pathlib\n\
+         dt = np.dtype([(f'f{i:03d}', 'u1') for i in range(400)])\n\
+         out = []\n\
+         for shard in sorted(pathlib.Path(sys.argv[1]).glob('steps-*.npy')):\n\
+         \x20   rows = np.load(shard)\n\
+         \x20   a = np.zeros(len(rows), dtype=dt)\n\
+         \x20   for i in range(400): a[f'f{i:03d}'] = (rows['step_index'] + i) % 251\n\
+         \x20   path = pathlib.Path(sys.argv[2]) / ('wide-' + shard.name[6:])\n\
+         \x20   np.save(path, a)\n\
+         \x20   out.append(str(path))\n\
+         print(len(open(out[0], 'rb').read(16 << 10).split(b'}')[0]))\n\
+         print('\\n'.join(out))",
+        &[s(&local), s(t.path())],
+    );
+    let mut lines = made.lines();
+    let header: usize = lines.next().unwrap().parse().unwrap();
+    assert!(header > 4096, "a header of {header} bytes");
+    let files: Vec<&str> = lines.collect();
+    let mut args = vec!["attach", s(&local), "--name", "wide", "--quiet", "--from"];
+    args.extend(files.iter().copied());
+    let out = common::run_env(&args, &[("DATASET_PACKER_BLOCK_BYTES", Some("4096"))]);
+    assert!(out.status.success(), "{}", common::stderr(&out));
+    let remote = "s3://packs/blocks/wide";
+    publish(moto, &local, remote);
+    let cache = t.path().join("cache");
+    let mut env = common::moto::env_for(moto, moto.port, &cache);
+    env.push(("DATASET_PACKER_CACHE_LIMIT".into(), "32KiB".into()));
+    let validate = |pack: &str, env: &[(String, String)]| {
+        untimed(&common::moto::run_with_ok(
+            &["validate", pack, "--deep"],
+            env,
+        ))
+    };
+    assert_eq!(
+        validate(s(&local), &[]).replace(s(&local), remote),
+        validate(remote, &env)
     );
 }
 

@@ -1,8 +1,8 @@
 //! A file of a remote pack's view filled block by block as it is read: what lets a reader of a
 //! pack in object storage fetch only the bytes it needs.
 //!
-//! The view holds the file at its full size with nothing in it but its first bytes (the npy
-//! header, fetched at open); every read of the pack's rows goes through [`LazyFile::ensure`]
+//! The view holds the file at its full size with nothing in it but its npy header (fetched at
+//! open: a 4 KiB read, more only for a longer header); every read of the pack's rows goes through [`LazyFile::ensure`]
 //! first (the shard and companion readers look the file up by its path, [`for_path`]), which
 //! fetches the blocks the range touches through the node's cache ([`Cache::fetch_block`],
 //! each checked against the CRC-32C `metadata.db` records for it) and writes them into the
@@ -10,9 +10,10 @@
 //! through a pack larger than its cache gives the file's blocks back once it is past them
 //! ([`LazyFile::release`]; no map of the file may be alive then).
 //!
-//! The first 64 KiB read at open are not checked (a block is 1 MiB): their npy header is
-//! checked against the file's recorded size, and when a block that overlaps them is filled
-//! the checked bytes must equal them, else the read fails as corrupt.
+//! The header read at open is not checked against a block CRC (a block is 1 MiB): it is
+//! checked against the file's recorded size, and when a block that overlaps it is filled the
+//! checked bytes must equal it, else the read fails as corrupt. Only the header is kept, so a
+//! pack of thousands of shards costs a few hundred bytes of memory and one small read each.
 
 use std::collections::HashMap;
 use std::fs::File;
@@ -27,9 +28,10 @@ use crate::store::{Cache, Url};
 /// Blocks fetched at once: enough requests in flight to fill a link to a store.
 pub(crate) const PARALLEL_BLOCKS: usize = 8;
 
-/// Bytes of a file's start read at open: an npy header (this tool writes 128 bytes, NumPy up
-/// to a few KiB for a structured dtype with many fields).
-const HEAD_BYTES: u64 = 64 << 10;
+/// Bytes of a file's start read at open, enough for an npy header (this tool writes 128 bytes,
+/// NumPy a few KiB at most for a structured dtype with many fields); a longer header is read
+/// by a second request.
+const HEAD_BYTES: u64 = 4 << 10;
 
 /// A view file filled on demand.
 #[derive(Debug)]
@@ -45,7 +47,8 @@ pub(crate) struct LazyFile {
 #[derive(Debug)]
 struct State {
     filled: Vec<bool>,
-    /// The unchecked head written at open, compared with block 0 when it is filled.
+    /// The unchecked npy header written at open, compared with the blocks it overlaps when
+    /// they are filled.
     head: Vec<u8>,
 }
 
@@ -56,11 +59,7 @@ impl LazyFile {
         let out = File::create(path).with_context(|| format!("creating {}", path.display()))?;
         out.set_len(blocks.bytes)
             .with_context(|| format!("sizing {}", path.display()))?;
-        let head = match HEAD_BYTES.min(blocks.bytes) {
-            0 => Vec::new(),
-            n => cache.fetch_range(&url, 0, n)?,
-        };
-        check_head(&url, &head, blocks.bytes)?;
+        let head = read_header(&cache, &url, blocks.bytes)?;
         out.write_all_at(&head, 0)
             .with_context(|| format!("writing {}", path.display()))?;
         Ok(LazyFile {
@@ -188,6 +187,24 @@ fn agrees_with_head(head: &[u8], offset: u64, bytes: &[u8]) -> bool {
     }
     let overlap = (head.len() - start).min(bytes.len());
     bytes[..overlap] == head[start..start + overlap]
+}
+
+/// The npy header of the object at `url` (of `bytes` bytes), read by one small request (two
+/// for a header longer than it) and checked ([`check_head`]): only the header's bytes.
+fn read_header(cache: &Cache, url: &Url, bytes: u64) -> Result<Vec<u8>> {
+    use crate::format::npy;
+    if bytes == 0 {
+        return Ok(Vec::new());
+    }
+    let mut head = cache.fetch_range(url, 0, HEAD_BYTES.min(bytes))?;
+    let size = npy::header_size(&head[..head.len().min(12)]).ok();
+    if let Some(size) = size.filter(|&s| s > head.len() && s as u64 <= bytes) {
+        let rest = cache.fetch_range(url, head.len() as u64, (size - head.len()) as u64)?;
+        head.extend_from_slice(&rest);
+    }
+    check_head(url, &head, bytes)?;
+    head.truncate(size.unwrap_or(head.len()));
+    Ok(head)
 }
 
 /// That `head`, the first bytes of the object at `url`, starts with the `.npy` header of an
