@@ -1107,7 +1107,7 @@ class RemoteShards:
         size, _ = self.remote.record(name)
         if self.remote.blocks(name) is None or self.remote.holds(name) or size <= HEAD_BYTES:
             return self.fetch_file(name)
-        sparse = _BlockFile(self.remote, name, self.remote.view / f"{name}.blocks")
+        sparse = _BlockFile(self.remote, name, self.remote.view)
         try:
             sparse.ensure(np.array([0]), np.array([HEAD_BYTES - 1]))
         except BaseException:
@@ -1209,7 +1209,7 @@ class RemoteShards:
         """Shard `i` read block by block: its sparse file in the view, mapped (rows only)."""
         shard = self.shards[i]
         name = shard.path.name
-        sparse = _BlockFile(self.remote, name, self.remote.view / f"{name}.blocks")
+        sparse = _BlockFile(self.remote, name, self.remote.view)
         array = np.memmap(sparse.path, dtype=np.uint8, mode="r", offset=shard.data_offset,
                           shape=(shard.rows, shard.row_bytes)) if shard.rows else \
             np.zeros((0, shard.row_bytes), dtype=np.uint8)
@@ -1305,19 +1305,27 @@ def _copy_into(source: Path, into: int, at: int) -> None:
 
 
 class _BlockFile:
-    """A remote shard read block by block: a sparse file in the reader's view folder, of the
-    shard's full size, into which each block is written, checked, the first time a read
-    needs it (`ensure`). Holes are never read: every read of the shard's rows asks first."""
+    """A remote file read block by block: a sparse file in the reader's view folder, of the
+    file's full size, into which each block is written, checked, the first time a read
+    needs it (`ensure`). Holes are never read: every read of the file's rows asks first.
 
-    def __init__(self, remote: RemotePack, name: str, path: Path):
-        self.remote, self.name, self.path = remote, name, path
+    A forked process shares its parent's view folder and inherits its open `_BlockFile`s:
+    each file is named for the process that made it and numbered
+    (`<view>/<name>.<pid>-<n>.blocks`), so that no two readers ever make the same one (a
+    past version of the pack, read beside the latest, reads its files too), and its space is given back (`release`) only by that
+    process and only if it has not forked since, since a child may still read it."""
+
+    def __init__(self, remote: RemotePack, name: str, view: Path):
+        self.remote, self.name = remote, name
+        self.path = view / f"{name}.{os.getpid()}-{next(_block_files)}.blocks"
         size, _ = remote.record(name)
         self.block_bytes, crcs = remote.blocks(name)
         self.filled = np.zeros(crcs.size, dtype=bool)
         self._lock = threading.Lock()
-        with open(path, "wb") as f:
+        self._made = (os.getpid(), _forks)
+        with open(self.path, "wb") as f:
             f.truncate(size)
-        self._fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
+        self._fd = os.open(self.path, os.O_RDWR | os.O_CLOEXEC)
 
     def ensure(self, first: np.ndarray, last: np.ndarray) -> bool:
         """Makes sure the byte ranges first[k]..=last[k] are in the file; whether block 0
@@ -1359,6 +1367,8 @@ class _BlockFile:
         stays): the next read of them fetches them again (from the cache, if it still holds
         them)."""
         with self._lock:
+            if self._made != (os.getpid(), _forks):
+                return  # another process may read it: its blocks stay
             size = os.fstat(self._fd).st_size
             if size and self.filled.any():
                 _punch_hole(self._fd, size)
@@ -1381,7 +1391,23 @@ class _BlockFile:
             os.close(self._fd)
         except OSError:
             pass
-        self.path.unlink(missing_ok=True)
+        if self._made[0] == os.getpid():
+            self.path.unlink(missing_ok=True)
+
+
+#: Numbers the `_BlockFile`s of this process.
+_block_files = itertools.count()
+
+#: Forks of this process so far (`_BlockFile.release` punches no file a child may read).
+_forks = 0
+
+
+def _count_fork() -> None:
+    global _forks
+    _forks += 1
+
+
+os.register_at_fork(after_in_parent=_count_fork)
 
 
 def _punch_hole(fd: int, size: int) -> None:

@@ -704,23 +704,32 @@ def test_a_damaged_block_is_named_and_not_cached(blocked, tmp_path):
         put(f"{url}/steps-00001.npy", good)
 
 
-def test_companion_rows_fetch_only_their_blocks(s3, tmp_path):
-    from dataset_packer import Pack
-
+@pytest.fixture(scope="session")
+def blocked_emb(s3, tmp_path_factory) -> tuple[str, Path, list[Path]]:
+    """A pack in 1,000-row shards of 4 KiB blocks with a companion `emb` of 64 float32 a
+    row (256 KB files of 63 blocks, attached with 4 KiB blocks), published; (url, local
+    copy, the companion's files as made)."""
     from conftest import binary
 
-    url, local = publish_with_small_blocks(tmp_path, 1000, "s3://packs/team/blocked-emb")
-    # A companion of 64 float32 a row: 256 KB files of 63 blocks, attached with 4 KiB blocks.
+    folder = tmp_path_factory.mktemp("blocked-emb")
+    url, local = publish_with_small_blocks(folder, 1000, "s3://packs/team/blocked-emb")
     files = []
     for k, shard in enumerate(sorted(local.glob("steps-*.npy"))):
         rows = np.load(shard)
-        files.append(tmp_path / f"emb-{k}.npy")
+        files.append(folder / f"emb-{k}.npy")
         np.save(files[-1], (rows["run_id"][:, None] * 1000 + rows["step_index"][:, None]
                             + np.arange(64)).astype(np.float32))
     subprocess.run([str(binary()), "attach", str(local), "--name", "emb", "--from",
                     *map(str, files), "--quiet"], check=True,
                    env={**os.environ, "DATASET_PACKER_BLOCK_BYTES": "4096"})
     publish(local, url)
+    return url, local, files
+
+
+def test_companion_rows_fetch_only_their_blocks(blocked_emb, tmp_path):
+    from dataset_packer import Pack
+
+    url, local, files = blocked_emb
     here = Pack(local)
     cache = tmp_path / "cache"
     there = open_remote(url, cache)
@@ -764,7 +773,7 @@ def test_companion_rows_fetch_only_their_blocks(s3, tmp_path):
     assert sorted(rows.tolist()) == list(range(len(here)))
     np.testing.assert_array_equal(np.concatenate([b["emb"] for b in epoch]),
                                   here.companion("emb").rows(rows))
-    views = list((cache / "views").glob("*/emb-*.npy.blocks"))
+    views = list((cache / "views").glob("*/emb-*.npy.*.blocks"))
     assert len(views) == 2
     assert sum(v.stat().st_blocks * 512 for v in views) < 64 << 10
     # `arrays` (any row, zero-copy) fetches every file first: never a hole read as zeros.
@@ -772,6 +781,48 @@ def test_companion_rows_fetch_only_their_blocks(s3, tmp_path):
         np.testing.assert_array_equal(mine, theirs)
     there.close()
     assert list((cache / "views").iterdir()) == []
+
+
+def _epoch_with_companions(pack, out) -> None:
+    batches = list(pack.batches(300, seed=2, order="shards", window_bytes=50_000,
+                                companions=["emb"]))
+    out.put((np.concatenate([b["row"] for b in batches]),
+             np.concatenate([b["emb"] for b in batches])))
+
+
+def test_a_forked_worker_and_its_parent_never_spoil_each_others_blocks(blocked_emb, tmp_path):
+    """A DataLoader worker forked from a process that read blocks shares its view folder
+    and inherits its block files: the worker's epoch (which gives finished windows' blocks
+    back) must leave what the parent read intact, and the parent's later reads must leave
+    the worker's files alone."""
+    import multiprocessing
+
+    from dataset_packer import Pack
+
+    url, local, _ = blocked_emb
+    here = Pack(local)
+    pack = open_remote(url, tmp_path / "cache")
+    emb = pack.companion("emb")
+    picks = np.array([5, 1200, 2100])
+    np.testing.assert_array_equal(emb.rows(picks), here.companion("emb").rows(picks))
+    np.testing.assert_array_equal(pack.rows(picks), here.rows(picks))
+    context = multiprocessing.get_context("fork")
+    out = context.Queue()
+    child = context.Process(target=_epoch_with_companions, args=(pack, out))
+    child.start()
+    # Meanwhile the parent reads other blocks of the same files.
+    more = np.arange(0, len(here), 97)
+    np.testing.assert_array_equal(emb.rows(more), here.companion("emb").rows(more))
+    np.testing.assert_array_equal(pack.rows(more), here.rows(more))
+    rows, got = out.get(timeout=120)
+    child.join(60)
+    assert child.exitcode == 0
+    assert sorted(rows.tolist()) == list(range(len(here)))
+    np.testing.assert_array_equal(got, here.companion("emb").rows(rows))
+    # What the parent had read before the fork still reads right.
+    np.testing.assert_array_equal(emb.rows(picks), here.companion("emb").rows(picks))
+    np.testing.assert_array_equal(pack.rows(picks), here.rows(picks))
+    pack.close()
 
 
 def test_the_blocks_metadata_db_records_combine_into_each_files_crc(blocked):
