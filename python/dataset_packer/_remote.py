@@ -1100,16 +1100,16 @@ class RemoteShards:
 
     def open_file(self, name: str) -> Path:
         """Another file of the pack (a companion's), to be read in part: where metadata.db
-        records its blocks, the cache does not hold it whole and it is larger than the
-        64 KiB read at open, a sparse file in the view with the blocks of its first 64 KiB
-        (its npy header) fetched, whose other blocks each read asks for first
+        records its blocks, the cache does not hold it whole and it is larger than
+        `HEAD_BYTES`, a sparse file in the view holding only its npy header
+        (`_BlockFile.read_header`), whose blocks each read asks for first
         (`lazy_file(path).ensure`); else `fetch_file`."""
         size, _ = self.remote.record(name)
         if self.remote.blocks(name) is None or self.remote.holds(name) or size <= HEAD_BYTES:
             return self.fetch_file(name)
         sparse = _BlockFile(self.remote, name, self.remote.view)
         try:
-            sparse.ensure(np.array([0]), np.array([HEAD_BYTES - 1]))
+            sparse.read_header()
         except BaseException:
             sparse.close()
             raise
@@ -1323,6 +1323,8 @@ class _BlockFile:
         self.filled = np.zeros(crcs.size, dtype=bool)
         self._lock = threading.Lock()
         self._made = (os.getpid(), _forks)
+        #: The unchecked header bytes `read_header` wrote (none: every block is checked).
+        self._head = b""
         with open(self.path, "wb") as f:
             f.truncate(size)
         self._fd = os.open(self.path, os.O_RDWR | os.O_CLOEXEC)
@@ -1355,6 +1357,36 @@ class _BlockFile:
                 return True
             return bool(missing[0] == 0)
 
+    def read_header(self) -> None:
+        """Writes the file's npy header into the sparse file, read by one small ranged
+        request (a second for a longer header), not through the cache: its block is fetched
+        and checked only when rows in it are read, and must then hold these same bytes
+        (`_check_head`)."""
+        from ._format import HeaderError, header_size
+        size, _ = self.remote.record(self.name)
+        url = self.remote.object_url(self.name)
+        client = self.remote.client
+        got, _ = client.download_file(url, self.path, 0, min(HEAD_BYTES, size), 0)
+        try:
+            wanted = min(header_size(os.pread(self._fd, 12, 0)), size)
+        except HeaderError:
+            wanted = got  # the reader of the header says what is wrong with it
+        if wanted > got:
+            got += client.download_file(url, self.path, got, wanted - got, got)[0]
+        self._head = os.pread(self._fd, min(wanted, got), 0)
+
+    def _check_head(self, index: int) -> None:
+        """That block `index`, just written (checked), holds the header read at open where
+        the two overlap."""
+        start = index * self.block_bytes
+        if start >= len(self._head):
+            return
+        now = os.pread(self._fd, min(len(self._head) - start, self.block_bytes), start)
+        if now != self._head[start:start + len(now)]:
+            raise CorruptError(f"{self.remote.object_url(self.name)}: its first bytes changed "
+                               "between two reads (the header read at open is not the one its "
+                               "checked first block holds)")
+
     def fill_whole(self) -> None:
         """All of the file here: fetched whole (one cache entry, as the binary's commands
         and a shard's prefetch fetch it) and copied in, unless every block is here."""
@@ -1376,6 +1408,7 @@ class _BlockFile:
 
     def _fill_block(self, index) -> int:
         self.remote.read_block(self.name, int(index), self._fd, int(index) * self.block_bytes)
+        self._check_head(int(index))
         return index
 
     def _fill_whole(self) -> None:
@@ -1384,6 +1417,8 @@ class _BlockFile:
             _copy_into(entry.path, self._fd, 0)
         finally:
             entry.release()
+        for index in range(-(-len(self._head) // self.block_bytes)):
+            self._check_head(index)
         self.filled[:] = True
 
     def close(self) -> None:
@@ -1446,9 +1481,10 @@ class _Pool:
                 pool.shutdown(wait=False, cancel_futures=True)
 
 
-#: The bytes of a file read block by block that are fetched when it is opened: its npy
-#: header's (the binary's `lazy::HEAD_BYTES`).
-HEAD_BYTES = 64 << 10
+#: The bytes of a companion file read block by block that are fetched when it is opened,
+#: enough for its npy header (a longer one takes a second request): the binary's
+#: `lazy::HEAD_BYTES`.
+HEAD_BYTES = 4 << 10
 
 #: Block requests: 8 in flight, shared by every pack of the process.
 _BLOCKS = _Pool(8, "dataset-packer-block")
