@@ -263,9 +263,9 @@ def open_family(pack, name: str) -> Companion:
             raise CompanionError(f"{folder / want}: missing; companion {name} has no file for "
                                  f"{shard.name} ({len(present)} of {len(shards)} files)")
     # Remote: each file fetched through the cache (pinned while the pack is open).
-    headers = _check_files(name, [(folder / file, shard.name, data.shard_rows(k),
-                                   data.local_file(file))
-                                  for k, (shard, file) in enumerate(zip(shards, expected))],
+    headers = _check_files(name, [(folder / file, shard.name, data.shard_rows(k), local)
+                                  for k, (shard, file, local) in
+                                  enumerate(zip(shards, expected, data.local_files(expected)))],
                            prefix=False)
     dtype, trailing = headers[0][4], headers[0][5]
     if records:

@@ -124,17 +124,17 @@ class PackData:
         version."""
         return list(self._remote.remote.families.get(family, []))
 
-    def local_file(self, name: str) -> Path:
-        """A file of the pack (a companion's) on this machine: the pack's own; for a remote
-        pack, the cache's copy pinned until `close`, or where metadata.db records its
-        blocks, a sparse file whose blocks are fetched as reads need them (`lazy_file`;
-        its npy header is there already)."""
+    def local_files(self, names: list[str]) -> list[Path]:
+        """Files of the pack (a companion's) on this machine: the pack's own; for a remote
+        pack, each the cache's copy pinned until `close`, or where metadata.db records its
+        blocks, a sparse file whose blocks are fetched as reads need them (`lazy_file`; its
+        npy header is there already). A remote pack's are opened several at once."""
         if self._remote is None:
-            return self._source(name)
-        return self._remote.open_file(name)
+            return [self._source(name) for name in names]
+        return self._remote.open_files(names)
 
     def lazy_file(self, local: Path):
-        """The block reader of a `local_file` read block by block (its `ensure(first,
+        """The block reader of a `local_files` file read block by block (its `ensure(first,
         last)` fetches the blocks of those byte ranges before they are read), or None."""
         return None if self._remote is None else self._remote.lazy_file(local)
 

@@ -1117,6 +1117,15 @@ class RemoteShards:
             self._lazy_files[sparse.path] = sparse
         return sparse.path
 
+    def open_files(self, names: list[str]) -> list[Path]:
+        """`open_file` of each of `names`, `HEADERS_IN_FLIGHT` at once: each is a small read
+        whose time is the store's latency, and a family has a file per shard."""
+        if len(names) < 2:
+            return [self.open_file(name) for name in names]
+        with ThreadPoolExecutor(max_workers=min(HEADERS_IN_FLIGHT, len(names)),
+                                thread_name_prefix="dataset-packer-header") as pool:
+            return list(pool.map(self.open_file, names))
+
     def lazy_file(self, path: Path):
         """The `_BlockFile` behind a path `open_file` gave, or None (a whole file)."""
         return self._lazy_files.get(Path(path))
@@ -1429,6 +1438,9 @@ class _BlockFile:
         if self._made[0] == os.getpid():
             self.path.unlink(missing_ok=True)
 
+
+#: Files opened at once by `open_files` (the binary's `lazy::PARALLEL_HEADERS`).
+HEADERS_IN_FLIGHT = 64
 
 #: Numbers the `_BlockFile`s of this process.
 _block_files = itertools.count()

@@ -357,5 +357,6 @@ def open_past_family(pack, name: str):
     # Each file as the latest version records it (in-place changes only append): a remote
     # one fetched through the cache, a local one as it was opened with the pack; read up to
     # the version's rows.
-    return open_prefix_family(pack, name, [(path, shard, rows, data.local_file(path.name))
-                                           for path, shard, rows in files])
+    locals_ = data.local_files([path.name for path, _, _ in files])
+    return open_prefix_family(pack, name, [(path, shard, rows, local) for (path, shard, rows),
+                                           local in zip(files, locals_)])

@@ -173,8 +173,8 @@ fn make_lazy(
     let mut made = Vec::with_capacity(blocked.len());
     crate::ordered::ordered_try_map(
         &blocked,
-        lazy::PARALLEL_BLOCKS,
-        lazy::PARALLEL_BLOCKS,
+        lazy::PARALLEL_HEADERS,
+        lazy::PARALLEL_HEADERS,
         || (),
         |_, (file, object, blocks)| {
             let path = dir.join(&file.file_name);
