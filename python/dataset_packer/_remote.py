@@ -463,8 +463,12 @@ class _Helper:
             if not self._ended:
                 self._next += 1
                 self._waiting[self._next] = slot
-                self._process.stdin.write(json.dumps({**request, "id": self._next}) + "\n")
-                self._process.stdin.flush()
+                try:
+                    self._process.stdin.write(json.dumps({**request, "id": self._next}) + "\n")
+                    self._process.stdin.flush()
+                except OSError:  # it has ended: its answers' reader says so to the others
+                    self._waiting.pop(self._next, None)
+                    slot[0].set()
             else:
                 slot[0].set()
         slot[0].wait()
@@ -482,18 +486,21 @@ class _Helper:
     def _answers(self) -> None:
         """Hands each answer to the thread that asked; when the helper ends, every thread
         still waiting is told so."""
-        for line in self._process.stdout:
-            answer = json.loads(line)
+        try:
+            for line in self._process.stdout:
+                answer = json.loads(line)
+                with self._lock:
+                    slot = self._waiting.pop(answer["id"], None)
+                if slot is not None:
+                    slot[1] = answer
+                    slot[0].set()
+        finally:
+            # (Also when a line is not an answer: no thread is left waiting forever.)
             with self._lock:
-                slot = self._waiting.pop(answer["id"], None)
-            if slot is not None:
-                slot[1] = answer
+                self._ended = True
+                waiting, self._waiting = self._waiting, {}
+            for slot in waiting.values():
                 slot[0].set()
-        with self._lock:
-            self._ended = True
-            waiting, self._waiting = self._waiting, {}
-        for slot in waiting.values():
-            slot[0].set()
 
 
 def _serve() -> None:

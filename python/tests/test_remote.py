@@ -863,6 +863,36 @@ def test_a_forked_worker_and_its_parent_never_spoil_each_others_blocks(blocked_e
     pack.close()
 
 
+def test_threads_waiting_on_a_download_helper_that_ends_are_told_so(s3):
+    """A forked process downloads through a helper process, several threads at once: when
+    the helper ends, every thread waiting for an answer gets a RemoteError, none waits
+    forever."""
+    import threading
+
+    from dataset_packer._remote import RemoteError, _Helper, parse_location
+
+    helper = _Helper()
+    url = parse_location("s3://packs/team/none")
+    errors = []
+
+    def ask():
+        try:
+            helper.list_names(url)
+            helper._ask({"op": "list", "url": str(url)}, url)
+        except RemoteError as e:
+            errors.append(str(e))
+
+    helper._process.stdin.write("not json\n")  # kills it: its loop cannot read the request
+    helper._process.stdin.flush()
+    threads = [threading.Thread(target=ask) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert not any(t.is_alive() for t in threads)
+    assert len(errors) == 4 and all("helper process ended" in e for e in errors), errors
+
+
 def test_the_blocks_metadata_db_records_combine_into_each_files_crc(blocked):
     import sqlite3
 
