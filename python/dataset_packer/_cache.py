@@ -295,23 +295,27 @@ class Cache:
                 _remove(part)
                 raise
         try:
-            if blocks is not None and start is None and len(blocks[1]) > 1:
-                if self._download_blocks(url, part, length, *blocks):
-                    os.rename(part, path)
-                    return
-            if start is None:
-                written, crc = self.client.download_file(url, part)
-            else:
-                written, crc = self.client.download_file(url, part, start, length)
-            if written != length or crc != crc32c:
-                what = "" if start is None else f" (bytes {start}..{start + length})"
-                raise CorruptError(
-                    f"{url}{what}: downloaded {written} bytes with CRC-32C {crc:08x}, expected "
-                    f"{length} bytes with {crc32c:08x}; the cache keeps nothing of it")
+            by_blocks = blocks is not None and start is None and len(blocks[1]) > 1
+            if not (by_blocks and self._download_blocks(url, part, length, *blocks)):
+                self._download_one(url, part, length, crc32c, start)
             os.rename(part, path)
         except BaseException:
             _remove(part)
             raise
+
+    def _download_one(self, url, part: Path, length: int, crc32c: int,
+                      start: int | None) -> None:
+        """The file at `url` (with `start`: its block there) written into `part` by one
+        request, checked."""
+        if start is None:
+            written, crc = self.client.download_file(url, part)
+        else:
+            written, crc = self.client.download_file(url, part, start, length)
+        if written != length or crc != crc32c:
+            what = "" if start is None else f" (bytes {start}..{start + length})"
+            raise CorruptError(
+                f"{url}{what}: downloaded {written} bytes with CRC-32C {crc:08x}, expected "
+                f"{length} bytes with {crc32c:08x}; the cache keeps nothing of it")
 
     def _download_blocks(self, url, part: Path, length: int, block_bytes: int,
                          crcs) -> bool:
@@ -320,7 +324,7 @@ class Cache:
         try:
             got = self.client.download_blocks(url, part, length, block_bytes)
         except Exception as e:
-            if "Range request not supported" in str(e):
+            if ranges_refused(e):
                 return False
             raise
         for index, ((written, crc), expected) in enumerate(zip(got, crcs)):
@@ -407,6 +411,12 @@ class _Locked:
 
     def __exit__(self, *exc):
         _close(self.fd)
+
+
+def ranges_refused(e: BaseException) -> bool:
+    """Whether `e` is a server's refusal of ranged requests (a web server that serves whole
+    files only): what is read by ranges is then fetched whole."""
+    return "Range request not supported" in str(e)
 
 
 def _is_complete(path: Path, length: int) -> bool:

@@ -161,8 +161,8 @@ class Companion:
 
     def _prefetch(self, shards) -> None:
         """Brings these shards' files in, in the background: a local pack's into the page
-        cache, a remote pack's read block by block into their sparse files (a remote
-        file fetched whole is there already)."""
+        cache, a remote pack's read block by block fetched whole into their sparse files (a
+        remote file fetched whole at open is there already)."""
         if not self._data.is_remote:
             READ_AHEAD.request([self._arrays[int(s)] for s in shards])
             return
@@ -262,7 +262,8 @@ def open_family(pack, name: str) -> Companion:
         if want not in present:
             raise CompanionError(f"{folder / want}: missing; companion {name} has no file for "
                                  f"{shard.name} ({len(present)} of {len(shards)} files)")
-    # Remote: each file fetched through the cache (pinned while the pack is open).
+    # Remote: each file as `local_files` gives it (its header read, its blocks when read, or
+    # the whole file pinned in the cache while the pack is open).
     headers = _check_files(name, [(folder / file, shard.name, data.shard_rows(k), local)
                                   for k, (shard, file, local) in
                                   enumerate(zip(shards, expected, data.local_files(expected)))],

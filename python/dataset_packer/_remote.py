@@ -42,7 +42,7 @@ from typing import NamedTuple
 import numpy as np
 
 from ._cache import (Cache, CacheLimitError, CorruptError, Entry, _close, _handed_over,
-                     _lock_entry, _require, _try_lock_entry)
+                     _lock_entry, _require, _try_lock_entry, ranges_refused)
 from ._crc import combine_blocks
 from ._errors import NotAPackError, PackChangedError, PackError
 
@@ -1328,8 +1328,9 @@ class _BlockFile:
     A forked process shares its parent's view folder and inherits its open `_BlockFile`s:
     each file is named for the process that made it and numbered
     (`<view>/<name>.<pid>-<n>.blocks`), so that no two readers ever make the same one (a
-    past version of the pack, read beside the latest, reads its files too), and its space is given back (`release`) only by that
-    process and only if it has not forked since, since a child may still read it."""
+    past version of the pack, read beside the latest, reads its files too), and its space
+    is given back (`release`) only by that process and only if it has not forked since,
+    since a child may still read it."""
 
     def __init__(self, remote: RemotePack, name: str, view: Path):
         self.remote, self.name = remote, name
@@ -1366,7 +1367,7 @@ class _BlockFile:
                 for index in filled:
                     self.filled[index] = True
             except RemoteError as e:
-                if "Range request not supported" not in str(e):
+                if not ranges_refused(e):
                     raise
                 # A web server that serves whole files only: this file is fetched whole.
                 self._fill_whole()

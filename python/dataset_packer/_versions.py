@@ -355,7 +355,7 @@ def open_past_family(pack, name: str):
             raise VersionError(f"{missing[0]}: missing, but version {version} of {pack.path} "
                                f"lists it in companion {name!r}")
     # Each file as the latest version records it (in-place changes only append): a remote
-    # one fetched through the cache, a local one as it was opened with the pack; read up to
+    # one as `local_files` gives it, a local one as it was opened with the pack; read up to
     # the version's rows.
     locals_ = data.local_files([path.name for path, _, _ in files])
     return open_prefix_family(pack, name, [(path, shard, rows, local) for (path, shard, rows),

@@ -863,6 +863,31 @@ def test_a_forked_worker_and_its_parent_never_spoil_each_others_blocks(blocked_e
     pack.close()
 
 
+def test_a_server_that_refuses_ranges_is_read_by_whole_files(s3, tmp_path):
+    """Python's own http.server answers a ranged GET with the whole file: blocks and
+    whole files fetched by blocks fall back to one request per file, and read right."""
+    import functools
+    import http.server
+    import threading
+
+    from dataset_packer import Pack
+
+    _, local = publish_with_small_blocks(tmp_path, 1000, "s3://packs/team/http")
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(tmp_path))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        here = Pack(local)
+        cache = tmp_path / "cache"
+        there = open_remote(f"http://127.0.0.1:{server.server_address[1]}/pack", cache)
+        np.testing.assert_array_equal(there.run(5), here.run(5))  # read by blocks: refused
+        np.testing.assert_array_equal(there.rows(slice(None)), here.rows(slice(None)))
+        assert block_entries(cache) == {}, "no block entry: every file came whole"
+        there.close()
+    finally:
+        server.shutdown()
+
+
 def test_threads_waiting_on_a_download_helper_that_ends_are_told_so(s3):
     """A forked process downloads through a helper process, several threads at once: when
     the helper ends, every thread waiting for an answer gets a RemoteError, none waits

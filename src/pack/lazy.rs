@@ -1,19 +1,19 @@
 //! A file of a remote pack's view filled block by block as it is read: what lets a reader of a
 //! pack in object storage fetch only the bytes it needs.
 //!
-//! The view holds the file at its full size with nothing in it but its npy header (fetched at
-//! open: a 4 KiB read, more only for a longer header); every read of the pack's rows goes through [`LazyFile::ensure`]
-//! first (the shard and companion readers look the file up by its path, [`for_path`]), which
-//! fetches the blocks the range touches through the node's cache ([`Cache::fetch_block`],
-//! each checked against the CRC-32C `metadata.db` records for it) and writes them into the
-//! view file. A block once filled stays while the pack is open, unless a reader streaming
+//! The view holds the file at its full size with nothing in it but its npy header (fetched
+//! at open: a 4 KiB read, more only for a longer header); every read of the pack's rows goes
+//! through [`LazyFile::ensure`] first (the shard and companion readers look the file up by
+//! its path, [`for_path`]), which fetches the blocks the range touches through the node's
+//! cache ([`Cache::fetch_block`], each checked against the CRC-32C `metadata.db` records for
+//! it) and writes them into the view file. A block once filled stays while the pack is open, unless a reader streaming
 //! through a pack larger than its cache gives the file's blocks back once it is past them
 //! ([`LazyFile::release`]; no map of the file may be alive then).
 //!
 //! The header read at open is not checked against a block CRC (a block is 1 MiB): it is
 //! checked against the file's recorded size, and when a block that overlaps it is filled the
-//! checked bytes must equal it, else the read fails as corrupt. Only the header is kept, so a
-//! pack of thousands of shards costs a few hundred bytes of memory and one small read each.
+//! checked bytes must equal it, else the read fails as corrupt. Only the header's bytes are
+//! kept in memory, and each file costs one small read at open.
 
 use std::collections::HashMap;
 use std::fs::File;
