@@ -698,13 +698,37 @@ fn logger_row_odd_numbers() -> impl Strategy<Value = String> {
         prop::sample::select(&MOVES[..]),
         prop::sample::select(vec!["\"search\"", "\"tuple11\"", "\"tuple10\"", "null", "\"tuple1\"", "\"searc\""]),
         proptest::collection::vec(logger_cell(), 16),
+        odd_search_object(),
     )
-        .prop_map(|((seed, step, rank), n, mv, vt, cells)| {
+        .prop_map(|((seed, step, rank), n, mv, vt, cells, search)| {
             format!(
-                "{{\"seed\":{},\"step_index\":{},\"max_rank\":{},\"move\":\"{mv}\",\"valuation_type\":{vt},\"valuation\":{},\"board\":[{}],\"branch_evs\":{{\"up\":{},\"left\":{},\"right\":{},\"down\":{}}}}}",
+                "{{\"seed\":{},\"step_index\":{},\"max_rank\":{},\"move\":\"{mv}\",\"valuation_type\":{vt},\"valuation\":{},\"board\":[{}],\"branch_evs\":{{\"up\":{},\"left\":{},\"right\":{},\"down\":{}}}{search}}}",
                 seed, step, rank, n[0], cells.join(","), n[1], n[2], n[3], n[4]
             )
         })
+}
+
+/// What follows the branch EVs, with every statistic of the `search` object possibly spelled
+/// oddly: `null` in a search row, numbers in a tuple row, leading zeros, 15 digits and more,
+/// signs, exponents, a hit rate without a fraction.
+fn odd_search_object() -> impl Strategy<Value = String> {
+    prop_oneof![
+        1 => search_object(),
+        2 => (
+            any::<bool>(),
+            proptest::collection::vec(logger_uint(u64::MAX), 13),
+            logger_number(),
+        )
+            .prop_map(|(used, mut values, rate)| {
+                values.insert(12, rate);
+                let members: Vec<String> = SEARCH_KEYS
+                    .iter()
+                    .zip(values)
+                    .map(|(k, v)| format!("\"{k}\":{v}"))
+                    .collect();
+                format!(",\"search\":{{\"used\":{used},{}}}", members.join(","))
+            }),
+    ]
 }
 
 /// A line with bytes damaged: truncated, a byte flipped, inserted or removed, invalid UTF-8.

@@ -9,6 +9,12 @@
 //! compared in whole words, and every read comes from one fixed window, so nothing is
 //! bounds-checked byte by byte.
 //!
+//! The row loop waits on a chain more than it runs out of instructions: each field's position
+//! is the end of the one before it. The current logger's `search` object, 14 numbers in a
+//! fixed order, is therefore read from a map of its digit runs made at once ([`RunMap`]):
+//! the next count's start is a few cycles after the one before it, and everything else about
+//! a count is checked beside that chain (see `search_tail`).
+//!
 //! Contract: [`parse_prefix`] accepts exactly the rows `row_fast` accepts, with the same
 //! values, or gives up (`None`) so the caller takes that path; it never accepts more.
 //! `tests/row_oracle.rs` holds both to the same reference. It gives up on anything unusual: a
@@ -127,11 +133,18 @@ pub unsafe fn parse_prefix<'a, const KEEP: bool>(
 
 /// The current logger's `search` object at `start` (just after the branch EVs' closing brace),
 /// in exactly the layout `row_fast::row_end` reads, with the same values: where the row ends
-/// and the statistics (`used`, and with `KEEP` the counts and the hit rate). The object is
-/// read from a window of its own at `start`, each key with one masked vector compare and each
-/// number with one 16-byte load, as the row before it. `None` where it gives up, and the
-/// caller takes the scalar path: fewer than [`WINDOW`] bytes left in the text, an object
-/// longer than [`MAX_ROW`] bytes, a count of 15 digits or more, anything else.
+/// and the statistics (`used`, and with `KEEP` the counts and the hit rate). `None` where it
+/// gives up, and the caller takes the scalar path: fewer than [`WINDOW`] bytes left in the
+/// text, an object longer than [`MAX_ROW`] bytes, a count of 15 digits or more, a `null`
+/// where a search row has a number (or a number where a tuple row has `null`), anything else.
+///
+/// A search row's object is read from a window of its own at `start`, whose runs of digits
+/// are mapped first, all at once ([`RunMap`]). The counts' starts come from the map, one
+/// after the other ([`Runs::next`], a few cycles each); each count's length, checks and
+/// value, and the key before it, are then read beside that chain, and checked to fit end to
+/// end: the text between two counts must be exactly the key. Found in place, each count's
+/// end took about twice as long, and the next count waited for it. (The loop waits on that
+/// chain more than on the instructions: with `KEEP`, the conversions add no time.)
 ///
 /// # Safety
 /// As [`parse_prefix`].
@@ -142,59 +155,241 @@ unsafe fn search_tail<const KEEP: bool>(text: &[u8], start: usize) -> Option<(us
         .try_into()
         .ok()?;
     let mut i = 0;
-    let mut stats = SearchStats::default();
     lit(w, &mut i, b",\"search\":{\"used\":")?;
-    if at::<4>(w, i) == b"true" {
-        stats.used = true;
-        i += 4;
-    } else {
+    if at::<4>(w, i) != b"true" {
+        // A tuple row: every statistic `null`, one fixed text.
         lit(w, &mut i, b"false")?;
+        long_lit(w, &mut i, NULL_STATISTICS)?;
+        return Some((start + i, SearchStats::default()));
     }
-    // The 12 counters before the hit rate, in log order (`search::FIELDS`).
+    i += 4;
+    let mut stats = SearchStats {
+        used: true,
+        ..SearchStats::default()
+    };
+    // SAFETY: the caller's target features.
+    let map = unsafe { RunMap::digits(w) };
+    let mut runs = map.runs_from(i);
+    // Where the next key must start: where the count before it ended.
+    let mut end = i;
+    macro_rules! count {
+        ($key:literal, $count:expr) => {
+            count_at::<_, KEEP>(w, &map, runs.next(), &mut end, $key, $count)?
+        };
+    }
+    // The 12 counts before the hit rate, in log order (`search::FIELDS`).
     let c = &mut stats.counts;
-    counter::<_, KEEP>(w, &mut i, b",\"total_nodes\":", &mut c[0])?;
-    counter::<_, KEEP>(w, &mut i, b",\"move_nodes\":", &mut c[1])?;
-    counter::<_, KEEP>(w, &mut i, b",\"tile_nodes\":", &mut c[2])?;
-    counter::<_, KEEP>(w, &mut i, b",\"tile_branches\":", &mut c[3])?;
-    counter::<_, KEEP>(w, &mut i, b",\"eval_calls\":", &mut c[4])?;
-    counter::<_, KEEP>(w, &mut i, b",\"prune_score\":", &mut c[5])?;
-    counter::<_, KEEP>(w, &mut i, b",\"prune_depth\":", &mut c[6])?;
-    counter::<_, KEEP>(w, &mut i, b",\"prune_prob\":", &mut c[7])?;
-    counter::<_, KEEP>(w, &mut i, b",\"cache_lookups\":", &mut c[8])?;
-    counter::<_, KEEP>(w, &mut i, b",\"cache_hits\":", &mut c[9])?;
-    counter::<_, KEEP>(w, &mut i, b",\"cache_updates\":", &mut c[10])?;
-    counter::<_, KEEP>(w, &mut i, b",\"cache_collisions\":", &mut c[11])?;
-    lit(w, &mut i, b",\"cache_hit_rate\":")?;
-    let rate = opt_float(w, &mut i)?;
-    lit(w, &mut i, b",\"max_move_depth\":")?;
-    let depth = opt_uint(w, &mut i, u64::MAX)?;
+    count!(b",\"total_nodes\":", &mut c[0]);
+    count!(b",\"move_nodes\":", &mut c[1]);
+    count!(b",\"tile_nodes\":", &mut c[2]);
+    count!(b",\"tile_branches\":", &mut c[3]);
+    count!(b",\"eval_calls\":", &mut c[4]);
+    count!(b",\"prune_score\":", &mut c[5]);
+    count!(b",\"prune_depth\":", &mut c[6]);
+    count!(b",\"prune_prob\":", &mut c[7]);
+    count!(b",\"cache_lookups\":", &mut c[8]);
+    count!(b",\"cache_hits\":", &mut c[9]);
+    count!(b",\"cache_updates\":", &mut c[10]);
+    count!(b",\"cache_collisions\":", &mut c[11]);
+    // The hit rate: two runs of digits with a `.` between them, as `opt_float` reads a
+    // non-negative number with a fraction (the logger prints `%.6f`).
+    let whole = runs.next();
+    key_before(w, whole, end, b",\"cache_hit_rate\":")?;
+    let whole_len = map.run_at(whole);
+    let frac = runs.next();
+    let frac_len = map.run_at(frac);
+    let dot = whole + whole_len as usize;
+    let bad_rate = byte(w, dot) != b'.'
+        || frac != dot + 1
+        || whole_len + frac_len > 14
+        || (whole_len > 1 && byte(w, whole) == b'0');
+    if bad_rate {
+        return None;
+    }
+    end = frac + frac_len as usize;
+    let mut depth = 0;
+    count!(b",\"max_move_depth\":", &mut depth);
+    let mut i = end;
     lit(w, &mut i, b"}}")?;
     // Reads past MAX_ROW wrapped around the window: such an object is not read here.
     if i > MAX_ROW {
         return None;
     }
     if KEEP {
-        stats.cache_hit_rate = rate;
-        stats.counts[super::row_fast::MAX_MOVE_DEPTH] = depth.unwrap_or(0);
+        // SAFETY: the caller's target features.
+        let mantissa = unsafe {
+            let b = classify16(w, whole);
+            digits_value(b.d, whole_len + frac_len + 1, frac_len)
+        };
+        stats.cache_hit_rate = (mantissa as i64 as f64 / POW10[frac_len as usize]) as f32;
+        stats.counts[super::row_fast::MAX_MOVE_DEPTH] = depth;
     }
     Some((start + i, stats))
 }
 
-/// One counter of the `search` object: its key (with the comma and quotes around it) and its
-/// value, kept in `count` with `KEEP`.
+/// What follows `"used":false` in a tuple row's `search` object.
+const NULL_STATISTICS: &[u8] = b",\"total_nodes\":null,\"move_nodes\":null,\"tile_nodes\":null,\
+\"tile_branches\":null,\"eval_calls\":null,\"prune_score\":null,\"prune_depth\":null,\
+\"prune_prob\":null,\"cache_lookups\":null,\"cache_hits\":null,\"cache_updates\":null,\
+\"cache_collisions\":null,\"cache_hit_rate\":null,\"max_move_depth\":null}}";
+
+/// Consumes a literal of any length up to [`MAX_ROW`], 32 bytes at a time.
 #[inline(always)]
-fn counter<const N: usize, const KEEP: bool>(
+fn long_lit(w: &Window, i: &mut usize, l: &[u8]) -> Option<()> {
+    let mut chunks = l.chunks_exact(32);
+    for chunk in &mut chunks {
+        lit::<32>(w, i, chunk.try_into().unwrap())?;
+    }
+    let rest = chunks.remainder();
+    for (k, &want) in rest.iter().enumerate() {
+        if byte(w, *i + k) != want {
+            return None;
+        }
+    }
+    *i += rest.len();
+    (*i <= MAX_ROW).then_some(())
+}
+
+/// Where the runs of digits start and stop in a window's first 512 bytes, found at once
+/// (sixteen 32-byte compares, none waiting on another).
+struct RunMap {
+    /// Bytes that are not digits, a bit a byte, then a word of ones: 8 bytes can be read from
+    /// any bit's byte.
+    stops: [u8; 72],
+    /// The first digit of each run, a bit a byte; after the window, ones.
+    starts: [u64; 16],
+}
+
+impl RunMap {
+    /// # Safety
+    /// The caller is compiled for AVX2.
+    #[inline(always)]
+    unsafe fn digits(w: &Window) -> Self {
+        let mut stops = [0xffu8; 72];
+        let mut starts = [u64::MAX; 16];
+        let mut before = 0u64;
+        for k in 0..8 {
+            // SAFETY: the caller's target features.
+            let (low, high) = unsafe { (digit_mask32(w, 64 * k), digit_mask32(w, 64 * k + 32)) };
+            let digits = u64::from(low) | u64::from(high) << 32;
+            stops[8 * k..8 * k + 8].copy_from_slice(&(!digits).to_le_bytes());
+            starts[k] = digits & !(digits << 1 | before >> 63);
+            before = digits;
+        }
+        RunMap { stops, starts }
+    }
+
+    /// How many digits start at `i` (wrapping at 512 like [`at`]); exact up to 57.
+    #[inline(always)]
+    fn run_at(&self, i: usize) -> u32 {
+        let j = i & MAX_ROW;
+        let word = u64::from_le_bytes(self.stops[j >> 3..(j >> 3) + 8].try_into().unwrap());
+        (word >> (j & 7)).trailing_zeros()
+    }
+
+    /// The starts of the runs at `from` and after, in order.
+    #[inline(always)]
+    fn runs_from(&self, from: usize) -> Runs<'_> {
+        let mut word = (from >> 6) & 7;
+        let mut bits = self.starts[word] & (u64::MAX << (from & 63));
+        // The word after the window is all ones, so this ends.
+        while bits == 0 {
+            word += 1;
+            bits = self.starts[word];
+        }
+        Runs {
+            starts: &self.starts,
+            word,
+            bits,
+        }
+    }
+}
+
+/// The digits among the 32 bytes at `at` (inside the window), a bit a byte.
+///
+/// # Safety
+/// The caller is compiled for AVX2.
+#[inline(always)]
+unsafe fn digit_mask32(w: &Window, at: usize) -> u32 {
+    let bytes: &[u8; 32] = w[at..at + 32].try_into().unwrap();
+    // SAFETY: a 32-byte load from the array; AVX2 is the caller's target feature.
+    unsafe {
+        let v = _mm256_loadu_si256(bytes.as_ptr().cast());
+        let t = _mm256_sub_epi8(v, _mm256_set1_epi8(b'0' as i8));
+        let is_digit = _mm256_cmpeq_epi8(_mm256_min_epu8(t, _mm256_set1_epi8(9)), t);
+        _mm256_movemask_epi8(is_digit) as u32
+    }
+}
+
+/// The starts of runs of digits, in order (see [`RunMap::runs_from`]). Finding the next one
+/// takes a few cycles that wait on nothing but the one before: a count of trailing zeros, the
+/// lowest bit cleared, and when the word is used up the next one, loaded before it is needed.
+struct Runs<'a> {
+    starts: &'a [u64; 16],
+    word: usize,
+    bits: u64,
+}
+
+impl Runs<'_> {
+    /// The next run's start: past the window when there is none (the caller's checks then
+    /// fail).
+    #[inline(always)]
+    fn next(&mut self) -> usize {
+        let at = self.word * 64 + self.bits.trailing_zeros() as usize;
+        let rest = self.bits & self.bits.wrapping_sub(1);
+        let after = self.starts[(self.word + 1) & 15];
+        let used_up = rest == 0;
+        self.word = (self.word + usize::from(used_up)) & 15;
+        self.bits = if used_up { after } else { rest };
+        at
+    }
+}
+
+/// Checks that `key` lies just before the number at `start` and just after the number
+/// before it, which ended at `end`: the text between two numbers is exactly the key.
+#[inline(always)]
+fn key_before<const N: usize>(w: &Window, start: usize, end: usize, key: &[u8; N]) -> Option<()> {
+    if start.wrapping_sub(N) != end {
+        return None;
+    }
+    lit(w, &mut { end }, key)
+}
+
+/// One count of the `search` object, whose digits start at `start` (from [`Runs`]): the key
+/// before it, and its value (plain digits, no leading zero, at most 14), kept in `count` with
+/// `KEEP`. `end` is where the count before it ended, and becomes where this one ends.
+#[inline(always)]
+fn count_at<const N: usize, const KEEP: bool>(
     w: &Window,
-    i: &mut usize,
+    map: &RunMap,
+    start: usize,
+    end: &mut usize,
     key: &[u8; N],
     count: &mut u64,
 ) -> Option<()> {
-    lit(w, i, key)?;
-    let value = opt_uint(w, i, u64::MAX)?;
-    if KEEP {
-        *count = value.unwrap_or(0);
+    key_before(w, start, *end, key)?;
+    let len = map.run_at(start);
+    if len > 14 || (len > 1 && byte(w, start) == b'0') {
+        return None;
     }
+    if KEEP {
+        // SAFETY: the caller's target features (this module is only entered through
+        // `parse_prefix`).
+        *count = unsafe { uint_value(w, start, len) };
+    }
+    *end = start + len as usize;
     Some(())
+}
+
+/// The integer spelled by the `len` digits at `i` (1..=14 of them, checked by the caller).
+#[inline(always)]
+unsafe fn uint_value(w: &Window, i: usize, len: u32) -> u64 {
+    // SAFETY: `at` keeps the 16 bytes inside the window; the caller's target features.
+    unsafe {
+        let v = _mm_loadu_si128(at::<16>(w, i).as_ptr().cast());
+        let d = _mm_sub_epi8(v, _mm_set1_epi8(b'0' as i8));
+        digits_value(d, len + 1, 0)
+    }
 }
 
 /// `{"seed":…,"step_index":` at the row's start: its seed and length. Taken from `memo` when
@@ -646,6 +841,93 @@ pub unsafe fn pack_board(cells: &[u8; 16]) -> (u64, u16) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A `search` object as the current logger writes it, with counts of 1 to 14 digits (and
+    /// sometimes a spelling the vector path must leave to the scalar one), from `x`.
+    fn search_object(x: &mut u64) -> String {
+        let mut next = || {
+            *x ^= *x << 13;
+            *x ^= *x >> 7;
+            *x ^= *x << 17;
+            *x
+        };
+        if next() % 4 == 0 {
+            let nulls: Vec<String> = crate::format::search::FIELDS
+                .iter()
+                .map(|k| format!("\"{k}\":null"))
+                .collect();
+            return format!(",\"search\":{{\"used\":false,{}}}}}", nulls.join(","));
+        }
+        let mut values: Vec<String> = (0..13)
+            .map(|_| {
+                let digits = 1 + next() % 14;
+                (next() % 10u64.pow(digits as u32)).to_string()
+            })
+            .collect();
+        values.insert(12, format!("{}.{:06}", next() % 101, next() % 1_000_000));
+        let odd = [
+            "01",
+            "-1",
+            "null",
+            "1.5",
+            "123456789012345",
+            "",
+            "1e3",
+            "007",
+        ];
+        if next() % 5 == 0 {
+            let slot = (next() % 14) as usize;
+            values[slot] = odd[(next() % odd.len() as u64) as usize].to_string();
+        }
+        let members: Vec<String> = crate::format::search::FIELDS
+            .iter()
+            .zip(values)
+            .map(|(k, v)| format!("\"{k}\":{v}"))
+            .collect();
+        format!(",\"search\":{{\"used\":true,{}}}}}", members.join(","))
+    }
+
+    #[test]
+    fn search_tail_reads_what_row_end_reads() {
+        if !available() {
+            eprintln!("no AVX2 on this CPU: the vector path is not used here");
+            return;
+        }
+        let mut x = 0x2545_F491_4F6C_DD1Du64;
+        let (mut taken, mut left) = (0, 0);
+        for _ in 0..20_000 {
+            let object = search_object(&mut x);
+            // What follows the row: the next row, padded to a window.
+            let mut text = format!("{object}\n{{\"seed\":1,").into_bytes();
+            text.resize(object.len() + WINDOW, b'7');
+            let scalar = super::super::row_fast::row_end::<true>(&text, 0);
+            // SAFETY: `available` checked; not inlined into a feature-compiled caller here,
+            // which is slower but the same instructions.
+            let (kept, checked) = unsafe {
+                (
+                    search_tail::<true>(&text, 0),
+                    search_tail::<false>(&text, 0),
+                )
+            };
+            match kept {
+                Some(found) => {
+                    taken += 1;
+                    assert_eq!(Some(found), scalar, "{object}");
+                    let only_used = SearchStats {
+                        used: found.1.used,
+                        ..SearchStats::default()
+                    };
+                    assert_eq!(checked, Some((found.0, only_used)), "{object}");
+                }
+                None => {
+                    left += 1;
+                    assert_eq!(checked, None, "{object}");
+                }
+            }
+        }
+        // Every object in the logger's spelling is taken; the odd ones are left.
+        assert!(taken > 15_000 && left > 1_000, "taken {taken}, left {left}");
+    }
 
     #[test]
     fn pack_board_is_board_pack() {
