@@ -83,6 +83,9 @@ pub unsafe fn parse_prefix<'a, const KEEP: bool>(
     memo: &mut Memo,
 ) -> Option<(RawRow<'a>, usize)> {
     let w: &Window = text.get(..WINDOW)?.try_into().ok()?;
+    // SAFETY: the caller's target features.
+    let dot_map = unsafe { DotMap::of(w) };
+    let mut dots = dot_map.from(0);
     let (seed, mut i) = seed_and_step_key(w, memo)?;
     let step_index = opt_uint(w, &mut i, u64::from(u32::MAX))?;
     lit(w, &mut i, b",\"max_rank\":")?;
@@ -92,17 +95,17 @@ pub unsafe fn parse_prefix<'a, const KEEP: bool>(
     lit(w, &mut i, b",\"valuation_type\":")?;
     let valuation_type = valuation_name(w, &mut i)?;
     lit(w, &mut i, b",\"valuation\":")?;
-    opt_float(w, &mut i)?;
+    float_at(w, &dot_map, &mut dots, &mut i)?;
     lit(w, &mut i, b",\"board\":[")?;
     let board = board(w, &mut i)?;
     lit(w, &mut i, b"],\"branch_evs\":{\"up\":")?;
-    let up = opt_float(w, &mut i)?;
+    let up = float_at(w, &dot_map, &mut dots, &mut i)?;
     lit(w, &mut i, b",\"left\":")?;
-    let left = opt_float(w, &mut i)?;
+    let left = float_at(w, &dot_map, &mut dots, &mut i)?;
     lit(w, &mut i, b",\"right\":")?;
-    let right = opt_float(w, &mut i)?;
+    let right = float_at(w, &dot_map, &mut dots, &mut i)?;
     lit(w, &mut i, b",\"down\":")?;
-    let down = opt_float(w, &mut i)?;
+    let down = float_at(w, &dot_map, &mut dots, &mut i)?;
     lit(w, &mut i, b"}")?;
     // Reads past MAX_ROW wrapped around the window (see `at`): such a row is not read here.
     if i > MAX_ROW {
@@ -290,19 +293,21 @@ impl RunMap {
     /// The starts of the runs at `from` and after, in order.
     #[inline(always)]
     fn runs_from(&self, from: usize) -> Runs<'_> {
-        let mut word = (from >> 6) & 7;
-        let mut bits = self.starts[word] & (u64::MAX << (from & 63));
-        // The word after the window is all ones, so this ends.
-        while bits == 0 {
-            word += 1;
-            bits = self.starts[word];
-        }
-        Runs {
-            starts: &self.starts,
-            word,
-            bits,
-        }
+        runs_from(&self.starts, from)
     }
+}
+
+/// The set bits of `starts` at `from` and after, in order (bits past the classified bytes
+/// are all set, so there is always a next one).
+#[inline(always)]
+fn runs_from(starts: &[u64; 16], from: usize) -> Runs<'_> {
+    let mut word = (from >> 6) & 7;
+    let mut bits = starts[word] & (u64::MAX << (from & 63));
+    while bits == 0 {
+        word += 1;
+        bits = starts[word];
+    }
+    Runs { starts, word, bits }
 }
 
 /// The digits among the 32 bytes at `at` (inside the window), a bit a byte.
@@ -597,6 +602,16 @@ fn opt_float(w: &Window, i: &mut usize) -> Option<f32> {
     // SAFETY: as in `opt_uint`.
     let b = unsafe { classify16(w, *i) };
     let end = (!(b.digits | b.dots | b.minus)).trailing_zeros(); // 16 or more: may go on
+    let x = float_value(&b, end)?;
+    *i += end as usize;
+    Some(x)
+}
+
+/// The `end` bytes that `b` classifies as [`opt_float`] reads them, where `end` is the first
+/// byte that is not a digit, `-` or `.` (the caller's promise); `None` when they are not a
+/// number of that form.
+#[inline(always)]
+fn float_value(b: &Bytes16, end: u32) -> Option<f32> {
     let span = (1u32 << (end & 15)) - 1;
     let first = b.minus & 1; // the sign
     // Bytes of the number that are not digits, but for the sign: a single `.` or nothing.
@@ -615,13 +630,85 @@ fn opt_float(w: &Window, i: &mut usize) -> Option<f32> {
     } else {
         (0, end + 1)
     };
+    // SAFETY: the caller's target features (this module is only entered through
+    // `parse_prefix`).
     let mantissa = unsafe { digits_value(b.d, value_end, frac_len) };
-    *i += end as usize;
     // Below 10^15, so the signed conversion is the same exact value, and the f32 is finite.
     // The sign is set on the f64 (exactly -x, -0.0 for "-0" as well).
     let x = mantissa as i64 as f64 / POW10[frac_len as usize];
     let x = f64::from_bits(x.to_bits() | u64::from(first) << 63) as f32;
     Some(x)
+}
+
+/// A float of the row's start at `i` ([`opt_float`]'s reading of it), or `null` as 0.0. The
+/// logger prints its floats `%.6f`, so such a float ends 7 bytes after its `.`, and the `.` is
+/// the next one in the row (`dots`): the position after it, which the rest of the row waits
+/// on, is then a few cycles after the `.` before, not a classification of the float's bytes
+/// (about 17 cycles). The float is read and checked beside that chain; one of another form, or
+/// with the dots out of step, is read in place, and the dots taken up again after it.
+#[inline(always)]
+fn float_at<'m>(w: &Window, map: &'m DotMap, dots: &mut Runs<'m>, i: &mut usize) -> Option<f32> {
+    if at::<4>(w, *i) == b"null" {
+        *i += 4;
+        return Some(0.0);
+    }
+    let end = dots.next().wrapping_sub(*i).wrapping_add(7) as u32;
+    if end < 16 {
+        // SAFETY: the caller's target features (this module is only entered through
+        // `parse_prefix`).
+        let b = unsafe { classify16(w, *i) };
+        // `end` must be where opt_float's number ends: the first byte that is not a digit,
+        // `-` or `.`.
+        let ends = (b.digits | b.dots | b.minus) & ((2u32 << end) - 1) == (1u32 << end) - 1;
+        if ends && let Some(x) = float_value(&b, end) {
+            *i += end as usize;
+            return Some(x);
+        }
+    }
+    let x = opt_float(w, i)?;
+    *dots = map.from(*i);
+    Some(x)
+}
+
+/// The `.`s among a row's first [`DOT_BYTES`], found at once (ten 32-byte compares that wait
+/// on nothing), for [`float_at`]: the same map of starts as [`RunMap`]'s, a dot each.
+struct DotMap {
+    starts: [u64; 16],
+}
+
+/// How many bytes of a row's start [`DotMap`] classifies: past them, every position is a
+/// "dot", so a float there is out of step with them and read in place.
+const DOT_BYTES: usize = 320;
+
+impl DotMap {
+    /// # Safety
+    /// The caller is compiled for AVX2.
+    #[inline(always)]
+    unsafe fn of(w: &Window) -> Self {
+        let mut starts = [u64::MAX; 16];
+        for (k, word) in starts.iter_mut().take(DOT_BYTES / 64).enumerate() {
+            // SAFETY: 32-byte loads inside the window; AVX2 is the caller's target feature.
+            let (low, high) = unsafe {
+                let dot = _mm256_set1_epi8(b'.' as i8);
+                let at = w.as_ptr().add(64 * k);
+                (
+                    _mm256_movemask_epi8(_mm256_cmpeq_epi8(_mm256_loadu_si256(at.cast()), dot)),
+                    _mm256_movemask_epi8(_mm256_cmpeq_epi8(
+                        _mm256_loadu_si256(at.add(32).cast()),
+                        dot,
+                    )),
+                )
+            };
+            *word = u64::from(low as u32) | u64::from(high as u32) << 32;
+        }
+        DotMap { starts }
+    }
+
+    /// The dots at `from` and after, in order.
+    #[inline(always)]
+    fn from(&self, from: usize) -> Runs<'_> {
+        runs_from(&self.starts, from)
+    }
 }
 
 /// `up"`, `down"`, `left"` or `right"`: 0=up 1=down 2=left 3=right. The first letter's low
