@@ -239,20 +239,21 @@ const NULL_STATISTICS: &[u8] = b",\"total_nodes\":null,\"move_nodes\":null,\"til
 \"prune_prob\":null,\"cache_lookups\":null,\"cache_hits\":null,\"cache_updates\":null,\
 \"cache_collisions\":null,\"cache_hit_rate\":null,\"max_move_depth\":null}}";
 
-/// Consumes a literal of any length up to [`MAX_ROW`], 32 bytes at a time.
+/// Consumes a literal of 32 bytes to [`MAX_ROW`], 32 bytes at a time: the last 32 overlap
+/// the ones before when its length is not a multiple of 32, so every compare is whole.
 #[inline(always)]
 fn long_lit(w: &Window, i: &mut usize, l: &[u8]) -> Option<()> {
-    let mut chunks = l.chunks_exact(32);
-    for chunk in &mut chunks {
-        lit::<32>(w, i, chunk.try_into().unwrap())?;
+    let n = l.len();
+    if !(32..=MAX_ROW).contains(&n) {
+        return None;
     }
-    let rest = chunks.remainder();
-    for (k, &want) in rest.iter().enumerate() {
-        if byte(w, *i + k) != want {
-            return None;
-        }
+    let mut k = 0;
+    while k + 32 < n {
+        lit::<32>(w, &mut (*i + k), l[k..k + 32].try_into().unwrap())?;
+        k += 32;
     }
-    *i += rest.len();
+    lit::<32>(w, &mut (*i + n - 32), l[n - 32..].try_into().unwrap())?;
+    *i += n;
     (*i <= MAX_ROW).then_some(())
 }
 
