@@ -631,12 +631,7 @@ fn search_object() -> impl Strategy<Value = String> {
             .prop_map(|(counts, rate)| {
                 let mut values: Vec<String> = counts.iter().map(u64::to_string).collect();
                 values.insert(12, format!("{rate:.6}"));
-                let members: Vec<String> = SEARCH_KEYS
-                    .iter()
-                    .zip(values)
-                    .map(|(k, v)| format!("\"{k}\":{v}"))
-                    .collect();
-                format!(",\"search\":{{\"used\":true,{}}}", members.join(","))
+                search_text(true, values)
             }),
     ]
 }
@@ -721,14 +716,19 @@ fn odd_search_object() -> impl Strategy<Value = String> {
         )
             .prop_map(|(used, mut values, rate)| {
                 values.insert(12, rate);
-                let members: Vec<String> = SEARCH_KEYS
-                    .iter()
-                    .zip(values)
-                    .map(|(k, v)| format!("\"{k}\":{v}"))
-                    .collect();
-                format!(",\"search\":{{\"used\":{used},{}}}", members.join(","))
+                search_text(used, values)
             }),
     ]
+}
+
+/// `,"search":{…}` with `used` and the 14 statistics' texts in log order.
+fn search_text(used: bool, values: Vec<String>) -> String {
+    let members: Vec<String> = SEARCH_KEYS
+        .iter()
+        .zip(values)
+        .map(|(k, v)| format!("\"{k}\":{v}"))
+        .collect();
+    format!(",\"search\":{{\"used\":{used},{}}}", members.join(","))
 }
 
 /// A line with bytes damaged: truncated, a byte flipped, inserted or removed, invalid UTF-8.
