@@ -330,6 +330,20 @@ unsafe fn digit_mask32(w: &Window, at: usize) -> u32 {
     }
 }
 
+/// The bytes equal to `byte` among the 32 bytes at `at` (inside the window), a bit a byte.
+///
+/// # Safety
+/// The caller is compiled for AVX2.
+#[inline(always)]
+unsafe fn byte_mask32(w: &Window, at: usize, byte: u8) -> u32 {
+    let bytes: &[u8; 32] = w[at..at + 32].try_into().unwrap();
+    // SAFETY: a 32-byte load from the array; AVX2 is the caller's target feature.
+    unsafe {
+        let v = _mm256_loadu_si256(bytes.as_ptr().cast());
+        _mm256_movemask_epi8(_mm256_cmpeq_epi8(v, _mm256_set1_epi8(byte as i8))) as u32
+    }
+}
+
 /// The starts of runs of digits, in order (see [`RunMap::runs_from`]). Finding the next one
 /// takes a few cycles that wait on nothing but the one before: a count of trailing zeros, the
 /// lowest bit cleared, and when the word is used up the next one, loaded before it is needed.
@@ -691,19 +705,14 @@ impl DotMap {
     unsafe fn of(w: &Window) -> Self {
         let mut starts = [u64::MAX; 16];
         for (k, word) in starts.iter_mut().take(DOT_BYTES / 64).enumerate() {
-            // SAFETY: 32-byte loads inside the window; AVX2 is the caller's target feature.
+            // SAFETY: the caller's target features.
             let (low, high) = unsafe {
-                let dot = _mm256_set1_epi8(b'.' as i8);
-                let at = w.as_ptr().add(64 * k);
                 (
-                    _mm256_movemask_epi8(_mm256_cmpeq_epi8(_mm256_loadu_si256(at.cast()), dot)),
-                    _mm256_movemask_epi8(_mm256_cmpeq_epi8(
-                        _mm256_loadu_si256(at.add(32).cast()),
-                        dot,
-                    )),
+                    byte_mask32(w, 64 * k, b'.'),
+                    byte_mask32(w, 64 * k + 32, b'.'),
                 )
             };
-            *word = u64::from(low as u32) | u64::from(high as u32) << 32;
+            *word = u64::from(low) | u64::from(high) << 32;
         }
         DotMap { starts }
     }
